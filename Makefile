@@ -1,0 +1,142 @@
+# ketch — one hand-written Makefile.
+#   make            build bin/ and lib/
+#   make run        install what is missing, build, start one member on 127.0.0.1
+#   make test       install what is missing, build, run every test ("N passed, M failed")
+#   make asan       the same suite under ASan+UBSan (objects in build/asan)
+#   make fuzz F=wal_record SECONDS=60   run one libFuzzer target (clang)
+#   make deps       apt-get install the Debian packages that are missing
+# Out-of-tree builds: make O=/tmp/x puts objects, bin/ and lib/ under /tmp/x.
+
+O ?= build
+ifeq ($(O),build)
+BINDIR ?= bin
+LIBDIR ?= lib
+else
+BINDIR ?= $(O)/bin
+LIBDIR ?= $(O)/lib
+endif
+
+CC ?= cc
+VERSION := 0.1.0
+PKGS := msgpack libsodium liblz4 yaml-0.1
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wimplicit-fallthrough
+CFLAGS ?= -O2 -g
+ifeq ($(SAN),1)
+CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=address,undefined
+endif
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -DKT_VERSION='"$(VERSION)"' -fPIC $(WARN) $(CFLAGS) \
+             $(shell pkg-config --cflags $(PKGS) 2>/dev/null) -MMD -MP
+LDLIBS := -lev $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
+
+# Every .c in the server folders except program mains (*_main.c).
+SERVER_SRCS := $(filter-out %_main.c,$(wildcard core/*.c wal/*.c snap/*.c net/*.c))
+CLIENT_SRCS := $(wildcard client/*.c) core/base.c net/proto.c
+KETCH_MAIN := net/ketch_main.c
+KETCHCTL_SRCS := $(wildcard tools/ketchctl/*.c)
+KETCHUTL_SRCS := $(wildcard tools/ketchutl/*.c)
+UNIT_TESTS := $(wildcard test/unit/*_test.c)
+FUZZ_TARGETS := $(wildcard test/fuzz/*_fuzz.c)
+PERF_SRCS := $(wildcard test/perf/*_perf.c)
+
+obj = $(patsubst %.c,$(O)/obj/%.o,$(1))
+SERVER_OBJS := $(call obj,$(SERVER_SRCS))
+CLIENT_OBJS := $(call obj,$(sort $(CLIENT_SRCS)))
+LIBKT := $(O)/libkt.a
+
+BINS := $(BINDIR)/ketch
+ifneq ($(KETCHCTL_SRCS),)
+BINS += $(BINDIR)/ketchctl
+endif
+ifneq ($(KETCHUTL_SRCS),)
+BINS += $(BINDIR)/ketchutl
+endif
+LIBS := $(LIBDIR)/libketch.a $(LIBDIR)/libketch.so $(LIBDIR)/ketch.pc
+UNIT_BINS := $(patsubst test/unit/%.c,$(O)/test/%,$(UNIT_TESTS))
+FUZZ_REPLAYS := $(patsubst test/fuzz/%_fuzz.c,$(O)/test/fuzz/%_replay,$(FUZZ_TARGETS))
+PERF_BINS := $(patsubst test/perf/%.c,$(O)/perf/%,$(PERF_SRCS))
+
+.PHONY: all deps run test asan fuzz perf clean format format-check
+.SECONDARY:
+all: $(BINS) $(LIBS)
+
+$(O)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(LIBKT): $(SERVER_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBDIR)/libketch.a: $(CLIENT_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBDIR)/libketch.so: $(CLIENT_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(LIBDIR)/ketch.pc: Makefile
+	@mkdir -p $(dir $@)
+	printf 'prefix=%s\nlibdir=$${prefix}/$(LIBDIR)\nincludedir=$${prefix}/client\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium liblz4\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nLibs.private: -lev -lpthread\nCflags: -I$${includedir}\n' "$(CURDIR)" > $@
+
+$(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BINDIR)/ketchctl: $(call obj,$(KETCHCTL_SRCS)) $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BINDIR)/ketchutl: $(call obj,$(KETCHUTL_SRCS)) $(LIBKT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Unit tests: one binary per test/unit/*_test.c, with the tiny runner.
+$(O)/test/%_test: $(O)/obj/test/unit/%_test.o $(O)/obj/test/unit/test_main.o $(LIBKT) $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Fuzz targets: replayed over their committed corpus in `make test`.
+$(O)/test/fuzz/%_replay: $(O)/obj/test/fuzz/%_fuzz.o $(O)/obj/test/fuzz/replay_main.o $(LIBKT) $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Micro-benchmarks of single modules (store apply rate, snapshot speed...).
+$(O)/perf/%_perf: $(O)/obj/test/perf/%_perf.o $(LIBKT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+perf: $(PERF_BINS)
+
+deps:
+	@sh test/deps.sh
+
+test: deps
+	$(MAKE) all $(UNIT_BINS) $(FUZZ_REPLAYS)
+	@O=$(O) BINDIR=$(BINDIR) sh test/run.sh
+
+asan:
+	$(MAKE) O=build/asan SAN=1 test
+
+run: deps all
+	$(BINDIR)/ketch --data-dir default.ketch
+
+F ?= wal_record
+SECONDS ?= 60
+fuzz: deps
+	@sh test/deps.sh fuzz
+	@mkdir -p build/fuzz
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined $(shell pkg-config --cflags $(PKGS)) \
+	  test/fuzz/$(F)_fuzz.c $(filter-out %_main.c,$(SERVER_SRCS)) -o build/fuzz/$(F) $(LDLIBS)
+	mkdir -p build/fuzz/$(F)-corpus
+	build/fuzz/$(F) -max_total_time=$(SECONDS) build/fuzz/$(F)-corpus test/fuzz/corpus/$(F)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+format-check:
+	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build bin lib
+
+-include $(shell find $(O)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,113 @@
+/* net/proto.h — the native protocol codec (spec: net/PROTOCOL.md).
+ *
+ * Pure functions, no I/O: bytes in, structs out, and back. Shared by the
+ * server (net/), the node (WAL entries carry an encoded request body) and the
+ * client library (client/ links this file). Every decoder is bounds-checked
+ * and fuzzed (test/fuzz/proto_fuzz.c); outside bytes never reach kt_assert.
+ *
+ * A frame is `u32 big-endian length | msgpack body`; the body is the msgpack
+ * array [type, id, payload-map]. Decoded structs point into the input bytes
+ * and into the arena passed in: valid while both live.
+ */
+#ifndef KT_PROTO_H
+#define KT_PROTO_H
+
+#include "../core/ops.h"
+
+#define KT_PROTO_VERSION 1
+#define KT_FRAME_HDR 4
+#define KT_DEFAULT_MAX_REQUEST_BYTES (1536u * 1024u) /* 1.5 MiB, etcd's default */
+/* Largest frame either side accepts: a request is bounded by max request
+ * bytes plus framing; responses (large ranges) by this. */
+#define KT_MAX_FRAME_BYTES (64u * 1024u * 1024u)
+
+enum kt_msg_type {
+  KT_MSG_HELLO = 0,
+  KT_MSG_RANGE = 1, /* = KT_OP_RANGE .. KT_OP_TXN */
+  KT_MSG_PUT = 2,
+  KT_MSG_DELETE = 3,
+  KT_MSG_TXN = 4,
+  KT_MSG_COMPACT = 5,
+  KT_MSG_STATUS = 6,
+  KT_MSG_ERROR = 127,
+};
+
+/* Frame splitting. Given the bytes received so far, returns 1 and sets
+ * body/body_len/consumed when a whole frame is present, 0 when more bytes are
+ * needed, or -KT_ETOOLARGE when the length prefix exceeds max_frame (and
+ * -KT_EPROTO for a zero length). */
+int kt_frame_next(const uint8_t *p, size_t n, uint32_t max_frame, const uint8_t **body,
+                  uint32_t *body_len, size_t *consumed);
+
+struct kt_hello_req {
+  uint32_t version;
+  struct kt_bytes client; /* free text, e.g. "libketch/0.1.0" */
+};
+
+struct kt_hello_resp {
+  uint32_t version;
+  struct kt_bytes server; /* "ketch 0.1.0" */
+  uint64_t cluster_id, member_id;
+  uint32_t max_request_bytes;
+};
+
+struct kt_status_resp {
+  struct kt_bytes version; /* server version string, "0.1.0" */
+  int64_t db_size, db_size_in_use;
+  uint64_t leader, raft_index, raft_term, raft_applied_index;
+  bool is_learner;
+  struct kt_bytes *errors; /* alarms / errors as text */
+  uint32_t n_errors;
+};
+
+struct kt_error_msg {
+  uint32_t code; /* KT_E* */
+  struct kt_bytes message;
+};
+
+/* A request (client -> server). */
+struct kt_req {
+  uint8_t type; /* enum kt_msg_type */
+  uint64_t id;
+  union {
+    struct kt_hello_req hello;
+    struct kt_request_op op; /* RANGE, PUT, DELETE, TXN: op.type == type */
+    struct kt_compact_req compact;
+  } u;
+};
+
+/* A response (server -> client). `header` is present for every type but
+ * HELLO and ERROR. */
+struct kt_resp {
+  uint8_t type;
+  uint64_t id;
+  struct kt_header header;
+  union {
+    struct kt_hello_resp hello;
+    struct kt_response_op op; /* RANGE, PUT, DELETE, TXN */
+    struct kt_status_resp status;
+    struct kt_error_msg error;
+  } u;
+};
+
+/* Decode a request body (no length prefix). Errors: EPROTO (malformed,
+ * wrong types, missing required fields; e names the field), EUNSUPPORTED
+ * (unknown type), ETOOMANYOPS (> KT_MAX_TXN_OPS in one txn list), EINVAL
+ * (nesting deeper than 8 txns). On error req->id is set when it could be read
+ * (so the server can answer that id), else 0. */
+int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_req *req,
+                        struct kt_err *e);
+/* Append a whole frame (length prefix + body) for req to out. */
+void kt_proto_encode_req(struct kt_buf *out, const struct kt_req *req);
+
+int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a,
+                         struct kt_resp *resp, struct kt_err *e);
+void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp);
+/* Shorthand for an ERROR frame. */
+void kt_proto_encode_error(struct kt_buf *out, uint64_t id, int code, const char *message);
+
+/* The body of a request without a frame prefix and with id 0: what the node
+ * stores in a WAL entry. Decode with kt_proto_decode_req. */
+void kt_proto_encode_req_body(struct kt_buf *out, const struct kt_req *req);
+
+#endif
