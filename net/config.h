@@ -141,8 +141,8 @@ int kt_url_parse(struct kt_arena *a, const char *where, const char *s, struct kt
 
 /* Parses a Go-style duration ("1h", "30m", "1h30m", "1.5s", "250ms", "0")
  * into milliseconds, truncating below 1 ms. Returns 0, or -1 if s is not a
- * duration or exceeds 2^53 ms. A bare integer without a unit is not accepted
- * here (auto-compaction-retention treats it as hours itself). */
+ * duration or exceeds Go's limit (2^63-1 ns, ~292 years). A bare integer without a unit is not
+ * accepted here (auto-compaction-retention treats it as hours itself). */
 int kt_duration_parse_ms(const char *s, uint64_t *ms);
 
 #endif
