@@ -56,7 +56,7 @@ int kt_frame_next(const uint8_t *p, size_t n, uint32_t max_frame, const uint8_t 
 
 /* Read type and id from the first bytes of a body (p, n: what has arrived),
  * e.g. to answer ETOOLARGE to a frame whose body is skipped unread. Returns 1
- * when both were read, 0 when more bytes are needed (at most 19 are), -1 when
+ * when both were read, 0 when more bytes are needed (at most 23 are), -1 when
  * the bytes cannot start a valid body. */
 int kt_proto_peek_id(const uint8_t *p, size_t n, uint8_t *type, uint64_t *id);
 
