@@ -737,9 +737,14 @@ static int dec_envelope(struct dec *d, uint8_t *type, uint64_t *id, uint64_t *ra
     return rc;
   if (n != 3)
     return fail(d, KT_EPROTO, "body", "expected [type, id, payload], got an array of %u", n);
+  /* type and id are integers, never nil (kt_proto_peek_id relies on it) */
+  if (left(d) >= 1 && *d->p == 0xc0)
+    return wrong_type(d, "type", "int");
   if ((rc = rd_u64(d, "type", UINT64_MAX, rawtype)))
     return rc;
   *type = *rawtype > 255 ? 255 : (uint8_t)*rawtype;
+  if (left(d) >= 1 && *d->p == 0xc0)
+    return wrong_type(d, "id", "int");
   return rd_u64(d, "id", UINT64_MAX, id);
 }
 

@@ -592,6 +592,23 @@ TEST(wrong_top_level_shapes) {
   CHECK_EQ(dec_req_raw(&r, &out, &e), KT_EPROTO);
   CHECK(strstr(e.msg, "type: expected int, got str") != NULL);
   kt_buf_free(&r.b);
+  /* a nil type or id (nil means zero only inside payloads) */
+  for (int w = 0; w < 2; w++) {
+    raw_init(&r);
+    msgpack_pack_array(&r.pk, 3);
+    if (w == 0)
+      msgpack_pack_nil(&r.pk);
+    else
+      msgpack_pack_uint8(&r.pk, 2);
+    if (w == 1)
+      msgpack_pack_nil(&r.pk);
+    else
+      msgpack_pack_uint8(&r.pk, 46);
+    msgpack_pack_map(&r.pk, 0);
+    CHECK_EQ(dec_req_raw(&r, &out, &e), KT_EPROTO);
+    CHECK_STR(e.msg, w == 0 ? "type: expected int, got nil" : "id: expected int, got nil");
+    kt_buf_free(&r.b);
+  }
   /* a negative id */
   raw_init(&r);
   msgpack_pack_array(&r.pk, 3);
