@@ -51,8 +51,7 @@ static void req_round_trip(const uint8_t *body, size_t len) {
   check(a.len == b.len && memcmp(a.p, b.p, a.len) == 0, "request re-encodes differently");
   /* the WAL form: the same body with id 0 */
   kt_proto_encode_req_body(&w, &r1);
-  check(kt_proto_decode_req(w.p, w.len, &arena, &r2, &e) == 0 && r2.id == 0 &&
-            r2.type == r1.type,
+  check(kt_proto_decode_req(w.p, w.len, &arena, &r2, &e) == 0 && r2.id == 0 && r2.type == r1.type,
         "WAL body does not decode");
   kt_buf_free(&a);
   kt_buf_free(&b);
@@ -86,7 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *body;
     uint32_t len;
     size_t used;
-    int rc = kt_frame_next(data + off, size - off, KT_DEFAULT_MAX_REQUEST_BYTES, &body, &len, &used);
+    int rc =
+        kt_frame_next(data + off, size - off, KT_DEFAULT_MAX_REQUEST_BYTES, &body, &len, &used);
     if (rc <= 0) {
       check(rc == 0 || rc == -KT_EPROTO || rc == -KT_ETOOLARGE, "bad frame result");
       break;
