@@ -43,6 +43,7 @@ struct kt_mvcc {
   struct kt_index ix;
   int64_t rev, compact_rev;
   uint64_t size, live;
+  uint64_t revs; /* revisions held in memory (latest + history) */
   bool nospace;
   /* accounting bytes that stop counting once compact_rev >= rev; rev order */
   struct death *deaths;
@@ -73,9 +74,9 @@ static inline struct kt_bytes kkey(const struct kent *k) {
 }
 
 static inline struct hrev kent_latest(const struct kent *k) {
-  return (struct hrev){k->mod,  k->create,          k->version, k->lease,
-                       k->vlen ? (uint8_t *)k->data + k->klen : NULL,
-                       k->vlen, k->sub};
+  return (struct hrev){
+      k->mod,  k->create, k->version, k->lease, k->vlen ? (uint8_t *)k->data + k->klen : NULL,
+      k->vlen, k->sub};
 }
 
 /* Accounting charge of one revision (see mvcc.h). */
@@ -214,6 +215,8 @@ int64_t kt_mvcc_revision(const struct kt_mvcc *s) { return s->rev; }
 int64_t kt_mvcc_compact_revision(const struct kt_mvcc *s) { return s->compact_rev; }
 uint64_t kt_mvcc_size_bytes(const struct kt_mvcc *s) { return s->size; }
 uint64_t kt_mvcc_keys(const struct kt_mvcc *s) { return s->live; }
+uint64_t kt_mvcc_revs(const struct kt_mvcc *s) { return s->revs; }
+uint64_t kt_mvcc_index_bytes(const struct kt_mvcc *s) { return s->ix.node_bytes; }
 bool kt_mvcc_nospace(const struct kt_mvcc *s) { return s->nospace; }
 void kt_mvcc_disarm_nospace(struct kt_mvcc *s) { s->nospace = false; }
 
@@ -334,8 +337,8 @@ static void kv_sort(struct kt_kv *v, uint32_t n, int target, bool desc, struct k
       uint32_t mid = KT_MIN(lo + w, n), hi = KT_MIN(lo + 2 * w, n);
       uint32_t i = lo, j = mid, o = lo;
       while (i < mid && j < hi) {
-        int c = target == KT_SORT_KEY ? kt_bytes_cmp(v[i].key, v[j].key)
-                                      : kv_cmp(&v[i], &v[j], target);
+        int c =
+            target == KT_SORT_KEY ? kt_bytes_cmp(v[i].key, v[j].key) : kv_cmp(&v[i], &v[j], target);
         if (desc)
           c = -c;
         tmp[o++] = c <= 0 ? v[i++] : v[j++];
@@ -539,9 +542,8 @@ static bool has_put(const struct kt_request_op *ops, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
     if (ops[i].type == KT_OP_PUT)
       return true;
-    if (ops[i].type == KT_OP_TXN &&
-        (has_put(ops[i].u.txn.success, ops[i].u.txn.n_success) ||
-         has_put(ops[i].u.txn.failure, ops[i].u.txn.n_failure)))
+    if (ops[i].type == KT_OP_TXN && (has_put(ops[i].u.txn.success, ops[i].u.txn.n_success) ||
+                                     has_put(ops[i].u.txn.failure, ops[i].u.txn.n_failure)))
       return true;
   }
   return false;
@@ -560,8 +562,7 @@ static int check_op(const struct kt_mvcc *s, const struct kt_request_op *op, int
     if ((rc = check_key(s, p->key, (struct kt_bytes){0}, e)))
       return rc;
     if (p->value.n > s->cfg.max_value_bytes)
-      return kt_err_set(e, KT_ETOOLARGE, "value is larger than %u bytes",
-                        s->cfg.max_value_bytes);
+      return kt_err_set(e, KT_ETOOLARGE, "value is larger than %u bytes", s->cfg.max_value_bytes);
     if (p->ignore_value && p->value.n)
       return kt_err_set(e, KT_EINVAL, "value is provided");
     if (p->ignore_lease && p->lease)
@@ -714,6 +715,7 @@ static void do_put(struct wctx *w, const struct kt_put_req *p, struct kt_put_res
   if (!live)
     s->live++;
   s->size += charge(nk->klen, nk->vlen);
+  s->revs++;
   struct hrev nr = kent_latest(nk);
   ev.kv = to_kv(nk, &nr);
   emit(s, &ev);
@@ -746,6 +748,7 @@ static bool del_visit(void *arg, struct kent *k) {
   *slot = nk;
   s->live--;
   s->size += charge(nk->klen, 0);
+  s->revs++;
   death_add(s, main, charge(nk->klen, 0)); /* a tombstone goes at the next compaction */
   ev.kv = (struct kt_kv){.key = kkey(nk), .mod_revision = main};
   emit(s, &ev);
@@ -1012,12 +1015,13 @@ bool kt_mvcc_compact_pending(const struct kt_mvcc *s) { return s->cpending; }
 
 /* Drops the revisions of k that compaction at rev removes; returns true if
  * nothing remains (the caller removes and frees the key). */
-static bool kent_compact(struct kent *k, int64_t rev) {
+static bool kent_compact(struct kt_mvcc *s, struct kent *k, int64_t rev) {
   struct hist *h = k->hist;
   if (k->mod <= rev) { /* the latest is the newest <= rev: all history goes */
     if (h) {
       for (uint32_t i = 0; i < h->n; i++)
         free(h->r[i].val);
+      s->revs -= h->n;
       free(h);
       k->hist = NULL;
     }
@@ -1040,6 +1044,7 @@ static bool kent_compact(struct kent *k, int64_t rev) {
     keep_from++; /* a tombstone goes too */
   for (uint32_t i = 0; i < keep_from; i++)
     free(h->r[i].val);
+  s->revs -= keep_from;
   h->n -= keep_from;
   memmove(h->r, h->r + keep_from, h->n * sizeof(struct hrev));
   if (h->n == 0) {
@@ -1070,10 +1075,11 @@ bool kt_mvcc_compact_step(struct kt_mvcc *s, size_t max_keys) {
     kt_buf_reset(&s->ckey);
     kt_buf_append(&s->ckey, k->data, k->klen);
     kt_buf_append(&s->ckey, "", 1);
-    if (kent_compact(k, s->compact_rev)) {
+    if (kent_compact(s, k, s->compact_rev)) {
       void *r = kt_index_remove(&s->ix, kkey(k));
       kt_assert(r == k);
       kent_free(k);
+      s->revs--;
     }
   }
   return true;
@@ -1095,10 +1101,9 @@ static int kent_each(const struct kent *k, int64_t at_rev, int64_t compact_rev,
       continue; /* superseded at or before the compaction */
     if (r.version == 0 && r.mod <= compact_rev)
       continue; /* tombstone compacted away */
-    struct kt_kvrev rec = {kkey(k),   (struct kt_bytes){r.val, r.vlen},
-                           r.create,  r.mod,
-                           r.sub,     r.version,
-                           r.lease,   r.version == 0};
+    struct kt_kvrev rec = {
+        kkey(k),       (struct kt_bytes){r.val, r.vlen}, r.create, r.mod, r.sub, r.version, r.lease,
+        r.version == 0};
     int rc = fn(arg, &rec);
     if (rc)
       return rc;
@@ -1136,8 +1141,8 @@ int kt_mvcc_restore_rec(struct kt_mvcc *s, const struct kt_kvrev *rec, struct kt
     return kt_err_set(e, KT_ECORRUPT, "snapshot record: bad revision fields");
   struct kent *last = s->rlast;
   int c = last ? kt_bytes_cmp(rec->key, kkey(last)) : 1;
-  if (c < 0 || (c == 0 && (rec->mod_revision < last->mod ||
-                           (rec->mod_revision == last->mod && (uint32_t)rec->mod_sub <= last->sub))))
+  if (c < 0 || (c == 0 && (rec->mod_revision < last->mod || (rec->mod_revision == last->mod &&
+                                                             (uint32_t)rec->mod_sub <= last->sub))))
     return kt_err_set(e, KT_ECORRUPT, "snapshot record out of order");
   struct kent *nk = kent_alloc(rec->key, rec->value.p, rec->value.n);
   nk->mod = rec->mod_revision;
@@ -1159,6 +1164,7 @@ int kt_mvcc_restore_rec(struct kt_mvcc *s, const struct kt_kvrev *rec, struct kt
   if (nk->version != 0)
     s->live++;
   s->size += charge(nk->klen, nk->vlen);
+  s->revs++;
   return 0;
 }
 

@@ -60,8 +60,8 @@
 struct kt_mvcc;
 
 struct kt_mvcc_config {
-  uint64_t quota_bytes;  /* 0 = 2 GiB default (etcd's) */
-  uint32_t max_key_bytes; /* 0 = default 1.5 MiB */
+  uint64_t quota_bytes;     /* 0 = 2 GiB default (etcd's) */
+  uint32_t max_key_bytes;   /* 0 = default 1.5 MiB */
   uint32_t max_value_bytes; /* 0 = default 1.5 MiB */
   /* Called for every event of an applied write, in order (may be NULL). */
   void (*on_event)(void *arg, const struct kt_event *ev);
@@ -79,7 +79,9 @@ int64_t kt_mvcc_revision(const struct kt_mvcc *s);         /* current main revis
 int64_t kt_mvcc_compact_revision(const struct kt_mvcc *s); /* 0 if never compacted */
 uint64_t kt_mvcc_size_bytes(const struct kt_mvcc *s);      /* quota accounting ("db size") */
 uint64_t kt_mvcc_keys(const struct kt_mvcc *s);            /* live keys */
-bool kt_mvcc_nospace(const struct kt_mvcc *s);             /* NOSPACE alarm raised */
+uint64_t kt_mvcc_revs(const struct kt_mvcc *s); /* revisions in memory, incl. not yet freed */
+uint64_t kt_mvcc_index_bytes(const struct kt_mvcc *s); /* B+tree nodes + separators */
+bool kt_mvcc_nospace(const struct kt_mvcc *s);         /* NOSPACE alarm raised */
 void kt_mvcc_disarm_nospace(struct kt_mvcc *s);
 
 /* Validate an op before it is proposed: empty key (EKEYEMPTY), key or value
@@ -127,9 +129,9 @@ bool kt_mvcc_compact_pending(const struct kt_mvcc *s);
  * only add revisions > at_rev); compaction is not (the caller holds back
  * kt_mvcc_compact and its steps while a snapshot is in progress). Revisions
  * that compaction at the compact revision removes are skipped even if not
- * yet freed, so the output does not depend on compaction progress. Returns 1 if more keys remain (and
- * sets *cursor, allocated from `a`), 0 when done, or a negative value if fn
- * returned non-zero. */
+ * yet freed, so the output does not depend on compaction progress. Returns 1 if more keys remain
+ * (and sets *cursor, allocated from `a`), 0 when done, or a negative value if fn returned non-zero.
+ */
 struct kt_mvcc_cursor {
   struct kt_bytes key;
   bool started;

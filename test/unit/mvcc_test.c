@@ -53,22 +53,21 @@ static struct kt_request_op PUT(const char *k, const char *v) {
   op.u.put.key = B(k);
   op.u.put.value = B(v);
   return op;
-}
-static struct kt_request_op DEL(const char *k, const char *end) {
+} static struct kt_request_op DEL(const char *k, const char *end) {
   struct kt_request_op op = {.type = KT_OP_DELETE};
   op.u.del.key = B(k);
   op.u.del.range_end = B(end);
   op.u.del.prev_kv = true;
   return op;
-}
-static struct kt_request_op GET(const char *k, const char *end) {
+} static struct kt_request_op GET(const char *k, const char *end) {
   struct kt_request_op op = {.type = KT_OP_RANGE};
   op.u.range.key = B(k);
   op.u.range.range_end = B(end);
   return op;
 }
 
-static int apply(struct kt_mvcc *s, struct kt_request_op op, struct kt_response_op *out) {
+static int
+apply(struct kt_mvcc *s, struct kt_request_op op, struct kt_response_op *out) {
   struct kt_response_op tmp;
   struct kt_err e = {0};
   return kt_mvcc_apply(s, &op, &A, out ? out : &tmp, &e);
@@ -92,7 +91,8 @@ static struct kt_range_req RQ(const char *k, const char *end, int64_t rev) {
   return r;
 }
 /* "k1=v1,k2=v2" of a response */
-static const char *show(const struct kt_range_resp *r) {
+static const char *
+show(const struct kt_range_resp *r) {
   static char buf[1024];
   size_t o = 0;
   buf[0] = 0;
@@ -112,9 +112,9 @@ static const char *getall(struct kt_mvcc *s, const char *k, const char *end, int
 TEST(revisions_versions_tombstones) {
   struct kt_mvcc *s = mk(0);
   CHECK_EQ(kt_mvcc_revision(s), 0);
-  CHECK_EQ(put(s, "a", "1"), 0); /* rev 1 */
-  CHECK_EQ(put(s, "a", "2"), 0); /* rev 2 */
-  CHECK_EQ(put(s, "b", "x"), 0); /* rev 3 */
+  CHECK_EQ(put(s, "a", "1"), 0);  /* rev 1 */
+  CHECK_EQ(put(s, "a", "2"), 0);  /* rev 2 */
+  CHECK_EQ(put(s, "b", "x"), 0);  /* rev 3 */
   CHECK_EQ(del(s, "a", NULL), 1); /* rev 4 */
   CHECK_EQ(del(s, "a", NULL), 0); /* no key: no revision */
   CHECK_EQ(kt_mvcc_revision(s), 4);
@@ -362,7 +362,8 @@ static struct kt_compare CMP(const char *k, int target, int result, int64_t iv, 
 }
 
 /* One-compare txn whose success puts "ok"=1 and failure puts "ko"=1. */
-static int cmp1(struct kt_mvcc *s, struct kt_compare c) {
+static int
+cmp1(struct kt_mvcc *s, struct kt_compare c) {
   struct kt_request_op succ = PUT("ok", "1"), fail = PUT("ko", "1");
   struct kt_request_op op = {.type = KT_OP_TXN};
   op.u.txn = (struct kt_txn_req){&c, 1, &succ, &fail, 1, 1};
@@ -532,8 +533,8 @@ static int check_op(struct kt_mvcc *s, struct kt_request_op op) {
   struct kt_err e = {0};
   return kt_mvcc_check(s, &op, &e);
 }
-static struct kt_request_op TXN(struct kt_request_op *succ, uint32_t ns,
-                                struct kt_request_op *fail, uint32_t nf) {
+static struct kt_request_op TXN(struct kt_request_op *succ, uint32_t ns, struct kt_request_op *fail,
+                                uint32_t nf) {
   struct kt_request_op op = {.type = KT_OP_TXN};
   op.u.txn = (struct kt_txn_req){NULL, 0, succ, fail, ns, nf};
   return op;
@@ -577,7 +578,7 @@ TEST(txn_duplicate_keys_and_limits) {
   CHECK_STR(getall(s, "a", NULL, 1), "a=0");
   /* too many ops */
   static struct kt_request_op many[KT_MAX_TXN_OPS + 1];
-  char keys[KT_MAX_TXN_OPS + 1][8];
+  char keys[KT_MAX_TXN_OPS + 1][16];
   for (int i = 0; i <= KT_MAX_TXN_OPS; i++) {
     snprintf(keys[i], sizeof keys[i], "k%d", i);
     many[i] = PUT(keys[i], "v");
@@ -604,14 +605,14 @@ TEST(txn_duplicate_keys_and_limits) {
 
 TEST(compaction_semantics_and_slices) {
   struct kt_mvcc *s = mk(0);
-  put(s, "a", "1"); /* 1 */
-  put(s, "a", "2"); /* 2 */
-  put(s, "b", "1"); /* 3 */
+  put(s, "a", "1");  /* 1 */
+  put(s, "a", "2");  /* 2 */
+  put(s, "b", "1");  /* 3 */
   del(s, "b", NULL); /* 4 */
-  put(s, "c", "1"); /* 5 */
-  put(s, "a", "3"); /* 6 */
+  put(s, "c", "1");  /* 5 */
+  put(s, "a", "3");  /* 6 */
   del(s, "c", NULL); /* 7 */
-  put(s, "c", "2"); /* 8 */
+  put(s, "c", "2");  /* 8 */
   struct kt_err e;
   uint64_t size0 = kt_mvcc_size_bytes(s);
   CHECK_EQ(kt_mvcc_compact(s, 9, &e), KT_EFUTUREREV);
@@ -662,7 +663,7 @@ TEST(compaction_semantics_and_slices) {
   CHECK_EQ(kt_mvcc_revision(s), 9);
   /* a new compaction restarts the pass; interleaved writes are fine */
   for (int i = 0; i < 50; i++) {
-    char k[8];
+    char k[16];
     snprintf(k, sizeof k, "k%02d", i);
     put(s, k, "1");
     put(s, k, "2");
@@ -826,8 +827,8 @@ TEST(snapshot_round_trip) {
     ;
   /* restore rejects records out of order */
   struct kt_mvcc *x = kt_mvcc_new(NULL);
-  struct kt_kvrev r1 = {.key = B("b"), .value = B("1"), .create_revision = 1, .mod_revision = 1,
-                        .version = 1};
+  struct kt_kvrev r1 = {
+      .key = B("b"), .value = B("1"), .create_revision = 1, .mod_revision = 1, .version = 1};
   struct kt_kvrev r0 = r1;
   r0.key = B("a");
   CHECK_EQ(kt_mvcc_restore_rec(x, &r1, &e), 0);
@@ -835,5 +836,594 @@ TEST(snapshot_round_trip) {
   CHECK_EQ(kt_mvcc_restore_rec(x, &r1, &e), KT_ECORRUPT);
   kt_mvcc_free(x);
   kt_mvcc_free(d);
+  kt_mvcc_free(s);
+}
+
+/* ---- randomized comparison with a reference model ----------------------------
+ * The model is a plain array of every retained revision in apply order;
+ * reads scan it. Compaction removes entries from it at once. */
+
+struct mrev {
+  char key[8], val[8];
+  int64_t mod, sub, create, version, lease;
+};
+#define MMAX 20000
+static struct mrev M[MMAX];
+static int nM;
+static int64_t m_rev, m_compact;
+static const char *mkeys[] = {"ka", "kb", "kc", "kd", "ke", "kf", "kg", "kh", "ki", "kj"};
+#define NK 10
+
+static int m_at(const char *key, int64_t rev) { /* newest entry <= rev, or -1 */
+  int f = -1;
+  for (int i = 0; i < nM; i++)
+    if (M[i].mod <= rev && strcmp(M[i].key, key) == 0)
+      f = i;
+  return f;
+}
+static int m_live(const char *key, int64_t rev) {
+  int i = m_at(key, rev);
+  return i >= 0 && M[i].version ? i : -1;
+}
+static bool m_in(const char *k, const char *key, const char *end) {
+  if (!end)
+    return strcmp(k, key) == 0;
+  if (strcmp(end, "\\0") == 0)
+    return strcmp(k, key) >= 0;
+  return strcmp(k, key) >= 0 && strcmp(k, end) < 0;
+}
+
+struct mctx {
+  int64_t changes;
+};
+static int64_t m_view(struct mctx *c) { return m_rev + (c->changes > 0); }
+
+static void m_put(struct mctx *c, const struct kt_put_req *p) {
+  char key[8];
+  snprintf(key, sizeof key, "%.*s", (int)p->key.n, (const char *)p->key.p);
+  int o = m_live(key, m_view(c));
+  struct mrev r = {.mod = m_rev + 1, .sub = c->changes++};
+  snprintf(r.key, sizeof r.key, "%s", key);
+  snprintf(r.val, sizeof r.val, "%.*s", (int)p->value.n, (const char *)p->value.p);
+  r.lease = p->lease;
+  if (p->ignore_value)
+    snprintf(r.val, sizeof r.val, "%s", M[o].val);
+  if (p->ignore_lease)
+    r.lease = M[o].lease;
+  r.create = o >= 0 ? M[o].create : r.mod;
+  r.version = o >= 0 ? M[o].version + 1 : 1;
+  kt_assert(nM < MMAX);
+  M[nM++] = r;
+}
+static int64_t m_del(struct mctx *c, const char *key, const char *end) {
+  int64_t n = 0, view = m_view(c);
+  for (int k = 0; k < NK; k++) {
+    if (!m_in(mkeys[k], key, end) || m_live(mkeys[k], view) < 0)
+      continue;
+    struct mrev r = {.mod = m_rev + 1, .sub = c->changes++};
+    snprintf(r.key, sizeof r.key, "%s", mkeys[k]);
+    M[nM++] = r;
+    n++;
+  }
+  return n;
+}
+
+/* Model range answer as "k=v@mod/ver" text plus count and more. */
+static void m_range(const struct kt_range_req *q, int64_t view, char *out, size_t cap) {
+  char key[8], end[8];
+  snprintf(key, sizeof key, "%.*s", (int)q->key.n, (const char *)q->key.p);
+  const char *endp = NULL;
+  if (q->range_end.n) {
+    if (q->range_end.n == 1 && q->range_end.p[0] == 0)
+      endp = "\\0";
+    else {
+      snprintf(end, sizeof end, "%.*s", (int)q->range_end.n, (const char *)q->range_end.p);
+      endp = end;
+    }
+  }
+  int64_t rev = q->revision > 0 ? q->revision : view;
+  int idx[NK], n = 0;
+  for (int k = 0; k < NK; k++) {
+    int i;
+    if (m_in(mkeys[k], key, endp) && (i = m_live(mkeys[k], rev)) >= 0)
+      idx[n++] = i;
+  }
+  int count = n;
+  bool filters = q->min_mod_revision || q->max_mod_revision || q->min_create_revision ||
+                 q->max_create_revision;
+  if (q->count_only)
+    n = 0;
+  if (q->limit > 0 && q->sort_order == KT_SORT_NONE && !filters && n > q->limit + 1)
+    n = (int)q->limit + 1;
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    struct mrev *r = &M[idx[i]];
+    if ((q->max_mod_revision && r->mod > q->max_mod_revision) ||
+        (q->min_mod_revision && r->mod < q->min_mod_revision) ||
+        (q->max_create_revision && r->create > q->max_create_revision) ||
+        (q->min_create_revision && r->create < q->min_create_revision))
+      continue;
+    idx[m++] = idx[i];
+  }
+  n = m;
+  int order = q->sort_order;
+  if (order == KT_SORT_NONE && q->sort_target != KT_SORT_KEY)
+    order = KT_SORT_ASCEND;
+  if (order != KT_SORT_NONE) { /* stable insertion sort */
+    for (int i = 1; i < n; i++) {
+      for (int j = i; j > 0; j--) {
+        struct mrev *a = &M[idx[j - 1]], *b = &M[idx[j]];
+        int c = 0;
+        switch (q->sort_target) {
+        case KT_SORT_KEY:
+          c = strcmp(a->key, b->key);
+          break;
+        case KT_SORT_VALUE:
+          c = strcmp(a->val, b->val);
+          break;
+        case KT_SORT_VERSION:
+          c = (a->version > b->version) - (a->version < b->version);
+          break;
+        case KT_SORT_CREATE:
+          c = (a->create > b->create) - (a->create < b->create);
+          break;
+        default:
+          c = (a->mod > b->mod) - (a->mod < b->mod);
+          break;
+        }
+        if (order == KT_SORT_DESCEND)
+          c = -c;
+        if (c <= 0)
+          break;
+        int t = idx[j];
+        idx[j] = idx[j - 1];
+        idx[j - 1] = t;
+      }
+    }
+  }
+  bool more = false;
+  if (q->limit > 0 && n > q->limit) {
+    n = (int)q->limit;
+    more = true;
+  }
+  size_t o = (size_t)snprintf(out, cap, "count=%d more=%d:", count, more);
+  for (int i = 0; i < n; i++) {
+    struct mrev *r = &M[idx[i]];
+    o += (size_t)snprintf(out + o, cap - o, " %s=%s@%lld/%lld/%lld/%lld", r->key,
+                          q->keys_only ? "" : r->val, (long long)r->mod, (long long)r->version,
+                          (long long)r->create, (long long)r->lease);
+  }
+}
+static void s_range_text(const struct kt_range_resp *r, char *out, size_t cap) {
+  size_t o = (size_t)snprintf(out, cap, "count=%lld more=%d:", (long long)r->count, r->more);
+  for (uint32_t i = 0; i < r->n_kvs; i++) {
+    const struct kt_kv *kv = &r->kvs[i];
+    o += (size_t)snprintf(out + o, cap - o, " %.*s=%.*s@%lld/%lld/%lld/%lld", (int)kv->key.n,
+                          (const char *)kv->key.p, (int)kv->value.n, (const char *)kv->value.p,
+                          (long long)kv->mod_revision, (long long)kv->version,
+                          (long long)kv->create_revision, (long long)kv->lease);
+  }
+}
+
+static bool m_compare(const struct kt_compare *c) {
+  char key[8], end[8];
+  snprintf(key, sizeof key, "%.*s", (int)c->key.n, (const char *)c->key.p);
+  const char *endp = NULL;
+  if (c->range_end.n) {
+    snprintf(end, sizeof end, "%.*s", (int)c->range_end.n, (const char *)c->range_end.p);
+    endp = end;
+  }
+  bool any = false;
+  struct mrev zero = {0};
+  for (int k = 0; k <= NK; k++) {
+    struct mrev *r;
+    if (k < NK) {
+      int i;
+      if (!m_in(mkeys[k], key, endp) || (i = m_live(mkeys[k], m_rev)) < 0)
+        continue;
+      r = &M[i];
+      any = true;
+    } else {
+      if (any)
+        break;
+      if (c->target == KT_CMP_VALUE)
+        return false;
+      r = &zero;
+    }
+    int res;
+    char v[16];
+    snprintf(v, sizeof v, "%.*s", (int)c->value.n, (const char *)c->value.p);
+    switch (c->target) {
+    case KT_CMP_VALUE:
+      res = strcmp(r->val, v);
+      break;
+    case KT_CMP_VERSION:
+      res = (r->version > c->int_value) - (r->version < c->int_value);
+      break;
+    case KT_CMP_CREATE:
+      res = (r->create > c->int_value) - (r->create < c->int_value);
+      break;
+    case KT_CMP_MOD:
+      res = (r->mod > c->int_value) - (r->mod < c->int_value);
+      break;
+    default:
+      res = (r->lease > c->int_value) - (r->lease < c->int_value);
+      break;
+    }
+    bool ok = c->result == KT_CMP_EQUAL     ? res == 0
+              : c->result == KT_CMP_GREATER ? res > 0
+              : c->result == KT_CMP_LESS    ? res < 0
+                                            : res != 0;
+    if (!ok)
+      return false;
+  }
+  return true;
+}
+
+/* Random request generation; strings live in a per-op pool. */
+static char pool[4096][8];
+static int npool;
+static const char *pstr(const char *fmt, int v) {
+  char *p = pool[npool++ % 4096];
+  snprintf(p, 8, fmt, v);
+  return p;
+}
+static const char *rkey(struct kt_rng *g) { return mkeys[kt_rng_below(g, NK)]; }
+static const char *rend(struct kt_rng *g, const char *key) {
+  int x = (int)kt_rng_below(g, 4);
+  if (x == 0)
+    return NULL;
+  if (x == 1)
+    return "\\0";
+  const char *e = rkey(g);
+  return strcmp(e, key) >= 0 ? e : NULL;
+}
+static struct kt_request_op rput(struct kt_rng *g) {
+  struct kt_request_op op = PUT(rkey(g), pstr("v%d", (int)kt_rng_below(g, 50)));
+  op.u.put.lease = (int64_t)kt_rng_below(g, 3);
+  op.u.put.prev_kv = kt_rng_below(g, 2);
+  if (kt_rng_below(g, 8) == 0) {
+    op.u.put.ignore_value = true;
+    op.u.put.value = B(NULL);
+  }
+  if (kt_rng_below(g, 8) == 0) {
+    op.u.put.ignore_lease = true;
+    op.u.put.lease = 0;
+  }
+  return op;
+}
+static struct kt_range_req rrange(struct kt_rng *g, int64_t lo, int64_t hi) {
+  const char *k = rkey(g);
+  struct kt_range_req q = RQ(k, rend(g, k), 0);
+  if (kt_rng_below(g, 2) && hi >= lo && lo > 0)
+    q.revision = lo + (int64_t)kt_rng_below(g, (uint64_t)(hi - lo + 1));
+  if (kt_rng_below(g, 3) == 0)
+    q.limit = (int64_t)kt_rng_below(g, 5);
+  if (kt_rng_below(g, 2)) {
+    q.sort_order = (uint8_t)kt_rng_below(g, 3);
+    q.sort_target = (uint8_t)kt_rng_below(g, 5);
+  }
+  q.keys_only = kt_rng_below(g, 6) == 0;
+  q.count_only = kt_rng_below(g, 8) == 0;
+  if (kt_rng_below(g, 5) == 0)
+    q.min_mod_revision = (int64_t)kt_rng_below(g, (uint64_t)hi + 2);
+  if (kt_rng_below(g, 5) == 0)
+    q.max_mod_revision = (int64_t)kt_rng_below(g, (uint64_t)hi + 2);
+  if (kt_rng_below(g, 5) == 0)
+    q.min_create_revision = (int64_t)kt_rng_below(g, (uint64_t)hi + 2);
+  if (kt_rng_below(g, 5) == 0)
+    q.max_create_revision = (int64_t)kt_rng_below(g, (uint64_t)hi + 2);
+  return q;
+}
+static struct kt_request_op rsimple(struct kt_rng *g) {
+  int x = (int)kt_rng_below(g, 3);
+  if (x == 0)
+    return rput(g);
+  if (x == 1) {
+    const char *k = rkey(g);
+    return DEL(k, rend(g, k));
+  }
+  struct kt_request_op op = {.type = KT_OP_RANGE};
+  op.u.range = rrange(g, 0, 0); /* current view only: revision checks covered elsewhere */
+  op.u.range.revision = 0;
+  return op;
+}
+static struct kt_compare rcmp(struct kt_rng *g) {
+  const char *k = rkey(g);
+  struct kt_compare c = CMP(k, (int)kt_rng_below(g, 5), (int)kt_rng_below(g, 4),
+                            (int64_t)kt_rng_below(g, 6), pstr("v%d", (int)kt_rng_below(g, 50)));
+  if (kt_rng_below(g, 4) == 0) {
+    const char *e = rkey(g);
+    if (strcmp(e, k) > 0)
+      c.range_end = B(e);
+  }
+  return c;
+}
+static struct kt_compare cmp_pool[64];
+static struct kt_request_op op_pool[256];
+static int ncmp, nops;
+static struct kt_request_op rtxn(struct kt_rng *g, int depth) {
+  struct kt_request_op op = {.type = KT_OP_TXN};
+  uint32_t nc = (uint32_t)kt_rng_below(g, 3), ns = (uint32_t)kt_rng_below(g, 4),
+           nf = (uint32_t)kt_rng_below(g, 3);
+  op.u.txn.compare = &cmp_pool[ncmp];
+  for (uint32_t i = 0; i < nc; i++)
+    cmp_pool[ncmp++] = rcmp(g);
+  op.u.txn.n_compare = nc;
+  struct kt_request_op *br = &op_pool[nops];
+  nops += (int)(ns + nf);
+  for (uint32_t i = 0; i < ns + nf; i++)
+    br[i] = depth < 1 && kt_rng_below(g, 6) == 0 ? rtxn(g, depth + 1) : rsimple(g);
+  op.u.txn.success = br;
+  op.u.txn.n_success = ns;
+  op.u.txn.failure = br + ns;
+  op.u.txn.n_failure = nf;
+  return op;
+}
+
+/* Model apply of a txn; compares use the state before it. Returns text of
+ * the responses (ranges and delete counts) for comparison. */
+static bool m_txn_path_ok(const struct kt_txn_req *t, int64_t view);
+static void m_txn(struct mctx *c, const struct kt_txn_req *t, char *out, size_t cap, size_t *o);
+static bool m_txn_succ(const struct kt_txn_req *t) {
+  for (uint32_t i = 0; i < t->n_compare; i++)
+    if (!m_compare(&t->compare[i]))
+      return false;
+  return true;
+}
+/* ignore_value/ignore_lease keys must exist before the txn, on the path */
+static bool m_txn_path_ok(const struct kt_txn_req *t, int64_t view) {
+  bool s = m_txn_succ(t);
+  const struct kt_request_op *ops = s ? t->success : t->failure;
+  uint32_t n = s ? t->n_success : t->n_failure;
+  for (uint32_t i = 0; i < n; i++) {
+    if (ops[i].type == KT_OP_PUT && (ops[i].u.put.ignore_value || ops[i].u.put.ignore_lease)) {
+      char key[8];
+      snprintf(key, sizeof key, "%.*s", (int)ops[i].u.put.key.n, (const char *)ops[i].u.put.key.p);
+      if (m_live(key, view) < 0)
+        return false;
+    }
+    if (ops[i].type == KT_OP_TXN && !m_txn_path_ok(&ops[i].u.txn, view))
+      return false;
+  }
+  return true;
+}
+/* Precomputed branch choices (compares see the state before the txn). */
+static bool m_paths[64];
+static int m_npaths, m_pathi;
+static void m_collect_paths(const struct kt_txn_req *t) {
+  bool s = m_txn_succ(t);
+  m_paths[m_npaths++] = s;
+  const struct kt_request_op *ops = s ? t->success : t->failure;
+  uint32_t n = s ? t->n_success : t->n_failure;
+  for (uint32_t i = 0; i < n; i++)
+    if (ops[i].type == KT_OP_TXN)
+      m_collect_paths(&ops[i].u.txn);
+}
+static void m_txn(struct mctx *c, const struct kt_txn_req *t, char *out, size_t cap, size_t *o) {
+  bool s = m_paths[m_pathi++];
+  *o += (size_t)snprintf(out + *o, cap - *o, "[%d", s);
+  const struct kt_request_op *ops = s ? t->success : t->failure;
+  uint32_t n = s ? t->n_success : t->n_failure;
+  for (uint32_t i = 0; i < n; i++) {
+    const struct kt_request_op *op = &ops[i];
+    if (op->type == KT_OP_PUT) {
+      m_put(c, &op->u.put);
+      *o += (size_t)snprintf(out + *o, cap - *o, " put");
+    } else if (op->type == KT_OP_DELETE) {
+      char key[8], end[8];
+      snprintf(key, sizeof key, "%.*s", (int)op->u.del.key.n, (const char *)op->u.del.key.p);
+      const char *endp = NULL;
+      if (op->u.del.range_end.n == 1 && op->u.del.range_end.p[0] == 0)
+        endp = "\\0";
+      else if (op->u.del.range_end.n) {
+        snprintf(end, sizeof end, "%.*s", (int)op->u.del.range_end.n,
+                 (const char *)op->u.del.range_end.p);
+        endp = end;
+      }
+      *o += (size_t)snprintf(out + *o, cap - *o, " del=%lld", (long long)m_del(c, key, endp));
+    } else if (op->type == KT_OP_RANGE) {
+      char buf[1024];
+      m_range(&op->u.range, m_view(c), buf, sizeof buf);
+      *o += (size_t)snprintf(out + *o, cap - *o, " {%s}", buf);
+    } else {
+      m_txn(c, &op->u.txn, out, cap, o);
+    }
+  }
+  *o += (size_t)snprintf(out + *o, cap - *o, "]");
+}
+static void s_txn_text(const struct kt_txn_resp *t, char *out, size_t cap, size_t *o) {
+  *o += (size_t)snprintf(out + *o, cap - *o, "[%d", t->succeeded);
+  for (uint32_t i = 0; i < t->n_responses; i++) {
+    const struct kt_response_op *r = &t->responses[i];
+    if (r->type == KT_OP_PUT) {
+      *o += (size_t)snprintf(out + *o, cap - *o, " put");
+    } else if (r->type == KT_OP_DELETE) {
+      *o += (size_t)snprintf(out + *o, cap - *o, " del=%lld", (long long)r->u.del.deleted);
+    } else if (r->type == KT_OP_RANGE) {
+      char buf[1024];
+      s_range_text(&r->u.range, buf, sizeof buf);
+      *o += (size_t)snprintf(out + *o, cap - *o, " {%s}", buf);
+    } else {
+      s_txn_text(&r->u.txn, out, cap, o);
+    }
+  }
+  *o += (size_t)snprintf(out + *o, cap - *o, "]");
+}
+
+static void m_do_compact(int64_t rev) {
+  for (int k = 0; k < NK; k++) {
+    int j = m_at(mkeys[k], rev);
+    if (j < 0)
+      continue;
+    bool drop_j = M[j].version == 0;
+    int o = 0;
+    for (int i = 0; i < nM; i++) {
+      bool same = strcmp(M[i].key, mkeys[k]) == 0;
+      if (same && (i < j || (i == j && drop_j)))
+        continue;
+      M[o++] = M[i];
+    }
+    nM = o;
+  }
+  m_compact = rev;
+}
+
+static uint64_t m_size(void) {
+  uint64_t n = 0;
+  for (int i = 0; i < nM; i++)
+    n += strlen(M[i].key) + strlen(M[i].val) + KT_MVCC_REV_OVERHEAD;
+  return n;
+}
+static uint64_t m_keys(void) {
+  uint64_t n = 0;
+  for (int k = 0; k < NK; k++)
+    n += m_live(mkeys[k], m_rev) >= 0;
+  return n;
+}
+
+TEST(random_against_model) {
+  struct kt_mvcc *s = mk(0);
+  nM = 0;
+  m_rev = m_compact = 0;
+  struct kt_rng g;
+  kt_rng_seed(&g, 20261122);
+  char want[8192], got[8192];
+  int n_txn = 0, n_succ = 0, n_dup = 0, n_ranges = 0;
+  for (int step = 0; step < 6000; step++) {
+    kt_arena_reset(&A);
+    npool = ncmp = nops = 0;
+    int x = (int)kt_rng_below(&g, 100);
+    struct kt_err e = {0};
+    struct kt_response_op out;
+    nevs = 0;
+    if (x < 35) { /* put */
+      struct kt_request_op op = rput(&g);
+      char key[8];
+      snprintf(key, sizeof key, "%.*s", (int)op.u.put.key.n, (const char *)op.u.put.key.p);
+      int o = m_live(key, m_rev);
+      int rc = kt_mvcc_apply(s, &op, &A, &out, &e);
+      if ((op.u.put.ignore_value || op.u.put.ignore_lease) && o < 0) {
+        CHECK_EQ(rc, KT_ENOTFOUND);
+        continue;
+      }
+      CHECK_EQ(rc, 0);
+      CHECK_EQ(out.u.put.has_prev_kv, op.u.put.prev_kv && o >= 0);
+      if (out.u.put.has_prev_kv)
+        CHECK_EQ(out.u.put.prev_kv.mod_revision, M[o].mod);
+      struct mctx c = {0};
+      m_put(&c, &op.u.put);
+      m_rev++;
+      CHECK_EQ(nevs, 1);
+      CHECK_EQ(evs[0].mod, m_rev);
+    } else if (x < 50) { /* delete */
+      const char *k = rkey(&g);
+      struct kt_request_op op = DEL(k, rend(&g, k));
+      CHECK_EQ(kt_mvcc_apply(s, &op, &A, &out, &e), 0);
+      struct mctx c = {0};
+      char key[8], end[8];
+      snprintf(key, sizeof key, "%.*s", (int)op.u.del.key.n, (const char *)op.u.del.key.p);
+      const char *endp = NULL;
+      if (op.u.del.range_end.n == 1 && op.u.del.range_end.p[0] == 0)
+        endp = "\\0";
+      else if (op.u.del.range_end.n) {
+        snprintf(end, sizeof end, "%.*s", (int)op.u.del.range_end.n,
+                 (const char *)op.u.del.range_end.p);
+        endp = end;
+      }
+      int64_t n = m_del(&c, key, endp);
+      CHECK_EQ(out.u.del.deleted, n);
+      CHECK_EQ(out.u.del.n_prev_kvs, n);
+      CHECK_EQ(nevs, n);
+      if (n)
+        m_rev++;
+    } else if (x < 70) { /* txn */
+      struct kt_request_op op = rtxn(&g, 0);
+      int crc = kt_mvcc_check(s, &op, &e);
+      if (crc == KT_EDUPKEY) {
+        n_dup++;
+        CHECK_EQ(kt_mvcc_apply(s, &op, &A, &out, &e), KT_EDUPKEY);
+        continue;
+      }
+      CHECK_EQ(crc, 0);
+      n_txn++;
+      int rc = kt_mvcc_apply(s, &op, &A, &out, &e);
+      if (!m_txn_path_ok(&op.u.txn, m_rev)) {
+        CHECK_EQ(rc, KT_ENOTFOUND);
+        continue;
+      }
+      CHECK_EQ(rc, 0);
+      n_succ += out.u.txn.succeeded;
+      m_npaths = m_pathi = 0;
+      m_collect_paths(&op.u.txn);
+      struct mctx c = {0};
+      size_t o = 0;
+      m_txn(&c, &op.u.txn, want, sizeof want, &o);
+      o = 0;
+      s_txn_text(&out.u.txn, got, sizeof got, &o);
+      if (strcmp(want, got) != 0)
+        printf("step %d txn\nwant %s\ngot  %s\n", step, want, got);
+      CHECK_STR(got, want);
+      CHECK_EQ(nevs, c.changes);
+      if (c.changes)
+        m_rev++;
+    } else if (x < 75) { /* compact */
+      if (m_rev > m_compact) {
+        int64_t rev = m_compact + 1 + (int64_t)kt_rng_below(&g, (uint64_t)(m_rev - m_compact));
+        CHECK_EQ(kt_mvcc_compact(s, rev, &e), 0);
+        m_do_compact(rev);
+      } else {
+        CHECK_EQ(kt_mvcc_compact(s, m_rev, &e), m_rev == 0 ? KT_ECOMPACTED : KT_ECOMPACTED);
+      }
+    } else if (x < 80) {
+      kt_mvcc_compact_step(s, 1 + kt_rng_below(&g, 3));
+    } else { /* range */
+      n_ranges++;
+      struct kt_range_req q = rrange(&g, m_compact > 0 ? m_compact : 1, m_rev);
+      if (kt_rng_below(&g, 20) == 0)
+        q.revision = m_rev + 1;
+      if (kt_rng_below(&g, 20) == 0 && m_compact > 1)
+        q.revision = m_compact - 1;
+      struct kt_range_resp r;
+      int rc = kt_mvcc_range(s, &q, &A, &r, &e);
+      if (q.revision > m_rev) {
+        CHECK_EQ(rc, KT_EFUTUREREV);
+        continue;
+      }
+      if (q.revision > 0 && q.revision < m_compact) {
+        CHECK_EQ(rc, KT_ECOMPACTED);
+        continue;
+      }
+      CHECK_EQ(rc, 0);
+      m_range(&q, m_rev, want, sizeof want);
+      s_range_text(&r, got, sizeof got);
+      if (strcmp(want, got) != 0)
+        printf("step %d range rev=%lld limit=%lld order=%d target=%d\nwant %s\ngot  %s\n", step,
+               (long long)q.revision, (long long)q.limit, q.sort_order, q.sort_target, want, got);
+      CHECK_STR(got, want);
+    }
+    CHECK_EQ(kt_mvcc_revision(s), m_rev);
+    CHECK_EQ(kt_mvcc_size_bytes(s), m_size());
+    CHECK_EQ(kt_mvcc_keys(s), m_keys());
+    if (!kt_mvcc_compact_pending(s))
+      CHECK_EQ(kt_mvcc_revs(s), nM); /* physical removal done exactly */
+    if (step % 500 == 499) {         /* snapshot round trip and full history */
+      struct kt_mvcc *d = clone(s, 2, NULL, NULL);
+      CHECK_EQ(kt_mvcc_hash(d), kt_mvcc_hash(s));
+      CHECK_EQ(kt_mvcc_size_bytes(d), m_size());
+      for (int64_t rev = KT_MAX(m_compact, 1); rev <= m_rev; rev++) {
+        struct kt_range_req q = RQ("\\0", "\\0", rev);
+        struct kt_range_resp r;
+        CHECK_EQ(kt_mvcc_range(d, &q, &A, &r, &e), 0);
+        s_range_text(&r, got, sizeof got);
+        m_range(&q, m_rev, want, sizeof want);
+        CHECK_STR(got, want);
+      }
+      kt_mvcc_free(d);
+    }
+  }
+  printf("# txns %d (succeeded %d, dup-rejected %d), ranges %d, final rev %lld\n", n_txn, n_succ,
+         n_dup, n_ranges, (long long)m_rev);
+  CHECK(n_txn > 500 && n_succ > 100 && n_succ < n_txn);
   kt_mvcc_free(s);
 }
