@@ -721,7 +721,10 @@ TEST(ketchutl_snapshot_status) {
   CHECK(strncmp(out, want, strlen(want)) == 0);
   snprintf(cmd, sizeof cmd, "%s snapshot status %s -w table 2>&1", tool, path);
   CHECK_EQ(run_cmd(cmd, out, sizeof out), 0);
-  CHECK(strstr(out, "|   HASH   | REVISION | TOTAL KEYS | TOTAL SIZE |"));
+  CHECK(strncmp(out, "+----------+---", 15) == 0);
+  CHECK(strstr(out, "\n|   HASH   |   REVISION    | TOTAL KEYS | TOTAL SIZE |\n"));
+  snprintf(want, sizeof want, "\n| %8x | %lld |", kt_snap_hash32(&done), (long long)meta.revision);
+  CHECK(strstr(out, want));
   /* A corrupt file: non-zero exit and "Error: " naming the file. */
   size_t n;
   uint8_t *f = read_file(path, &n);
