@@ -35,6 +35,7 @@ CLIENT_SRCS := $(wildcard client/*.c) core/base.c net/proto.c
 KETCH_MAIN := net/ketch_main.c
 KETCHCTL_SRCS := $(wildcard tools/ketchctl/*.c)
 KETCHUTL_SRCS := $(wildcard tools/ketchutl/*.c)
+BENCH_SRCS := $(wildcard tools/bench/*.c)
 UNIT_TESTS := $(wildcard test/unit/*_test.c)
 FUZZ_TARGETS := $(wildcard test/fuzz/*_fuzz.c)
 PERF_SRCS := $(wildcard test/perf/*_perf.c)
@@ -50,6 +51,9 @@ BINS += $(BINDIR)/ketchctl
 endif
 ifneq ($(KETCHUTL_SRCS),)
 BINS += $(BINDIR)/ketchutl
+endif
+ifneq ($(BENCH_SRCS),)
+BINS += $(BINDIR)/ketch-bench
 endif
 LIBS := $(LIBDIR)/libketch.a $(LIBDIR)/libketch.so $(LIBDIR)/ketch.pc
 UNIT_BINS := $(patsubst test/unit/%.c,$(O)/test/%,$(UNIT_TESTS))
@@ -85,6 +89,10 @@ $(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BINDIR)/ketchctl: $(call obj,$(KETCHCTL_SRCS)) $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BINDIR)/ketch-bench: $(call obj,$(BENCH_SRCS)) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
