@@ -31,7 +31,7 @@ LDLIBS := -lev $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 
 # Every .c in the server folders except program mains (*_main.c).
 SERVER_SRCS := $(filter-out %_main.c,$(wildcard core/*.c wal/*.c snap/*.c net/*.c))
-CLIENT_SRCS := $(wildcard client/*.c) core/base.c net/proto.c
+CLIENT_SRCS := $(filter-out client/example.c,$(wildcard client/*.c)) core/base.c net/proto.c
 KETCH_MAIN := net/ketch_main.c
 KETCHCTL_SRCS := $(wildcard tools/ketchctl/*.c)
 KETCHUTL_SRCS := $(wildcard tools/ketchutl/*.c)
