@@ -59,6 +59,7 @@ struct slot {
   uint64_t id; /* 0 = free */
   uint8_t type;
   bool is_read, keep, queued;
+  bool doomed; /* a sent write on a lost connection: completes EUNKNOWN */
   ketch_cb cb;
   void *arg;
   int64_t deadline_ms;
@@ -234,6 +235,7 @@ static void slot_free(ketch_client *c, struct slot *s) {
   s->cb = NULL;
   s->arg = NULL;
   s->queued = false;
+  s->doomed = false;
   kt_buf_reset(&s->frame);
   s->next = c->free_list;
   c->free_list = s;
@@ -613,14 +615,17 @@ static void conn_fail(ketch_client *c, const char *why) {
   char msg[400];
   snprintf(msg, sizeof msg,
            "request outcome unknown: connection lost after the request was sent (%s)", why);
+  /* First mark, then complete: a callback may submit, and so reconnect. */
+  for (struct slot *s = c->pend_head; s; s = s->next) {
+    if (s->queued && !s->is_read && sent > s->out_start)
+      s->doomed = true;
+    s->queued = false;
+  }
   struct slot *s = c->pend_head;
   while (s) {
     struct slot *next = s->next;
-    if (s->queued) {
-      s->queued = false;
-      if (!s->is_read && sent > s->out_start)
-        complete(c, s, KETCH_EUNKNOWN, msg, strlen(msg), NULL);
-    }
+    if (s->doomed)
+      complete(c, s, KETCH_EUNKNOWN, msg, strlen(msg), NULL);
     s = next;
   }
   if (c->state == ST_IDLE && c->n_pending)
@@ -702,7 +707,7 @@ static void conn_connected(ketch_client *c) {
 
 static void queue_unsent(ketch_client *c) {
   for (struct slot *s = c->pend_head; s; s = s->next)
-    if (!s->queued)
+    if (!s->queued && !s->doomed)
       queue_slot(c, s);
 }
 
@@ -1112,6 +1117,7 @@ static int sync_finish(ketch_client *c, int err, struct waiter *w, ketch_result 
     *out = NULL;
   if (err)
     return err;
+  process(c); /* send at once */
   while (!w->done)
     wait_turn(c, -1); /* every request completes by its deadline */
   if (w->err) {
@@ -1295,7 +1301,9 @@ void ketch_close(ketch_client *c) {
   if (!c)
     return;
   kt_assert(!c->in_cb);
-  while (c->pend_head)
-    complete(c, c->pend_head, KETCH_ECANCELED, "canceled: the handle was closed", 31, NULL);
+  while (c->pend_head) {
+    static const char m[] = "canceled: the handle was closed";
+    complete(c, c->pend_head, KETCH_ECANCELED, m, sizeof m - 1, NULL);
+  }
   free_client(c);
 }

@@ -364,7 +364,8 @@ void ketch_options_init(ketch_options *opts);
  * the HELLO handshake.
  * Returns 0 and sets *out, or: KETCH_EINVAL (bad endpoint list or option;
  * `errmsg`, if not NULL, gets the reason), KETCH_EUNAVAILABLE (no endpoint
- * answered; errmsg names each failure), KETCH_EVERSION, KETCH_ENOMEM.
+ * completed the handshake; errmsg names each endpoint's failure, e.g. refused,
+ * timed out, or a protocol version mismatch), KETCH_ENOMEM.
  * errmsg_len is the size of errmsg. *out is NULL on error. */
 int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *opts, char *errmsg,
                size_t errmsg_len);
