@@ -839,3 +839,23 @@ TEST(sync_call_inside_callback_is_refused) {
   CHECK_EQ(cb_sync_rc, KETCH_EINVAL);
   ketch_close(c);
 }
+
+TEST(large_value_round_trip) {
+  ketch_client *c = open_or_null(shared_ep(), NULL);
+  CHECK(c != NULL);
+  size_t n = 1024 * 1024;
+  char *v = malloc(n);
+  CHECK(v != NULL);
+  for (size_t i = 0; i < n; i++)
+    v[i] = (char)(i * 7 + (i >> 10));
+  ketch_put_req p = {.key = "lv/big", .key_len = 6, .value = v, .value_len = n};
+  CHECK_EQ(ketch_put(c, &p, NULL), 0);
+  ketch_result *r;
+  CHECK_EQ(ketch_get(c, "lv/big", 6, &r), 0);
+  CHECK_EQ(r->range.n_kvs, 1);
+  CHECK_EQ(r->range.kvs[0].value_len, n);
+  CHECK(memcmp(r->range.kvs[0].value, v, n) == 0);
+  ketch_result_free(r);
+  free(v);
+  ketch_close(c);
+}
