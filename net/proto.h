@@ -29,15 +29,36 @@ enum kt_msg_type {
   KT_MSG_TXN = 4,
   KT_MSG_COMPACT = 5,
   KT_MSG_STATUS = 6,
+  /* Reserved for later messages (PROTOCOL.md "Type numbers"); decoders answer
+   * them EUNSUPPORTED until they are specified. */
+  KT_MSG_RESERVED_WATCH_FIRST = 16,  /* 16..23 watch */
+  KT_MSG_RESERVED_LEASE_FIRST = 24,  /* 24..31 lease */
+  KT_MSG_RESERVED_MEMBER_FIRST = 32, /* 32..39 cluster membership */
+  KT_MSG_RESERVED_ALARM_FIRST = 40,  /* 40..43 alarm */
+  KT_MSG_RESERVED_MAINT_FIRST = 44,  /* 44..55 maintenance */
+  KT_MSG_RESERVED_AUTH_FIRST = 56,   /* 56..79 auth */
   KT_MSG_ERROR = 127,
 };
 
+/* "hello", "range", ... "error"; "unknown" for anything else. */
+const char *kt_proto_type_name(int type);
+
+/* Nesting limit of txns inside txns (a top-level TXN is depth 1). */
+#define KT_MAX_TXN_DEPTH 8
+
 /* Frame splitting. Given the bytes received so far, returns 1 and sets
  * body/body_len/consumed when a whole frame is present, 0 when more bytes are
- * needed, or -KT_ETOOLARGE when the length prefix exceeds max_frame (and
- * -KT_EPROTO for a zero length). */
+ * needed, or -KT_ETOOLARGE when the length prefix (the body length, prefix
+ * excluded) exceeds max_frame (and -KT_EPROTO for a zero length). The two
+ * errors are reported as soon as the 4-byte prefix is in, before the body. */
 int kt_frame_next(const uint8_t *p, size_t n, uint32_t max_frame, const uint8_t **body,
                   uint32_t *body_len, size_t *consumed);
+
+/* Read type and id from the first bytes of a body (p, n: what has arrived),
+ * e.g. to answer ETOOLARGE to a frame whose body is skipped unread. Returns 1
+ * when both were read, 0 when more bytes are needed (at most 19 are), -1 when
+ * the bytes cannot start a valid body. */
+int kt_proto_peek_id(const uint8_t *p, size_t n, uint8_t *type, uint64_t *id);
 
 struct kt_hello_req {
   uint32_t version;
@@ -100,8 +121,8 @@ int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, str
 /* Append a whole frame (length prefix + body) for req to out. */
 void kt_proto_encode_req(struct kt_buf *out, const struct kt_req *req);
 
-int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a,
-                         struct kt_resp *resp, struct kt_err *e);
+int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_resp *resp,
+                         struct kt_err *e);
 void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp);
 /* Shorthand for an ERROR frame. */
 void kt_proto_encode_error(struct kt_buf *out, uint64_t id, int code, const char *message);
