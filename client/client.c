@@ -43,7 +43,6 @@
 
 #define SLOT_BITS 24
 #define SLOT_MASK ((1u << SLOT_BITS) - 1)
-#define MAX_TXN_DEPTH 8
 #define READ_CHUNK (64 * 1024)
 #define BACKOFF_MIN_MS 20
 #define BACKOFF_MAX_MS 1000
@@ -513,7 +512,7 @@ static int ops_in(struct kt_arena *a, struct kt_request_op **out, uint32_t *n_ou
 static int txn_req_in(struct kt_arena *a, struct kt_txn_req *r, const ketch_txn_req *q, int depth,
                       bool *is_read) {
   memset(r, 0, sizeof *r);
-  if (!q || depth > MAX_TXN_DEPTH || q->n_compare > UINT32_MAX || (q->n_compare && !q->compare))
+  if (!q || depth > KT_MAX_TXN_DEPTH || q->n_compare > UINT32_MAX || (q->n_compare && !q->compare))
     return KETCH_EINVAL;
   if (q->n_compare) {
     r->compare = kt_arena_alloc(a, sizeof *r->compare * q->n_compare);
