@@ -578,7 +578,11 @@ static void conn_close_fd(ketch_client *c) {
   c->cluster_id = c->member_id = 0;
 }
 
+/* Keeps why each endpoint failed in the current round; the previous round's
+ * reasons stay readable until the next failure. */
 static void note_round_err(ketch_client *c, const char *why) {
+  if (c->fails_in_round == 0)
+    c->round_err[0] = 0;
   size_t used = strlen(c->round_err);
   snprintf(c->round_err + used, sizeof c->round_err - used, "%s%s: %s", used ? "; " : "",
            c->eps[c->ep_idx].name, why);
@@ -590,8 +594,6 @@ static void note_round_err(ketch_client *c, const char *why) {
  * next endpoint. */
 static void conn_fail(ketch_client *c, const char *why) {
   bool was_ready = c->state == ST_READY;
-  if (c->fails_in_round == 0 && was_ready)
-    c->round_err[0] = 0;
   if (c->ai_cur && c->ai_cur->ai_next && !was_ready && c->state == ST_CONNECTING) {
     /* another address of the same endpoint */
     conn_close_fd(c);
@@ -650,8 +652,6 @@ static void conn_start(ketch_client *c) {
       c->backoff_ms = KT_MIN(c->backoff_ms * 2, BACKOFF_MAX_MS);
       return;
     }
-    if (c->fails_in_round == 0 && !c->ai_cur)
-      c->round_err[0] = 0;
     struct endpoint *ep = &c->eps[c->ep_idx];
     if (!c->ai_cur) {
       struct addrinfo hints = {0};

@@ -859,3 +859,36 @@ TEST(large_value_round_trip) {
   free(v);
   ketch_close(c);
 }
+
+TEST(garbage_from_a_listener_fails_the_endpoint_cleanly) {
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  CHECK(bind(lfd, (struct sockaddr *)&a, sizeof a) == 0);
+  CHECK(listen(lfd, 4) == 0);
+  CHECK(getsockname(lfd, (struct sockaddr *)&a, &len) == 0);
+  char eps[64];
+  snprintf(eps, sizeof eps, "127.0.0.1:%d", ntohs(a.sin_port));
+  ketch_options o = {.nonblocking_open = true, .request_timeout_ms = 300, .dial_timeout_ms = 2000};
+  ketch_client *c;
+  CHECK_EQ(ketch_open(&c, eps, &o, NULL, 0), 0);
+  n_cb = 0;
+  CHECK_EQ(ketch_get_async(c, "k", 1, count_cb, NULL), 0);
+  int afd = -1;
+  for (int i = 0; i < 100 && afd < 0; i++) {
+    ketch_process(c);
+    afd = accept(lfd, NULL, NULL);
+    if (afd < 0)
+      usleep(2000);
+  }
+  CHECK(afd >= 0);
+  /* a well-framed body that is not msgpack of a response */
+  CHECK(write(afd, "\0\0\0\5\xc1\xc1\xc1\xc1\xc1", 9) == 9);
+  CHECK_EQ(ketch_run(c, 5000), 0);
+  CHECK_EQ(n_cb, 1);
+  CHECK_EQ(last_err, KETCH_EUNAVAILABLE);
+  CHECK(strstr(last_msg, "bad response frame") != NULL);
+  ketch_close(c);
+  close(afd);
+  close(lfd);
+}
