@@ -890,12 +890,13 @@ static void process(ketch_client *c) {
       }
     }
   }
-  if (c->state == ST_HELLO || c->state == ST_READY)
-    do_write(c);
+  /* Read before writing: a connection the server closed while we were idle
+   * is noticed before a write is put on it (that write then goes to the
+   * next endpoint instead of completing EUNKNOWN). */
   if (c->state == ST_HELLO || c->state == ST_READY)
     do_read(c);
-  if (c->state == ST_READY && c->out.len)
-    do_write(c); /* frames queued by callbacks */
+  if (c->state == ST_HELLO || c->state == ST_READY)
+    do_write(c); /* including frames queued by callbacks */
   expire(c, now_ms());
 }
 

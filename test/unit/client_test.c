@@ -892,3 +892,23 @@ TEST(garbage_from_a_listener_fails_the_endpoint_cleanly) {
   close(afd);
   close(lfd);
 }
+
+TEST(write_after_idle_member_died_goes_to_the_next_endpoint) {
+  struct server a, b;
+  CHECK(server_start(&a) == 0);
+  CHECK(server_start(&b) == 0);
+  char eps[200];
+  snprintf(eps, sizeof eps, "%s,%s", a.ep, b.ep);
+  ketch_client *c = open_or_null(eps, NULL);
+  CHECK(c != NULL);
+  CHECK_STR(ketch_endpoint(c), a.ep);
+  server_stop(&a);
+  usleep(50000); /* the FIN has arrived; the handle was idle */
+  ketch_result *r;
+  CHECK_EQ(put_s(c, "id/1", "v", &r), 0); /* not EUNKNOWN: it never left */
+  CHECK_EQ(r->header.member_id, ketch_member_id(c));
+  ketch_result_free(r);
+  CHECK_STR(ketch_endpoint(c), b.ep);
+  ketch_close(c);
+  server_stop(&b);
+}
