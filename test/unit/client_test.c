@@ -8,6 +8,7 @@
  */
 #include "../../client/ketch.h"
 #include "../../core/base.h"
+#include "../../net/proto.h"
 #include "test.h"
 
 #include <arpa/inet.h>
@@ -911,4 +912,139 @@ TEST(write_after_idle_member_died_goes_to_the_next_endpoint) {
   CHECK_STR(ketch_endpoint(c), b.ep);
   ketch_close(c);
   server_stop(&b);
+}
+
+/* ---- the seed corpus of test/fuzz/client_fuzz.c ----
+ * KT_WRITE_CORPUS=1 build/test/client_test write_client_fuzz_corpus
+ * (run from the repository root) rewrites test/fuzz/corpus/client/. */
+
+static uint64_t fz_id(int n) { return ((uint64_t)n << 24) | (uint64_t)(n - 1); }
+
+static void fz_resp(struct kt_buf *b, uint8_t type, uint64_t id) {
+  struct kt_resp r;
+  memset(&r, 0, sizeof r);
+  r.type = type;
+  r.id = id;
+  r.header = (struct kt_header){1, 2, 10, 3};
+  static struct kt_kv kvs[3] = {
+      {{(const uint8_t *)"a", 1}, {(const uint8_t *)"x", 1}, 1, 2, 1, 0},
+      {{(const uint8_t *)"ab", 2}, {(const uint8_t *)"", 0}, 3, 4, 2, 7},
+      {{(const uint8_t *)"k", 1}, {(const uint8_t *)"value", 5}, 5, 6, 1, 0},
+  };
+  static struct kt_response_op sub[2];
+  static struct kt_bytes errs[2] = {{(const uint8_t *)"NOSPACE", 7}, {(const uint8_t *)"x", 1}};
+  switch (type) {
+  case KT_MSG_RANGE:
+    r.u.op.type = KT_OP_RANGE;
+    r.u.op.u.range = (struct kt_range_resp){kvs, 3, true, 9};
+    break;
+  case KT_MSG_PUT:
+    r.u.op.type = KT_OP_PUT;
+    r.u.op.u.put.has_prev_kv = true;
+    r.u.op.u.put.prev_kv = kvs[2];
+    break;
+  case KT_MSG_DELETE:
+    r.u.op.type = KT_OP_DELETE;
+    r.u.op.u.del = (struct kt_delete_resp){2, kvs, 2};
+    break;
+  case KT_MSG_TXN:
+    sub[0].type = KT_OP_RANGE;
+    sub[0].u.range = (struct kt_range_resp){kvs, 1, false, 1};
+    sub[1].type = KT_OP_PUT;
+    r.u.op.type = KT_OP_TXN;
+    r.u.op.u.txn = (struct kt_txn_resp){true, sub, 2};
+    break;
+  case KT_MSG_STATUS:
+    r.u.status.version = (struct kt_bytes){(const uint8_t *)"0.1.0", 5};
+    r.u.status.db_size = 4096;
+    r.u.status.leader = 2;
+    r.u.status.errors = errs;
+    r.u.status.n_errors = 2;
+    break;
+  case KT_MSG_HELLO:
+    r.u.hello.version = KT_PROTO_VERSION;
+    r.u.hello.server = (struct kt_bytes){(const uint8_t *)"seed", 4};
+    r.u.hello.cluster_id = 1;
+    r.u.hello.member_id = 2;
+    r.u.hello.max_request_bytes = 1024;
+    break;
+  default:
+    break;
+  }
+  kt_proto_encode_resp(b, &r);
+}
+
+static void fz_write(const char *name, uint8_t sel, const struct kt_buf *b) {
+  char path[200];
+  snprintf(path, sizeof path, "test/fuzz/corpus/client/%s", name);
+  FILE *f = fopen(path, "wb");
+  if (!f)
+    return;
+  fputc(sel, f);
+  if (b->len)
+    fwrite(b->p, 1, b->len, f);
+  fclose(f);
+}
+
+TEST(write_client_fuzz_corpus) {
+  if (!getenv("KT_WRITE_CORPUS"))
+    return;
+  CHECK(mkdir("test/fuzz/corpus/client", 0755) == 0 || errno == EEXIST);
+  static const uint8_t types[7] = {KT_MSG_RANGE, KT_MSG_RANGE,  KT_MSG_PUT,    KT_MSG_DELETE,
+                                   KT_MSG_TXN,   KT_MSG_STATUS, KT_MSG_COMPACT};
+  struct kt_buf b = {0};
+  fz_write("hello-only", 1, &b);
+  for (int i = 0; i < 7; i++)
+    fz_resp(&b, types[i], fz_id(i + 1));
+  fz_write("all-answered", 1, &b);
+  kt_buf_reset(&b);
+  for (int i = 6; i >= 0; i--)
+    fz_resp(&b, types[i], fz_id(i + 1));
+  fz_write("all-answered-reversed", 1, &b);
+  kt_buf_reset(&b);
+  fz_resp(&b, KT_MSG_RANGE, fz_id(3)); /* a range answer to the put */
+  fz_write("wrong-type", 1, &b);
+  kt_buf_reset(&b);
+  kt_proto_encode_error(&b, fz_id(1), KT_EKEYEMPTY, "key is not provided");
+  kt_proto_encode_error(&b, fz_id(2), 999, "");
+  kt_proto_encode_error(&b, 0, KT_EPROTO, "connection-level");
+  kt_proto_encode_error(&b, fz_id(3), KT_ECOMPACTED, "");
+  fz_write("errors", 1, &b);
+  kt_buf_reset(&b);
+  fz_resp(&b, KT_MSG_RANGE, fz_id(9));
+  fz_resp(&b, KT_MSG_RANGE, (1ull << 24) | 5);
+  fz_resp(&b, KT_MSG_RANGE, 0xffffffffffffffffull);
+  fz_resp(&b, KT_MSG_RANGE, fz_id(1));
+  fz_resp(&b, KT_MSG_RANGE, fz_id(1)); /* twice */
+  fz_write("stale-and-duplicate-ids", 1, &b);
+  kt_buf_reset(&b);
+  fz_resp(&b, KT_MSG_HELLO, 0);
+  fz_resp(&b, KT_MSG_STATUS, fz_id(6));
+  fz_write("own-hello", 0, &b);
+  kt_buf_reset(&b);
+  kt_proto_encode_error(&b, 0, KT_EVERSION, "unsupported protocol version");
+  fz_write("hello-refused", 0, &b);
+  kt_buf_reset(&b);
+  fz_resp(&b, KT_MSG_STATUS, 0);
+  fz_write("hello-wrong-type", 0, &b);
+  kt_buf_reset(&b);
+  fz_resp(&b, KT_MSG_TXN, fz_id(5));
+  b.len -= 3; /* truncated */
+  fz_write("truncated", 1, &b);
+  kt_buf_reset(&b);
+  kt_buf_append(&b, "\0\0\0\0", 4);
+  fz_write("zero-length", 1, &b);
+  kt_buf_reset(&b);
+  kt_buf_append(&b, "\xff\xff\xff\xff", 4);
+  fz_write("huge-length", 1, &b);
+  kt_buf_reset(&b);
+  kt_buf_append(&b, "\0\0\0\3\x93\x01\xc0", 7);
+  fz_write("bad-body", 1, &b);
+  kt_buf_reset(&b);
+  fz_resp(&b, KT_MSG_DELETE, fz_id(4));
+  for (size_t i = 0; i < b.len; i++) /* flip every byte of the body */
+    if (i >= 4)
+      b.p[i] ^= 0x5a;
+  fz_write("flipped", 1, &b);
+  kt_buf_free(&b);
 }
