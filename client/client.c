@@ -770,11 +770,16 @@ static bool on_frame(ketch_client *c, const uint8_t *body, uint32_t len) {
   struct slot *s = &c->slots[idx];
   if (r.type == KT_MSG_ERROR) {
     int code = (int)r.u.error.code;
-    if (code <= 0 || code >= KT_ERR_MAX)
-      code = KETCH_EINTERNAL;
     const char *m = (const char *)r.u.error.message.p;
     size_t mn = r.u.error.message.n;
-    if (!mn) {
+    char unk[300];
+    if (r.u.error.code == 0 || r.u.error.code >= KT_ERR_MAX) {
+      snprintf(unk, sizeof unk, "server sent unknown error code %u: %.*s", r.u.error.code,
+               (int)KT_MIN(mn, 200), m ? m : "");
+      code = KETCH_EINTERNAL;
+      m = unk;
+      mn = strlen(unk);
+    } else if (!mn) {
       m = kt_strerror(code);
       mn = strlen(m);
     }
