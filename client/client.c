@@ -370,6 +370,95 @@ static void result_build(struct kt_arena *a, ketch_result *res, uint8_t type, in
   }
 }
 
+static const char *dup_bytes(struct kt_arena *a, const char *p, size_t n) {
+  return n ? kt_arena_dup(a, p, n) : "";
+}
+
+static const ketch_kv *dup_kvs(struct kt_arena *a, const ketch_kv *kv, size_t n) {
+  if (!kv || !n)
+    return NULL;
+  ketch_kv *o = kt_arena_alloc(a, sizeof *o * n);
+  for (size_t i = 0; i < n; i++) {
+    o[i] = kv[i];
+    o[i].key = dup_bytes(a, kv[i].key, kv[i].key_len);
+    o[i].value = dup_bytes(a, kv[i].value, kv[i].value_len);
+  }
+  return o;
+}
+
+/* Deep-copies the union member named by type (same layout in ketch_result
+ * and ketch_op_result for RANGE..TXN). */
+static void dup_op(struct kt_arena *a, ketch_op_result *o, const ketch_op_result *r) {
+  *o = *r;
+  switch (r->type) {
+  case KETCH_OP_RANGE:
+    o->range.kvs = dup_kvs(a, r->range.kvs, r->range.n_kvs);
+    break;
+  case KETCH_OP_PUT:
+    o->put.prev_kv = dup_kvs(a, r->put.prev_kv, 1);
+    break;
+  case KETCH_OP_DELETE:
+    o->del.prev_kvs = dup_kvs(a, r->del.prev_kvs, r->del.n_prev_kvs);
+    break;
+  case KETCH_OP_TXN: {
+    size_t n = r->txn.n_responses;
+    ketch_op_result *rs = n ? kt_arena_alloc(a, sizeof *rs * n) : NULL;
+    for (size_t i = 0; i < n; i++)
+      dup_op(a, &rs[i], &r->txn.responses[i]);
+    o->txn.responses = rs;
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+ketch_result *ketch_result_dup(const ketch_result *res) {
+  struct owned_result *o = calloc(1, sizeof *o);
+  if (!o)
+    return NULL;
+  struct kt_arena *a = &o->arena;
+  ketch_result *d = &o->res;
+  d->type = res->type;
+  d->err = res->err;
+  d->header = res->header;
+  d->message = dup_str(a, res->message, strlen(res->message));
+  if (res->err)
+    return d;
+  if (res->type == KETCH_OP_STATUS) {
+    d->status = res->status;
+    d->status.version = dup_str(a, res->status.version, strlen(res->status.version));
+    if (res->status.n_errors) {
+      const char **e = kt_arena_alloc(a, sizeof *e * res->status.n_errors);
+      for (size_t i = 0; i < res->status.n_errors; i++)
+        e[i] = dup_str(a, res->status.errors[i], strlen(res->status.errors[i]));
+      d->status.errors = e;
+    }
+  } else if (res->type >= KETCH_OP_RANGE && res->type <= KETCH_OP_TXN) {
+    ketch_op_result in, out;
+    memset(&in, 0, sizeof in);
+    in.type = res->type;
+    if (res->type == KETCH_OP_RANGE)
+      in.range = res->range;
+    else if (res->type == KETCH_OP_PUT)
+      in.put = res->put;
+    else if (res->type == KETCH_OP_DELETE)
+      in.del = res->del;
+    else
+      in.txn = res->txn;
+    dup_op(a, &out, &in);
+    if (res->type == KETCH_OP_RANGE)
+      d->range = out.range;
+    else if (res->type == KETCH_OP_PUT)
+      d->put = out.put;
+    else if (res->type == KETCH_OP_DELETE)
+      d->del = out.del;
+    else
+      d->txn = out.txn;
+  }
+  return d;
+}
+
 void ketch_result_free(ketch_result *res) {
   if (!res)
     return;

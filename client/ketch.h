@@ -335,9 +335,15 @@ typedef struct ketch_result {
   };
 } ketch_result;
 
-/* Frees a result returned by a synchronous call (and all memory it points
- * to). NULL is fine. Never call it on a result given to a callback. */
+/* Frees a result returned by a synchronous call or ketch_result_dup (and
+ * all memory it points to). NULL is fine. Never call it on a result given to
+ * a callback. */
 void ketch_result_free(ketch_result *res);
+
+/* A deep copy of any result (e.g. one given to a callback, to keep it past
+ * the callback), owned by the caller: free it with ketch_result_free().
+ * NULL if out of memory. */
+ketch_result *ketch_result_dup(const ketch_result *res);
 
 /* ---- opening and closing ---- */
 

@@ -1048,3 +1048,44 @@ TEST(write_client_fuzz_corpus) {
   fz_write("flipped", 1, &b);
   kt_buf_free(&b);
 }
+
+static ketch_result *kept[3];
+static int n_kept;
+static void keep_cb(void *arg, int err, const ketch_result *res) {
+  (void)err;
+  kept[(intptr_t)arg] = ketch_result_dup(res); /* answers may come in any order */
+  n_kept++;
+}
+
+TEST(async_results_kept_with_dup) {
+  ketch_client *c = open_or_null(shared_ep(), NULL);
+  CHECK(c != NULL);
+  CHECK_EQ(put_s(c, "dp/a", "1", NULL), 0);
+  n_kept = 0;
+  ketch_op ops[] = {
+      ketch_op_range((ketch_range_req){.key = "dp/", .key_len = 3, .prefix = true}),
+      ketch_op_put((ketch_put_req){
+          .key = "dp/a", .key_len = 4, .value = "2", .value_len = 1, .prev_kv = true})};
+  ketch_txn_req t = {.success = ops, .n_success = 2};
+  CHECK_EQ(ketch_txn_async(c, &t, keep_cb, (void *)0), 0);
+  CHECK_EQ(ketch_status_async(c, keep_cb, (void *)1), 0);
+  ketch_put_req bad = {.key = "", .key_len = 0};
+  CHECK_EQ(ketch_put_async(c, &bad, keep_cb, (void *)2), 0);
+  CHECK_EQ(ketch_run(c, 5000), 0);
+  /* overwrite the library's buffers with other traffic, then close */
+  for (int i = 0; i < 50; i++)
+    CHECK_EQ(put_s(c, "dp/zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "yyyyyyyyyyyyyyyyyyyy", NULL), 0);
+  ketch_close(c);
+  CHECK_EQ(n_kept, 3);
+  const ketch_result *r = kept[0];
+  CHECK(r->txn.succeeded);
+  CHECK_EQ(r->txn.n_responses, 2);
+  CHECK_EQ(r->txn.responses[0].range.n_kvs, 1);
+  CHECK(kv_is(&r->txn.responses[0].range.kvs[0], "dp/a", "1"));
+  CHECK(kv_is(r->txn.responses[1].put.prev_kv, "dp/a", "1"));
+  CHECK(kept[1]->status.version[0] != 0);
+  CHECK_EQ(kept[2]->err, KETCH_EKEYEMPTY);
+  CHECK(strstr(kept[2]->message, "key is not provided") != NULL);
+  for (int i = 0; i < 3; i++)
+    ketch_result_free(kept[i]);
+}
