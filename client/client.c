@@ -65,6 +65,7 @@ struct slot {
   uint64_t out_start;
   struct kt_buf frame;
   struct slot *prev, *next; /* pending list, or free list (next) */
+  struct slot *dnext;       /* doomed list */
 };
 
 /* A result owned by the caller (synchronous calls). res must stay first. */
@@ -94,6 +95,7 @@ struct ketch_client {
   /* requests */
   struct slot *slots;
   struct slot *free_list, *pend_head, *pend_tail;
+  struct slot *doomed_head; /* sent writes of a lost connection, to fail */
   size_t n_pending;
   uint64_t seq;
   struct kt_arena enc_arena, dec_arena, res_arena;
@@ -705,18 +707,22 @@ static void conn_fail(ketch_client *c, const char *why) {
   char msg[400];
   snprintf(msg, sizeof msg,
            "request outcome unknown: connection lost after the request was sent (%s)", why);
-  /* First mark, then complete: a callback may submit, and so reconnect. */
-  for (struct slot *s = c->pend_head; s; s = s->next) {
-    if (s->queued && !s->is_read && sent > s->out_start)
+  /* First mark (onto the doomed list, in submission order), then complete:
+   * a callback may submit, and so reconnect and even fail again; whoever
+   * pops a slot off the doomed list completes it, exactly once. */
+  for (struct slot *s = c->pend_tail; s; s = s->prev) {
+    if (s->queued && !s->is_read && sent > s->out_start) {
       s->doomed = true;
+      s->dnext = c->doomed_head;
+      c->doomed_head = s;
+    }
     s->queued = false;
   }
-  struct slot *s = c->pend_head;
-  while (s) {
-    struct slot *next = s->next;
-    if (s->doomed)
-      complete(c, s, KETCH_EUNKNOWN, msg, strlen(msg), NULL);
-    s = next;
+  while (c->doomed_head) {
+    struct slot *s = c->doomed_head;
+    c->doomed_head = s->dnext;
+    s->dnext = NULL;
+    complete(c, s, KETCH_EUNKNOWN, msg, strlen(msg), NULL);
   }
   if (c->state == ST_IDLE && c->n_pending)
     conn_start(c);
