@@ -1089,3 +1089,56 @@ TEST(async_results_kept_with_dup) {
   for (int i = 0; i < 3; i++)
     ketch_result_free(kept[i]);
 }
+
+static ketch_client *resub_client;
+static int resub_unknown, resub_unavail, resub_other, resub_done;
+static void resub_read_cb(void *arg, int err, const ketch_result *res) {
+  (void)arg;
+  (void)res;
+  resub_done++;
+  if (err == KETCH_EUNAVAILABLE)
+    resub_unavail++;
+  else
+    resub_other++;
+}
+static void resub_write_cb(void *arg, int err, const ketch_result *res) {
+  (void)arg;
+  (void)res;
+  resub_done++;
+  if (err != KETCH_EUNKNOWN) {
+    resub_other++;
+    return;
+  }
+  resub_unknown++;
+  /* submitting from the callback reconnects at once, and fails at once */
+  ketch_get_async(resub_client, "rs", 2, resub_read_cb, NULL);
+}
+
+TEST(failover_to_dead_endpoints_with_callbacks_submitting) {
+  struct server a;
+  CHECK(server_start(&a) == 0);
+  char eps[200];
+  snprintf(eps, sizeof eps, "%s,127.0.0.1:%d,127.0.0.1:%d", a.ep, free_port(), free_port());
+  ketch_options o = {.request_timeout_ms = 500};
+  ketch_client *c = open_or_null(eps, &o);
+  CHECK(c != NULL);
+  resub_client = c;
+  CHECK(kill(a.pid, SIGSTOP) == 0);
+  for (int i = 0; i < 20; i++) {
+    ketch_put_req p = {.key = "rs", .key_len = 2, .value = "v", .value_len = 1};
+    CHECK_EQ(ketch_put_async(c, &p, resub_write_cb, NULL), 0);
+    CHECK_EQ(ketch_get_async(c, "rs", 2, resub_read_cb, NULL), 0);
+  }
+  for (int i = 0; i < 100 && (ketch_events(c) & POLLOUT); i++) {
+    struct pollfd p = {ketch_fd(c), ketch_events(c), 0};
+    poll(&p, 1, 10);
+    ketch_process(c);
+  }
+  server_stop(&a);
+  poll_loop(c, &resub_done, 60, 5000);
+  CHECK_EQ(resub_unknown, 20);
+  CHECK_EQ(resub_unavail, 40); /* 20 retried reads + 20 submitted from callbacks */
+  CHECK_EQ(resub_other, 0);
+  CHECK_EQ(ketch_pending(c), 0);
+  ketch_close(c);
+}
