@@ -74,11 +74,11 @@ $(LIBDIR)/libketch.a: $(CLIENT_OBJS)
 
 $(LIBDIR)/libketch.so: $(CLIENT_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
+	$(CC) -shared -o $@ $^ $(LDFLAGS) $(shell pkg-config --libs msgpack 2>/dev/null)
 
 $(LIBDIR)/ketch.pc: Makefile
 	@mkdir -p $(dir $@)
-	printf 'prefix=%s\nlibdir=$${prefix}/$(LIBDIR)\nincludedir=$${prefix}/client\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium liblz4\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nLibs.private: -lev -lpthread\nCflags: -I$${includedir}\n' "$(CURDIR)" > $@
+	printf 'libdir=%s\nincludedir=%s\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(abspath $(LIBDIR))" "$(CURDIR)/client" > $@
 
 $(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT)
 	@mkdir -p $(dir $@)
