@@ -72,9 +72,10 @@ $(LIBDIR)/libketch.a: $(CLIENT_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIBDIR)/libketch.so: $(CLIENT_OBJS)
+$(LIBDIR)/libketch.so: $(CLIENT_OBJS) client/ketch.map
 	@mkdir -p $(dir $@)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(shell pkg-config --libs msgpack 2>/dev/null)
+	$(CC) -shared -Wl,--version-script=client/ketch.map -o $@ $(CLIENT_OBJS) $(LDFLAGS) \
+	  $(shell pkg-config --libs msgpack 2>/dev/null)
 
 $(LIBDIR)/ketch.pc: Makefile
 	@mkdir -p $(dir $@)
