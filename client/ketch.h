@@ -47,7 +47,7 @@
  *     only read during the submit call; they may be freed when it returns.
  *   - A ketch_result given to a callback, and everything it points to, belongs
  *     to the library and is valid only until the callback returns. Copy what
- *     you need.
+ *     you need, or keep the whole result with ketch_result_dup().
  *   - A ketch_result returned by a synchronous call belongs to the caller,
  *     who frees it (and everything it points to, in one go) with
  *     ketch_result_free(). It stays valid after ketch_close().
