@@ -210,7 +210,14 @@ static void conn_process(struct kt_conn *c) {
                  c->in.len - off >= 4 ? kt_get_u32be(c->in.p + off) : 0, max_frame);
       else
         snprintf(msg, sizeof msg, "malformed frame header");
-      conn_fail(c, 0, -r, msg);
+      /* The id is in the first bytes of the body, if they have arrived. */
+      uint8_t type;
+      uint64_t id = 0;
+      if (c->in.len - off > KT_FRAME_HDR &&
+          kt_proto_peek_id(c->in.p + off + KT_FRAME_HDR, c->in.len - off - KT_FRAME_HDR, &type,
+                           &id) != 1)
+        id = 0;
+      conn_fail(c, id, -r, msg);
       break;
     }
     off += used;
@@ -260,18 +267,22 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents) {
     return;
   }
   c->in.len += (size_t)n;
+  kt_conn_ref(c);
   conn_process(c);
   /* A fully consumed big input buffer goes back to the allocator. */
   if (!c->closed && c->in.len == 0 && c->in.cap > 4 * KT_CONN_READ_CHUNK)
     kt_buf_free(&c->in);
+  kt_conn_unref(c);
 }
 
 static void on_writable(struct ev_loop *loop, ev_io *w, int revents) {
   (void)loop;
   (void)revents;
   struct kt_conn *c = w->data;
+  kt_conn_ref(c);
   if (conn_flush(c) && !c->closed && c->reading && c->in.len)
     conn_process(c); /* frames held back by backpressure */
+  kt_conn_unref(c);
 }
 
 /* End of a loop turn: one write per connection that got replies. */
