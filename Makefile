@@ -31,7 +31,7 @@ LDLIBS := -lev $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 
 # Every .c in the server folders except program mains (*_main.c).
 SERVER_SRCS := $(filter-out %_main.c,$(wildcard core/*.c wal/*.c snap/*.c net/*.c))
-CLIENT_SRCS := $(wildcard client/*.c) core/base.c net/proto.c
+CLIENT_SRCS := $(filter-out client/example.c,$(wildcard client/*.c)) core/base.c net/proto.c
 KETCH_MAIN := net/ketch_main.c
 KETCHCTL_SRCS := $(wildcard tools/ketchctl/*.c)
 KETCHUTL_SRCS := $(wildcard tools/ketchutl/*.c)
@@ -76,13 +76,14 @@ $(LIBDIR)/libketch.a: $(CLIENT_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIBDIR)/libketch.so: $(CLIENT_OBJS)
+$(LIBDIR)/libketch.so: $(CLIENT_OBJS) client/ketch.map
 	@mkdir -p $(dir $@)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
+	$(CC) -shared -Wl,--version-script=client/ketch.map -o $@ $(CLIENT_OBJS) $(LDFLAGS) \
+	  $(shell pkg-config --libs msgpack 2>/dev/null)
 
 $(LIBDIR)/ketch.pc: Makefile
 	@mkdir -p $(dir $@)
-	printf 'prefix=%s\nlibdir=$${prefix}/$(LIBDIR)\nincludedir=$${prefix}/client\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium liblz4\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nLibs.private: -lev -lpthread\nCflags: -I$${includedir}\n' "$(CURDIR)" > $@
+	printf 'libdir=%s\nincludedir=%s\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(abspath $(LIBDIR))" "$(CURDIR)/client" > $@
 
 $(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT)
 	@mkdir -p $(dir $@)
@@ -135,7 +136,8 @@ fuzz: deps
 	@sh test/deps.sh fuzz
 	@mkdir -p build/fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined $(shell pkg-config --cflags $(PKGS)) \
-	  test/fuzz/$(F)_fuzz.c $(filter-out %_main.c,$(SERVER_SRCS)) -o build/fuzz/$(F) $(LDLIBS)
+	  test/fuzz/$(F)_fuzz.c $(filter-out %_main.c,$(SERVER_SRCS)) $(filter-out client/example.c,$(wildcard client/*.c)) \
+	  -o build/fuzz/$(F) $(LDLIBS)
 	mkdir -p build/fuzz/$(F)-corpus
 	build/fuzz/$(F) -max_total_time=$(SECONDS) build/fuzz/$(F)-corpus test/fuzz/corpus/$(F)
 
