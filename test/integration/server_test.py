@@ -227,6 +227,26 @@ def test_client_that_never_reads_is_cut_off():
     still_serving()
 
 
+def test_auto_compaction_periodic():
+    m = Member(extra=["--auto-compaction-mode", "periodic", "--auto-compaction-retention", "2s"])
+    try:
+        c = Conn(m.port)
+        r1 = c.put("ac", "1")["header"][2]
+        c.put("ac", "2")
+        deadline = time.time() + 8
+        while time.time() < deadline:
+            try:
+                c.get("ac", revision=r1)
+            except ServerError as e:
+                assert e.code == ECOMPACTED, e
+                assert "auto-compaction" in m.logtext()
+                return
+            time.sleep(0.2)
+        raise AssertionError("revision %d still readable after 8 s with 2 s retention" % r1)
+    finally:
+        m.cleanup()
+
+
 def main():
     try:
         run_tests([test_put_get_delete_revisions, test_txn_and_range_options,
@@ -234,7 +254,8 @@ def main():
                    test_oversized_frame_closes_that_connection,
                    test_request_over_max_request_bytes, test_garbage_and_wrong_types,
                    test_unknown_type_keeps_connection, test_truncated_frame_and_no_hello,
-                   test_pipelining_many_requests, test_client_that_never_reads_is_cut_off])
+                   test_pipelining_many_requests, test_client_that_never_reads_is_cut_off,
+                   test_auto_compaction_periodic])
     finally:
         if M:
             M.cleanup()
