@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- byte sources ---- */
@@ -22,7 +23,8 @@ struct src {
   /* mem */
   const uint8_t *p;
   size_t n, off;
-  /* file */
+  /* file: n (above) is its size at open; reads never go past it, so a
+   * hostile length cannot make the reader allocate more than the file */
   int fd;
   uint8_t *buf;
   size_t cap;
@@ -37,6 +39,8 @@ static const uint8_t *mem_need(struct src *s, size_t n, size_t *got) {
 }
 
 static const uint8_t *file_need(struct src *s, size_t n, size_t *got) {
+  if (n > s->n - s->off) /* never allocate more than the file holds */
+    n = s->n - s->off;
   if (s->cap < n) {
     size_t cap = s->cap ? s->cap : 4096;
     while (cap < n)
@@ -60,6 +64,7 @@ static const uint8_t *file_need(struct src *s, size_t n, size_t *got) {
       break;
     have += (size_t)r;
   }
+  s->off += have;
   *got = have;
   return s->buf;
 }
@@ -481,7 +486,13 @@ int kt_snap_load(const char *path, kt_snap_rec_fn fn, void *arg, struct kt_snap_
     return kt_err_set(err, errno == ENOENT ? KT_ENOTFOUND : KT_EIO, "%s: open: %s", path,
                       strerror(errno));
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  struct src s = {.need = file_need, .fd = fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int rc = kt_err_set(err, KT_EIO, "%s: stat: %s", path, strerror(errno));
+    close(fd);
+    return rc;
+  }
+  struct src s = {.need = file_need, .fd = fd, .n = (size_t)st.st_size};
   int rc = decode(&s, path, fn, arg, meta, err);
   free(s.buf);
   close(fd);

@@ -766,3 +766,30 @@ TEST(gen_fuzz_corpus) {
     free(f);
   }
 }
+
+/* A tiny file announcing a 64 MiB block is refused as truncated (the file
+ * reader never allocates past the file's size). */
+TEST(huge_block_length_in_tiny_file) {
+  const char *dir = kt_test_tmpdir();
+  char path[4096];
+  size_t n;
+  uint8_t *f = small_snapshot(dir, 0, &n, path, sizeof path);
+  CHECK(f);
+  uint32_t hlen = kt_get_u32be(f + 12);
+  uint8_t blk[13 + 8] = {'B'};
+  kt_put_u32be(blk + 1, KT_SNAP_MAX_BLOCK_RAW);
+  kt_put_u32be(blk + 5, KT_SNAP_MAX_BLOCK_RAW);
+  kt_put_u32be(blk + 9, 1);
+  uint8_t *g = malloc(hlen + sizeof blk);
+  memcpy(g, f, hlen);
+  memcpy(g + hlen, blk, sizeof blk);
+  write_file(path, g, hlen + sizeof blk);
+  struct kt_err err;
+  CHECK_EQ(kt_snap_verify(path, NULL, &err), KT_ECORRUPT);
+  CHECK(strstr(err.msg, "truncated: block data"));
+  kt_put_u32be(g + hlen + 1, KT_SNAP_MAX_BLOCK_RAW + 1);
+  CHECK_EQ(kt_snap_load_mem(g, hlen + sizeof blk, "m", NULL, NULL, NULL, &err), KT_ECORRUPT);
+  CHECK(strstr(err.msg, "bad raw length"));
+  free(g);
+  free(f);
+}
