@@ -73,8 +73,12 @@ int main(int argc, char **argv) {
     uint64_t x = kt_rng_next(&rng);
     memcpy(pool + i, &x, 8);
   }
-  for (size_t i = 0; i < pool_n + 256; i++) /* halve the entropy: text-like values */
+  const char *shape = getenv("KT_PERF_VALUES"); /* "json": repetitive values */
+  for (size_t i = 0; i < pool_n + 256; i++)     /* halve the entropy: text-like values */
     pool[i] = (uint8_t)('a' + (pool[i] & 15));
+  if (shape && !strcmp(shape, "json"))
+    for (size_t i = 0; i + 64 <= pool_n + 256; i += 64)
+      memcpy(pool + i, "{\"name\":\"service-a\",\"addr\":\"10.0.0.1:2379\",\"ttl\":30,\"v\":", 56);
   char path[4096];
   double raw_mb, t0, t1;
   struct kt_err err;
