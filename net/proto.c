@@ -969,8 +969,13 @@ static int dec_resp_op_payload(struct dec *d, uint8_t type, struct kt_response_o
       else if (KEY("prev_kv")) {
         if (is_nil(d))
           r->has_prev_kv = false;
-        else if (!(rc = dec_kv(d, "prev_kv", &r->prev_kv)))
-          r->has_prev_kv = true;
+        else {
+          path_push(d, "prev_kv", -1);
+          if (!(rc = dec_kv(d, NULL, &r->prev_kv))) {
+            r->has_prev_kv = true;
+            path_pop(d);
+          }
+        }
       } else
         rc = skip(d, 0);
       if (rc)
@@ -1231,7 +1236,13 @@ struct enc {
 };
 
 static int buf_write(void *data, const char *p, size_t n) {
-  kt_buf_append(data, p, n);
+  struct kt_buf *b = data;
+  if (b->cap - b->len >= n) { /* the usual case: the encoder reserved up front */
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+  } else {
+    kt_buf_append(b, p, n);
+  }
   return 0;
 }
 
