@@ -4,7 +4,10 @@
  * the body once and fills the structs directly: no object tree, strings and
  * binaries point into the body (zero copy), arrays of structs come from the
  * arena. test/perf/proto_perf.c compares it with msgpack_unpack's object tree
- * (the tree alone costs more than the whole direct decode). Every read checks
+ * (the tree alone costs more than the whole direct decode: on the shared
+ * 2-core dev box, a 16 B key / 256 B value PUT decodes in ~60 ns against
+ * ~90 ns for the tree; a 100-kv RANGE response in ~2.5-3.8 us against
+ * ~5.8-6.3 us). Every read checks
  * the remaining length first; counts read from the wire are checked against
  * the remaining bytes before anything is allocated, so memory stays O(body).
  *
