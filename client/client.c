@@ -1,0 +1,1409 @@
+/* client/client.c — libketch: one connection, pipelined requests, failover.
+ *
+ * Owns: the handle (endpoints, the socket and its state machine, the request
+ * slots, the output and input buffers, the arenas results are built in).
+ *
+ * Data flow: a submit converts the public request into a struct kt_req
+ * (enc_arena), encodes its frame into the slot's own buffer (kept for a
+ * resend) and, when the connection is ready, appends it to `out`.
+ * ketch_process() writes `out` with one send(), reads what arrived into `in`,
+ * splits frames, decodes each response (dec_arena), matches it to its slot by
+ * id, builds the public ketch_result (res_arena, pointing into `in`; or a
+ * heap block owned by the caller for a synchronous call) and runs the
+ * callback. Deadlines and failover run in the same call.
+ *
+ * Invariants:
+ *   - A slot is either free (id == 0, on the free list) or pending (on the
+ *     FIFO `pending` list in submission order). Since every request gets the
+ *     same timeout, the list head has the earliest deadline.
+ *   - A pending slot with `queued` has its frame in the current
+ *     connection's output stream at offset out_start; bytes before out_base
+ *     have been handed to the kernel. A queued write with out_base > out_start
+ *     may have reached the server: it is never sent again.
+ *   - Request id = (sequence << 24) | slot index; id 0 is the HELLO.
+ *   - No callback runs from a submit function; in_cb guards re-entry.
+ */
+#include "ketch.h"
+
+#include "../core/base.h"
+#include "../net/proto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOT_BITS 24
+#define SLOT_MASK ((1u << SLOT_BITS) - 1)
+#define READ_CHUNK (64 * 1024)
+#define BACKOFF_MIN_MS 20
+#define BACKOFF_MAX_MS 1000
+
+enum { ST_IDLE, ST_BACKOFF, ST_CONNECTING, ST_HELLO, ST_READY };
+
+struct endpoint {
+  char *host, *port;
+  char name[320]; /* "host:port" */
+};
+
+struct slot {
+  uint64_t id; /* 0 = free */
+  uint8_t type;
+  bool is_read, keep, queued;
+  bool doomed; /* a sent write on a lost connection: completes EUNKNOWN */
+  ketch_cb cb;
+  void *arg;
+  int64_t deadline_ms;
+  uint64_t out_start;
+  struct kt_buf frame;
+  struct slot *prev, *next; /* pending list, or free list (next) */
+  struct slot *dnext;       /* doomed list */
+};
+
+/* A result owned by the caller (synchronous calls). res must stay first. */
+struct owned_result {
+  ketch_result res;
+  struct kt_arena arena;
+};
+
+struct ketch_client {
+  struct endpoint *eps;
+  size_t n_eps, ep_idx;
+  int dial_timeout_ms, request_timeout_ms;
+  uint32_t max_outstanding;
+
+  /* connection */
+  int fd, state;
+  struct addrinfo *ai_list, *ai_cur;
+  int64_t conn_deadline_ms, backoff_until_ms;
+  int backoff_ms;
+  size_t fails_in_round; /* endpoint failures since the last HELLO */
+  struct kt_buf out, in;
+  uint64_t out_base; /* stream offset of out.p[0] = bytes sent on this conn */
+  uint64_t cluster_id, member_id;
+  uint32_t max_request_bytes;
+  char server[64];
+
+  /* requests */
+  struct slot *slots;
+  struct slot *free_list, *pend_head, *pend_tail;
+  struct slot *doomed_head; /* sent writes of a lost connection, to fail */
+  size_t n_pending;
+  uint64_t seq;
+  struct kt_arena enc_arena, dec_arena, res_arena;
+  bool in_cb;
+
+  char errmsg[512];
+  char round_err[1024]; /* why each endpoint failed in this round */
+};
+
+/* ---- small things ---- */
+
+const char *ketch_strerror(int err) { return kt_strerror(err); }
+const char *ketch_errname(int err) { return kt_errname(err); }
+const char *ketch_version(void) { return KETCH_VERSION; }
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void set_errmsg(ketch_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_errmsg(ketch_client *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+  va_end(ap);
+}
+
+size_t ketch_prefix_end(const void *prefix, size_t n, void *out) {
+  const uint8_t *p = prefix;
+  uint8_t *o = out;
+  for (size_t i = n; i > 0; i--) {
+    if (p[i - 1] < 0xff) {
+      memcpy(o, p, i - 1);
+      o[i - 1] = (uint8_t)(p[i - 1] + 1);
+      return i;
+    }
+  }
+  o[0] = 0;
+  return 1;
+}
+
+void ketch_options_init(ketch_options *opts) {
+  memset(opts, 0, sizeof *opts);
+  opts->dial_timeout_ms = 2000;
+  opts->request_timeout_ms = 5000;
+  opts->max_outstanding = 4096;
+}
+
+/* ---- endpoints ---- */
+
+static void copy_msg(char *dst, size_t dst_len, const char *src) {
+  if (dst && dst_len)
+    snprintf(dst, dst_len, "%s", src);
+}
+
+/* Parses one "[scheme://]host[:port][/]" of length n into *ep. */
+static int parse_endpoint(const char *s, size_t n, struct endpoint *ep, char *why, size_t why_len) {
+  char buf[300];
+  while (n && (*s == ' ' || *s == '\t'))
+    s++, n--;
+  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+    n--;
+  if (n >= 7 && strncmp(s, "http://", 7) == 0)
+    s += 7, n -= 7;
+  else if (n >= 8 && strncmp(s, "https://", 8) == 0)
+    s += 8, n -= 8;
+  while (n && s[n - 1] == '/')
+    n--;
+  if (n == 0 || n >= sizeof buf) {
+    copy_msg(why, why_len, "empty or overlong endpoint");
+    return KETCH_EINVAL;
+  }
+  memcpy(buf, s, n);
+  buf[n] = 0;
+  const char *host = buf, *port = NULL;
+  if (buf[0] == '[') {
+    char *end = strchr(buf, ']');
+    if (!end || (end[1] && end[1] != ':')) {
+      snprintf(why, why_len, "bad endpoint \"%s\": unterminated [ipv6]", buf);
+      return KETCH_EINVAL;
+    }
+    *end = 0;
+    host = buf + 1;
+    if (end[1] == ':')
+      port = end + 2;
+  } else {
+    char *colon = strchr(buf, ':');
+    if (colon && strchr(colon + 1, ':')) {
+      snprintf(why, why_len, "bad endpoint \"%s\": write IPv6 as [addr]:port", buf);
+      return KETCH_EINVAL;
+    }
+    if (colon) {
+      *colon = 0;
+      port = colon + 1;
+    }
+  }
+  char portbuf[8];
+  if (!port || !*port) {
+    snprintf(portbuf, sizeof portbuf, "%d", KETCH_DEFAULT_PORT);
+    port = portbuf;
+  }
+  char *endp;
+  long pn = strtol(port, &endp, 10);
+  if (*endp || pn <= 0 || pn > 65535 || !*host) {
+    snprintf(why, why_len, "bad endpoint \"%.*s\": want host:port", (int)n, s);
+    return KETCH_EINVAL;
+  }
+  ep->host = strdup(host);
+  ep->port = strdup(port);
+  if (!ep->host || !ep->port)
+    return KETCH_ENOMEM;
+  if (strchr(host, ':'))
+    snprintf(ep->name, sizeof ep->name, "[%s]:%s", host, port);
+  else
+    snprintf(ep->name, sizeof ep->name, "%s:%s", host, port);
+  return 0;
+}
+
+/* ---- request slots ---- */
+
+static void pend_unlink(ketch_client *c, struct slot *s) {
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    c->pend_head = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  else
+    c->pend_tail = s->prev;
+  s->prev = s->next = NULL;
+  c->n_pending--;
+}
+
+static void slot_free(ketch_client *c, struct slot *s) {
+  s->id = 0;
+  s->cb = NULL;
+  s->arg = NULL;
+  s->queued = false;
+  s->doomed = false;
+  kt_buf_reset(&s->frame);
+  s->next = c->free_list;
+  c->free_list = s;
+}
+
+/* ---- results ---- */
+
+static const char *dup_str(struct kt_arena *a, const void *p, size_t n) {
+  char *s = kt_arena_alloc(a, n + 1);
+  if (n)
+    memcpy(s, p, n);
+  s[n] = 0;
+  return s;
+}
+
+static const char *bytes_out(struct kt_arena *a, struct kt_bytes b, bool copy) {
+  if (!copy)
+    return (const char *)b.p;
+  return b.n ? kt_arena_dup(a, b.p, b.n) : "";
+}
+
+static void kv_out(struct kt_arena *a, ketch_kv *o, const struct kt_kv *k, bool copy) {
+  o->key = bytes_out(a, k->key, copy);
+  o->key_len = k->key.n;
+  o->value = bytes_out(a, k->value, copy);
+  o->value_len = k->value.n;
+  if (!o->value)
+    o->value = "";
+  if (!o->key)
+    o->key = "";
+  o->create_revision = k->create_revision;
+  o->mod_revision = k->mod_revision;
+  o->version = k->version;
+  o->lease = k->lease;
+}
+
+static const ketch_kv *kvs_out(struct kt_arena *a, const struct kt_kv *k, uint32_t n, bool copy) {
+  if (!n)
+    return NULL;
+  ketch_kv *o = kt_arena_alloc(a, sizeof *o * n);
+  for (uint32_t i = 0; i < n; i++)
+    kv_out(a, &o[i], &k[i], copy);
+  return o;
+}
+
+/* Fills the union part of an op result. `o` is a ketch_op_result or the
+ * matching prefix of a ketch_result's union (same member layout). */
+static void op_out(struct kt_arena *a, ketch_op_result *o, const struct kt_response_op *r,
+                   bool copy) {
+  o->type = r->type;
+  switch (r->type) {
+  case KT_OP_RANGE:
+    o->range.kvs = kvs_out(a, r->u.range.kvs, r->u.range.n_kvs, copy);
+    o->range.n_kvs = r->u.range.n_kvs;
+    o->range.more = r->u.range.more;
+    o->range.count = r->u.range.count;
+    break;
+  case KT_OP_PUT:
+    o->put.prev_kv = r->u.put.has_prev_kv ? kvs_out(a, &r->u.put.prev_kv, 1, copy) : NULL;
+    break;
+  case KT_OP_DELETE:
+    o->del.deleted = r->u.del.deleted;
+    o->del.prev_kvs = kvs_out(a, r->u.del.prev_kvs, r->u.del.n_prev_kvs, copy);
+    o->del.n_prev_kvs = r->u.del.n_prev_kvs;
+    break;
+  case KT_OP_TXN: {
+    uint32_t n = r->u.txn.n_responses;
+    ketch_op_result *rs = n ? kt_arena_alloc(a, sizeof *rs * n) : NULL;
+    for (uint32_t i = 0; i < n; i++) {
+      memset(&rs[i], 0, sizeof rs[i]);
+      op_out(a, &rs[i], &r->u.txn.responses[i], copy);
+    }
+    o->txn.succeeded = r->u.txn.succeeded;
+    o->txn.responses = rs;
+    o->txn.n_responses = n;
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+/* Builds the public result of resp (or of an error when err != 0) in arena a.
+ * copy: duplicate every byte string (the result outlives the input buffer). */
+static void result_build(struct kt_arena *a, ketch_result *res, uint8_t type, int err,
+                         const char *msg, size_t msg_len, const struct kt_resp *resp, bool copy) {
+  memset(res, 0, sizeof *res);
+  res->type = type;
+  res->err = err;
+  res->message = err ? dup_str(a, msg, msg_len) : "";
+  if (err || !resp)
+    return;
+  res->header.cluster_id = resp->header.cluster_id;
+  res->header.member_id = resp->header.member_id;
+  res->header.revision = resp->header.revision;
+  res->header.raft_term = resp->header.raft_term;
+  if (type == KETCH_OP_STATUS) {
+    const struct kt_status_resp *s = &resp->u.status;
+    ketch_status_result *o = &res->status;
+    o->version = dup_str(a, s->version.p, s->version.n);
+    o->db_size = s->db_size;
+    o->db_size_in_use = s->db_size_in_use;
+    o->leader = s->leader;
+    o->raft_index = s->raft_index;
+    o->raft_term = s->raft_term;
+    o->raft_applied_index = s->raft_applied_index;
+    o->is_learner = s->is_learner;
+    if (s->n_errors) {
+      const char **e = kt_arena_alloc(a, sizeof *e * s->n_errors);
+      for (uint32_t i = 0; i < s->n_errors; i++)
+        e[i] = dup_str(a, s->errors[i].p, s->errors[i].n);
+      o->errors = e;
+      o->n_errors = s->n_errors;
+    }
+  } else if (type >= KETCH_OP_RANGE && type <= KETCH_OP_TXN) {
+    ketch_op_result tmp;
+    memset(&tmp, 0, sizeof tmp);
+    op_out(a, &tmp, &resp->u.op, copy);
+    switch (type) {
+    case KETCH_OP_RANGE:
+      res->range = tmp.range;
+      break;
+    case KETCH_OP_PUT:
+      res->put = tmp.put;
+      break;
+    case KETCH_OP_DELETE:
+      res->del = tmp.del;
+      break;
+    default:
+      res->txn = tmp.txn;
+      break;
+    }
+  }
+}
+
+static const char *dup_bytes(struct kt_arena *a, const char *p, size_t n) {
+  return n ? kt_arena_dup(a, p, n) : "";
+}
+
+static const ketch_kv *dup_kvs(struct kt_arena *a, const ketch_kv *kv, size_t n) {
+  if (!kv || !n)
+    return NULL;
+  ketch_kv *o = kt_arena_alloc(a, sizeof *o * n);
+  for (size_t i = 0; i < n; i++) {
+    o[i] = kv[i];
+    o[i].key = dup_bytes(a, kv[i].key, kv[i].key_len);
+    o[i].value = dup_bytes(a, kv[i].value, kv[i].value_len);
+  }
+  return o;
+}
+
+/* Deep-copies the union member named by type (same layout in ketch_result
+ * and ketch_op_result for RANGE..TXN). */
+static void dup_op(struct kt_arena *a, ketch_op_result *o, const ketch_op_result *r) {
+  *o = *r;
+  switch (r->type) {
+  case KETCH_OP_RANGE:
+    o->range.kvs = dup_kvs(a, r->range.kvs, r->range.n_kvs);
+    break;
+  case KETCH_OP_PUT:
+    o->put.prev_kv = dup_kvs(a, r->put.prev_kv, 1);
+    break;
+  case KETCH_OP_DELETE:
+    o->del.prev_kvs = dup_kvs(a, r->del.prev_kvs, r->del.n_prev_kvs);
+    break;
+  case KETCH_OP_TXN: {
+    size_t n = r->txn.n_responses;
+    ketch_op_result *rs = n ? kt_arena_alloc(a, sizeof *rs * n) : NULL;
+    for (size_t i = 0; i < n; i++)
+      dup_op(a, &rs[i], &r->txn.responses[i]);
+    o->txn.responses = rs;
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+ketch_result *ketch_result_dup(const ketch_result *res) {
+  struct owned_result *o = calloc(1, sizeof *o);
+  if (!o)
+    return NULL;
+  struct kt_arena *a = &o->arena;
+  ketch_result *d = &o->res;
+  d->type = res->type;
+  d->err = res->err;
+  d->header = res->header;
+  d->message = dup_str(a, res->message, strlen(res->message));
+  if (res->err)
+    return d;
+  if (res->type == KETCH_OP_STATUS) {
+    d->status = res->status;
+    d->status.version = dup_str(a, res->status.version, strlen(res->status.version));
+    if (res->status.n_errors) {
+      const char **e = kt_arena_alloc(a, sizeof *e * res->status.n_errors);
+      for (size_t i = 0; i < res->status.n_errors; i++)
+        e[i] = dup_str(a, res->status.errors[i], strlen(res->status.errors[i]));
+      d->status.errors = e;
+    }
+  } else if (res->type >= KETCH_OP_RANGE && res->type <= KETCH_OP_TXN) {
+    ketch_op_result in, out;
+    memset(&in, 0, sizeof in);
+    in.type = res->type;
+    if (res->type == KETCH_OP_RANGE)
+      in.range = res->range;
+    else if (res->type == KETCH_OP_PUT)
+      in.put = res->put;
+    else if (res->type == KETCH_OP_DELETE)
+      in.del = res->del;
+    else
+      in.txn = res->txn;
+    dup_op(a, &out, &in);
+    if (res->type == KETCH_OP_RANGE)
+      d->range = out.range;
+    else if (res->type == KETCH_OP_PUT)
+      d->put = out.put;
+    else if (res->type == KETCH_OP_DELETE)
+      d->del = out.del;
+    else
+      d->txn = out.txn;
+  }
+  return d;
+}
+
+void ketch_result_free(ketch_result *res) {
+  if (!res)
+    return;
+  struct owned_result *o = (struct owned_result *)res;
+  kt_arena_free(&o->arena);
+  free(o);
+}
+
+/* Completes a pending slot: unlinks it, frees it, runs its callback with the
+ * result of resp (err == 0) or with err and msg. */
+static void complete(ketch_client *c, struct slot *s, int err, const char *msg, size_t msg_len,
+                     const struct kt_resp *resp) {
+  ketch_cb cb = s->cb;
+  void *arg = s->arg;
+  uint8_t type = s->type;
+  bool keep = s->keep;
+  pend_unlink(c, s);
+  slot_free(c, s);
+  if (!msg) {
+    msg = kt_strerror(err);
+    msg_len = strlen(msg);
+  }
+  bool was_in_cb = c->in_cb;
+  c->in_cb = true;
+  if (keep) {
+    struct owned_result *o = calloc(1, sizeof *o);
+    if (!o)
+      kt_panic(__FILE__, __LINE__, "out of memory");
+    result_build(&o->arena, &o->res, type, err, msg, msg_len, resp, true);
+    cb(arg, err, &o->res); /* the internal sync callback takes ownership */
+  } else {
+    ketch_result res;
+    result_build(&c->res_arena, &res, type, err, msg, msg_len, resp, false);
+    cb(arg, err, &res);
+    kt_arena_reset(&c->res_arena);
+  }
+  c->in_cb = was_in_cb;
+}
+
+/* ---- encoding requests ---- */
+
+static int bytes_in(struct kt_bytes *b, const void *p, size_t n) {
+  if (n > UINT32_MAX || (n && !p))
+    return KETCH_EINVAL;
+  b->p = n ? p : (const uint8_t *)"";
+  b->n = (uint32_t)n;
+  return 0;
+}
+
+static const uint8_t zero_byte[1] = {0};
+
+/* key/range_end with the prefix / from_key helpers applied. */
+static int range_in(struct kt_arena *a, struct kt_bytes *key, struct kt_bytes *end, const void *k,
+                    size_t kn, const void *e, size_t en, bool prefix, bool from_key) {
+  if (bytes_in(key, k, kn) || bytes_in(end, e, en))
+    return KETCH_EINVAL;
+  if (!prefix && !from_key)
+    return 0;
+  if ((prefix && from_key) || en)
+    return KETCH_EINVAL;
+  if (kn == 0) { /* all keys */
+    key->p = zero_byte;
+    key->n = 1;
+    end->p = zero_byte;
+    end->n = 1;
+    return 0;
+  }
+  if (from_key) {
+    end->p = zero_byte;
+    end->n = 1;
+    return 0;
+  }
+  uint8_t *o = kt_arena_alloc(a, kn);
+  end->n = (uint32_t)ketch_prefix_end(k, kn, o);
+  end->p = o;
+  return 0;
+}
+
+static int op_in(struct kt_arena *a, struct kt_request_op *o, const ketch_op *op, int depth,
+                 bool *is_read);
+
+static int range_req_in(struct kt_arena *a, struct kt_range_req *r, const ketch_range_req *q) {
+  memset(r, 0, sizeof *r);
+  if (!q || q->sort_order < 0 || q->sort_order > KETCH_SORT_DESCEND || q->sort_target < 0 ||
+      q->sort_target > KETCH_SORT_VALUE || q->limit < 0)
+    return KETCH_EINVAL;
+  int err = range_in(a, &r->key, &r->range_end, q->key, q->key_len, q->range_end, q->range_end_len,
+                     q->prefix, q->from_key);
+  if (err)
+    return err;
+  r->limit = q->limit;
+  r->revision = q->revision;
+  r->sort_order = (uint8_t)q->sort_order;
+  r->sort_target = (uint8_t)q->sort_target;
+  r->serializable = q->serializable;
+  r->keys_only = q->keys_only;
+  r->count_only = q->count_only;
+  r->min_mod_revision = q->min_mod_revision;
+  r->max_mod_revision = q->max_mod_revision;
+  r->min_create_revision = q->min_create_revision;
+  r->max_create_revision = q->max_create_revision;
+  return 0;
+}
+
+static int put_req_in(struct kt_put_req *r, const ketch_put_req *q) {
+  memset(r, 0, sizeof *r);
+  if (!q || bytes_in(&r->key, q->key, q->key_len) || bytes_in(&r->value, q->value, q->value_len))
+    return KETCH_EINVAL;
+  r->lease = q->lease;
+  r->prev_kv = q->prev_kv;
+  r->ignore_value = q->ignore_value;
+  r->ignore_lease = q->ignore_lease;
+  return 0;
+}
+
+static int delete_req_in(struct kt_arena *a, struct kt_delete_req *r, const ketch_delete_req *q) {
+  memset(r, 0, sizeof *r);
+  if (!q)
+    return KETCH_EINVAL;
+  r->prev_kv = q->prev_kv;
+  return range_in(a, &r->key, &r->range_end, q->key, q->key_len, q->range_end, q->range_end_len,
+                  q->prefix, q->from_key);
+}
+
+static int ops_in(struct kt_arena *a, struct kt_request_op **out, uint32_t *n_out,
+                  const ketch_op *ops, size_t n, int depth, bool *is_read) {
+  if (n > UINT32_MAX || (n && !ops))
+    return KETCH_EINVAL;
+  struct kt_request_op *o = n ? kt_arena_alloc(a, sizeof *o * n) : NULL;
+  for (size_t i = 0; i < n; i++) {
+    int err = op_in(a, &o[i], &ops[i], depth, is_read);
+    if (err)
+      return err;
+  }
+  *out = o;
+  *n_out = (uint32_t)n;
+  return 0;
+}
+
+static int txn_req_in(struct kt_arena *a, struct kt_txn_req *r, const ketch_txn_req *q, int depth,
+                      bool *is_read) {
+  memset(r, 0, sizeof *r);
+  if (!q || depth > KT_MAX_TXN_DEPTH || q->n_compare > UINT32_MAX || (q->n_compare && !q->compare))
+    return KETCH_EINVAL;
+  if (q->n_compare) {
+    r->compare = kt_arena_alloc(a, sizeof *r->compare * q->n_compare);
+    for (size_t i = 0; i < q->n_compare; i++) {
+      const ketch_compare *k = &q->compare[i];
+      struct kt_compare *m = &r->compare[i];
+      memset(m, 0, sizeof *m);
+      if (k->result < 0 || k->result > KETCH_CMP_NOT_EQUAL || k->target < 0 ||
+          k->target > KETCH_CMP_LEASE || bytes_in(&m->key, k->key, k->key_len) ||
+          bytes_in(&m->range_end, k->range_end, k->range_end_len) ||
+          bytes_in(&m->value, k->value, k->value_len))
+        return KETCH_EINVAL;
+      m->result = (uint8_t)k->result;
+      m->target = (uint8_t)k->target;
+      m->int_value = k->int_value;
+    }
+    r->n_compare = (uint32_t)q->n_compare;
+  }
+  int err = ops_in(a, &r->success, &r->n_success, q->success, q->n_success, depth, is_read);
+  if (!err)
+    err = ops_in(a, &r->failure, &r->n_failure, q->failure, q->n_failure, depth, is_read);
+  return err;
+}
+
+static int op_in(struct kt_arena *a, struct kt_request_op *o, const ketch_op *op, int depth,
+                 bool *is_read) {
+  memset(o, 0, sizeof *o);
+  o->type = (uint8_t)op->type;
+  switch (op->type) {
+  case KETCH_OP_RANGE:
+    return range_req_in(a, &o->u.range, &op->range);
+  case KETCH_OP_PUT:
+    *is_read = false;
+    return put_req_in(&o->u.put, &op->put);
+  case KETCH_OP_DELETE:
+    *is_read = false;
+    return delete_req_in(a, &o->u.del, &op->del);
+  case KETCH_OP_TXN:
+    return txn_req_in(a, &o->u.txn, &op->txn, depth + 1, is_read);
+  default:
+    return KETCH_EINVAL;
+  }
+}
+
+/* ---- connection ---- */
+
+static void conn_start(ketch_client *c);
+static void queue_unsent(ketch_client *c);
+
+static void queue_slot(ketch_client *c, struct slot *s) {
+  s->out_start = c->out_base + c->out.len;
+  s->queued = true;
+  kt_buf_append(&c->out, s->frame.p, s->frame.len);
+}
+
+static void conn_close_fd(ketch_client *c) {
+  if (c->fd >= 0)
+    close(c->fd);
+  c->fd = -1;
+  kt_buf_reset(&c->out);
+  kt_buf_reset(&c->in);
+  c->out_base = 0;
+  c->cluster_id = c->member_id = 0;
+}
+
+/* Keeps why each endpoint failed in the current round; the previous round's
+ * reasons stay readable until the next failure. */
+static void note_round_err(ketch_client *c, const char *why) {
+  if (c->fails_in_round == 0)
+    c->round_err[0] = 0;
+  size_t used = strlen(c->round_err);
+  snprintf(c->round_err + used, sizeof c->round_err - used, "%s%s: %s", used ? "; " : "",
+           c->eps[c->ep_idx].name, why);
+  set_errmsg(c, "%s: %s", c->eps[c->ep_idx].name, why);
+}
+
+/* The current connection (or connection attempt) failed: close it; requeue
+ * reads and unsent writes, fail sent writes with EUNKNOWN; move on to the
+ * next endpoint. */
+static void conn_fail(ketch_client *c, const char *why) {
+  bool was_ready = c->state == ST_READY;
+  if (c->ai_cur && c->ai_cur->ai_next && !was_ready && c->state == ST_CONNECTING) {
+    /* another address of the same endpoint */
+    conn_close_fd(c);
+    c->ai_cur = c->ai_cur->ai_next;
+    c->state = ST_IDLE;
+    conn_start(c);
+    return;
+  }
+  note_round_err(c, why);
+  uint64_t sent = c->out_base;
+  conn_close_fd(c);
+  if (c->ai_list)
+    freeaddrinfo(c->ai_list);
+  c->ai_list = c->ai_cur = NULL;
+  c->state = ST_IDLE;
+  c->fails_in_round++;
+  c->ep_idx = (c->ep_idx + 1) % c->n_eps;
+
+  /* Writes that may have reached the server: outcome unknown. */
+  char msg[400];
+  snprintf(msg, sizeof msg,
+           "request outcome unknown: connection lost after the request was sent (%s)", why);
+  /* First mark (onto the doomed list, in submission order), then complete:
+   * a callback may submit, and so reconnect and even fail again; whoever
+   * pops a slot off the doomed list completes it, exactly once. */
+  for (struct slot *s = c->pend_tail; s; s = s->prev) {
+    if (s->queued && !s->is_read && sent > s->out_start) {
+      s->doomed = true;
+      s->dnext = c->doomed_head;
+      c->doomed_head = s;
+    }
+    s->queued = false;
+  }
+  while (c->doomed_head) {
+    struct slot *s = c->doomed_head;
+    c->doomed_head = s->dnext;
+    s->dnext = NULL;
+    complete(c, s, KETCH_EUNKNOWN, msg, strlen(msg), NULL);
+  }
+  if (c->state == ST_IDLE && c->n_pending)
+    conn_start(c);
+}
+
+static int set_nodelay(int fd) {
+  int one = 1;
+  return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* From IDLE: start a non-blocking connect to the current endpoint (or go to
+ * BACKOFF after a whole round of failures). Failures that happen at once move
+ * on to the next endpoint within this call. */
+static void conn_start(ketch_client *c) {
+  for (;;) {
+    if (c->state != ST_IDLE)
+      return;
+    if (c->fails_in_round >= c->n_eps) {
+      c->fails_in_round = 0;
+      c->state = ST_BACKOFF;
+      c->backoff_until_ms = now_ms() + c->backoff_ms;
+      c->backoff_ms = KT_MIN(c->backoff_ms * 2, BACKOFF_MAX_MS);
+      return;
+    }
+    struct endpoint *ep = &c->eps[c->ep_idx];
+    if (!c->ai_cur) {
+      struct addrinfo hints = {0};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      hints.ai_flags = AI_NUMERICSERV;
+      int rc = getaddrinfo(ep->host, ep->port, &hints, &c->ai_list);
+      if (rc) {
+        c->ai_list = NULL;
+        char why[200];
+        snprintf(why, sizeof why, "resolve: %s", gai_strerror(rc));
+        conn_fail(c, why);
+        continue;
+      }
+      c->ai_cur = c->ai_list;
+    }
+    struct addrinfo *ai = c->ai_cur;
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      char why[200];
+      snprintf(why, sizeof why, "socket: %s", strerror(errno));
+      conn_fail(c, why);
+      continue;
+    }
+    set_nodelay(fd);
+    c->fd = fd;
+    c->state = ST_CONNECTING;
+    c->conn_deadline_ms = now_ms() + c->dial_timeout_ms;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
+      char why[200];
+      snprintf(why, sizeof why, "connect: %s", strerror(errno));
+      conn_fail(c, why);
+      continue;
+    }
+    return; /* completion (even an immediate one) is seen as POLLOUT */
+  }
+}
+
+static void conn_connected(ketch_client *c) {
+  c->state = ST_HELLO;
+  struct kt_req req;
+  memset(&req, 0, sizeof req);
+  req.type = KT_MSG_HELLO;
+  req.id = 0;
+  req.u.hello.version = KT_PROTO_VERSION;
+  static const char name[] = "libketch/" KETCH_VERSION;
+  req.u.hello.client.p = (const uint8_t *)name;
+  req.u.hello.client.n = sizeof name - 1;
+  kt_buf_reset(&c->out);
+  kt_proto_encode_req(&c->out, &req);
+}
+
+static void queue_unsent(ketch_client *c) {
+  for (struct slot *s = c->pend_head; s; s = s->next)
+    if (!s->queued && !s->doomed)
+      queue_slot(c, s);
+}
+
+static void on_hello(ketch_client *c, const struct kt_resp *r) {
+  if (r->type == KT_MSG_ERROR) {
+    char why[300];
+    snprintf(why, sizeof why, "hello refused: %s (%.*s)", kt_strerror((int)r->u.error.code),
+             (int)r->u.error.message.n, (const char *)r->u.error.message.p);
+    conn_fail(c, why);
+    return;
+  }
+  if (r->type != KT_MSG_HELLO || r->id != 0) {
+    conn_fail(c, "protocol error: expected a HELLO response");
+    return;
+  }
+  if (r->u.hello.version != KT_PROTO_VERSION) {
+    char why[100];
+    snprintf(why, sizeof why, "server speaks protocol version %u, we speak %u",
+             (unsigned)r->u.hello.version, KT_PROTO_VERSION);
+    conn_fail(c, why);
+    return;
+  }
+  c->cluster_id = r->u.hello.cluster_id;
+  c->member_id = r->u.hello.member_id;
+  if (r->u.hello.max_request_bytes)
+    c->max_request_bytes = r->u.hello.max_request_bytes;
+  snprintf(c->server, sizeof c->server, "%.*s", (int)KT_MIN(r->u.hello.server.n, 60),
+           (const char *)r->u.hello.server.p);
+  c->state = ST_READY;
+  c->fails_in_round = 0;
+  c->backoff_ms = BACKOFF_MIN_MS;
+  queue_unsent(c);
+}
+
+/* Handles one response frame body. Returns false when the connection failed
+ * (the input buffer is gone). */
+static bool on_frame(ketch_client *c, const uint8_t *body, uint32_t len) {
+  struct kt_resp r;
+  struct kt_err e = {0};
+  kt_arena_reset(&c->dec_arena);
+  int err = kt_proto_decode_resp(body, len, &c->dec_arena, &r, &e);
+  if (err) {
+    char why[320];
+    snprintf(why, sizeof why, "bad response frame: %s", e.msg[0] ? e.msg : kt_strerror(err));
+    conn_fail(c, why);
+    return false;
+  }
+  if (c->state == ST_HELLO) {
+    on_hello(c, &r);
+    return c->state == ST_READY;
+  }
+  if (r.id == 0) { /* connection-level error; the server closes next */
+    if (r.type == KT_MSG_ERROR)
+      set_errmsg(c, "server: %s: %.*s", kt_strerror((int)r.u.error.code), (int)r.u.error.message.n,
+                 (const char *)r.u.error.message.p);
+    return true;
+  }
+  uint32_t idx = (uint32_t)(r.id & SLOT_MASK);
+  if (idx >= c->max_outstanding || c->slots[idx].id != r.id || !c->slots[idx].queued)
+    return true; /* a request that already timed out */
+  struct slot *s = &c->slots[idx];
+  if (r.type == KT_MSG_ERROR) {
+    int code = (int)r.u.error.code;
+    const char *m = (const char *)r.u.error.message.p;
+    size_t mn = r.u.error.message.n;
+    char unk[300];
+    if (r.u.error.code == 0 || r.u.error.code >= KT_ERR_MAX) {
+      snprintf(unk, sizeof unk, "server sent unknown error code %u: %.*s", r.u.error.code,
+               (int)KT_MIN(mn, 200), m ? m : "");
+      code = KETCH_EINTERNAL;
+      m = unk;
+      mn = strlen(unk);
+    } else if (!mn) {
+      m = kt_strerror(code);
+      mn = strlen(m);
+    }
+    complete(c, s, code, m, mn, NULL);
+  } else if (r.type != s->type) {
+    char why[100];
+    snprintf(why, sizeof why, "response type %u to a request of type %u", r.type, s->type);
+    conn_fail(c, why);
+    return false;
+  } else {
+    complete(c, s, 0, NULL, 0, &r);
+  }
+  return true;
+}
+
+static void do_write(ketch_client *c) {
+  while (c->out.len) {
+    ssize_t n = send(c->fd, c->out.p, c->out.len, MSG_NOSIGNAL);
+    if (n > 0) {
+      kt_buf_consume(&c->out, (size_t)n);
+      c->out_base += (uint64_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    char why[200];
+    snprintf(why, sizeof why, "send: %s", n < 0 ? strerror(errno) : "wrote nothing");
+    conn_fail(c, why);
+    return;
+  }
+}
+
+static void do_read(ketch_client *c) {
+  for (int rounds = 0; rounds < 64; rounds++) {
+    kt_buf_reserve(&c->in, READ_CHUNK);
+    size_t want = c->in.cap - c->in.len;
+    ssize_t n = recv(c->fd, c->in.p + c->in.len, want, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    if (n <= 0) {
+      char why[200];
+      snprintf(why, sizeof why, "%s", n == 0 ? "connection closed by server" : strerror(errno));
+      conn_fail(c, why);
+      return;
+    }
+    c->in.len += (size_t)n;
+    size_t pos = 0;
+    for (;;) {
+      const uint8_t *body;
+      uint32_t blen;
+      size_t used;
+      int r =
+          kt_frame_next(c->in.p + pos, c->in.len - pos, KT_MAX_FRAME_BYTES, &body, &blen, &used);
+      if (r == 0)
+        break;
+      if (r < 0) {
+        conn_fail(c, "bad frame length from server");
+        return;
+      }
+      pos += used;
+      if (!on_frame(c, body, blen))
+        return; /* the connection (and `in`) was reset */
+    }
+    kt_buf_consume(&c->in, pos);
+    if ((size_t)n < want)
+      return; /* drained */
+  }
+}
+
+static void expire(ketch_client *c, int64_t now) {
+  if ((c->state == ST_CONNECTING || c->state == ST_HELLO) && now >= c->conn_deadline_ms)
+    conn_fail(c, c->state == ST_CONNECTING ? "dial timeout" : "handshake timeout");
+  while (c->pend_head && c->pend_head->deadline_ms <= now) {
+    struct slot *s = c->pend_head;
+    if (c->state == ST_READY || s->queued) {
+      char msg[200];
+      snprintf(msg, sizeof msg, "request timed out after %d ms%s", c->request_timeout_ms,
+               s->queued && !s->is_read ? " (outcome unknown)" : "");
+      complete(c, s, KETCH_ETIMEOUT, msg, strlen(msg), NULL);
+    } else {
+      char msg[1200];
+      snprintf(msg, sizeof msg, "no endpoint available: %s",
+               c->round_err[0] ? c->round_err : "not connected");
+      complete(c, s, KETCH_EUNAVAILABLE, msg, strlen(msg), NULL);
+    }
+  }
+}
+
+static void process(ketch_client *c) {
+  int64_t now = now_ms();
+  if (c->state == ST_BACKOFF && now >= c->backoff_until_ms) {
+    c->state = ST_IDLE;
+    if (c->n_pending)
+      conn_start(c);
+  }
+  if (c->state == ST_CONNECTING) {
+    struct pollfd p = {c->fd, POLLOUT, 0};
+    if (poll(&p, 1, 0) > 0) {
+      int soerr = 0;
+      socklen_t sl = sizeof soerr;
+      if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
+        soerr = errno;
+      if (soerr) {
+        char why[200];
+        snprintf(why, sizeof why, "connect: %s", strerror(soerr));
+        conn_fail(c, why);
+      } else {
+        conn_connected(c);
+      }
+    }
+  }
+  /* Read before writing: a connection the server closed while we were idle
+   * is noticed before a write is put on it (that write then goes to the
+   * next endpoint instead of completing EUNKNOWN). */
+  if (c->state == ST_HELLO || c->state == ST_READY)
+    do_read(c);
+  if (c->state == ST_HELLO || c->state == ST_READY)
+    do_write(c); /* including frames queued by callbacks */
+  expire(c, now_ms());
+}
+
+int ketch_process(ketch_client *c) {
+  if (c->in_cb)
+    return KETCH_EINVAL;
+  process(c);
+  return c->state == ST_BACKOFF || (c->state == ST_IDLE && c->n_pending) ? KETCH_EUNAVAILABLE : 0;
+}
+
+int ketch_fd(const ketch_client *c) { return c->state >= ST_CONNECTING ? c->fd : -1; }
+
+short ketch_events(const ketch_client *c) {
+  switch (c->state) {
+  case ST_CONNECTING:
+    return POLLOUT;
+  case ST_HELLO:
+  case ST_READY:
+    return (short)(POLLIN | (c->out.len ? POLLOUT : 0));
+  default:
+    return 0;
+  }
+}
+
+int ketch_timeout_ms(const ketch_client *c) {
+  int64_t deadline = INT64_MAX;
+  if (c->pend_head)
+    deadline = c->pend_head->deadline_ms;
+  if (c->state == ST_CONNECTING || c->state == ST_HELLO)
+    deadline = KT_MIN(deadline, c->conn_deadline_ms);
+  if (c->state == ST_BACKOFF)
+    deadline = KT_MIN(deadline, c->backoff_until_ms);
+  if (c->state == ST_IDLE && c->n_pending)
+    return 0;
+  if (deadline == INT64_MAX)
+    return -1;
+  int64_t d = deadline - now_ms();
+  if (d < 0)
+    return 0;
+  return d > INT32_MAX ? INT32_MAX : (int)d + 1; /* +1: never wake just before */
+}
+
+size_t ketch_pending(const ketch_client *c) { return c->n_pending; }
+
+const char *ketch_endpoint(const ketch_client *c) {
+  return c->state == ST_READY ? c->eps[c->ep_idx].name : NULL;
+}
+uint64_t ketch_cluster_id(const ketch_client *c) {
+  return c->state == ST_READY ? c->cluster_id : 0;
+}
+uint64_t ketch_member_id(const ketch_client *c) { return c->state == ST_READY ? c->member_id : 0; }
+const char *ketch_errmsg(const ketch_client *c) { return c->errmsg; }
+
+/* One turn of a blocking wait: poll the socket until the next deadline (at
+ * most max_ms), then process. */
+static void wait_turn(ketch_client *c, int max_ms) {
+  int t = ketch_timeout_ms(c);
+  if (t < 0 || (max_ms >= 0 && t > max_ms))
+    t = max_ms;
+  struct pollfd p = {ketch_fd(c), ketch_events(c), 0};
+  if (p.fd >= 0 || t != 0)
+    poll(&p, p.fd >= 0 ? 1 : 0, t);
+  process(c);
+}
+
+int ketch_run(ketch_client *c, int timeout_ms) {
+  if (c->in_cb)
+    return KETCH_EINVAL;
+  int64_t end = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
+  for (;;) {
+    process(c);
+    if (!c->n_pending)
+      return 0;
+    int64_t left = end - now_ms();
+    if (left <= 0)
+      return KETCH_ETIMEOUT;
+    wait_turn(c, left > INT32_MAX ? INT32_MAX : (int)left);
+  }
+}
+
+/* ---- submitting ---- */
+
+/* Takes a slot, encodes req into it and queues it. */
+static int submit(ketch_client *c, struct kt_req *req, bool is_read, bool keep, ketch_cb cb,
+                  void *arg) {
+  if (!cb)
+    return KETCH_EINVAL;
+  struct slot *s = c->free_list;
+  if (!s) {
+    kt_arena_reset(&c->enc_arena);
+    return KETCH_EBUSY;
+  }
+  c->seq++;
+  req->id = (c->seq << SLOT_BITS) | (uint64_t)(s - c->slots);
+  kt_buf_reset(&s->frame);
+  kt_proto_encode_req(&s->frame, req);
+  kt_arena_reset(&c->enc_arena);
+  if (s->frame.len - KT_FRAME_HDR > c->max_request_bytes) {
+    kt_buf_reset(&s->frame);
+    return KETCH_ETOOLARGE;
+  }
+  c->free_list = s->next;
+  s->id = req->id;
+  s->type = req->type;
+  s->is_read = is_read;
+  s->keep = keep;
+  s->cb = cb;
+  s->arg = arg;
+  s->queued = false;
+  s->deadline_ms = now_ms() + c->request_timeout_ms;
+  s->next = NULL;
+  s->prev = c->pend_tail;
+  if (c->pend_tail)
+    c->pend_tail->next = s;
+  else
+    c->pend_head = s;
+  c->pend_tail = s;
+  c->n_pending++;
+  if (c->state == ST_READY)
+    queue_slot(c, s);
+  else if (c->state == ST_IDLE)
+    conn_start(c);
+  return 0;
+}
+
+static int submit_op(ketch_client *c, int type, const void *req, bool keep, ketch_cb cb,
+                     void *arg) {
+  struct kt_req r;
+  memset(&r, 0, sizeof r);
+  r.type = (uint8_t)type;
+  r.u.op.type = (uint8_t)type;
+  bool is_read = true;
+  int err;
+  switch (type) {
+  case KETCH_OP_RANGE:
+    err = range_req_in(&c->enc_arena, &r.u.op.u.range, req);
+    break;
+  case KETCH_OP_PUT:
+    is_read = false;
+    err = put_req_in(&r.u.op.u.put, req);
+    break;
+  case KETCH_OP_DELETE:
+    is_read = false;
+    err = delete_req_in(&c->enc_arena, &r.u.op.u.del, req);
+    break;
+  default:
+    err = txn_req_in(&c->enc_arena, &r.u.op.u.txn, req, 1, &is_read);
+    break;
+  }
+  if (err) {
+    kt_arena_reset(&c->enc_arena);
+    set_errmsg(c, "%s", "invalid request (see ketch.h for the fields' rules)");
+    return err;
+  }
+  return submit(c, &r, is_read, keep, cb, arg);
+}
+
+static int submit_compact(ketch_client *c, int64_t revision, bool physical, bool keep, ketch_cb cb,
+                          void *arg) {
+  struct kt_req r;
+  memset(&r, 0, sizeof r);
+  r.type = KT_MSG_COMPACT;
+  r.u.compact.revision = revision;
+  r.u.compact.physical = physical;
+  return submit(c, &r, false, keep, cb, arg);
+}
+
+static int submit_status(ketch_client *c, bool keep, ketch_cb cb, void *arg) {
+  struct kt_req r;
+  memset(&r, 0, sizeof r);
+  r.type = KT_MSG_STATUS;
+  return submit(c, &r, true, keep, cb, arg);
+}
+
+int ketch_get_async(ketch_client *c, const void *key, size_t key_len, ketch_cb cb, void *arg) {
+  ketch_range_req q;
+  memset(&q, 0, sizeof q);
+  q.key = key;
+  q.key_len = key_len;
+  return submit_op(c, KETCH_OP_RANGE, &q, false, cb, arg);
+}
+int ketch_range_async(ketch_client *c, const ketch_range_req *req, ketch_cb cb, void *arg) {
+  return submit_op(c, KETCH_OP_RANGE, req, false, cb, arg);
+}
+int ketch_put_async(ketch_client *c, const ketch_put_req *req, ketch_cb cb, void *arg) {
+  return submit_op(c, KETCH_OP_PUT, req, false, cb, arg);
+}
+int ketch_delete_async(ketch_client *c, const ketch_delete_req *req, ketch_cb cb, void *arg) {
+  return submit_op(c, KETCH_OP_DELETE, req, false, cb, arg);
+}
+int ketch_txn_async(ketch_client *c, const ketch_txn_req *req, ketch_cb cb, void *arg) {
+  return submit_op(c, KETCH_OP_TXN, req, false, cb, arg);
+}
+int ketch_compact_async(ketch_client *c, int64_t revision, bool physical, ketch_cb cb, void *arg) {
+  return submit_compact(c, revision, physical, false, cb, arg);
+}
+int ketch_status_async(ketch_client *c, ketch_cb cb, void *arg) {
+  return submit_status(c, false, cb, arg);
+}
+
+/* ---- synchronous calls: submit with keep, then run until done ---- */
+
+struct waiter {
+  bool done;
+  int err;
+  ketch_result *res;
+};
+
+static void sync_cb(void *arg, int err, const ketch_result *res) {
+  struct waiter *w = arg;
+  w->done = true;
+  w->err = err;
+  w->res = (ketch_result *)res; /* keep: an owned_result, ours now */
+}
+
+static int sync_finish(ketch_client *c, int err, struct waiter *w, ketch_result **out) {
+  if (out)
+    *out = NULL;
+  if (err)
+    return err;
+  process(c); /* send at once */
+  while (!w->done)
+    wait_turn(c, -1); /* every request completes by its deadline */
+  if (w->err) {
+    set_errmsg(c, "%s", w->res->message);
+    ketch_result_free(w->res);
+    return w->err;
+  }
+  c->errmsg[0] = 0;
+  if (out)
+    *out = w->res;
+  else
+    ketch_result_free(w->res);
+  return 0;
+}
+
+#define SYNC_GUARD(c)                                                                              \
+  do {                                                                                             \
+    if ((c)->in_cb) {                                                                              \
+      if (out)                                                                                     \
+        *out = NULL;                                                                               \
+      return KETCH_EINVAL;                                                                         \
+    }                                                                                              \
+  } while (0)
+
+int ketch_get(ketch_client *c, const void *key, size_t key_len, ketch_result **out) {
+  SYNC_GUARD(c);
+  ketch_range_req q;
+  memset(&q, 0, sizeof q);
+  q.key = key;
+  q.key_len = key_len;
+  struct waiter w = {0};
+  return sync_finish(c, submit_op(c, KETCH_OP_RANGE, &q, true, sync_cb, &w), &w, out);
+}
+int ketch_range(ketch_client *c, const ketch_range_req *req, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct waiter w = {0};
+  return sync_finish(c, submit_op(c, KETCH_OP_RANGE, req, true, sync_cb, &w), &w, out);
+}
+int ketch_put(ketch_client *c, const ketch_put_req *req, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct waiter w = {0};
+  return sync_finish(c, submit_op(c, KETCH_OP_PUT, req, true, sync_cb, &w), &w, out);
+}
+int ketch_delete(ketch_client *c, const ketch_delete_req *req, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct waiter w = {0};
+  return sync_finish(c, submit_op(c, KETCH_OP_DELETE, req, true, sync_cb, &w), &w, out);
+}
+int ketch_txn(ketch_client *c, const ketch_txn_req *req, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct waiter w = {0};
+  return sync_finish(c, submit_op(c, KETCH_OP_TXN, req, true, sync_cb, &w), &w, out);
+}
+int ketch_compact(ketch_client *c, int64_t revision, bool physical, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct waiter w = {0};
+  return sync_finish(c, submit_compact(c, revision, physical, true, sync_cb, &w), &w, out);
+}
+int ketch_status(ketch_client *c, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct waiter w = {0};
+  return sync_finish(c, submit_status(c, true, sync_cb, &w), &w, out);
+}
+
+/* ---- open / close ---- */
+
+static void free_client(ketch_client *c) {
+  for (size_t i = 0; i < c->n_eps; i++) {
+    free(c->eps[i].host);
+    free(c->eps[i].port);
+  }
+  free(c->eps);
+  if (c->slots)
+    for (uint32_t i = 0; i < c->max_outstanding; i++)
+      kt_buf_free(&c->slots[i].frame);
+  free(c->slots);
+  if (c->fd >= 0)
+    close(c->fd);
+  if (c->ai_list)
+    freeaddrinfo(c->ai_list);
+  kt_buf_free(&c->out);
+  kt_buf_free(&c->in);
+  kt_arena_free(&c->enc_arena);
+  kt_arena_free(&c->dec_arena);
+  kt_arena_free(&c->res_arena);
+  free(c);
+}
+
+int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *opts, char *errmsg,
+               size_t errmsg_len) {
+  *out = NULL;
+  copy_msg(errmsg, errmsg_len, "");
+  ketch_options o;
+  ketch_options_init(&o);
+  if (opts) {
+    if (opts->dial_timeout_ms < 0 || opts->request_timeout_ms < 0 || opts->max_outstanding < 0 ||
+        opts->max_outstanding > (int)SLOT_MASK) {
+      copy_msg(errmsg, errmsg_len, "invalid option: negative timeout or max_outstanding too large");
+      return KETCH_EINVAL;
+    }
+    if (opts->dial_timeout_ms)
+      o.dial_timeout_ms = opts->dial_timeout_ms;
+    if (opts->request_timeout_ms)
+      o.request_timeout_ms = opts->request_timeout_ms;
+    if (opts->max_outstanding)
+      o.max_outstanding = opts->max_outstanding;
+    o.nonblocking_open = opts->nonblocking_open;
+  }
+  if (!endpoints || !*endpoints) {
+    copy_msg(errmsg, errmsg_len, "no endpoints given");
+    return KETCH_EINVAL;
+  }
+  ketch_client *c = calloc(1, sizeof *c);
+  if (!c)
+    return KETCH_ENOMEM;
+  c->fd = -1;
+  c->state = ST_IDLE;
+  c->dial_timeout_ms = o.dial_timeout_ms;
+  c->request_timeout_ms = o.request_timeout_ms;
+  c->max_outstanding = (uint32_t)o.max_outstanding;
+  c->max_request_bytes = KT_DEFAULT_MAX_REQUEST_BYTES;
+  c->backoff_ms = BACKOFF_MIN_MS;
+  size_t n = 1;
+  for (const char *p = endpoints; *p; p++)
+    n += *p == ',';
+  c->eps = calloc(n, sizeof *c->eps);
+  c->slots = calloc(c->max_outstanding, sizeof *c->slots);
+  if (!c->eps || !c->slots) {
+    free_client(c);
+    return KETCH_ENOMEM;
+  }
+  for (const char *p = endpoints;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    size_t sp = 0;
+    while (sp < len && (p[sp] == ' ' || p[sp] == '\t'))
+      sp++;
+    if (sp < len) {
+      char why[400] = "";
+      int err = parse_endpoint(p, len, &c->eps[c->n_eps], why, sizeof why);
+      if (err) {
+        copy_msg(errmsg, errmsg_len, why);
+        c->n_eps++; /* free what was parsed */
+        free_client(c);
+        return err;
+      }
+      c->n_eps++;
+    }
+    if (!comma)
+      break;
+    p = comma + 1;
+  }
+  if (!c->n_eps) {
+    copy_msg(errmsg, errmsg_len, "no endpoints given");
+    free_client(c);
+    return KETCH_EINVAL;
+  }
+  for (uint32_t i = c->max_outstanding; i > 0; i--)
+    slot_free(c, &c->slots[i - 1]);
+  if (!o.nonblocking_open) {
+    conn_start(c);
+    while (c->state != ST_READY && c->state != ST_BACKOFF) {
+      if (c->state == ST_IDLE)
+        conn_start(c); /* after a failure with nothing pending */
+      else
+        wait_turn(c, -1); /* each endpoint is bounded by the dial timeout */
+    }
+    if (c->state != ST_READY) {
+      char msg[1200];
+      snprintf(msg, sizeof msg, "no endpoint available: %s", c->round_err);
+      copy_msg(errmsg, errmsg_len, msg);
+      free_client(c);
+      return KETCH_EUNAVAILABLE;
+    }
+  }
+  *out = c;
+  return 0;
+}
+
+void ketch_close(ketch_client *c) {
+  if (!c)
+    return;
+  kt_assert(!c->in_cb);
+  while (c->pend_head) {
+    static const char m[] = "canceled: the handle was closed";
+    complete(c, c->pend_head, KETCH_ECANCELED, m, sizeof m - 1, NULL);
+  }
+  free_client(c);
+}

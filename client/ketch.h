@@ -1,0 +1,493 @@
+/* ketch.h — libketch, the C client library of the ketch key-value store.
+ *
+ * This header is the whole public API. It includes only libc headers and
+ * never a server header. C11, usable from C++.
+ *
+ *   cc app.c $(pkg-config --cflags --libs ketch)
+ *
+ * The data model and the results are etcd v3's: a global revision, keys with
+ * create/mod revision and version, range / put / delete / txn / compact,
+ * response headers with cluster_id, member_id, revision and raft_term.
+ *
+ * Shape
+ *   - ketch_open() a handle on a list of endpoints; ketch_close() it.
+ *   - Every request exists in two forms that share one code path:
+ *       asynchronous: ketch_X_async(c, req, cb, arg) queues the request and
+ *         returns at once; the callback runs later from ketch_process().
+ *       synchronous:  ketch_X(c, req, &res) = ketch_X_async + run the loop
+ *         (poll + ketch_process) until that request completes or times out.
+ *   - The asynchronous form plugs into the caller's own event loop:
+ *       wait for ketch_events(c) on ketch_fd(c), at most ketch_timeout_ms(c),
+ *       then call ketch_process(c). Re-read all three after every
+ *       ketch_process() and after every submit (the fd changes on reconnect).
+ *   - Many requests are outstanding at once on one connection (pipelining),
+ *     matched by request id; queued frames leave in one write().
+ *
+ * Threads: a handle is used by one thread at a time; different handles are
+ * independent. The library starts no thread and installs no signal handler
+ * (it writes with MSG_NOSIGNAL).
+ *
+ * Failover: the handle holds one connection, to one endpoint at a time,
+ * opened with a HELLO handshake. When connecting fails or the connection is
+ * lost, it moves to the next endpoint of the list (round robin). Requests in
+ * flight on the lost connection:
+ *   - reads (range, status, a txn of only ranges) are sent again on the next
+ *     connection: retrying a read is safe;
+ *   - writes (put, delete, a txn with a write, compact) that had not reached
+ *     the socket at all are sent on the next connection; a write of which any
+ *     byte was written is NEVER retried: it completes with KETCH_EUNKNOWN
+ *     ("request outcome unknown") — it may or may not have been applied.
+ * Every request completes at the latest at its deadline (request_timeout_ms
+ * after submission) with KETCH_ETIMEOUT (or KETCH_EUNAVAILABLE when no
+ * endpoint could be reached meanwhile). A write that times out after being
+ * sent has an unknown outcome too.
+ *
+ * Memory and lifetimes (who owns what, for how long)
+ *   - Request structs and the bytes they point to belong to the caller and are
+ *     only read during the submit call; they may be freed when it returns.
+ *   - A ketch_result given to a callback, and everything it points to, belongs
+ *     to the library and is valid only until the callback returns. Copy what
+ *     you need, or keep the whole result with ketch_result_dup().
+ *   - A ketch_result returned by a synchronous call belongs to the caller,
+ *     who frees it (and everything it points to, in one go) with
+ *     ketch_result_free(). It stays valid after ketch_close().
+ *   - Strings from ketch_strerror() are static. ketch_errmsg(c) and
+ *     ketch_endpoint(c) are valid until the next call on c.
+ *   - Keys and values in results are byte strings, NOT NUL-terminated (print
+ *     them with "%.*s", (int)kv->key_len, kv->key). Messages are
+ *     NUL-terminated.
+ *   In steady state the asynchronous path allocates nothing per request:
+ *   request slots, encode/decode buffers and arenas are reused.
+ *
+ * Errors: functions return 0 or a KETCH_E* code (positive). The numbers are
+ * ketch's wire codes (the same table as the server's). A result carries the
+ * code and a message (the server's message when the server refused the
+ * request, else the library's explanation).
+ */
+#ifndef KETCH_H
+#define KETCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KETCH_VERSION "0.1.0"
+#define KETCH_DEFAULT_PORT 2479
+
+/* ---- error codes (identical to the server's table; stable numbers) ---- */
+enum {
+  KETCH_OK = 0,
+  KETCH_EINVAL = 1,         /* invalid argument */
+  KETCH_EKEYEMPTY = 2,      /* key is not provided */
+  KETCH_ETOOLARGE = 3,      /* request is too large */
+  KETCH_ETOOMANYOPS = 4,    /* too many operations in txn request */
+  KETCH_EDUPKEY = 5,        /* duplicate key given in txn request */
+  KETCH_ECOMPACTED = 6,     /* mvcc: required revision has been compacted */
+  KETCH_EFUTUREREV = 7,     /* mvcc: required revision is a future revision */
+  KETCH_ENOSPACE = 8,       /* mvcc: database space exceeded */
+  KETCH_ELEASENOTFOUND = 9, /* requested lease not found */
+  KETCH_ELEASEEXISTS = 10,  /* lease already exists */
+  KETCH_ENOLEADER = 11,     /* no leader */
+  KETCH_ETIMEOUT = 12,      /* request timed out */
+  KETCH_EUNKNOWN = 13,      /* request outcome unknown (a write lost in flight) */
+  KETCH_EPROTO = 14,        /* protocol error */
+  KETCH_EUNSUPPORTED = 15,  /* unsupported request */
+  KETCH_ECORRUPT = 16,      /* data corruption detected */
+  KETCH_EIO = 17,           /* i/o error */
+  KETCH_ENOMEM = 18,        /* out of memory */
+  KETCH_ECLOSED = 19,       /* connection closed */
+  KETCH_EUNAVAILABLE = 20,  /* no endpoint available */
+  KETCH_ENOTFOUND = 21,     /* not found */
+  KETCH_ESTOPPED = 22,      /* server stopped */
+  KETCH_EBUSY = 23,         /* too many requests (max_outstanding reached) */
+  KETCH_ECANCELED = 24,     /* canceled (handle closed with the request pending) */
+  KETCH_EVERSION = 25,      /* unsupported protocol version */
+  KETCH_EINTERNAL = 26,     /* internal error */
+};
+
+/* The message of a code ("mvcc: required revision has been compacted");
+ * "unknown error" for a number outside the table. Static storage. */
+const char *ketch_strerror(int err);
+/* The code's name ("ECOMPACTED"). Static storage. */
+const char *ketch_errname(int err);
+/* The library version, KETCH_VERSION. */
+const char *ketch_version(void);
+
+/* ---- request and result types ---- */
+
+/* Operation / result types (the same numbers as the wire's message types). */
+enum {
+  KETCH_OP_RANGE = 1,
+  KETCH_OP_PUT = 2,
+  KETCH_OP_DELETE = 3,
+  KETCH_OP_TXN = 4,
+  KETCH_OP_COMPACT = 5,
+  KETCH_OP_STATUS = 6,
+};
+
+enum { KETCH_SORT_NONE = 0, KETCH_SORT_ASCEND = 1, KETCH_SORT_DESCEND = 2 };
+enum {
+  KETCH_SORT_KEY = 0,
+  KETCH_SORT_VERSION = 1,
+  KETCH_SORT_CREATE = 2,
+  KETCH_SORT_MOD = 3,
+  KETCH_SORT_VALUE = 4,
+};
+
+/* Key ranges, as etcd: with range_end_len == 0 the request names the single
+ * key `key`; range_end "\0" (len 1) means every key >= key; key "\0" with
+ * range_end "\0" means all keys; otherwise [key, range_end).
+ * The helpers `prefix` and `from_key` compute range_end for you (and then the
+ * range_end fields must be empty, else KETCH_EINVAL):
+ *   prefix:   every key starting with `key` (an empty key: all keys);
+ *   from_key: every key >= key (an empty key: all keys). */
+
+typedef struct ketch_range_req {
+  const void *key;
+  size_t key_len;
+  const void *range_end;
+  size_t range_end_len;
+  bool prefix, from_key;
+  int64_t limit;     /* 0 = no limit */
+  int64_t revision;  /* 0 = current; else read the store as of this revision */
+  int sort_order;    /* KETCH_SORT_NONE / ASCEND / DESCEND */
+  int sort_target;   /* KETCH_SORT_KEY .. KETCH_SORT_VALUE */
+  bool serializable; /* served by the member locally, without a quorum read */
+  bool keys_only;    /* values are left empty */
+  bool count_only;   /* only `count` is returned */
+  int64_t min_mod_revision, max_mod_revision; /* 0 = no filter */
+  int64_t min_create_revision, max_create_revision;
+} ketch_range_req;
+
+typedef struct ketch_put_req {
+  const void *key;
+  size_t key_len;
+  const void *value;
+  size_t value_len;
+  int64_t lease; /* 0 = none */
+  bool prev_kv;  /* return the previous key-value */
+  bool ignore_value, ignore_lease;
+} ketch_put_req;
+
+typedef struct ketch_delete_req {
+  const void *key;
+  size_t key_len;
+  const void *range_end;
+  size_t range_end_len;
+  bool prefix, from_key; /* as in ketch_range_req */
+  bool prev_kv;          /* return the deleted key-values */
+} ketch_delete_req;
+
+enum { KETCH_CMP_EQUAL = 0, KETCH_CMP_GREATER = 1, KETCH_CMP_LESS = 2, KETCH_CMP_NOT_EQUAL = 3 };
+enum {
+  KETCH_CMP_VERSION = 0,
+  KETCH_CMP_CREATE = 1, /* create_revision */
+  KETCH_CMP_MOD = 2,    /* mod_revision */
+  KETCH_CMP_VALUE = 3,
+  KETCH_CMP_LEASE = 4,
+};
+
+/* One txn comparison: `target(key) result operand`, e.g. version(k) > 0.
+ * The operand is int_value for VERSION/CREATE/MOD/LEASE, value for VALUE.
+ * With a range_end it applies to every key of the range. */
+typedef struct ketch_compare {
+  int result; /* KETCH_CMP_EQUAL .. NOT_EQUAL */
+  int target; /* KETCH_CMP_VERSION .. LEASE */
+  const void *key;
+  size_t key_len;
+  const void *range_end;
+  size_t range_end_len;
+  int64_t int_value;
+  const void *value;
+  size_t value_len;
+} ketch_compare;
+
+typedef struct ketch_op ketch_op;
+
+/* A transaction: if every compare holds, run `success`, else `failure`,
+ * atomically at one revision. Ops may be nested txns (depth <= 8); at most
+ * 128 ops per list (the server's --max-txn-ops). */
+typedef struct ketch_txn_req {
+  const ketch_compare *compare;
+  size_t n_compare;
+  const ketch_op *success;
+  size_t n_success;
+  const ketch_op *failure;
+  size_t n_failure;
+} ketch_txn_req;
+
+/* One operation of a txn: set `type` and the matching member. */
+struct ketch_op {
+  int type; /* KETCH_OP_RANGE / PUT / DELETE / TXN */
+  union {
+    ketch_range_req range;
+    ketch_put_req put;
+    ketch_delete_req del;
+    ketch_txn_req txn;
+  };
+};
+
+/* Convenience constructors for txn op lists (they copy the struct). */
+static inline ketch_op ketch_op_range(ketch_range_req r) {
+  ketch_op o;
+  o.type = KETCH_OP_RANGE;
+  o.range = r;
+  return o;
+}
+static inline ketch_op ketch_op_put(ketch_put_req r) {
+  ketch_op o;
+  o.type = KETCH_OP_PUT;
+  o.put = r;
+  return o;
+}
+static inline ketch_op ketch_op_delete(ketch_delete_req r) {
+  ketch_op o;
+  o.type = KETCH_OP_DELETE;
+  o.del = r;
+  return o;
+}
+static inline ketch_op ketch_op_txn(ketch_txn_req r) {
+  ketch_op o;
+  o.type = KETCH_OP_TXN;
+  o.txn = r;
+  return o;
+}
+
+/* etcd's ResponseHeader. */
+typedef struct ketch_header {
+  uint64_t cluster_id, member_id;
+  int64_t revision; /* the store's revision when the request was served */
+  uint64_t raft_term;
+} ketch_header;
+
+/* etcd's mvccpb.KeyValue. key/value are not NUL-terminated. */
+typedef struct ketch_kv {
+  const char *key;
+  size_t key_len;
+  const char *value;
+  size_t value_len;
+  int64_t create_revision, mod_revision, version, lease;
+} ketch_kv;
+
+typedef struct ketch_range_result {
+  const ketch_kv *kvs; /* n_kvs entries (none when count_only) */
+  size_t n_kvs;
+  bool more;     /* more keys matched than `limit` allowed */
+  int64_t count; /* keys in the range (regardless of limit) */
+} ketch_range_result;
+
+typedef struct ketch_put_result {
+  const ketch_kv *prev_kv; /* NULL unless prev_kv was asked and the key existed */
+} ketch_put_result;
+
+typedef struct ketch_delete_result {
+  int64_t deleted;          /* number of keys deleted */
+  const ketch_kv *prev_kvs; /* n_prev_kvs entries when prev_kv was asked */
+  size_t n_prev_kvs;
+} ketch_delete_result;
+
+typedef struct ketch_op_result ketch_op_result;
+
+typedef struct ketch_txn_result {
+  bool succeeded;                   /* the compares held: `success` ran */
+  const ketch_op_result *responses; /* one per op of the branch that ran */
+  size_t n_responses;
+} ketch_txn_result;
+
+/* The response of one txn op. */
+struct ketch_op_result {
+  int type; /* KETCH_OP_RANGE / PUT / DELETE / TXN */
+  union {
+    ketch_range_result range;
+    ketch_put_result put;
+    ketch_delete_result del;
+    ketch_txn_result txn;
+  };
+};
+
+typedef struct ketch_status_result {
+  const char *version; /* server version, NUL-terminated */
+  int64_t db_size, db_size_in_use;
+  uint64_t leader; /* member id of the leader, 0 = none known */
+  uint64_t raft_index, raft_term, raft_applied_index;
+  bool is_learner;
+  const char *const *errors; /* n_errors NUL-terminated strings (alarms) */
+  size_t n_errors;
+} ketch_status_result;
+
+/* The result of one request. `type` says which union member is filled.
+ * When err != 0 the header and the union are zero and `message` explains. */
+typedef struct ketch_result {
+  int type;            /* KETCH_OP_* of the request */
+  int err;             /* 0 or KETCH_E* */
+  const char *message; /* never NULL; "" when err == 0 */
+  ketch_header header; /* for every successful result */
+  union {
+    ketch_range_result range;
+    ketch_put_result put;
+    ketch_delete_result del;
+    ketch_txn_result txn;
+    ketch_status_result status; /* compact has only the header */
+  };
+} ketch_result;
+
+/* Frees a result returned by a synchronous call or ketch_result_dup (and
+ * all memory it points to). NULL is fine. Never call it on a result given to
+ * a callback. */
+void ketch_result_free(ketch_result *res);
+
+/* A deep copy of any result (e.g. one given to a callback, to keep it past
+ * the callback), owned by the caller: free it with ketch_result_free().
+ * NULL if out of memory. */
+ketch_result *ketch_result_dup(const ketch_result *res);
+
+/* ---- opening and closing ---- */
+
+typedef struct ketch_client ketch_client;
+
+typedef struct ketch_options {
+  int dial_timeout_ms;    /* connect + handshake, per endpoint; 0 = 2000 */
+  int request_timeout_ms; /* submit to completion, per request; 0 = 5000 */
+  int max_outstanding;    /* requests submitted and not completed; 0 = 4096 */
+  bool nonblocking_open;  /* ketch_open does not connect; the first request does */
+} ketch_options;
+
+/* Fills *opts with the defaults (a zeroed struct means the same). */
+void ketch_options_init(ketch_options *opts);
+
+/* Opens a handle. `endpoints` is a comma-separated list of host:port
+ * ("127.0.0.1:2479,127.0.0.1:2579"); an "http://" (or "https://") prefix and a
+ * trailing "/" are accepted and ignored, a missing port means 2479, IPv6
+ * literals are written [::1]:2479. Names are resolved with getaddrinfo at
+ * connect time (which may block for a non-numeric host). opts may be NULL.
+ *
+ * Unless opts->nonblocking_open, it connects before returning: it tries each
+ * endpoint in order, each for at most dial_timeout_ms, until one completes
+ * the HELLO handshake.
+ * Returns 0 and sets *out, or: KETCH_EINVAL (bad endpoint list or option;
+ * `errmsg`, if not NULL, gets the reason), KETCH_EUNAVAILABLE (no endpoint
+ * completed the handshake; errmsg names each endpoint's failure, e.g. refused,
+ * timed out, or a protocol version mismatch), KETCH_ENOMEM.
+ * errmsg_len is the size of errmsg. *out is NULL on error. */
+int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *opts, char *errmsg,
+               size_t errmsg_len);
+
+/* Closes the connection and frees the handle. Pending asynchronous requests
+ * complete first, from inside this call, with KETCH_ECANCELED (writes among
+ * them may have been applied). Results returned earlier by synchronous calls
+ * stay valid. Not to be called from inside a callback. NULL is fine. */
+void ketch_close(ketch_client *c);
+
+/* The endpoint ("host:port") of the current connection, or NULL when not
+ * connected. Valid until the next call on c. */
+const char *ketch_endpoint(const ketch_client *c);
+/* cluster_id and member_id the connected member announced in its HELLO;
+ * 0 when not connected. */
+uint64_t ketch_cluster_id(const ketch_client *c);
+uint64_t ketch_member_id(const ketch_client *c);
+/* A message for the last error returned by a synchronous call or ketch_open
+ * on c (the server's message when there is one); "" if none. NUL-terminated,
+ * valid until the next call on c. */
+const char *ketch_errmsg(const ketch_client *c);
+
+/* ---- synchronous calls ----
+ * Each blocks until the request completes or request_timeout_ms passes.
+ * Returns 0 and, if out is not NULL, sets *out to a result the caller frees
+ * with ketch_result_free(). On error returns the KETCH_E* code, sets *out to
+ * NULL and ketch_errmsg(c) explains. While a synchronous call waits,
+ * callbacks of asynchronous requests pending on c may run. Must not be called
+ * from inside a callback (returns KETCH_EINVAL). */
+
+/* Get one key, linearizably: *out->range has 0 or 1 kv. */
+int ketch_get(ketch_client *c, const void *key, size_t key_len, ketch_result **out);
+int ketch_range(ketch_client *c, const ketch_range_req *req, ketch_result **out);
+int ketch_put(ketch_client *c, const ketch_put_req *req, ketch_result **out);
+int ketch_delete(ketch_client *c, const ketch_delete_req *req, ketch_result **out);
+int ketch_txn(ketch_client *c, const ketch_txn_req *req, ketch_result **out);
+/* Compacts history before `revision`; `physical`: return once the space is
+ * reclaimed. KETCH_ECOMPACTED / KETCH_EFUTUREREV as etcd. */
+int ketch_compact(ketch_client *c, int64_t revision, bool physical, ketch_result **out);
+/* Status of the connected member (version, db size, leader, raft index/term). */
+int ketch_status(ketch_client *c, ketch_result **out);
+
+/* ---- asynchronous calls ----
+ * `cb` runs exactly once per accepted request, from inside ketch_process(),
+ * a synchronous call, ketch_run() or ketch_close() — never from inside the
+ * submit function. err is 0 or a KETCH_E* code; res is never NULL, and
+ * res->err == err. res and all it points to are valid only until cb returns.
+ * A callback may submit more asynchronous requests; it must not call a
+ * synchronous function, ketch_run() or ketch_close().
+ *
+ * Submit functions return 0 (accepted: cb will run) or an error, in which
+ * case cb never runs: KETCH_EINVAL (bad request: e.g. prefix with a
+ * range_end, unknown sort order), KETCH_ETOOLARGE (larger than the server's
+ * max request bytes), KETCH_EBUSY (max_outstanding requests pending),
+ * KETCH_ENOMEM. A request that the server refuses (e.g. KETCH_EKEYEMPTY)
+ * is accepted here and completes with that error and the server's message.
+ *
+ * Submitting only queues the frame; it leaves in the next ketch_process()
+ * (many frames, one write()). */
+typedef void (*ketch_cb)(void *arg, int err, const ketch_result *res);
+
+int ketch_get_async(ketch_client *c, const void *key, size_t key_len, ketch_cb cb, void *arg);
+int ketch_range_async(ketch_client *c, const ketch_range_req *req, ketch_cb cb, void *arg);
+int ketch_put_async(ketch_client *c, const ketch_put_req *req, ketch_cb cb, void *arg);
+int ketch_delete_async(ketch_client *c, const ketch_delete_req *req, ketch_cb cb, void *arg);
+int ketch_txn_async(ketch_client *c, const ketch_txn_req *req, ketch_cb cb, void *arg);
+int ketch_compact_async(ketch_client *c, int64_t revision, bool physical, ketch_cb cb, void *arg);
+int ketch_status_async(ketch_client *c, ketch_cb cb, void *arg);
+
+/* ---- event-loop integration ----
+ * Typical loop (poll; libev/libuv/epoll are the same idea):
+ *
+ *   for (;;) {
+ *     struct pollfd p = {ketch_fd(c), ketch_events(c), 0};
+ *     poll(&p, p.fd >= 0, ketch_timeout_ms(c));
+ *     ketch_process(c);
+ *   }
+ *
+ * ketch_fd: the socket to watch, or -1 when there is none right now (then
+ * only the timeout matters). It changes when the library reconnects: read it
+ * again after each ketch_process() and submit.
+ * ketch_events: POLLIN and/or POLLOUT (<poll.h> values) wanted on ketch_fd.
+ * ketch_timeout_ms: milliseconds until ketch_process() must run even without
+ * I/O (a request or dial deadline, a reconnect backoff); 0 = now; -1 = no
+ * deadline (nothing pending).
+ * ketch_process: never blocks. Connects, writes queued frames, reads and
+ * dispatches every complete response, expires deadlines, fails over. Calling
+ * it when nothing is ready is harmless. Returns 0, or KETCH_EUNAVAILABLE when
+ * the handle is between endpoints (no connection right now: informational,
+ * the pending requests keep their deadlines), or KETCH_EINVAL from inside a
+ * callback. */
+int ketch_fd(const ketch_client *c);
+short ketch_events(const ketch_client *c);
+int ketch_timeout_ms(const ketch_client *c);
+int ketch_process(ketch_client *c);
+
+/* Number of requests submitted and not yet completed. */
+size_t ketch_pending(const ketch_client *c);
+
+/* A small loop of its own for programs without one: poll + ketch_process
+ * until no request is pending or timeout_ms passes (-1 = no limit). Returns
+ * 0 when nothing is pending any more, KETCH_ETIMEOUT otherwise. Not from
+ * inside a callback (KETCH_EINVAL). */
+int ketch_run(ketch_client *c, int timeout_ms);
+
+/* ---- helpers ---- */
+
+/* The range_end that makes [prefix, end) cover every key starting with
+ * prefix (etcd's GetPrefixRangeEnd): prefix with its last byte below 0xff
+ * incremented and what follows dropped; "\0" (length 1) when every byte is
+ * 0xff or n == 0 (all keys). out needs room for max(n, 1) bytes. Returns the
+ * length written. */
+size_t ketch_prefix_end(const void *prefix, size_t n, void *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

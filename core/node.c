@@ -1,0 +1,856 @@
+/* core/node.c — see node.h for the data flow. */
+#include "node.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "../net/proto.h"
+#include "../net/server.h"
+#include "../snap/snap.h"
+#include "../wal/wal.h"
+#include "mvcc.h"
+
+/* WAL record types written by the node. */
+enum {
+  REC_ENTRY = 2, /* term u64 BE | request body (msgpack, as a client frame body) */
+};
+
+#define SNAP_SLICE_KEYS 256
+#define SNAP_MAX_INFLIGHT 16
+#define COMPACT_SLICE_KEYS 4096
+#define SNAP_KEEP 2
+#define META_MAGIC "KTMEMBER"
+
+struct pending {
+  uint64_t seq;   /* WAL sequence of the entry */
+  uint64_t index; /* log index */
+  struct kt_conn *conn;
+  uint64_t req_id;
+  size_t body_len; /* payload bytes at the front of n->bodies, in order */
+};
+
+struct waiter { /* a physical compaction waiting for its slices */
+  struct kt_conn *conn;
+  uint64_t req_id;
+};
+
+struct kt_node {
+  struct ev_loop *loop;
+  struct kt_node_config cfg;
+  char member_dir[4096], wal_dir[4200], snap_dir[4200];
+  uint64_t cluster_id, member_id;
+  struct kt_mvcc *store;
+  struct kt_wal *wal;
+  struct kt_server *server;
+  struct kt_arena arena;
+  struct kt_buf scratch;
+
+  uint64_t term;
+  uint64_t last_index;    /* last index appended to the WAL */
+  uint64_t applied_index; /* last index applied to the store */
+
+  /* In-flight writes, in index order: pend[pend_head..n_pend). Their WAL
+   * payloads sit in `bodies` from bodies_head on, in the same order. */
+  struct pending *pend;
+  size_t n_pend, cap_pend, pend_head;
+  struct kt_buf bodies;
+  size_t bodies_head;
+
+  struct waiter *waiters;
+  size_t n_waiters;
+
+  /* Snapshot in progress. */
+  struct kt_snap_writer *snap_w;
+  struct kt_mvcc_cursor snap_cursor;
+  struct kt_arena snap_arena;
+  bool snap_iter_done, snap_finish_sent;
+  uint64_t snap_index, last_snap_index, prev_snap_index;
+  int64_t snap_rev;
+
+  ev_async wal_async, snap_async;
+  ev_prepare prepare_w;
+  ev_idle idle_w;
+  bool stopping;
+  int wal_failed; /* KT_ENOSPACE: writes refused, reads go on */
+  char wal_failed_msg[512];
+  int fatal;
+};
+
+static void fatal_stop(struct kt_node *n, int code, const char *what) {
+  kt_log(KT_LOG_FATAL, "node", "member stopping: %s", what);
+  n->fatal = code ? code : KT_EIO;
+  ev_break(n->loop, EVBREAK_ALL);
+}
+
+/* ---- replies ---- */
+
+static void header_of(const struct kt_node *n, struct kt_header *h) {
+  h->cluster_id = n->cluster_id;
+  h->member_id = n->member_id;
+  h->revision = kt_mvcc_revision(n->store);
+  h->raft_term = n->term;
+}
+
+static void reply(struct kt_node *n, struct kt_conn *c, uint64_t id, uint8_t type,
+                  const struct kt_response_op *op) {
+  struct kt_buf *out = kt_conn_out(c);
+  if (!out)
+    return;
+  struct kt_resp r = {.type = type, .id = id};
+  header_of(n, &r.header);
+  if (op)
+    r.u.op = *op;
+  kt_proto_encode_resp(out, &r);
+  kt_conn_sent(c);
+}
+
+static void reply_err(struct kt_conn *c, uint64_t id, int code, const struct kt_err *e) {
+  kt_conn_send_error(c, id, code, e && e->code && e->msg[0] ? e->msg : kt_strerror(code));
+}
+
+/* ---- apply (log order) ---- */
+
+static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_conn *c,
+                      uint64_t req_id) {
+  struct kt_err e = {0};
+  int rc;
+  switch (req->type) {
+  case KT_MSG_PUT:
+  case KT_MSG_DELETE:
+  case KT_MSG_TXN: {
+    struct kt_response_op res;
+    rc = kt_mvcc_apply(n->store, &req->u.op, &n->arena, &res, &e);
+    if (!c)
+      return;
+    if (rc)
+      reply_err(c, req_id, rc, &e);
+    else
+      reply(n, c, req_id, req->type, &res);
+    return;
+  }
+  case KT_MSG_COMPACT:
+    rc = kt_mvcc_compact(n->store, req->u.compact.revision, &e);
+    if (rc == 0) {
+      kt_log(KT_LOG_INFO, "mvcc", "compaction revision=%lld",
+             (long long)req->u.compact.revision);
+      ev_idle_start(n->loop, &n->idle_w);
+    }
+    if (!c)
+      return;
+    if (rc) {
+      reply_err(c, req_id, rc, &e);
+    } else if (req->u.compact.physical && kt_mvcc_compact_pending(n->store)) {
+      struct waiter *w = realloc(n->waiters, (n->n_waiters + 1) * sizeof *w);
+      kt_assert(w);
+      n->waiters = w;
+      kt_conn_ref(c);
+      n->waiters[n->n_waiters++] = (struct waiter){c, req_id};
+    } else {
+      reply(n, c, req_id, KT_MSG_COMPACT, NULL);
+    }
+    return;
+  default:
+    kt_log(KT_LOG_WARN, "node", "entry of unexpected type %u ignored", req->type);
+  }
+}
+
+/* Decode an ENTRY payload (term | body) and apply it. */
+static int apply_entry(struct kt_node *n, uint64_t index, const uint8_t *p, size_t len,
+                       struct kt_conn *c, uint64_t req_id, struct kt_err *e) {
+  if (len < 8)
+    return kt_err_set(e, KT_ECORRUPT, "entry %llu: payload of %zu bytes is too short",
+                      (unsigned long long)index, len);
+  uint64_t term = kt_get_u64be(p);
+  struct kt_req req;
+  struct kt_err de = {0};
+  kt_arena_reset(&n->arena);
+  if (kt_proto_decode_req(p + 8, len - 8, &n->arena, &req, &de))
+    return kt_err_set(e, KT_ECORRUPT, "entry %llu: undecodable request: %s",
+                      (unsigned long long)index, de.msg);
+  if (term > n->term)
+    n->term = term;
+  apply_req(n, &req, c, req_id);
+  n->applied_index = index;
+  return 0;
+}
+
+/* ---- propose (the write path) ---- */
+
+static void propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
+                    size_t body_len) {
+  if (n->wal_failed) {
+    kt_conn_send_error(c, req_id, n->wal_failed, n->wal_failed_msg);
+    return;
+  }
+  uint64_t index = n->last_index + 1;
+  kt_buf_reset(&n->scratch);
+  kt_buf_reserve(&n->scratch, 8 + body_len);
+  kt_put_u64be(n->scratch.p, n->term);
+  memcpy(n->scratch.p + 8, body, body_len);
+  n->scratch.len = 8 + body_len;
+  uint64_t seq;
+  int rc = kt_wal_append(n->wal, REC_ENTRY, index, n->scratch.p, n->scratch.len, &seq);
+  if (rc) {
+    kt_conn_send_error(c, req_id, rc, "the write-ahead log refused the entry");
+    return;
+  }
+  n->last_index = index;
+  if (n->n_pend == n->cap_pend) {
+    if (n->pend_head > n->n_pend / 2) { /* slide down instead of growing */
+      memmove(n->pend, n->pend + n->pend_head, (n->n_pend - n->pend_head) * sizeof *n->pend);
+      n->n_pend -= n->pend_head;
+      n->pend_head = 0;
+    } else {
+      n->cap_pend = n->cap_pend ? n->cap_pend * 2 : 1024;
+      n->pend = realloc(n->pend, n->cap_pend * sizeof *n->pend);
+      kt_assert(n->pend);
+    }
+  }
+  kt_conn_ref(c);
+  n->pend[n->n_pend++] = (struct pending){seq, index, c, req_id, n->scratch.len};
+  kt_buf_append(&n->bodies, n->scratch.p, n->scratch.len);
+}
+
+static bool op_writes(const struct kt_request_op *op) {
+  switch (op->type) {
+  case KT_OP_PUT:
+  case KT_OP_DELETE:
+    return true;
+  case KT_OP_TXN:
+    for (uint32_t i = 0; i < op->u.txn.n_success; i++)
+      if (op_writes(&op->u.txn.success[i]))
+        return true;
+    for (uint32_t i = 0; i < op->u.txn.n_failure; i++)
+      if (op_writes(&op->u.txn.failure[i]))
+        return true;
+    return false;
+  default:
+    return false;
+  }
+}
+
+static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
+  struct kt_buf *out = kt_conn_out(c);
+  if (!out)
+    return;
+  struct kt_resp r = {.type = KT_MSG_STATUS, .id = id};
+  header_of(n, &r.header);
+  static const char version[] = KT_VERSION;
+  static struct kt_bytes nospace = {(const uint8_t *)"memberID:0 alarm:NOSPACE", 24};
+  struct kt_bytes walerr[1];
+  struct kt_status_resp *s = &r.u.status;
+  s->version = (struct kt_bytes){(const uint8_t *)version, sizeof version - 1};
+  s->db_size = (int64_t)kt_mvcc_size_bytes(n->store);
+  s->db_size_in_use = s->db_size;
+  s->leader = n->member_id;
+  s->raft_index = n->last_index;
+  s->raft_term = n->term;
+  s->raft_applied_index = n->applied_index;
+  if (kt_mvcc_nospace(n->store)) {
+    s->errors = &nospace;
+    s->n_errors = 1;
+  } else if (n->wal_failed) {
+    walerr[0] = (struct kt_bytes){(const uint8_t *)n->wal_failed_msg,
+                                  (uint32_t)strlen(n->wal_failed_msg)};
+    s->errors = walerr;
+    s->n_errors = 1;
+  }
+  kt_proto_encode_resp(out, &r);
+  kt_conn_sent(c);
+}
+
+static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req,
+                       const uint8_t *body, size_t body_len) {
+  struct kt_node *n = arg;
+  struct kt_err e = {0};
+  int rc;
+  if (n->stopping) {
+    kt_conn_send_error(c, req->id, KT_ESTOPPED, "member is shutting down");
+    return;
+  }
+  switch (req->type) {
+  case KT_MSG_RANGE: {
+    struct kt_response_op res = {.type = KT_OP_RANGE};
+    kt_arena_reset(&n->arena);
+    rc = kt_mvcc_check(n->store, &req->u.op, &e);
+    if (!rc)
+      rc = kt_mvcc_range(n->store, &req->u.op.u.range, &n->arena, &res.u.range, &e);
+    if (rc)
+      reply_err(c, req->id, rc, &e);
+    else
+      reply(n, c, req->id, KT_MSG_RANGE, &res);
+    return;
+  }
+  case KT_MSG_PUT:
+  case KT_MSG_DELETE:
+  case KT_MSG_TXN:
+    rc = kt_mvcc_check(n->store, &req->u.op, &e);
+    if (rc) {
+      reply_err(c, req->id, rc, &e);
+      return;
+    }
+    if (req->type == KT_MSG_TXN && !op_writes(&req->u.op)) {
+      /* A read-only txn changes nothing: answer from the applied state. */
+      struct kt_response_op res;
+      kt_arena_reset(&n->arena);
+      rc = kt_mvcc_apply(n->store, &req->u.op, &n->arena, &res, &e);
+      if (rc)
+        reply_err(c, req->id, rc, &e);
+      else
+        reply(n, c, req->id, KT_MSG_TXN, &res);
+      return;
+    }
+    propose(n, c, req->id, body, body_len);
+    return;
+  case KT_MSG_COMPACT:
+    if (req->u.compact.revision > kt_mvcc_revision(n->store)) {
+      kt_conn_send_error(c, req->id, KT_EFUTUREREV, NULL);
+      return;
+    }
+    if (req->u.compact.revision <= kt_mvcc_compact_revision(n->store)) {
+      kt_conn_send_error(c, req->id, KT_ECOMPACTED, NULL);
+      return;
+    }
+    propose(n, c, req->id, body, body_len);
+    return;
+  case KT_MSG_STATUS:
+    answer_status(n, c, req->id);
+    return;
+  default:
+    kt_conn_send_error(c, req->id, KT_EUNSUPPORTED, "request type not supported by this member");
+  }
+}
+
+/* ---- WAL completion ---- */
+
+static void wal_notify(void *arg) {
+  struct kt_node *n = arg;
+  ev_async_send(n->loop, &n->wal_async);
+}
+
+static void fail_pending(struct kt_node *n, int code, const char *msg) {
+  for (size_t i = n->pend_head; i < n->n_pend; i++) {
+    kt_conn_send_error(n->pend[i].conn, n->pend[i].req_id, code, msg);
+    kt_conn_unref(n->pend[i].conn);
+  }
+  n->pend_head = n->n_pend = 0;
+  kt_buf_reset(&n->bodies);
+  n->bodies_head = 0;
+}
+
+static void snap_maybe_start(struct kt_node *n);
+
+static void on_wal_synced(struct ev_loop *loop, ev_async *w, int revents) {
+  (void)loop;
+  (void)revents;
+  struct kt_node *n = w->data;
+  uint64_t durable = 0;
+  struct kt_err e = {0};
+  int rc = kt_wal_poll(n->wal, &durable, &e);
+  /* Apply and answer everything that is durable, in log order. */
+  while (n->pend_head < n->n_pend && n->pend[n->pend_head].seq <= durable) {
+    struct pending *p = &n->pend[n->pend_head++];
+    struct kt_err ae = {0};
+    const uint8_t *payload = n->bodies.p + n->bodies_head;
+    n->bodies_head += p->body_len;
+    struct kt_conn *c = kt_conn_open(p->conn) ? p->conn : NULL;
+    if (apply_entry(n, p->index, payload, p->body_len, c, p->req_id, &ae)) {
+      kt_conn_unref(p->conn);
+      fatal_stop(n, KT_ECORRUPT, ae.msg); /* our own bytes: cannot happen */
+      return;
+    }
+    kt_conn_unref(p->conn);
+  }
+  if (n->pend_head == n->n_pend) {
+    n->pend_head = n->n_pend = 0;
+    kt_buf_reset(&n->bodies);
+    n->bodies_head = 0;
+  } else if (n->bodies_head > (1u << 20)) {
+    kt_buf_consume(&n->bodies, n->bodies_head);
+    n->bodies_head = 0;
+  }
+  if (rc) {
+    if (rc == KT_ENOSPACE) {
+      /* Disk full: what is not durable was not acknowledged; refuse writes
+       * from now on, keep serving reads. */
+      n->wal_failed = rc;
+      snprintf(n->wal_failed_msg, sizeof n->wal_failed_msg,
+               "no space left on device: the member refuses writes (%s)", e.msg);
+      kt_log(KT_LOG_ERROR, "wal", "%s", n->wal_failed_msg);
+      fail_pending(n, KT_ENOSPACE, n->wal_failed_msg);
+    } else {
+      fatal_stop(n, rc, e.msg); /* a failed fdatasync stops the member */
+      return;
+    }
+  }
+  snap_maybe_start(n);
+}
+
+/* ---- snapshots ---- */
+
+static void snap_notify(void *arg) {
+  struct kt_node *n = arg;
+  ev_async_send(n->loop, &n->snap_async);
+}
+
+static int snap_feed(void *arg, const struct kt_kvrev *rec) {
+  return kt_snap_writer_add((struct kt_snap_writer *)arg, rec);
+}
+
+static void snap_abort(struct kt_node *n, const char *why) {
+  kt_log(KT_LOG_ERROR, "snap", "snapshot at index %llu abandoned: %s",
+         (unsigned long long)n->snap_index, why);
+  kt_snap_writer_free(n->snap_w);
+  n->snap_w = NULL;
+  kt_arena_free(&n->snap_arena);
+  n->last_snap_index = n->snap_index; /* try again after another snapshot_count */
+}
+
+/* One slice of snapshot work (bounded: SNAP_SLICE_KEYS keys). */
+static void snap_slice(struct kt_node *n) {
+  if (!n->snap_w)
+    return;
+  if (!n->snap_iter_done) {
+    if (!kt_snap_writer_can_add(n->snap_w))
+      return; /* writer thread busy: wait for its notify */
+    int rc = kt_mvcc_iter(n->store, n->snap_rev, &n->snap_cursor, SNAP_SLICE_KEYS,
+                          &n->snap_arena, snap_feed, n->snap_w);
+    if (rc < 0) {
+      snap_abort(n, "the writer refused a record");
+      return;
+    }
+    if (rc == 0)
+      n->snap_iter_done = true;
+  }
+  if (n->snap_iter_done && !n->snap_finish_sent) {
+    int rc = kt_snap_writer_finish(n->snap_w);
+    if (rc == 0)
+      n->snap_finish_sent = true;
+    else if (rc != KT_EBUSY)
+      snap_abort(n, kt_strerror(rc));
+  }
+}
+
+static void on_snap_progress(struct ev_loop *loop, ev_async *w, int revents) {
+  (void)loop;
+  (void)revents;
+  struct kt_node *n = w->data;
+  if (!n->snap_w)
+    return;
+  struct kt_err e = {0};
+  enum kt_snap_state st = kt_snap_writer_poll(n->snap_w, NULL, &e);
+  if (st == KT_SNAP_RUNNING) {
+    ev_idle_start(n->loop, &n->idle_w); /* room for more blocks */
+    return;
+  }
+  if (st == KT_SNAP_FAILED) {
+    snap_abort(n, e.msg);
+    return;
+  }
+  kt_log(KT_LOG_INFO, "snap", "snapshot saved file=%s index=%llu revision=%lld",
+         kt_snap_writer_path(n->snap_w), (unsigned long long)n->snap_index,
+         (long long)n->snap_rev);
+  kt_snap_writer_free(n->snap_w);
+  n->snap_w = NULL;
+  kt_arena_free(&n->snap_arena);
+  n->prev_snap_index = n->last_snap_index;
+  n->last_snap_index = n->snap_index;
+  /* Keep two snapshots, and the WAL from the older one on, so a corrupt
+   * newest snapshot still recovers from the older one + WAL. */
+  if (kt_snap_purge(n->snap_dir, SNAP_KEEP, NULL, &e))
+    kt_log(KT_LOG_WARN, "snap", "retention failed: %s", e.msg);
+  int removed = 0;
+  if (n->prev_snap_index && kt_wal_purge(n->wal, n->prev_snap_index, &removed, &e))
+    kt_log(KT_LOG_WARN, "wal", "purge failed: %s", e.msg);
+  else if (removed)
+    kt_log(KT_LOG_INFO, "wal", "purged %d segment(s) up to index %llu", removed,
+           (unsigned long long)n->prev_snap_index);
+}
+
+static void membership_blob(const struct kt_node *n, char *buf, size_t cap, int *len) {
+  *len = snprintf(buf, cap, "cluster_id=%016llx member_id=%016llx %s=%s",
+                  (unsigned long long)n->cluster_id, (unsigned long long)n->member_id,
+                  n->cfg.name, n->cfg.peer_urls);
+  if (*len >= (int)cap)
+    *len = (int)cap - 1;
+}
+
+static void snap_maybe_start(struct kt_node *n) {
+  if (n->snap_w || n->stopping || !n->cfg.snapshot_count)
+    return;
+  if (n->applied_index - n->last_snap_index < n->cfg.snapshot_count)
+    return;
+  struct kt_snap_meta meta = {0};
+  char membership[1024];
+  int ml;
+  membership_blob(n, membership, sizeof membership, &ml);
+  meta.term = n->term;
+  meta.index = n->applied_index;
+  meta.revision = kt_mvcc_revision(n->store);
+  meta.compact_revision = kt_mvcc_compact_revision(n->store);
+  meta.membership = (struct kt_bytes){(const uint8_t *)membership, (uint32_t)ml};
+  snprintf(meta.creator, sizeof meta.creator, "ketch %s member=%s", KT_VERSION, n->cfg.name);
+  struct kt_snap_writer_opts o = {
+      .max_inflight = SNAP_MAX_INFLIGHT, .notify = snap_notify, .notify_arg = n};
+  struct kt_err e = {0};
+  if (kt_snap_writer_open(n->snap_dir, &meta, &o, &n->snap_w, &e)) {
+    kt_log(KT_LOG_ERROR, "snap", "cannot start snapshot: %s", e.msg);
+    n->snap_w = NULL;
+    n->last_snap_index = n->applied_index;
+    return;
+  }
+  kt_log(KT_LOG_INFO, "snap", "snapshot started index=%llu revision=%lld",
+         (unsigned long long)meta.index, (long long)meta.revision);
+  n->snap_index = meta.index;
+  n->snap_rev = meta.revision;
+  n->snap_cursor = (struct kt_mvcc_cursor){0};
+  n->snap_iter_done = n->snap_finish_sent = false;
+  ev_idle_start(n->loop, &n->idle_w);
+}
+
+/* ---- background slices and the end of each loop turn ---- */
+
+static void background_slice(struct kt_node *n) {
+  snap_slice(n);
+  /* Physical compaction waits while a snapshot iterates the store. */
+  if (!n->snap_w && kt_mvcc_compact_pending(n->store)) {
+    if (!kt_mvcc_compact_step(n->store, COMPACT_SLICE_KEYS)) {
+      for (size_t i = 0; i < n->n_waiters; i++) {
+        if (kt_conn_open(n->waiters[i].conn))
+          reply(n, n->waiters[i].conn, n->waiters[i].req_id, KT_MSG_COMPACT, NULL);
+        kt_conn_unref(n->waiters[i].conn);
+      }
+      n->n_waiters = 0;
+    }
+  }
+}
+
+static bool background_pending(const struct kt_node *n) {
+  return (n->snap_w && !n->snap_iter_done && kt_snap_writer_can_add(n->snap_w)) ||
+         (n->snap_w && n->snap_iter_done && !n->snap_finish_sent) ||
+         (!n->snap_w && kt_mvcc_compact_pending(n->store));
+}
+
+static void on_idle(struct ev_loop *loop, ev_idle *w, int revents) {
+  (void)revents;
+  struct kt_node *n = w->data;
+  background_slice(n);
+  if (!background_pending(n))
+    ev_idle_stop(loop, w);
+}
+
+static void maybe_finish_shutdown(struct kt_node *n);
+
+static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
+  (void)loop;
+  (void)revents;
+  struct kt_node *n = w->data;
+  if (background_pending(n))
+    background_slice(n); /* one slice per turn even when never idle */
+  if (n->pend_head < n->n_pend) {
+    int rc = kt_wal_flush(n->wal);
+    if (rc && rc != KT_ENOSPACE)
+      fatal_stop(n, rc, "write-ahead log failed");
+  }
+  if (n->stopping)
+    maybe_finish_shutdown(n);
+}
+
+/* ---- open / recovery ---- */
+
+static int mkdir_p(const char *path, struct kt_err *e) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+        return kt_err_set(e, KT_EIO, "mkdir %s: %s", tmp, strerror(errno));
+      *p = '/';
+    }
+  }
+  if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+    return kt_err_set(e, KT_EIO, "mkdir %s: %s", tmp, strerror(errno));
+  return 0;
+}
+
+static uint64_t hash_id(const char *a, const char *b, const char *c) {
+  crypto_generichash_state st;
+  uint8_t out[16];
+  crypto_generichash_init(&st, NULL, 0, sizeof out);
+  crypto_generichash_update(&st, (const uint8_t *)a, strlen(a) + 1);
+  crypto_generichash_update(&st, (const uint8_t *)b, strlen(b) + 1);
+  crypto_generichash_update(&st, (const uint8_t *)c, strlen(c) + 1);
+  crypto_generichash_final(&st, out, sizeof out);
+  uint64_t v = kt_get_u64be(out);
+  return v ? v : 1;
+}
+
+/* member/meta: "KTMEMBER" | cluster_id u64 | member_id u64, written once
+ * (tmp + fsync + rename) when the member is created; a restart reads it and
+ * ignores the --initial-* flags, as etcd does. */
+static int load_or_create_meta(struct kt_node *n, struct kt_err *e) {
+  char path[4200], tmp[4300];
+  snprintf(path, sizeof path, "%s/meta", n->member_dir);
+  uint8_t buf[24];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t r = read(fd, buf, sizeof buf);
+    close(fd);
+    if (r != (ssize_t)sizeof buf || memcmp(buf, META_MAGIC, 8) != 0)
+      return kt_err_set(e, KT_ECORRUPT, "%s: not a ketch member file", path);
+    n->cluster_id = kt_get_u64be(buf + 8);
+    n->member_id = kt_get_u64be(buf + 16);
+    return 0;
+  }
+  if (errno != ENOENT)
+    return kt_err_set(e, KT_EIO, "%s: %s", path, strerror(errno));
+  n->cluster_id = hash_id("cluster", n->cfg.cluster_token, n->cfg.peer_urls);
+  n->member_id = hash_id("member", n->cfg.name, n->cfg.peer_urls);
+  memcpy(buf, META_MAGIC, 8);
+  kt_put_u64be(buf + 8, n->cluster_id);
+  kt_put_u64be(buf + 16, n->member_id);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0 || write(fd, buf, sizeof buf) != (ssize_t)sizeof buf || fsync(fd) < 0) {
+    int er = errno;
+    if (fd >= 0)
+      close(fd);
+    return kt_err_set(e, er == ENOSPC ? KT_ENOSPACE : KT_EIO, "%s: %s", tmp, strerror(er));
+  }
+  close(fd);
+  if (rename(tmp, path) < 0)
+    return kt_err_set(e, KT_EIO, "rename %s: %s", tmp, strerror(errno));
+  int dfd = open(n->member_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return 0;
+}
+
+static int restore_rec(void *arg, const struct kt_kvrev *rec) {
+  struct kt_err e;
+  return kt_mvcc_restore_rec((struct kt_mvcc *)arg, rec, &e) ? KT_ECORRUPT : 0;
+}
+
+static struct kt_mvcc *new_store(struct kt_node *n) {
+  struct kt_mvcc_config mc = {.quota_bytes = n->cfg.quota_bytes};
+  return kt_mvcc_new(&mc);
+}
+
+/* The newest snapshot that loads whole; older ones are the fallback. */
+static int load_snapshot(struct kt_node *n, struct kt_err *e) {
+  struct kt_snap_entry *list = NULL;
+  size_t cnt = 0;
+  if (kt_snap_clean_tmp(n->snap_dir, NULL, e) || kt_snap_list(n->snap_dir, &list, &cnt, e))
+    return e->code;
+  for (size_t i = 0; i < cnt; i++) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s", n->snap_dir, list[i].name);
+    struct kt_snap_meta meta = {0};
+    struct kt_err le = {0};
+    struct kt_mvcc *s = new_store(n);
+    int rc = kt_snap_load(path, restore_rec, s, &meta, &le);
+    if (rc) {
+      kt_log(KT_LOG_ERROR, "snap", "snapshot refused: %s%s", le.msg,
+             i + 1 < cnt ? " (falling back to an older snapshot)" : "");
+      kt_mvcc_free(s);
+      kt_snap_meta_free(&meta);
+      continue;
+    }
+    kt_mvcc_restore_done(s, meta.revision, meta.compact_revision);
+    kt_mvcc_free(n->store);
+    n->store = s;
+    n->term = meta.term;
+    n->applied_index = n->last_index = n->last_snap_index = meta.index;
+    kt_log(KT_LOG_INFO, "snap", "recovered from snapshot file=%s index=%llu revision=%lld keys=%llu",
+           list[i].name, (unsigned long long)meta.index, (long long)meta.revision,
+           (unsigned long long)kt_mvcc_keys(s));
+    kt_snap_meta_free(&meta);
+    free(list);
+    return 0;
+  }
+  bool had = cnt > 0;
+  free(list);
+  if (had)
+    return kt_err_set(e, KT_ECORRUPT, "every snapshot in %s failed verification", n->snap_dir);
+  return 0;
+}
+
+struct replay {
+  struct kt_node *n;
+  uint64_t first_seen;
+  struct kt_err *e;
+};
+
+static int replay_rec(void *arg, const struct kt_wal_rec *rec) {
+  struct replay *r = arg;
+  struct kt_node *n = r->n;
+  if (rec->type != REC_ENTRY)
+    return 0;
+  if (!r->first_seen)
+    r->first_seen = rec->index;
+  if (rec->index <= n->applied_index)
+    return 0; /* covered by the snapshot */
+  if (rec->index != n->applied_index + 1) {
+    kt_err_set(r->e, KT_ECORRUPT,
+               "%s: entry %llu follows %llu: entries are missing (no snapshot covers them)",
+               n->wal_dir, (unsigned long long)rec->index, (unsigned long long)n->applied_index);
+    return KT_ECORRUPT;
+  }
+  int rc = apply_entry(n, rec->index, rec->payload, rec->len, NULL, 0, r->e);
+  if (rc)
+    return rc;
+  n->last_index = rec->index;
+  return 0;
+}
+
+int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct kt_node **out,
+                 struct kt_err *e) {
+  struct kt_node *n = calloc(1, sizeof *n);
+  kt_assert(n);
+  n->loop = loop;
+  n->cfg = *cfg;
+  n->term = 1;
+  if (strlen(cfg->data_dir) > 3900) {
+    free(n);
+    return kt_err_set(e, KT_EINVAL, "--data-dir: path too long");
+  }
+  snprintf(n->member_dir, sizeof n->member_dir, "%s/member", cfg->data_dir);
+  snprintf(n->wal_dir, sizeof n->wal_dir, "%s/wal", n->member_dir);
+  snprintf(n->snap_dir, sizeof n->snap_dir, "%s/snap", n->member_dir);
+  int rc;
+  if ((rc = mkdir_p(n->wal_dir, e)) || (rc = mkdir_p(n->snap_dir, e)) ||
+      (rc = load_or_create_meta(n, e)))
+    goto fail;
+  n->store = new_store(n);
+  if ((rc = load_snapshot(n, e)))
+    goto fail;
+  ev_async_init(&n->wal_async, on_wal_synced);
+  n->wal_async.data = n;
+  ev_async_start(loop, &n->wal_async);
+  ev_unref(loop);
+  ev_async_init(&n->snap_async, on_snap_progress);
+  n->snap_async.data = n;
+  ev_async_start(loop, &n->snap_async);
+  ev_unref(loop);
+  struct kt_wal_opts wo = {.segment_bytes = cfg->wal_segment_bytes,
+                           .max_record_bytes = cfg->max_request_bytes + KT_FRAME_SLACK + 64,
+                           .first_index = n->applied_index + 1,
+                           .notify = wal_notify,
+                           .notify_arg = n};
+  struct replay r = {.n = n, .e = e};
+  e->code = 0;
+  rc = kt_wal_open(n->wal_dir, &wo, replay_rec, &r, &n->wal, e);
+  if (rc) {
+    if (!e->code)
+      kt_err_set(e, rc, "%s: %s", n->wal_dir, kt_strerror(rc));
+    goto fail;
+  }
+  if (r.first_seen > n->applied_index + 1) {
+    rc = kt_err_set(e, KT_ECORRUPT,
+                    "%s starts at entry %llu but the newest valid snapshot ends at %llu: "
+                    "entries are missing",
+                    n->wal_dir, (unsigned long long)r.first_seen,
+                    (unsigned long long)n->applied_index);
+    goto fail;
+  }
+  /* Physical compaction of a recovered compact entry goes on in slices. */
+  ev_idle_init(&n->idle_w, on_idle);
+  n->idle_w.data = n;
+  if (kt_mvcc_compact_pending(n->store))
+    ev_idle_start(loop, &n->idle_w);
+  ev_prepare_init(&n->prepare_w, on_prepare);
+  n->prepare_w.data = n;
+  ev_prepare_start(loop, &n->prepare_w);
+  ev_unref(loop);
+
+  struct kt_server_config sc = {.max_request_bytes = cfg->max_request_bytes,
+                                .on_request = on_request,
+                                .arg = n,
+                                .cluster_id = n->cluster_id,
+                                .member_id = n->member_id};
+  n->server = kt_server_new(loop, &sc);
+  kt_log(KT_LOG_INFO, "node",
+         "member ready name=%s data-dir=%s cluster-id=%016llx member-id=%016llx applied-index=%llu "
+         "revision=%lld keys=%llu",
+         cfg->name, cfg->data_dir, (unsigned long long)n->cluster_id,
+         (unsigned long long)n->member_id, (unsigned long long)n->applied_index,
+         (long long)kt_mvcc_revision(n->store), (unsigned long long)kt_mvcc_keys(n->store));
+  *out = n;
+  return 0;
+fail:
+  if (n->wal)
+    kt_wal_close(n->wal);
+  if (ev_is_active(&n->wal_async)) {
+    ev_ref(loop);
+    ev_async_stop(loop, &n->wal_async);
+  }
+  if (ev_is_active(&n->snap_async)) {
+    ev_ref(loop);
+    ev_async_stop(loop, &n->snap_async);
+  }
+  if (n->store)
+    kt_mvcc_free(n->store);
+  free(n);
+  return rc;
+}
+
+int kt_node_listen(struct kt_node *n, const char *host, int port, struct kt_err *e) {
+  return kt_server_listen(n->server, host, port, e);
+}
+
+/* ---- shutdown ---- */
+
+static void maybe_finish_shutdown(struct kt_node *n) {
+  if (n->pend_head < n->n_pend)
+    return; /* in-flight syncs finish first */
+  if (kt_server_unsent(n->server))
+    return; /* replies still going out (bounded by the stall cut) */
+  kt_log(KT_LOG_INFO, "node", "shutdown: in-flight writes done, closing");
+  ev_break(n->loop, EVBREAK_ALL);
+}
+
+void kt_node_shutdown(struct kt_node *n) {
+  if (n->stopping)
+    return;
+  n->stopping = true;
+  kt_server_stop_accepting(n->server);
+  /* Keep the loop alive until the prepare watcher breaks it. */
+  ev_ref(n->loop);
+  n->prepare_w.priority = 0;
+}
+
+int kt_node_fatal(const struct kt_node *n) { return n->fatal; }
+
+void kt_node_free(struct kt_node *n) {
+  if (!n)
+    return;
+  kt_server_free(n->server);
+  if (n->snap_w)
+    kt_snap_writer_free(n->snap_w); /* removes the unfinished tmp file */
+  struct kt_err e = {0};
+  if (!n->fatal && kt_wal_sync(n->wal, &e))
+    kt_log(KT_LOG_ERROR, "wal", "final sync failed: %s", e.msg);
+  kt_wal_close(n->wal);
+  for (size_t i = n->pend_head; i < n->n_pend; i++)
+    kt_conn_unref(n->pend[i].conn);
+  for (size_t i = 0; i < n->n_waiters; i++)
+    kt_conn_unref(n->waiters[i].conn);
+  free(n->waiters);
+  free(n->pend);
+  kt_buf_free(&n->bodies);
+  kt_buf_free(&n->scratch);
+  kt_arena_free(&n->arena);
+  kt_arena_free(&n->snap_arena);
+  kt_mvcc_free(n->store);
+  free(n);
+}

@@ -1,0 +1,58 @@
+/* core/node.h — one member: joins the store (core/mvcc), the WAL (wal/),
+ * snapshots (snap/) and the client server (net/server) on one libev loop.
+ *
+ * The node is the ONLY place that decides the order persist → apply → reply:
+ *
+ *   request ─check─► WAL append (entry = term | index | request body)
+ *      ... end of loop turn: kt_wal_flush → sync thread: write + ONE fdatasync
+ *   sync done (ev_async) ─► apply entries in index order to the store
+ *                        ─► replies appended to their connections
+ *      ... end of loop turn: one write() per connection.
+ *
+ * Reads (range, read-only txn, status) are answered at once from the applied
+ * state. With one member "commit" is the local sync; the cluster issue puts
+ * Raft between the WAL append and the apply without changing this path.
+ *
+ * Background work in slices (never a long stall of the loop): snapshots every
+ * snapshot_count entries (kt_mvcc_iter slices → snap writer thread), physical
+ * compaction (kt_mvcc_compact_step), WAL/snapshot retention.
+ *
+ * Data dir: <data-dir>/member/wal/ (segments) and <data-dir>/member/snap/ (snapshots).
+ * Recovery: newest snapshot that verifies (else the one before it), then WAL
+ * records after its index. Two snapshots are kept and the WAL is purged only
+ * up to the older one, so a corrupt newest snapshot still recovers.
+ */
+#ifndef KT_NODE_H
+#define KT_NODE_H
+
+#include <ev.h>
+
+#include "base.h"
+
+struct kt_node;
+
+struct kt_node_config {
+  const char *name;
+  const char *data_dir;
+  const char *cluster_token;
+  const char *peer_urls;   /* for the member id and membership */
+  const char *client_urls; /* advertised */
+  uint64_t snapshot_count;
+  uint64_t quota_bytes;
+  uint32_t max_request_bytes;
+  uint64_t wal_segment_bytes; /* 0 = default */
+};
+
+/* Recover from the data dir (creating it if new) and start serving on the
+ * listeners the caller adds with kt_node_listen. Errors name the file. */
+int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct kt_node **out,
+                 struct kt_err *e);
+int kt_node_listen(struct kt_node *n, const char *host, int port, struct kt_err *e);
+/* Graceful stop: stop accepting, finish in-flight syncs and replies, then
+ * break the loop. */
+void kt_node_shutdown(struct kt_node *n);
+void kt_node_free(struct kt_node *n);
+/* Non-zero if the member stopped on a fatal error (failed fdatasync...). */
+int kt_node_fatal(const struct kt_node *n);
+
+#endif
