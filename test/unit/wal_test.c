@@ -953,3 +953,55 @@ TEST(purge_removes_old_segments_only) {
   CHECK_EQ(g.v[g.n - 1].index, 61);
   free(g.v);
 }
+
+static int stop_at_3(void *arg, const struct kt_wal_rec *r) {
+  (void)arg;
+  return r->index == 3 ? 42 : 0;
+}
+
+TEST(duplicated_segment_and_callback_error) {
+  const char *dir = kt_test_tmpdir();
+  CHECK_EQ(write_n(dir, 30, 200, 1024, NULL), 0);
+  struct kt_wal *w;
+  struct kt_err err = {0};
+  struct kt_wal_opts o = {.segment_bytes = 1024};
+  CHECK_EQ(kt_wal_open(dir, &o, stop_at_3, NULL, &w, &err), 42);
+  char path[600], dup[700];
+  CHECK(seg_file(dir, 1, path, sizeof path));
+  snprintf(dup, sizeof dup, "%.*s-00000000000000ff.wal", (int)(strrchr(path, '-') - path), path);
+  CHECK(link(path, dup) == 0);
+  CHECK_EQ(kt_wal_open(dir, &o, NULL, NULL, &w, &err), KT_ECORRUPT);
+  CHECK(strstr(err.msg, "duplicated segment sequence 1"));
+  CHECK(strstr(err.msg, "00000000000000ff.wal"));
+  struct kt_err torn;
+  CHECK_EQ(kt_wal_verify(dir, NULL, NULL, &torn, &err), KT_ECORRUPT);
+}
+
+TEST(reset_starts_afresh) {
+  const char *dir = kt_test_tmpdir();
+  struct kt_wal_opts o = {.segment_bytes = 1024, .first_index = 1};
+  struct kt_wal *w;
+  struct kt_err err = {0};
+  CHECK_EQ(kt_wal_open(dir, &o, NULL, NULL, &w, &err), 0);
+  for (uint64_t i = 1; i <= 30; i++)
+    CHECK_EQ(append_rec(w, i, 200, NULL), 0);
+  uint64_t seq;
+  CHECK_EQ(kt_wal_reset(w, 1001, &err), 0);
+  CHECK_EQ(count_files(dir, ".wal"), 1);
+  CHECK_EQ(append_rec(w, 1001, 200, &seq), 0);
+  CHECK_EQ(seq, 31);
+  CHECK_EQ(kt_wal_sync(w, &err), 0);
+  uint64_t d;
+  CHECK_EQ(kt_wal_poll(w, &d, &err), 0);
+  CHECK_EQ(d, 31);
+  kt_wal_close(w);
+  char path[600];
+  CHECK(seg_file(dir, 0, path, sizeof path));
+  CHECK(strstr(path, "-00000000000003e9.wal"));
+  struct got g = {0};
+  CHECK_EQ(kt_wal_open(dir, &o, collect, &g, &w, &err), 0);
+  kt_wal_close(w);
+  CHECK_EQ(g.n, 1);
+  CHECK_EQ(g.v[0].index, 1001);
+  free(g.v);
+}
