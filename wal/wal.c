@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #define PATH_BYTES 4096
+#define BATCH_KEEP_BYTES (8u << 20) /* a batch buffer larger than this is freed */
 
 /* ---- the POSIX file operations ---- */
 
@@ -397,6 +398,8 @@ static void handoff(struct kt_wal *w) {
   w->fill = w->fill == &w->b[0] ? &w->b[1] : &w->b[0];
   w->fill->data.len = 0;
   w->fill->n = 0;
+  if (w->fill->data.cap > BATCH_KEEP_BYTES) /* after a burst of large records */
+    kt_buf_free(&w->fill->data);
   w->ready = false;
   pthread_cond_signal(&w->cv_work);
 }
@@ -458,6 +461,8 @@ int kt_wal_sync(struct kt_wal *w, struct kt_err *err) {
 }
 
 uint64_t kt_wal_last_seq(const struct kt_wal *w) { return w->next_seq; }
+
+size_t kt_wal_buffered_bytes(const struct kt_wal *w) { return w->fill->data.len; }
 
 int kt_wal_purge(struct kt_wal *w, uint64_t index, int *removed, struct kt_err *err) {
   pthread_mutex_lock(&w->mu);

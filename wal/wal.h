@@ -26,6 +26,8 @@
  *   - the loop thread never blocks on the disk in append/flush/poll; open,
  *     close, kt_wal_sync, purge and repair do block.
  *
+ * Memory: open reads one segment file at a time into memory (64 MiB by
+ * default); the filling batch grows with what is appended between flushes.
  * The WAL does not interpret payloads or types (type 0 is reserved).
  * This header does not include ev.h. */
 #ifndef KT_WAL_H
@@ -200,6 +202,10 @@ int kt_wal_sync(struct kt_wal *wal, struct kt_err *err);
 
 /* Highest sequence number handed out so far. */
 uint64_t kt_wal_last_seq(const struct kt_wal *wal);
+
+/* Bytes appended but not yet handed to the sync thread: the node's
+ * back-pressure signal (stop taking proposals above some bound). */
+size_t kt_wal_buffered_bytes(const struct kt_wal *wal);
 
 /* Remove segment files all of whose records have index <= index: a segment
  * is removed when its successor exists, is durable, and starts at an index

@@ -509,10 +509,12 @@ TEST(group_commit_one_write_one_fdatasync) {
   for (uint64_t i = 1; i <= 200; i++)
     CHECK_EQ(append_rec(w, i, 256, &seq), 0);
   CHECK_EQ(seq, 200);
+  CHECK(kt_wal_buffered_bytes(w) >= 200 * 24);
   pthread_mutex_lock(&nmu);
   int n0 = notified;
   pthread_mutex_unlock(&nmu);
   CHECK_EQ(kt_wal_flush(w), 0);
+  CHECK_EQ(kt_wal_buffered_bytes(w), 0);
   wait_notified(n0 + 1);
   uint64_t d = 0;
   CHECK_EQ(kt_wal_poll(w, &d, &err), 0);
