@@ -1056,3 +1056,20 @@ TEST(ketchutl_wal_dump_verify_repair) {
   CHECK_EQ(run_tool("verify", dir, out, sizeof out), 0);
   CHECK(strstr(out, "3 records, clean"));
 }
+
+TEST(scan_of_hostile_tail_is_bounded) {
+  /* after one bad record, every 8-aligned offset looks like the header of a
+   * 16 MiB record: the hunt for valid data must give up, saying corrupt */
+  size_t len = 32u << 20;
+  uint8_t *buf = calloc(len, 1);
+  struct kt_wal_seghdr h = {.seq = 1};
+  kt_wal_encode_seghdr(&h, buf);
+  for (size_t y = KT_WAL_SEG_HDR_BYTES; y + 8 <= len; y += 8)
+    buf[y] = 1; /* length 0x01000000, type 1, reserved 0 */
+  struct kt_wal_scan s;
+  CHECK_EQ(kt_wal_scan_segment(buf, len, &s, NULL, NULL), 0);
+  CHECK_EQ(s.status, KT_WAL_SCAN_CORRUPT);
+  CHECK_EQ(s.bad_off, KT_WAL_SEG_HDR_BYTES);
+  CHECK_EQ(s.records, 0);
+  free(buf);
+}
