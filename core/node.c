@@ -820,7 +820,7 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   ev_async_start(loop, &n->snap_async);
   ev_unref(loop);
   struct kt_wal_opts wo = {.segment_bytes = cfg->wal_segment_bytes,
-                           .max_record_bytes = cfg->max_request_bytes + KT_FRAME_SLACK + 64,
+                           .max_record_bytes = cfg->max_request_bytes + 64, /* term + body */
                            .first_index = n->applied_index + 1,
                            .notify = wal_notify,
                            .notify_arg = n};
