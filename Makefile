@@ -135,7 +135,7 @@ SECONDS ?= 60
 fuzz: deps
 	@sh test/deps.sh fuzz
 	@mkdir -p build/fuzz
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined $(shell pkg-config --cflags $(PKGS)) \
+	clang -std=c11 -D_GNU_SOURCE -DKT_VERSION='"$(VERSION)"' -g -O1 -fsanitize=fuzzer,address,undefined $(shell pkg-config --cflags $(PKGS)) \
 	  test/fuzz/$(F)_fuzz.c $(filter-out %_main.c,$(SERVER_SRCS)) $(filter-out client/example.c,$(wildcard client/*.c)) \
 	  -o build/fuzz/$(F) $(LDLIBS)
 	mkdir -p build/fuzz/$(F)-corpus
