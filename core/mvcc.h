@@ -13,7 +13,44 @@
  * bounded size that the caller schedules.
  *
  * Result pointers (kvs, keys, values) point into the store and stay valid
- * until the next kt_mvcc_apply, kt_mvcc_compact_step or kt_mvcc_free.
+ * until the next kt_mvcc_apply, kt_mvcc_compact_step, kt_mvcc_restore_* or
+ * kt_mvcc_free (records replaced by an apply are parked on a garbage list and
+ * freed at the start of the next one).
+ *
+ * Layout (core/mvcc.c): an ordered index (core/index.h, a B+tree whose leaves
+ * hold one pointer per key) maps each key to one allocation holding the
+ * key's latest revision inline (mod, sub, create, version, lease: 52 bytes of
+ * header), then the key bytes, then the latest value bytes. Older revisions
+ * are kept, only when a key has history, in a separate array of 48-byte
+ * entries (oldest first) whose values are their own allocations; a put moves
+ * the old latest value into that array and allocates a new record. A
+ * tombstone is a revision with version 0 (and no value). So a key with one
+ * revision costs one malloc (header + key + value) plus ~1.2 leaf slots;
+ * a point read is one B+tree descent and a binary search in the history
+ * only when reading the past; a range scan walks leaf arrays in key order.
+ * Measured overhead: see test/perf/mvcc_perf.c.
+ *
+ * Revisions: reads at revision R see, per key, the newest revision with
+ * main <= R (a tombstone hides the key). All writes of one apply share main
+ * revision kt_mvcc_revision() + 1, with sub revisions 0, 1, ...; reads inside
+ * a txn see its own earlier writes (etcd: view at rev + 1 once it changed).
+ *
+ * Compaction at R (etcd keyIndex.compact): per key, every revision older than
+ * the newest one with main <= R is dropped; that one is dropped too if it is
+ * a tombstone, and a key left with nothing is removed. kt_mvcc_compact makes
+ * this visible at once (reads, iteration and the hash all apply the rule);
+ * kt_mvcc_compact_step frees the memory later, key by key.
+ *
+ * Quota accounting ("db size", kt_mvcc_size_bytes), exact and deterministic:
+ *   size = sum over revisions not removed by compaction at compact_revision
+ *          of (key bytes + value bytes + KT_MVCC_REV_OVERHEAD)
+ * (a tombstone counts its key). It drops when kt_mvcc_compact is applied,
+ * not when the physical steps run, so every member agrees on it. A put or a
+ * txn whose taken branch puts, that would push size past quota_bytes, raises
+ * NOSPACE and fails with KT_ENOSPACE without changing the store (etcd applies
+ * the write and then reports ENOSPACE; ketch refuses it). While NOSPACE is
+ * raised, puts and txns containing a put fail; reads, deletes, compaction
+ * succeed.
  */
 #ifndef KT_MVCC_H
 #define KT_MVCC_H
@@ -23,12 +60,17 @@
 struct kt_mvcc;
 
 struct kt_mvcc_config {
-  uint64_t quota_bytes;  /* 0 = 2 GiB default (etcd's) */
-  uint32_t max_key_bytes; /* 0 = default 1.5 MiB */
+  uint64_t quota_bytes;     /* 0 = 2 GiB default (etcd's) */
+  uint32_t max_key_bytes;   /* 0 = default 1.5 MiB */
+  uint32_t max_value_bytes; /* 0 = default 1.5 MiB */
   /* Called for every event of an applied write, in order (may be NULL). */
   void (*on_event)(void *arg, const struct kt_event *ev);
   void *event_arg;
 };
+
+/* Accounting bytes per revision beyond key and value (record header, history
+ * entry, index slot and allocator overhead, rounded). */
+#define KT_MVCC_REV_OVERHEAD 64
 
 struct kt_mvcc *kt_mvcc_new(const struct kt_mvcc_config *cfg);
 void kt_mvcc_free(struct kt_mvcc *s);
@@ -37,15 +79,32 @@ int64_t kt_mvcc_revision(const struct kt_mvcc *s);         /* current main revis
 int64_t kt_mvcc_compact_revision(const struct kt_mvcc *s); /* 0 if never compacted */
 uint64_t kt_mvcc_size_bytes(const struct kt_mvcc *s);      /* quota accounting ("db size") */
 uint64_t kt_mvcc_keys(const struct kt_mvcc *s);            /* live keys */
-bool kt_mvcc_nospace(const struct kt_mvcc *s);             /* NOSPACE alarm raised */
+uint64_t kt_mvcc_revs(const struct kt_mvcc *s); /* revisions in memory, incl. not yet freed */
+uint64_t kt_mvcc_index_bytes(const struct kt_mvcc *s); /* B+tree nodes + separators */
+bool kt_mvcc_nospace(const struct kt_mvcc *s);         /* NOSPACE alarm raised */
 void kt_mvcc_disarm_nospace(struct kt_mvcc *s);
 
-/* Validate an op before it is proposed: empty key, range_end < key, txn with
- * > KT_MAX_TXN_OPS ops or a key written twice (EDUPKEY), bad sort/compare enum,
- * write while NOSPACE. Returns 0 or a KT_E* code with e filled. */
+/* Validate an op before it is proposed: empty key (EKEYEMPTY), key or value
+ * too large (ETOOLARGE), range_end < key (EINVAL; etcd would answer an empty
+ * range), put with ignore_value and a value or ignore_lease and a lease
+ * (EINVAL "value is provided"/"lease is provided"), txn with more than
+ * KT_MAX_TXN_OPS compares/success/failure ops (nested txns get what their
+ * parent left, as etcd), nested deeper than 64 (EINVAL), a key put twice or
+ * put and deleted (EDUPKEY, etcd's checkIntervals rule), bad op type or
+ * sort/compare enum (EINVAL), a put anywhere in the op while NOSPACE is
+ * raised (ENOSPACE). Returns 0 or a KT_E* code with e filled. kt_mvcc_apply
+ * runs it again. */
 int kt_mvcc_check(const struct kt_mvcc *s, const struct kt_request_op *op, struct kt_err *e);
+/* The range part of kt_mvcc_check (key, range_end, enums, negative limit). */
+int kt_mvcc_check_range(const struct kt_mvcc *s, const struct kt_range_req *r, struct kt_err *e);
 
-/* Read. Errors: ECOMPACTED, EFUTUREREV, EINVAL. Result arrays come from `a`. */
+/* Read, as etcd's Range: count is the number of keys in the range at the
+ * revision before limit and before the min/max revision filters; more is set
+ * when the limit cut the answer. sort_order NONE with a target other than
+ * KEY sorts ascending (ties stay in key order); without sort and filters the
+ * limit is applied while scanning (as etcd, which then sorts what it kept).
+ * Errors: ECOMPACTED (revision < compact revision), EFUTUREREV (revision >
+ * current), EINVAL/EKEYEMPTY as kt_mvcc_check_range. Arrays come from `a`. */
 int kt_mvcc_range(const struct kt_mvcc *s, const struct kt_range_req *r, struct kt_arena *a,
                   struct kt_range_resp *out, struct kt_err *e);
 
@@ -67,10 +126,12 @@ bool kt_mvcc_compact_pending(const struct kt_mvcc *s);
 /* Iterate all retained revisions <= at_rev, in key order and, per key, in
  * revision order, starting at the first key >= cursor (empty = start), for at
  * most max_keys keys. Writes to the store between calls are allowed (they
- * only add revisions > at_rev); compact steps are not (the caller holds them
- * back while a snapshot is in progress). Returns 1 if more keys remain (and
- * sets *cursor, allocated from `a`), 0 when done, or a negative value if fn
- * returned non-zero. */
+ * only add revisions > at_rev); compaction is not (the caller holds back
+ * kt_mvcc_compact and its steps while a snapshot is in progress). Revisions
+ * that compaction at the compact revision removes are skipped even if not
+ * yet freed, so the output does not depend on compaction progress. Returns 1 if more keys remain
+ * (and sets *cursor, allocated from `a`), 0 when done, or a negative value if fn returned non-zero.
+ */
 struct kt_mvcc_cursor {
   struct kt_bytes key;
   bool started;
@@ -80,11 +141,15 @@ int kt_mvcc_iter(const struct kt_mvcc *s, int64_t at_rev, struct kt_mvcc_cursor 
                  int (*fn)(void *arg, const struct kt_kvrev *rec), void *arg);
 
 /* Restore: feed revisions in the order kt_mvcc_iter produces them into an
- * empty store, then set the revisions. Copies the bytes. */
+ * empty store, then set the revisions. Copies the bytes. Errors: ECORRUPT for
+ * a record out of order or with impossible fields (the store then holds a
+ * partial state: free it). Events are not emitted. */
 int kt_mvcc_restore_rec(struct kt_mvcc *s, const struct kt_kvrev *rec, struct kt_err *e);
 void kt_mvcc_restore_done(struct kt_mvcc *s, int64_t revision, int64_t compact_revision);
 
-/* A hash of the state at the current revision, for tests and HashKV. */
+/* A hash of the current and compact revisions and of every revision that
+ * survives compaction (as kt_mvcc_iter emits them), for tests and HashKV.
+ * Independent of physical compaction progress. O(n). */
 uint64_t kt_mvcc_hash(const struct kt_mvcc *s);
 
 #endif

@@ -44,7 +44,7 @@ struct waiter { /* a physical compaction waiting for its slices */
 struct kt_node {
   struct ev_loop *loop;
   struct kt_node_config cfg;
-  char member_dir[4096], wal_dir[4096], snap_dir[4096];
+  char member_dir[4096], wal_dir[4200], snap_dir[4200];
   uint64_t cluster_id, member_id;
   struct kt_mvcc *store;
   struct kt_wal *wal;
@@ -79,7 +79,7 @@ struct kt_node {
   ev_idle idle_w;
   bool stopping;
   int wal_failed; /* KT_ENOSPACE: writes refused, reads go on */
-  char wal_failed_msg[256];
+  char wal_failed_msg[512];
   int fatal;
 };
 
@@ -653,7 +653,7 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
   if (kt_snap_clean_tmp(n->snap_dir, NULL, e) || kt_snap_list(n->snap_dir, &list, &cnt, e))
     return e->code;
   for (size_t i = 0; i < cnt; i++) {
-    char path[4200];
+    char path[4300];
     snprintf(path, sizeof path, "%s/%s", n->snap_dir, list[i].name);
     struct kt_snap_meta meta = {0};
     struct kt_err le = {0};
@@ -720,6 +720,10 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   n->loop = loop;
   n->cfg = *cfg;
   n->term = 1;
+  if (strlen(cfg->data_dir) > 3900) {
+    free(n);
+    return kt_err_set(e, KT_EINVAL, "--data-dir: path too long");
+  }
   snprintf(n->member_dir, sizeof n->member_dir, "%s/member", cfg->data_dir);
   snprintf(n->wal_dir, sizeof n->wal_dir, "%s/wal", n->member_dir);
   snprintf(n->snap_dir, sizeof n->snap_dir, "%s/snap", n->member_dir);

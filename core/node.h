@@ -17,7 +17,7 @@
  * snapshot_count entries (kt_mvcc_iter slices → snap writer thread), physical
  * compaction (kt_mvcc_compact_step), WAL/snapshot retention.
  *
- * Data dir: <data-dir>/member/wal/*.wal and <data-dir>/member/snap/*.snap.
+ * Data dir: <data-dir>/member/wal/ (segments) and <data-dir>/member/snap/ (snapshots).
  * Recovery: newest snapshot that verifies (else the one before it), then WAL
  * records after its index. Two snapshots are kept and the WAL is purged only
  * up to the older one, so a corrupt newest snapshot still recovers.

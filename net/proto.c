@@ -737,9 +737,14 @@ static int dec_envelope(struct dec *d, uint8_t *type, uint64_t *id, uint64_t *ra
     return rc;
   if (n != 3)
     return fail(d, KT_EPROTO, "body", "expected [type, id, payload], got an array of %u", n);
+  /* type and id are integers, never nil (kt_proto_peek_id relies on it) */
+  if (left(d) >= 1 && *d->p == 0xc0)
+    return wrong_type(d, "type", "int");
   if ((rc = rd_u64(d, "type", UINT64_MAX, rawtype)))
     return rc;
   *type = *rawtype > 255 ? 255 : (uint8_t)*rawtype;
+  if (left(d) >= 1 && *d->p == 0xc0)
+    return wrong_type(d, "id", "int");
   return rd_u64(d, "id", UINT64_MAX, id);
 }
 
@@ -1160,27 +1165,58 @@ int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, st
   return dec_finish(&d);
 }
 
+/* One non-negative integer at p[*off]: 1 read, 0 need more, -1 invalid. */
+static int peek_uint(const uint8_t *p, size_t n, size_t *off, uint64_t *v) {
+  if (*off >= n)
+    return 0;
+  uint8_t b = p[*off];
+  size_t need;
+  if (b <= 0x7f)
+    need = 1;
+  else if (b == 0xcc || b == 0xd0)
+    need = 2;
+  else if (b == 0xcd || b == 0xd1)
+    need = 3;
+  else if (b == 0xce || b == 0xd2)
+    need = 5;
+  else if (b == 0xcf || b == 0xd3)
+    need = 9;
+  else
+    return -1;
+  if (n - *off < need)
+    return 0;
+  struct dec d = {.p = p + *off, .end = p + *off + need};
+  struct ival iv;
+  if (rd_ival(&d, NULL, &iv) || iv.neg)
+    return -1;
+  *v = iv.u;
+  *off += need;
+  return 1;
+}
+
 int kt_proto_peek_id(const uint8_t *p, size_t n, uint8_t *type, uint64_t *id) {
-  /* array header (fixarray 0x93 only: the envelope has 3 elements) */
+  /* the envelope array: fixarray, array16 or array32 of 3 */
+  static const uint8_t a16[] = {0xdc, 0, 3}, a32[] = {0xdd, 0, 0, 0, 3};
+  size_t off;
   if (n < 1)
     return 0;
-  if (p[0] != 0x93)
+  if (p[0] == 0x93) {
+    off = 1;
+  } else if (p[0] == 0xdc || p[0] == 0xdd) {
+    const uint8_t *want = p[0] == 0xdc ? a16 : a32;
+    off = p[0] == 0xdc ? sizeof a16 : sizeof a32;
+    if (memcmp(p, want, KT_MIN(n, off)) != 0)
+      return -1;
+    if (n < off)
+      return 0;
+  } else {
     return -1;
-  struct dec d = {.p = p + 1, .end = p + n};
+  }
   uint64_t v[2];
   for (int i = 0; i < 2; i++) {
-    if (left(&d) < 1)
-      return 0;
-    uint8_t b = *d.p;
-    size_t need = b <= 0x7f ? 1 : b == 0xcc ? 2 : b == 0xcd ? 3 : b == 0xce ? 5 : b == 0xcf ? 9 : 0;
-    if (!need)
-      return -1;
-    if (left(&d) < need)
-      return 0;
-    struct ival iv;
-    if (rd_ival(&d, NULL, &iv))
-      return -1;
-    v[i] = iv.u;
+    int rc = peek_uint(p, n, &off, &v[i]);
+    if (rc <= 0)
+      return rc;
   }
   *type = v[0] > 255 ? 255 : (uint8_t)v[0];
   *id = v[1];

@@ -8,6 +8,19 @@
  * A frame is `u32 big-endian length | msgpack body`; the body is the msgpack
  * array [type, id, payload-map]. Decoded structs point into the input bytes
  * and into the arena passed in: valid while both live.
+ *
+ * Data flow: server: bytes -> kt_frame_next -> kt_proto_decode_req -> struct
+ * kt_req -> (node, store) -> struct kt_resp -> kt_proto_encode_resp -> output
+ * buffer. Client: the mirror image. Node: kt_proto_encode_req_body -> WAL
+ * entry -> kt_proto_decode_req at apply time.
+ *
+ * Invariants: decoders never read outside [body, body + len) and allocate
+ * from the arena at most O(len) bytes whatever the input claims; encoders
+ * are canonical (zero fields omitted, shortest integers): for any bytes a
+ * decoder accepts, x = decode(bytes) re-encodes to bytes that decode and
+ * re-encode to the same bytes (test/fuzz/proto_fuzz.c checks it).
+ * Decoding is a hand-written reader (no msgpack object tree: 2-3x faster, see
+ * test/perf/proto_perf.c); encoding is msgpack-c's packer into a kt_buf.
  */
 #ifndef KT_PROTO_H
 #define KT_PROTO_H
@@ -56,7 +69,7 @@ int kt_frame_next(const uint8_t *p, size_t n, uint32_t max_frame, const uint8_t 
 
 /* Read type and id from the first bytes of a body (p, n: what has arrived),
  * e.g. to answer ETOOLARGE to a frame whose body is skipped unread. Returns 1
- * when both were read, 0 when more bytes are needed (at most 19 are), -1 when
+ * when both were read, 0 when more bytes are needed (at most 23 are), -1 when
  * the bytes cannot start a valid body. */
 int kt_proto_peek_id(const uint8_t *p, size_t n, uint8_t *type, uint64_t *id);
 
@@ -111,16 +124,24 @@ struct kt_resp {
   } u;
 };
 
-/* Decode a request body (no length prefix). Errors: EPROTO (malformed,
- * wrong types, missing required fields; e names the field), EUNSUPPORTED
- * (unknown type), ETOOMANYOPS (> KT_MAX_TXN_OPS in one txn list), EINVAL
- * (nesting deeper than 8 txns). On error req->id is set when it could be read
- * (so the server can answer that id), else 0. */
+/* Decode a request body (no length prefix). Absent fields are zero; unknown
+ * fields are skipped. Errors (e->msg names the field with its path, e.g.
+ * "txn.success[2].lease: expected int, got str"): EPROTO (malformed, truncated,
+ * trailing bytes, a field of the wrong type or out of range), EUNSUPPORTED
+ * (unknown or reserved type, unknown op type in a txn), ETOOMANYOPS (more than
+ * KT_MAX_TXN_OPS in one compare/success/failure list), EINVAL (txns nested
+ * deeper than KT_MAX_TXN_DEPTH, an enum value out of range). On error req->type
+ * and req->id are set when they could be read (so the server can answer that
+ * id), else 0. e may be NULL. */
 int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_req *req,
                         struct kt_err *e);
-/* Append a whole frame (length prefix + body) for req to out. */
+/* Append a whole frame (length prefix + body) for req to out. req must be
+ * well-formed (type HELLO..STATUS, op.type == type for KV types): anything
+ * else is a caller bug (kt_assert). */
 void kt_proto_encode_req(struct kt_buf *out, const struct kt_req *req);
 
+/* Decode a response body; errors as kt_proto_decode_req (types HELLO..STATUS
+ * and ERROR). */
 int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_resp *resp,
                          struct kt_err *e);
 void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp);

@@ -210,7 +210,14 @@ static void conn_process(struct kt_conn *c) {
                  c->in.len - off >= 4 ? kt_get_u32be(c->in.p + off) : 0, max_frame);
       else
         snprintf(msg, sizeof msg, "malformed frame header");
-      conn_fail(c, 0, -r, msg);
+      /* The id is in the first bytes of the body, if they have arrived. */
+      uint8_t type;
+      uint64_t id = 0;
+      if (c->in.len - off > KT_FRAME_HDR &&
+          kt_proto_peek_id(c->in.p + off + KT_FRAME_HDR, c->in.len - off - KT_FRAME_HDR, &type,
+                           &id) != 1)
+        id = 0;
+      conn_fail(c, id, -r, msg);
       break;
     }
     off += used;

@@ -592,6 +592,23 @@ TEST(wrong_top_level_shapes) {
   CHECK_EQ(dec_req_raw(&r, &out, &e), KT_EPROTO);
   CHECK(strstr(e.msg, "type: expected int, got str") != NULL);
   kt_buf_free(&r.b);
+  /* a nil type or id (nil means zero only inside payloads) */
+  for (int w = 0; w < 2; w++) {
+    raw_init(&r);
+    msgpack_pack_array(&r.pk, 3);
+    if (w == 0)
+      msgpack_pack_nil(&r.pk);
+    else
+      msgpack_pack_uint8(&r.pk, 2);
+    if (w == 1)
+      msgpack_pack_nil(&r.pk);
+    else
+      msgpack_pack_uint8(&r.pk, 46);
+    msgpack_pack_map(&r.pk, 0);
+    CHECK_EQ(dec_req_raw(&r, &out, &e), KT_EPROTO);
+    CHECK_STR(e.msg, w == 0 ? "type: expected int, got nil" : "id: expected int, got nil");
+    kt_buf_free(&r.b);
+  }
   /* a negative id */
   raw_init(&r);
   msgpack_pack_array(&r.pk, 3);
@@ -1169,4 +1186,147 @@ TEST(protocol_md_examples_are_exact) {
                 "ERROR response");
   kt_buf_free(&b);
   CHECK(all);
+}
+
+/* ---- the fuzz corpus ----
+ * KT_WRITE_CORPUS=test/fuzz/corpus/proto build/test/proto_test write_fuzz_corpus
+ * (re)writes the seeds of test/fuzz/proto_fuzz.c; without the variable this
+ * test does nothing. */
+
+static void write_seed(const char *dir, const char *name, const void *p, size_t n) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  if (f) {
+    fwrite(p, 1, n, f);
+    fclose(f);
+  }
+}
+
+static void seed_req(const char *dir, const char *name, const struct kt_req *r) {
+  struct kt_buf b = {0};
+  kt_proto_encode_req(&b, r);
+  write_seed(dir, name, b.p, b.len);
+  kt_buf_free(&b);
+}
+
+static void seed_resp(const char *dir, const char *name, const struct kt_resp *r) {
+  struct kt_buf b = {0};
+  kt_proto_encode_resp(&b, r);
+  write_seed(dir, name, b.p, b.len);
+  kt_buf_free(&b);
+}
+
+TEST(write_fuzz_corpus) {
+  const char *dir = getenv("KT_WRITE_CORPUS");
+  if (!dir)
+    return;
+  /* requests, every type, full and empty */
+  struct kt_req r = {.type = KT_MSG_HELLO, .id = 1};
+  r.u.hello = (struct kt_hello_req){.version = 1, .client = B("libketch/0.1.0")};
+  seed_req(dir, "req_hello", &r);
+  r = mkreq(KT_MSG_RANGE, 2, full_range());
+  seed_req(dir, "req_range_full", &r);
+  r = mkreq(KT_MSG_PUT, 3, full_put());
+  seed_req(dir, "req_put_full", &r);
+  r = mkreq(KT_MSG_DELETE, 4, full_delete());
+  seed_req(dir, "req_delete_full", &r);
+  r = mkreq(KT_MSG_TXN, 5, full_txn());
+  seed_req(dir, "req_txn_full", &r);
+  r = mkreq(KT_MSG_TXN, 5, make_chain(KT_MAX_TXN_DEPTH));
+  seed_req(dir, "req_txn_depth8", &r);
+  r = mkreq(KT_MSG_TXN, 5, make_chain(KT_MAX_TXN_DEPTH + 1));
+  seed_req(dir, "bad_txn_depth9", &r);
+  r = (struct kt_req){.type = KT_MSG_COMPACT, .id = 6};
+  r.u.compact = (struct kt_compact_req){.revision = 99, .physical = true};
+  seed_req(dir, "req_compact", &r);
+  for (uint8_t t = KT_MSG_HELLO; t <= KT_MSG_STATUS; t++) {
+    char name[32];
+    snprintf(name, sizeof name, "req_%s_empty", kt_proto_type_name(t));
+    r = (struct kt_req){.type = t, .id = 1000 + t};
+    r.u.op.type = t;
+    seed_req(dir, name, &r);
+  }
+  /* responses */
+  struct kt_header h = {
+      .cluster_id = 0xdeadbeefcafe, .member_id = 42, .revision = 12345, .raft_term = 7};
+  struct kt_resp s = {.type = KT_MSG_HELLO, .id = 1};
+  s.u.hello = (struct kt_hello_resp){.version = 1,
+                                     .server = B("ketch 0.1.0"),
+                                     .cluster_id = 1,
+                                     .member_id = 2,
+                                     .max_request_bytes = KT_DEFAULT_MAX_REQUEST_BYTES};
+  seed_resp(dir, "resp_hello", &s);
+  s = (struct kt_resp){.type = KT_MSG_RANGE, .id = 2, .header = h};
+  s.u.op.type = KT_OP_RANGE;
+  s.u.op.u.range = (struct kt_range_resp){.kvs = kvs3, .n_kvs = 3, .more = true, .count = 9};
+  seed_resp(dir, "resp_range", &s);
+  s = (struct kt_resp){.type = KT_MSG_PUT, .id = 3, .header = h};
+  s.u.op.type = KT_OP_PUT;
+  s.u.op.u.put = (struct kt_put_resp){.has_prev_kv = true, .prev_kv = kvs3[2]};
+  seed_resp(dir, "resp_put", &s);
+  s = (struct kt_resp){.type = KT_MSG_DELETE, .id = 4, .header = h};
+  s.u.op.type = KT_OP_DELETE;
+  s.u.op.u.del = (struct kt_delete_resp){.deleted = 3, .prev_kvs = kvs3, .n_prev_kvs = 3};
+  seed_resp(dir, "resp_delete", &s);
+  struct kt_response_op inner[3] = {0};
+  inner[0].type = KT_OP_RANGE;
+  inner[0].u.range = (struct kt_range_resp){.kvs = kvs3, .n_kvs = 1, .count = 1};
+  inner[1].type = KT_OP_PUT;
+  inner[2].type = KT_OP_TXN;
+  inner[2].u.txn = (struct kt_txn_resp){.succeeded = true, .responses = inner, .n_responses = 2};
+  s = (struct kt_resp){.type = KT_MSG_TXN, .id = 5, .header = h};
+  s.u.op.type = KT_OP_TXN;
+  s.u.op.u.txn = (struct kt_txn_resp){.succeeded = true, .responses = inner, .n_responses = 3};
+  seed_resp(dir, "resp_txn", &s);
+  s = (struct kt_resp){.type = KT_MSG_COMPACT, .id = 6, .header = h};
+  seed_resp(dir, "resp_compact", &s);
+  struct kt_bytes errs[1] = {B("NOSPACE")};
+  s = (struct kt_resp){.type = KT_MSG_STATUS, .id = 7, .header = h};
+  s.u.status = (struct kt_status_resp){.version = B("0.1.0"),
+                                       .db_size = 4096,
+                                       .leader = 42,
+                                       .raft_index = 10,
+                                       .raft_term = 7,
+                                       .is_learner = true,
+                                       .errors = errs,
+                                       .n_errors = 1};
+  seed_resp(dir, "resp_status", &s);
+  struct kt_buf b = {0};
+  kt_proto_encode_error(&b, 8, KT_ECOMPACTED, kt_strerror(KT_ECOMPACTED));
+  write_seed(dir, "resp_error", b.p, b.len);
+  /* a stream of several frames */
+  kt_buf_reset(&b);
+  for (int i = 0; i < 4; i++) {
+    r = mkreq(KT_MSG_PUT, (uint64_t)i, full_put());
+    kt_proto_encode_req(&b, &r);
+  }
+  kt_proto_encode_error(&b, 9, KT_EPROTO, "x");
+  write_seed(dir, "stream_5_frames", b.p, b.len);
+  /* broken ones */
+  kt_buf_reset(&b);
+  r = mkreq(KT_MSG_TXN, 5, full_txn());
+  kt_proto_encode_req(&b, &r);
+  write_seed(dir, "bad_truncated_txn", b.p, b.len / 2);
+  kt_put_u32be(b.p, (uint32_t)(b.len - 4 - 10)); /* the prefix says less than the body */
+  write_seed(dir, "bad_short_prefix", b.p, b.len);
+  write_seed(dir, "bad_zero_length", "\0\0\0\0\x93\x02\x01\x80", 8);
+  write_seed(dir, "bad_huge_length", "\xff\xff\xff\xf0\x93\x02\x01\x80", 8);
+  write_seed(dir, "bad_unknown_type", "\0\0\0\x04\x93\x10\x07\x80", 8);
+  write_seed(dir, "bad_not_array", "\0\0\0\x04\x83\x10\x07\x80", 8);
+  write_seed(dir, "bad_key_int", "\0\0\0\x09\x93\x02\x07\x81\xa3key\x05", 13);
+  write_seed(dir, "bad_bin32_len", "\0\0\0\x0f\x93\x02\x07\x81\xa3key\xc6\xff\xff\xff\xff\x00", 19);
+  write_seed(dir, "bad_array32_ops", "\0\0\0\x11\x93\x04\x07\x81\xa7success\xdd\xff\xff\xff\xff",
+             21);
+  write_seed(dir, "bad_trailing", "\0\0\0\x05\x93\x06\x07\x80\xc0", 9);
+  write_seed(dir, "bad_c1", "\0\0\0\x07\x93\x02\x07\x81\xa1x\xc1", 11);
+  static struct kt_request_op ops[KT_MAX_TXN_OPS + 1];
+  for (int i = 0; i <= KT_MAX_TXN_OPS; i++)
+    ops[i] = (struct kt_request_op){.type = KT_OP_DELETE};
+  r = (struct kt_req){.type = KT_MSG_TXN, .id = 10};
+  r.u.op.type = KT_OP_TXN;
+  r.u.op.u.txn.success = ops;
+  r.u.op.u.txn.n_success = KT_MAX_TXN_OPS + 1;
+  seed_req(dir, "bad_129_ops", &r);
+  kt_buf_free(&b);
 }

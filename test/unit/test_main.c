@@ -40,7 +40,8 @@ void kt_test_fail(const char *file, int line, const char *fmt, ...) {
 
 const char *kt_test_tmpdir(void) {
   if (!tmpdir[0]) {
-    snprintf(tmpdir, sizeof tmpdir, "%s/kt-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(tmpdir, sizeof tmpdir, "%s/kt-test-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(tmpdir)) {
       perror("mkdtemp");
       exit(2);

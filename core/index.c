@@ -1,0 +1,374 @@
+/* core/index.c — B+tree, see index.h. */
+#include "index.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define LEAF_MAX 62
+#define INNER_MAX 32 /* separators; children = INNER_MAX + 1 */
+
+struct leaf {
+  uint32_t n;
+  struct leaf *next;
+  void *items[LEAF_MAX];
+};
+
+struct inner {
+  uint32_t n; /* separators */
+  struct kt_bytes sep[INNER_MAX];
+  void *child[INNER_MAX + 1];
+};
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n);
+  kt_assert(p != NULL);
+  return p;
+}
+
+static struct kt_bytes sep_copy(struct kt_index *ix, struct kt_bytes k) {
+  uint8_t *p = xmalloc(k.n ? k.n : 1);
+  memcpy(p, k.p, k.n);
+  ix->node_bytes += k.n;
+  return (struct kt_bytes){p, k.n};
+}
+
+static void sep_free(struct kt_index *ix, struct kt_bytes k) {
+  ix->node_bytes -= k.n;
+  free((void *)k.p);
+}
+
+void kt_index_init(struct kt_index *ix, kt_index_key_fn key_of) {
+  memset(ix, 0, sizeof *ix);
+  ix->key_of = key_of;
+}
+
+static void free_node(struct kt_index *ix, void *node, int h, void (*free_item)(void *)) {
+  if (h == 0) {
+    struct leaf *l = node;
+    if (free_item)
+      for (uint32_t i = 0; i < l->n; i++)
+        free_item(l->items[i]);
+    free(l);
+    return;
+  }
+  struct inner *in = node;
+  for (uint32_t i = 0; i <= in->n; i++)
+    free_node(ix, in->child[i], h - 1, free_item);
+  for (uint32_t i = 0; i < in->n; i++)
+    sep_free(ix, in->sep[i]);
+  free(in);
+}
+
+void kt_index_free(struct kt_index *ix, void (*free_item)(void *)) {
+  if (ix->root)
+    free_node(ix, ix->root, ix->height, free_item);
+  kt_index_key_fn k = ix->key_of;
+  kt_index_init(ix, k);
+}
+
+/* Index of the child of `in` that may hold key: number of seps <= key. */
+static uint32_t inner_pos(const struct inner *in, struct kt_bytes key) {
+  uint32_t lo = 0, hi = in->n;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (kt_bytes_cmp(in->sep[mid], key) <= 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* First position in leaf with item key >= key; *eq set if equal. */
+static uint32_t leaf_pos(const struct kt_index *ix, const struct leaf *l, struct kt_bytes key,
+                         bool *eq) {
+  uint32_t lo = 0, hi = l->n;
+  *eq = false;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    int c = kt_bytes_cmp(ix->key_of(l->items[mid]), key);
+    if (c < 0) {
+      lo = mid + 1;
+    } else {
+      if (c == 0) {
+        *eq = true;
+        return mid;
+      }
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+static struct leaf *find_leaf(const struct kt_index *ix, struct kt_bytes key) {
+  void *node = ix->root;
+  for (int h = ix->height; h > 0; h--) {
+    struct inner *in = node;
+    node = in->child[inner_pos(in, key)];
+  }
+  return node;
+}
+
+void **kt_index_get(const struct kt_index *ix, struct kt_bytes key) {
+  if (!ix->root)
+    return NULL;
+  struct leaf *l = find_leaf(ix, key);
+  bool eq;
+  uint32_t p = leaf_pos(ix, l, key, &eq);
+  return eq ? &l->items[p] : NULL;
+}
+
+/* Inserts into the subtree; if the node splits, returns the new right node
+ * and its separator in *sep. *slot receives the item's slot. */
+static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, void *item,
+                 struct kt_bytes *sep, void ***slot) {
+  if (h == 0) {
+    struct leaf *l = node;
+    bool eq;
+    uint32_t p = leaf_pos(ix, l, key, &eq);
+    kt_assert(!eq);
+    struct leaf *r = NULL, *dst = l;
+    if (l->n == LEAF_MAX) {
+      r = xmalloc(sizeof *r);
+      ix->node_bytes += sizeof *r;
+      uint32_t half = LEAF_MAX / 2;
+      r->n = LEAF_MAX - half;
+      memcpy(r->items, l->items + half, r->n * sizeof(void *));
+      l->n = half;
+      r->next = l->next;
+      l->next = r;
+      if (p > half) {
+        dst = r;
+        p -= half;
+      }
+    }
+    memmove(dst->items + p + 1, dst->items + p, (dst->n - p) * sizeof(void *));
+    dst->items[p] = item;
+    dst->n++;
+    *slot = &dst->items[p];
+    if (r)
+      *sep = sep_copy(ix, ix->key_of(r->items[0]));
+    return r;
+  }
+  struct inner *in = node;
+  uint32_t ci = inner_pos(in, key);
+  struct kt_bytes csep;
+  void *cr = ins(ix, in->child[ci], h - 1, key, item, &csep, slot);
+  if (!cr)
+    return NULL;
+  /* insert csep at ci, child cr at ci + 1 */
+  if (in->n < INNER_MAX) {
+    memmove(in->sep + ci + 1, in->sep + ci, (in->n - ci) * sizeof(struct kt_bytes));
+    memmove(in->child + ci + 2, in->child + ci + 1, (in->n - ci) * sizeof(void *));
+    in->sep[ci] = csep;
+    in->child[ci + 1] = cr;
+    in->n++;
+    return NULL;
+  }
+  /* full: build a temporary of INNER_MAX + 1 seps, split in the middle */
+  struct kt_bytes ts[INNER_MAX + 1];
+  void *tc[INNER_MAX + 2];
+  memcpy(ts, in->sep, ci * sizeof(struct kt_bytes));
+  ts[ci] = csep;
+  memcpy(ts + ci + 1, in->sep + ci, (in->n - ci) * sizeof(struct kt_bytes));
+  memcpy(tc, in->child, (ci + 1) * sizeof(void *));
+  tc[ci + 1] = cr;
+  memcpy(tc + ci + 2, in->child + ci + 1, (in->n - ci) * sizeof(void *));
+  uint32_t total = INNER_MAX + 1, mid = total / 2;
+  struct inner *r = xmalloc(sizeof *r);
+  ix->node_bytes += sizeof *r;
+  in->n = mid;
+  memcpy(in->sep, ts, mid * sizeof(struct kt_bytes));
+  memcpy(in->child, tc, (mid + 1) * sizeof(void *));
+  r->n = total - mid - 1;
+  memcpy(r->sep, ts + mid + 1, r->n * sizeof(struct kt_bytes));
+  memcpy(r->child, tc + mid + 1, (r->n + 1) * sizeof(void *));
+  *sep = ts[mid];
+  return r;
+}
+
+void **kt_index_insert(struct kt_index *ix, void *item) {
+  struct kt_bytes key = ix->key_of(item);
+  void **slot = NULL;
+  if (!ix->root) {
+    struct leaf *l = xmalloc(sizeof *l);
+    ix->node_bytes += sizeof *l;
+    l->n = 0;
+    l->next = NULL;
+    ix->root = l;
+    ix->height = 0;
+  }
+  struct kt_bytes sep;
+  void *r = ins(ix, ix->root, ix->height, key, item, &sep, &slot);
+  if (r) {
+    struct inner *nr = xmalloc(sizeof *nr);
+    ix->node_bytes += sizeof *nr;
+    nr->n = 1;
+    nr->sep[0] = sep;
+    nr->child[0] = ix->root;
+    nr->child[1] = r;
+    ix->root = nr;
+    ix->height++;
+  }
+  ix->count++;
+  return slot;
+}
+
+static uint32_t node_n(void *node, int h) {
+  return h == 0 ? ((struct leaf *)node)->n : ((struct inner *)node)->n;
+}
+
+/* Merges child i+1 of `in` into child i if they fit; returns true if merged. */
+static bool try_merge(struct kt_index *ix, struct inner *in, uint32_t i, int ch) {
+  void *a = in->child[i], *b = in->child[i + 1];
+  if (ch == 0) {
+    struct leaf *la = a, *lb = b;
+    if (la->n + lb->n > LEAF_MAX)
+      return false;
+    memcpy(la->items + la->n, lb->items, lb->n * sizeof(void *));
+    la->n += lb->n;
+    la->next = lb->next;
+    free(lb);
+    ix->node_bytes -= sizeof *lb;
+    sep_free(ix, in->sep[i]);
+  } else {
+    struct inner *ia = a, *ib = b;
+    if (ia->n + ib->n + 1 > INNER_MAX)
+      return false;
+    ia->sep[ia->n] = in->sep[i]; /* pulled down */
+    memcpy(ia->sep + ia->n + 1, ib->sep, ib->n * sizeof(struct kt_bytes));
+    memcpy(ia->child + ia->n + 1, ib->child, (ib->n + 1) * sizeof(void *));
+    ia->n += ib->n + 1;
+    free(ib);
+    ix->node_bytes -= sizeof *ib;
+  }
+  memmove(in->sep + i, in->sep + i + 1, (in->n - i - 1) * sizeof(struct kt_bytes));
+  memmove(in->child + i + 1, in->child + i + 2, (in->n - i - 1) * sizeof(void *));
+  in->n--;
+  return true;
+}
+
+static void *rem(struct kt_index *ix, void *node, int h, struct kt_bytes key) {
+  if (h == 0) {
+    struct leaf *l = node;
+    bool eq;
+    uint32_t p = leaf_pos(ix, l, key, &eq);
+    if (!eq)
+      return NULL;
+    void *item = l->items[p];
+    memmove(l->items + p, l->items + p + 1, (l->n - p - 1) * sizeof(void *));
+    l->n--;
+    return item;
+  }
+  struct inner *in = node;
+  uint32_t ci = inner_pos(in, key);
+  void *item = rem(ix, in->child[ci], h - 1, key);
+  if (!item)
+    return NULL;
+  uint32_t min = (h - 1 == 0) ? LEAF_MAX / 4 : INNER_MAX / 4;
+  uint32_t cn = node_n(in->child[ci], h - 1);
+  if (cn < min || (h - 1 == 0 && cn == 0)) {
+    if (!(ci < in->n && try_merge(ix, in, ci, h - 1)) && ci > 0)
+      try_merge(ix, in, ci - 1, h - 1);
+  }
+  return item;
+}
+
+void *kt_index_remove(struct kt_index *ix, struct kt_bytes key) {
+  if (!ix->root)
+    return NULL;
+  void *item = rem(ix, ix->root, ix->height, key);
+  if (!item)
+    return NULL;
+  ix->count--;
+  while (ix->height > 0 && ((struct inner *)ix->root)->n == 0) {
+    struct inner *in = ix->root;
+    ix->root = in->child[0];
+    ix->height--;
+    free(in);
+    ix->node_bytes -= sizeof *in;
+  }
+  if (ix->height == 0 && ((struct leaf *)ix->root)->n == 0) {
+    free(ix->root);
+    ix->node_bytes -= sizeof(struct leaf);
+    ix->root = NULL;
+  }
+  return item;
+}
+
+void kt_index_seek(const struct kt_index *ix, struct kt_bytes key, struct kt_index_it *it) {
+  it->leaf = NULL;
+  it->pos = 0;
+  if (!ix->root)
+    return;
+  struct leaf *l = find_leaf(ix, key);
+  bool eq;
+  uint32_t p = leaf_pos(ix, l, key, &eq);
+  while (l && p >= l->n) { /* past this leaf (or an empty leaf) */
+    l = l->next;
+    p = 0;
+  }
+  it->leaf = l;
+  it->pos = p;
+}
+
+void *kt_index_item(const struct kt_index_it *it) {
+  const struct leaf *l = it->leaf;
+  return l->items[it->pos];
+}
+
+void kt_index_next(struct kt_index_it *it) {
+  struct leaf *l = it->leaf;
+  it->pos++;
+  while (l && it->pos >= l->n) {
+    l = l->next;
+    it->pos = 0;
+  }
+  it->leaf = l;
+}
+
+/* Checks the subtree's keys lie in [lo, hi) (NULL bounds = open); counts items. */
+static const char *verify(const struct kt_index *ix, void *node, int h, const struct kt_bytes *lo,
+                          const struct kt_bytes *hi, uint64_t *count, struct leaf **prev) {
+  if (h == 0) {
+    struct leaf *l = node;
+    if (*prev && (*prev)->next != l)
+      return "leaf chain broken";
+    *prev = l;
+    for (uint32_t i = 0; i < l->n; i++) {
+      struct kt_bytes k = ix->key_of(l->items[i]);
+      if (lo && kt_bytes_cmp(k, *lo) < 0)
+        return "leaf key below separator";
+      if (hi && kt_bytes_cmp(k, *hi) >= 0)
+        return "leaf key above separator";
+      if (i > 0 && kt_bytes_cmp(ix->key_of(l->items[i - 1]), k) >= 0)
+        return "leaf keys not increasing";
+    }
+    *count += l->n;
+    return NULL;
+  }
+  struct inner *in = node;
+  if (in->n > INNER_MAX)
+    return "inner overfull";
+  for (uint32_t i = 0; i <= in->n; i++) {
+    const struct kt_bytes *clo = i == 0 ? lo : &in->sep[i - 1];
+    const struct kt_bytes *chi = i == in->n ? hi : &in->sep[i];
+    const char *err = verify(ix, in->child[i], h - 1, clo, chi, count, prev);
+    if (err)
+      return err;
+  }
+  return NULL;
+}
+
+const char *kt_index_verify(const struct kt_index *ix) {
+  if (!ix->root)
+    return ix->count == 0 ? NULL : "empty root with count";
+  uint64_t count = 0;
+  struct leaf *prev = NULL;
+  const char *err = verify(ix, ix->root, ix->height, NULL, NULL, &count, &prev);
+  if (err)
+    return err;
+  if (prev->next != NULL)
+    return "last leaf has next";
+  return count == ix->count ? NULL : "count mismatch";
+}

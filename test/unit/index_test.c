@@ -1,0 +1,111 @@
+#include "../../core/index.h"
+#include "test.h"
+
+#include <stdlib.h>
+
+/* Items are malloc'd NUL-terminated strings; key excludes the NUL. */
+static struct kt_bytes key_of(const void *item) {
+  const char *s = item;
+  return (struct kt_bytes){(const uint8_t *)s, (uint32_t)strlen(s)};
+}
+static struct kt_bytes B(const char *s) {
+  return (struct kt_bytes){(const uint8_t *)s, (uint32_t)strlen(s)};
+} static char *mk(uint64_t v) {
+  char *s = malloc(24);
+  snprintf(s, 24, "k%08llu", (unsigned long long)v);
+  return s;
+}
+
+TEST(index_empty) {
+  struct kt_index ix;
+  kt_index_init(&ix, key_of);
+  CHECK(kt_index_get(&ix, B("a")) == NULL);
+  CHECK(kt_index_remove(&ix, B("a")) == NULL);
+  struct kt_index_it it;
+  kt_index_seek(&ix, B(""), &it);
+  CHECK(!kt_index_valid(&it));
+  CHECK(kt_index_verify(&ix) == NULL);
+  kt_index_free(&ix, NULL);
+}
+
+/* Random inserts and removes against a presence bitmap; checks order,
+ * lookups, seeks and the structure as it grows to several levels and
+ * shrinks back to empty. */
+TEST(index_random_against_bitmap) {
+  enum { N = 20000 };
+  static bool present[N];
+  memset(present, 0, sizeof present);
+  struct kt_index ix;
+  kt_index_init(&ix, key_of);
+  struct kt_rng r;
+  kt_rng_seed(&r, 7);
+  uint64_t count = 0;
+  for (int step = 0; step < 200000; step++) {
+    uint64_t v = kt_rng_below(&r, N);
+    char buf[24];
+    snprintf(buf, sizeof buf, "k%08llu", (unsigned long long)v);
+    bool grow = step < 100000 ? kt_rng_below(&r, 10) < 7 : kt_rng_below(&r, 10) < 2;
+    if (grow && !present[v]) {
+      void **slot = kt_index_insert(&ix, mk(v));
+      CHECK(strcmp(*slot, buf) == 0);
+      present[v] = true;
+      count++;
+    } else if (!grow) {
+      char *it = kt_index_remove(&ix, B(buf));
+      CHECK((it != NULL) == present[v]);
+      if (it) {
+        CHECK(strcmp(it, buf) == 0);
+        free(it);
+        present[v] = false;
+        count--;
+      }
+    }
+    CHECK_EQ(ix.count, count);
+    if (step % 10000 == 0) {
+      const char *err = kt_index_verify(&ix);
+      if (err)
+        printf("verify: %s\n", err);
+      CHECK(err == NULL);
+      /* full scan agrees with the bitmap */
+      struct kt_index_it it;
+      kt_index_seek(&ix, B(""), &it);
+      for (uint64_t i = 0; i < N; i++) {
+        if (!present[i])
+          continue;
+        CHECK(kt_index_valid(&it));
+        char want[24];
+        snprintf(want, sizeof want, "k%08llu", (unsigned long long)i);
+        CHECK(strcmp(kt_index_item(&it), want) == 0);
+        kt_index_next(&it);
+      }
+      CHECK(!kt_index_valid(&it));
+    }
+    if (step % 1000 == 0) { /* seek to a random point */
+      uint64_t s = kt_rng_below(&r, N);
+      char want[24];
+      snprintf(want, sizeof want, "k%08llu", (unsigned long long)s);
+      struct kt_index_it it;
+      kt_index_seek(&ix, B(want), &it);
+      uint64_t j = s;
+      while (j < N && !present[j])
+        j++;
+      if (j == N) {
+        CHECK(!kt_index_valid(&it));
+      } else {
+        snprintf(want, sizeof want, "k%08llu", (unsigned long long)j);
+        CHECK(kt_index_valid(&it));
+        CHECK(strcmp(kt_index_item(&it), want) == 0);
+      }
+    }
+  }
+  for (uint64_t v = 0; v < N; v++) {
+    char buf[24];
+    snprintf(buf, sizeof buf, "k%08llu", (unsigned long long)v);
+    CHECK((kt_index_get(&ix, B(buf)) != NULL) == present[v]);
+    free(kt_index_remove(&ix, B(buf)));
+  }
+  CHECK_EQ(ix.count, 0);
+  CHECK(ix.root == NULL);
+  CHECK_EQ(ix.node_bytes, 0);
+  kt_index_free(&ix, free);
+}
