@@ -121,8 +121,8 @@ static int parse_duration_ns(const char *s, int64_t *out) {
   static const struct {
     const char *unit;
     double ns;
-  } units[] = {{"ns", 1},          {"us", 1e3},  {"\xc2\xb5s", 1e3}, {"ms", 1e6},
-               {"s", 1e9},         {"m", 60e9},  {"h", 3600e9}};
+  } units[] = {{"ns", 1},  {"us", 1e3}, {"\xc2\xb5s", 1e3}, {"ms", 1e6},
+               {"s", 1e9}, {"m", 60e9}, {"h", 3600e9}};
   const char *p = s;
   double total = 0;
   bool neg = false;
@@ -442,8 +442,7 @@ static const struct cmd commands[] = {
     {"del", "del [options] <key> [range_end]",
      "Removes the specified key or range of keys [key, range_end)", NULL, del_flags, run_del},
     {"endpoint health", "endpoint health",
-     "Checks the healthiness of endpoints specified in `--endpoints` flag", NULL, NULL,
-     run_health},
+     "Checks the healthiness of endpoints specified in `--endpoints` flag", NULL, NULL, run_health},
     {"endpoint status", "endpoint status",
      "Prints out the status of endpoints specified in `--endpoints` flag",
      "When --write-out is set to simple, this command prints out comma-separated status lists "
@@ -455,8 +454,8 @@ static const struct cmd commands[] = {
     {"help", "help [command]", "Help about any command", NULL, NULL, NULL},
     {"put", "put [options] <key> <value> (<value> can also be given from stdin)",
      "Puts the given key into the store", put_long, put_flags, run_put},
-    {"txn", "txn [options]", "Txn processes all the requests in one transaction", NULL,
-     txn_flags, run_txn},
+    {"txn", "txn [options]", "Txn processes all the requests in one transaction", NULL, txn_flags,
+     run_txn},
     {"version", "version", "Prints the version of ketchctl", NULL, NULL, run_version},
     {0},
 };
@@ -627,7 +626,8 @@ static void init_display(void) {
   ctl_die(CTL_EXIT_BAD_FEATURE, "unsupported output format");
 }
 
-static ketch_client *open_endpoints(const char *endpoints) {
+/* A client on `endpoints`, or NULL with the reason in msg. */
+static ketch_client *open_endpoints(const char *endpoints, char *msg, size_t msgcap) {
   ketch_options o;
   ketch_options_init(&o);
   o.dial_timeout_ms = (int)(g_dial_ns / 1000000) > 0 ? (int)(g_dial_ns / 1000000) : 1;
@@ -636,16 +636,20 @@ static ketch_client *open_endpoints(const char *endpoints) {
    * "context deadline exceeded" after --command-timeout. */
   o.nonblocking_open = true;
   ketch_client *c = NULL;
-  char msg[512] = "";
-  int err = ketch_open(&c, endpoints, &o, msg, sizeof msg);
-  if (err)
-    ctl_die(CTL_EXIT_BAD_CONNECTION, "%s", msg[0] ? msg : ketch_strerror(err));
-  return c;
+  msg[0] = 0;
+  int err = ketch_open(&c, endpoints, &o, msg, msgcap);
+  if (err && !msg[0])
+    snprintf(msg, msgcap, "%s", ketch_strerror(err));
+  return err ? NULL : c;
 }
 
 static ketch_client *open_client(void) {
+  char msg[512];
   init_display();
-  return open_endpoints(g_endpoints);
+  ketch_client *c = open_endpoints(g_endpoints, msg, sizeof msg);
+  if (!c)
+    ctl_die(CTL_EXIT_BAD_CONNECTION, "%s", msg);
+  return c;
 }
 
 static void check(ketch_client *c, int err) {
@@ -747,9 +751,11 @@ static void get_op(int argc, char **argv, ketch_range_req *req) {
     req->sort_order = KETCH_SORT_DESCEND;
   else if (order[0])
     ctl_die(CTL_EXIT_BAD_FEATURE, "bad sort order %s", get_order);
-  static const char *const targets[] = {
-      [KETCH_SORT_KEY] = "KEY",     [KETCH_SORT_VERSION] = "VERSION", [KETCH_SORT_CREATE] = "CREATE",
-      [KETCH_SORT_MOD] = "MODIFY", [KETCH_SORT_VALUE] = "VALUE"};
+  static const char *const targets[] = {[KETCH_SORT_KEY] = "KEY",
+                                        [KETCH_SORT_VERSION] = "VERSION",
+                                        [KETCH_SORT_CREATE] = "CREATE",
+                                        [KETCH_SORT_MOD] = "MODIFY",
+                                        [KETCH_SORT_VALUE] = "VALUE"};
   req->sort_target = -1;
   for (int i = 0; i < 5; i++)
     if (!strcmp(target, targets[i]))
@@ -887,7 +893,8 @@ static void run_compaction(int argc, char **argv) {
   printf("compacted revision %" PRId64 "\n", rev); /* every -w format prints this */
 }
 
-/* The comma-separated endpoint list, each trimmed, as etcdctl's StringSlice. */
+/* The comma-separated endpoint list, each trimmed (etcdctl's endpoint
+ * status/health keep the spaces and then fail to dial " host:port"). */
 static int split_endpoints(char **out, int max) {
   char *copy = strdup(g_endpoints), *save = NULL;
   int n = 0;
@@ -912,12 +919,13 @@ static void run_status(int argc, char **argv) {
   struct ctl_ep_status st[64];
   bool failed = false;
   for (int i = 0; i < n; i++) {
-    ketch_client *c = open_endpoints(eps[i]);
+    char msg[512];
+    ketch_client *c = open_endpoints(eps[i], msg, sizeof msg);
     ketch_result *res = NULL;
-    int err = ketch_status(c, &res);
+    int err = c ? ketch_status(c, &res) : KETCH_EINVAL;
     if (err) {
       fprintf(stderr, "Failed to get the status of endpoint %s (%s)\n", eps[i],
-              ctl_errtext(err, ketch_errmsg(c)));
+              c ? ctl_errtext(err, ketch_errmsg(c)) : msg);
       failed = true;
     } else {
       st[ok].endpoint = eps[i];
@@ -925,9 +933,7 @@ static void run_status(int argc, char **argv) {
     }
     ketch_close(c);
   }
-  if (ctl_display.format == CTL_TABLE || ctl_display.format == CTL_SIMPLE ||
-      ctl_display.format == CTL_JSON || ctl_display.format == CTL_FIELDS)
-    ctl_print_status(st, (size_t)ok);
+  ctl_print_status(st, (size_t)ok);
   exit(failed ? CTL_EXIT_ERROR : CTL_EXIT_OK);
 }
 
@@ -945,16 +951,17 @@ static void run_health(int argc, char **argv) {
   struct ctl_ep_health h[64];
   bool failed = false;
   for (int i = 0; i < n; i++) {
-    ketch_client *c = open_endpoints(eps[i]);
+    char msg[512];
+    ketch_client *c = open_endpoints(eps[i], msg, sizeof msg);
     /* as etcdctl: a linearizable read of the key "health" */
     ketch_range_req req = {.key = "health", .key_len = 6};
     ketch_result *res = NULL;
     int64_t t0 = now_ns();
-    int err = ketch_range(c, &req, &res);
+    int err = c ? ketch_range(c, &req, &res) : KETCH_EINVAL;
     h[i].endpoint = eps[i];
     ctl_go_duration(h[i].took, sizeof h[i].took, now_ns() - t0);
     h[i].health = err == 0;
-    h[i].error = err ? strdup(ctl_errtext(err, ketch_errmsg(c))) : "";
+    h[i].error = err ? strdup(c ? ctl_errtext(err, ketch_errmsg(c)) : msg) : "";
     failed |= err != 0;
     ketch_result_free(res);
     ketch_close(c);

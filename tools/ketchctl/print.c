@@ -29,15 +29,33 @@ void ctl_goquote(FILE *f, const char *s, size_t n) {
     if (c < 0x80) {
       i++;
       switch (c) {
-      case '"': fputs("\\\"", f); continue;
-      case '\\': fputs("\\\\", f); continue;
-      case '\a': fputs("\\a", f); continue;
-      case '\b': fputs("\\b", f); continue;
-      case '\f': fputs("\\f", f); continue;
-      case '\n': fputs("\\n", f); continue;
-      case '\r': fputs("\\r", f); continue;
-      case '\t': fputs("\\t", f); continue;
-      case '\v': fputs("\\v", f); continue;
+      case '"':
+        fputs("\\\"", f);
+        continue;
+      case '\\':
+        fputs("\\\\", f);
+        continue;
+      case '\a':
+        fputs("\\a", f);
+        continue;
+      case '\b':
+        fputs("\\b", f);
+        continue;
+      case '\f':
+        fputs("\\f", f);
+        continue;
+      case '\n':
+        fputs("\\n", f);
+        continue;
+      case '\r':
+        fputs("\\r", f);
+        continue;
+      case '\t':
+        fputs("\\t", f);
+        continue;
+      case '\v':
+        fputs("\\v", f);
+        continue;
       }
       if (c < 0x20 || c == 0x7f)
         fprintf(f, "\\x%02x", c);
@@ -217,7 +235,8 @@ static void hdr(const ketch_header *h) {
     jclose('}');
     break;
   case CTL_FIELDS:
-    printf("\"ClusterID\" : %" PRIu64 "\n\"MemberID\" : %" PRIu64 "\n", h->cluster_id, h->member_id);
+    printf("\"ClusterID\" : %" PRIu64 "\n\"MemberID\" : %" PRIu64 "\n", h->cluster_id,
+           h->member_id);
     printf("\"Revision\" : %" PRId64 "\n\"RaftTerm\" : %" PRIu64 "\n", h->revision, h->raft_term);
     break;
   }
@@ -364,10 +383,18 @@ static void body_txn(const ketch_header *h, const ketch_txn_result *r, int64_t b
       jopen(json_names[o->type], '{');
     }
     switch (o->type) {
-    case KETCH_OP_RANGE: body_range(&oh, &o->range); break;
-    case KETCH_OP_PUT: body_put(&oh, &o->put); break;
-    case KETCH_OP_DELETE: body_delete(&oh, &o->del); break;
-    case KETCH_OP_TXN: body_txn(&oh, &o->txn, before, wrote); break;
+    case KETCH_OP_RANGE:
+      body_range(&oh, &o->range);
+      break;
+    case KETCH_OP_PUT:
+      body_put(&oh, &o->put);
+      break;
+    case KETCH_OP_DELETE:
+      body_delete(&oh, &o->del);
+      break;
+    case KETCH_OP_TXN:
+      body_txn(&oh, &o->txn, before, wrote);
+      break;
     }
     if (ctl_display.format == CTL_JSON) {
       jclose('}');
@@ -420,15 +447,23 @@ void ctl_print_txn(const ketch_header *h, const ketch_txn_result *r) {
 
 #define MAXCOLS 10
 
+/* Display width: UTF-8 code points ("µs" is one column, two bytes). */
+static size_t width(const char *s) {
+  size_t n = 0;
+  for (; *s; s++)
+    n += ((unsigned char)*s & 0xc0) != 0x80;
+  return n;
+}
+
 /* tablewriter: headers upper-cased and centered, cells right-aligned, one
  * space of padding, +---+ borders. */
 static void table(const char *const *head, int ncols, const char *const *cells, size_t nrows) {
   size_t w[MAXCOLS];
   for (int c = 0; c < ncols; c++) {
-    w[c] = strlen(head[c]);
+    w[c] = width(head[c]);
     for (size_t r = 0; r < nrows; r++)
-      if (strlen(cells[r * (size_t)ncols + (size_t)c]) > w[c])
-        w[c] = strlen(cells[r * (size_t)ncols + (size_t)c]);
+      if (width(cells[r * (size_t)ncols + (size_t)c]) > w[c])
+        w[c] = width(cells[r * (size_t)ncols + (size_t)c]);
   }
   char line[1024];
   size_t o = 0;
@@ -450,8 +485,10 @@ static void table(const char *const *head, int ncols, const char *const *cells, 
   puts("|");
   puts(line);
   for (size_t r = 0; r < nrows; r++) {
-    for (int c = 0; c < ncols; c++)
-      printf("| %*s ", (int)w[c], cells[r * (size_t)ncols + (size_t)c]);
+    for (int c = 0; c < ncols; c++) {
+      const char *cell = cells[r * (size_t)ncols + (size_t)c];
+      printf("| %*s%s ", (int)(w[c] - width(cell)), "", cell);
+    }
     puts("|");
   }
   puts(line);
@@ -518,10 +555,9 @@ void ctl_print_status(const struct ctl_ep_status *s, size_t n) {
     }
     return;
   }
-  static const char *const head[] = {"endpoint",  "ID",         "version",
-                                     "db size",   "is leader",  "is learner",
-                                     "raft term", "raft index", "raft applied index",
-                                     "errors"};
+  static const char *const head[] = {"endpoint",           "ID",         "version",   "db size",
+                                     "is leader",          "is learner", "raft term", "raft index",
+                                     "raft applied index", "errors"};
   enum { NC = 10, W = 64 };
   char(*buf)[NC][W] = calloc(n ? n : 1, sizeof *buf);
   const char **cells = calloc(n ? n * NC : 1, sizeof *cells);
@@ -591,8 +627,8 @@ void ctl_print_health(const struct ctl_ep_health *h, size_t n) {
     for (size_t i = 0; i < n; i++) {
       printf("\"Endpoint\" : ");
       ctl_goquote(stdout, h[i].endpoint, strlen(h[i].endpoint));
-      printf("\n\"Health\" : %s\n\"Took\" : %s\n\"Error\" : %s\n\n",
-             h[i].health ? "true" : "false", h[i].took, h[i].error);
+      printf("\n\"Health\" : %s\n\"Took\" : %s\n\"Error\" : %s\n\n", h[i].health ? "true" : "false",
+             h[i].took, h[i].error);
     }
     return;
   }

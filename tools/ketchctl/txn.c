@@ -89,16 +89,36 @@ static int go_unquote(const char **pp, char **out, size_t *out_len) {
     int c = *s++, d;
     unsigned long r = 0;
     switch (c) {
-    case 'a': o[n++] = '\a'; break;
-    case 'b': o[n++] = '\b'; break;
-    case 'f': o[n++] = '\f'; break;
-    case 'n': o[n++] = '\n'; break;
-    case 'r': o[n++] = '\r'; break;
-    case 't': o[n++] = '\t'; break;
-    case 'v': o[n++] = '\v'; break;
-    case '\\': o[n++] = '\\'; break;
-    case '"': o[n++] = '"'; break;
-    case '\'': o[n++] = '\''; break;
+    case 'a':
+      o[n++] = '\a';
+      break;
+    case 'b':
+      o[n++] = '\b';
+      break;
+    case 'f':
+      o[n++] = '\f';
+      break;
+    case 'n':
+      o[n++] = '\n';
+      break;
+    case 'r':
+      o[n++] = '\r';
+      break;
+    case 't':
+      o[n++] = '\t';
+      break;
+    case 'v':
+      o[n++] = '\v';
+      break;
+    case '\\':
+      o[n++] = '\\';
+      break;
+    case '"':
+      o[n++] = '"';
+      break;
+    case '\'':
+      o[n++] = '\'';
+      break;
     case 'x':
     case 'u':
     case 'U': {
@@ -304,8 +324,8 @@ static void parse_request(const char *line, ketch_op *op) {
 #define TXN_MAX_LINES 1024
 
 void ctl_txn_read(FILE *in, bool interactive, ketch_txn_req *req) {
-  static const char *const prompts[3] = {"compares:", "success requests (get, put, del):",
-                                         "failure requests (get, put, del):"};
+  static const char *const prompts[3] = {
+      "compares:", "success requests (get, put, del):", "failure requests (get, put, del):"};
   ketch_compare *cmps = xmalloc(TXN_MAX_LINES * sizeof *cmps);
   ketch_op *ops[2] = {xmalloc(TXN_MAX_LINES * sizeof(ketch_op)),
                       xmalloc(TXN_MAX_LINES * sizeof(ketch_op))};
