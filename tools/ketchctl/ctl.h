@@ -48,6 +48,13 @@ extern struct ctl_display ctl_display;
 /* Prints "Error: <formatted message>\n" on stderr and exits with `code`. */
 _Noreturn void ctl_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Memory that lives until exit: ctl_alloc() is malloc() whose block is freed
+ * at exit (it never returns NULL: exits on failure); ctl_keep() adopts a
+ * malloc'd block, ctl_keep_result() a ketch_result, the same way. */
+void *ctl_alloc(size_t n);
+void *ctl_keep(void *p);
+void ctl_keep_result(ketch_result *res);
+
 /* The text etcdctl prints for a failed request: "etcdserver: <message>" for an
  * error the server returned, "context deadline exceeded" when no answer came in
  * time (etcdctl's gRPC deadline). Static or `msg`-backed storage. */

@@ -24,6 +24,51 @@
 #define API_VERSION "3.4"
 #define MAX_ARGS 256
 
+/* ---- memory kept until exit, freed by an atexit handler ---- */
+
+static void **kept;
+static ketch_result **kept_results;
+static size_t n_kept, cap_kept, n_kept_results, cap_kept_results;
+static ketch_client *the_client;
+
+static void free_kept(void) {
+  for (size_t i = 0; i < n_kept_results; i++)
+    ketch_result_free(kept_results[i]);
+  free(kept_results);
+  for (size_t i = 0; i < n_kept; i++)
+    free(kept[i]);
+  free(kept);
+  ketch_close(the_client);
+}
+
+static void keep_in(void ***list, size_t *n, size_t *cap, void *p) {
+  if (*n == *cap) {
+    size_t c = *cap ? *cap * 2 : 16;
+    void **l = realloc(*list, c * sizeof *l);
+    if (!l) {
+      fputs("Error: out of memory\n", stderr);
+      _exit(CTL_EXIT_ERROR);
+    }
+    *list = l;
+    *cap = c;
+  }
+  (*list)[(*n)++] = p;
+}
+
+void *ctl_keep(void *p) {
+  if (!p)
+    ctl_die(CTL_EXIT_ERROR, "out of memory");
+  keep_in(&kept, &n_kept, &cap_kept, p);
+  return p;
+}
+
+void *ctl_alloc(size_t n) { return ctl_keep(malloc(n ? n : 1)); }
+
+void ctl_keep_result(ketch_result *res) {
+  if (res)
+    keep_in((void ***)&kept_results, &n_kept_results, &cap_kept_results, res);
+}
+
 /* ---- errors ---- */
 
 _Noreturn void ctl_die(int code, const char *fmt, ...) {
@@ -188,7 +233,7 @@ static struct flag global_flags[] = {
     {0},
 };
 
-static struct flag help_flag_def = {"help", 'h', FT_BOOL, "false", NULL, &help_flag, false};
+static struct flag help_flags[] = {{"help", 'h', FT_BOOL, "false", NULL, &help_flag, false}, {0}};
 
 /* Sets a flag from text; on error writes pflag's message into err. */
 static int flag_set(struct flag *f, const char *val, bool via_short, char *err, size_t errcap) {
@@ -215,9 +260,7 @@ static int flag_set(struct flag *f, const char *val, bool via_short, char *err, 
     if (!f->changed) {
       *(const char **)f->dst = val;
     } else {
-      char *j = malloc(strlen(old) + strlen(val) + 2);
-      if (!j)
-        ctl_die(CTL_EXIT_ERROR, "out of memory");
+      char *j = ctl_alloc(strlen(old) + strlen(val) + 2);
       sprintf(j, "%s,%s", old, val);
       *(const char **)f->dst = j;
     }
@@ -522,8 +565,8 @@ static void usage(const struct cmd *c) {
     for (const struct cmd *k = commands; k->name; k++, n++)
       cells[n] = k->name, texts[n] = k->short_help;
     tab_block("\t", cells, texts, n);
-    struct flag *sets[] = {global_flags, &help_flag_def, NULL};
-    help_flag_def.usage = "help for ketchctl";
+    struct flag *sets[] = {global_flags, help_flags, NULL};
+    help_flags[0].usage = "help for ketchctl";
     printf("\nOPTIONS:\n");
     flag_usages(sets);
     printf("\n");
@@ -549,8 +592,8 @@ static void usage(const struct cmd *c) {
   }
   static char help_usage[64];
   snprintf(help_usage, sizeof help_usage, "help for %s", leaf);
-  help_flag_def.usage = help_usage;
-  struct flag *local[] = {&help_flag_def, c->flags, NULL};
+  help_flags[0].usage = help_usage;
+  struct flag *local[] = {help_flags, c->flags, NULL};
   if (!c->flags)
     local[1] = NULL;
   printf("\nOPTIONS:\n");
@@ -571,8 +614,8 @@ static void usage_endpoint(void) {
       if (!strncmp(k->name, "endpoint ", 9) && !strcmp(k->name + 9, cells[i]))
         texts[i] = k->short_help;
   tab_block("\t", cells, texts, 2);
-  help_flag_def.usage = "help for endpoint";
-  struct flag *local[] = {&help_flag_def, NULL}, *global[] = {global_flags, NULL};
+  help_flags[0].usage = "help for endpoint";
+  struct flag *local[] = {help_flags, NULL}, *global[] = {global_flags, NULL};
   printf("\nOPTIONS:\n");
   flag_usages(local);
   printf("\nGLOBAL OPTIONS:\n");
@@ -646,13 +689,14 @@ static ketch_client *open_endpoints(const char *endpoints, char *msg, size_t msg
 static ketch_client *open_client(void) {
   char msg[512];
   init_display();
-  ketch_client *c = open_endpoints(g_endpoints, msg, sizeof msg);
-  if (!c)
+  the_client = open_endpoints(g_endpoints, msg, sizeof msg);
+  if (!the_client)
     ctl_die(CTL_EXIT_BAD_CONNECTION, "%s", msg);
-  return c;
+  return the_client;
 }
 
-static void check(ketch_client *c, int err) {
+static void check(ketch_client *c, int err, ketch_result *res) {
+  ctl_keep_result(res);
   if (err)
     ctl_die(CTL_EXIT_ERROR, "%s", ctl_errtext(err, ketch_errmsg(c)));
 }
@@ -673,7 +717,7 @@ static char *read_all_stdin(size_t *len) {
       buf = realloc(buf, cap *= 2);
   }
   *len = n;
-  return buf;
+  return ctl_keep(buf);
 }
 
 static void put_op(int argc, char **argv, ketch_put_req *req) {
@@ -811,11 +855,9 @@ int ctl_parse_op(int argc, char **argv, ketch_op *op) {
     return -1;
   flags_reset(fl);
   help_flag = false;
-  struct flag *sets[] = {fl, &help_flag_def, NULL};
-  char **pos = malloc(MAX_ARGS * sizeof *pos), err[300];
+  struct flag *sets[] = {fl, help_flags, NULL};
+  char *pos[MAX_ARGS], err[300];
   int npos;
-  if (!pos)
-    ctl_die(CTL_EXIT_ERROR, "out of memory");
   if (flags_parse(sets, argc - 1, argv + 1, pos, &npos, err, sizeof err) || help_flag)
     return -1;
   memset(op, 0, sizeof *op);
@@ -839,7 +881,8 @@ static void run_put(int argc, char **argv) {
   put_op(argc, argv, &req);
   ketch_client *c = open_client();
   ketch_result *res = NULL;
-  check(c, ketch_put(c, &req, &res));
+  int err = ketch_put(c, &req, &res);
+  check(c, err, res);
   ctl_print_put(&res->header, &res->put);
 }
 
@@ -848,7 +891,8 @@ static void run_get(int argc, char **argv) {
   get_op(argc, argv, &req);
   ketch_client *c = open_client();
   ketch_result *res = NULL;
-  check(c, ketch_range(c, &req, &res));
+  int err = ketch_range(c, &req, &res);
+  check(c, err, res);
   if (get_count_only && ctl_display.format != CTL_FIELDS)
     ctl_die(CTL_EXIT_BAD_ARGS, "--count-only is only for `--write-out=fields`");
   if (get_value_only) {
@@ -864,7 +908,8 @@ static void run_del(int argc, char **argv) {
   del_op(argc, argv, &req);
   ketch_client *c = open_client();
   ketch_result *res = NULL;
-  check(c, ketch_delete(c, &req, &res));
+  int err = ketch_delete(c, &req, &res);
+  check(c, err, res);
   ctl_print_delete(&res->header, &res->del);
 }
 
@@ -876,7 +921,8 @@ static void run_txn(int argc, char **argv) {
   ketch_txn_req req;
   ctl_txn_read(stdin, txn_interactive, &req);
   ketch_result *res = NULL;
-  check(c, ketch_txn(c, &req, &res));
+  int err = ketch_txn(c, &req, &res);
+  check(c, err, res);
   ctl_print_txn(&res->header, &res->txn);
 }
 
@@ -884,22 +930,21 @@ static void run_compaction(int argc, char **argv) {
   if (argc != 1)
     ctl_die(CTL_EXIT_BAD_ARGS, "compaction command needs 1 argument");
   int64_t rev;
-  char err[200];
-  if (ctl_parse_int(argv[0], 10, &rev, err, sizeof err))
-    ctl_die(CTL_EXIT_ERROR, "%s", err);
+  char why[200];
+  if (ctl_parse_int(argv[0], 10, &rev, why, sizeof why))
+    ctl_die(CTL_EXIT_ERROR, "%s", why);
   ketch_client *c = open_client();
   ketch_result *res = NULL;
-  check(c, ketch_compact(c, rev, compact_physical, &res));
+  int err = ketch_compact(c, rev, compact_physical, &res);
+  check(c, err, res);
   printf("compacted revision %" PRId64 "\n", rev); /* every -w format prints this */
 }
 
 /* The comma-separated endpoint list, each trimmed (etcdctl's endpoint
  * status/health keep the spaces and then fail to dial " host:port"). */
 static int split_endpoints(char **out, int max) {
-  char *copy = strdup(g_endpoints), *save = NULL;
+  char *copy = ctl_keep(strdup(g_endpoints)), *save = NULL;
   int n = 0;
-  if (!copy)
-    ctl_die(CTL_EXIT_ERROR, "out of memory");
   for (char *t = strtok_r(copy, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save)) {
     while (isspace((unsigned char)*t))
       t++;
@@ -916,13 +961,14 @@ static void run_status(int argc, char **argv) {
   init_display();
   char *eps[64];
   int n = split_endpoints(eps, 64), ok = 0;
-  struct ctl_ep_status st[64];
+  static struct ctl_ep_status st[64];
   bool failed = false;
   for (int i = 0; i < n; i++) {
     char msg[512];
     ketch_client *c = open_endpoints(eps[i], msg, sizeof msg);
     ketch_result *res = NULL;
     int err = c ? ketch_status(c, &res) : KETCH_EINVAL;
+    ctl_keep_result(res);
     if (err) {
       fprintf(stderr, "Failed to get the status of endpoint %s (%s)\n", eps[i],
               c ? ctl_errtext(err, ketch_errmsg(c)) : msg);
@@ -948,7 +994,7 @@ static void run_health(int argc, char **argv) {
   init_display();
   char *eps[64];
   int n = split_endpoints(eps, 64);
-  struct ctl_ep_health h[64];
+  static struct ctl_ep_health h[64];
   bool failed = false;
   for (int i = 0; i < n; i++) {
     char msg[512];
@@ -961,7 +1007,7 @@ static void run_health(int argc, char **argv) {
     h[i].endpoint = eps[i];
     ctl_go_duration(h[i].took, sizeof h[i].took, now_ns() - t0);
     h[i].health = err == 0;
-    h[i].error = err ? strdup(c ? ctl_errtext(err, ketch_errmsg(c)) : msg) : "";
+    h[i].error = err ? ctl_keep(strdup(c ? ctl_errtext(err, ketch_errmsg(c)) : msg)) : "";
     failed |= err != 0;
     ketch_result_free(res);
     ketch_close(c);
@@ -989,6 +1035,7 @@ static bool global_takes_value(const char *a) {
 }
 
 int main(int argc, char **argv) {
+  atexit(free_kept);
   flags_reset(global_flags);
   for (const struct cmd *k = commands; k->name; k++)
     flags_reset(k->flags);
@@ -1059,7 +1106,7 @@ int main(int argc, char **argv) {
       continue;
     rest[nrest++] = argv[i];
   }
-  struct flag *sets[] = {global_flags, &help_flag_def, cmd ? cmd->flags : NULL, NULL};
+  struct flag *sets[] = {global_flags, help_flags, cmd ? cmd->flags : NULL, NULL};
   if (flags_parse(sets, nrest, rest, pos, &npos, err, sizeof err)) {
     if (cmd)
       usage(cmd);

@@ -104,7 +104,7 @@ static void fmt_frac(char *buf, size_t cap, uint64_t whole, uint64_t frac, int p
 void ctl_go_duration(char *buf, size_t cap, int64_t ns) {
   const char *sign = ns < 0 ? "-" : "";
   uint64_t u = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
-  char tmp[64];
+  char tmp[96];
   if (u == 0) {
     snprintf(buf, cap, "0s");
     return;

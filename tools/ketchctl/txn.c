@@ -22,13 +22,6 @@
 
 #include "ctl.h"
 
-static void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p)
-    ctl_die(CTL_EXIT_ERROR, "out of memory");
-  return p;
-}
-
 static int hexval(int c) {
   if (c >= '0' && c <= '9')
     return c - '0';
@@ -78,7 +71,9 @@ static int go_unquote(const char **pp, char **out, size_t *out_len) {
   }
   if (*end != q)
     return -1;
-  char *o = xmalloc((size_t)(end - p) + 1);
+  char *o = malloc((size_t)(end - p) + 1);
+  if (!o)
+    ctl_die(CTL_EXIT_ERROR, "out of memory");
   size_t n = 0;
   for (const char *s = p + 1; s < end;) {
     if (q == '`' || *s != '\\') {
@@ -154,7 +149,7 @@ static int go_unquote(const char **pp, char **out, size_t *out_len) {
     }
   }
   o[n] = 0;
-  *out = o;
+  *out = ctl_keep(o);
   *out_len = n;
   *pp = end + 1;
   return 0;
@@ -191,7 +186,7 @@ static int argify(const char *line, char **argv, int max) {
         continue;
       }
       wl = (size_t)(e - p - 1);
-      w = xmalloc(wl + 1);
+      w = ctl_alloc(wl + 1);
       memcpy(w, p + 1, wl);
       w[wl] = 0;
       argv[n++] = w;
@@ -202,7 +197,7 @@ static int argify(const char *line, char **argv, int max) {
     while (*p && !is_space(*p))
       p++;
     wl = (size_t)(p - s);
-    w = xmalloc(wl + 1);
+    w = ctl_alloc(wl + 1);
     memcpy(w, s, wl);
     w[wl] = 0;
     argv[n++] = w;
@@ -243,7 +238,7 @@ static void parse_compare(const char *line, ketch_compare *cmp) {
   if (!lp)
     ctl_die(CTL_EXIT_INVALID_INPUT, "malformed comparison: %s", line);
   size_t tlen = (size_t)(lp - line);
-  char *target = xmalloc(tlen + 1);
+  char *target = ctl_alloc(tlen + 1);
   memcpy(target, line, tlen);
   target[tlen] = 0;
 
@@ -308,7 +303,6 @@ static void parse_compare(const char *line, ketch_compare *cmp) {
     ctl_die(CTL_EXIT_INVALID_INPUT, "malformed comparison: %s (unknown operator %s)", line, op);
   if (bad)
     ctl_die(CTL_EXIT_INVALID_INPUT, "invalid txn compare request: %s", line);
-  free(target);
 }
 
 static void parse_request(const char *line, ketch_op *op) {
@@ -326,9 +320,9 @@ static void parse_request(const char *line, ketch_op *op) {
 void ctl_txn_read(FILE *in, bool interactive, ketch_txn_req *req) {
   static const char *const prompts[3] = {
       "compares:", "success requests (get, put, del):", "failure requests (get, put, del):"};
-  ketch_compare *cmps = xmalloc(TXN_MAX_LINES * sizeof *cmps);
-  ketch_op *ops[2] = {xmalloc(TXN_MAX_LINES * sizeof(ketch_op)),
-                      xmalloc(TXN_MAX_LINES * sizeof(ketch_op))};
+  ketch_compare *cmps = ctl_alloc(TXN_MAX_LINES * sizeof *cmps);
+  ketch_op *ops[2] = {ctl_alloc(TXN_MAX_LINES * sizeof(ketch_op)),
+                      ctl_alloc(TXN_MAX_LINES * sizeof(ketch_op))};
   size_t n[3] = {0, 0, 0};
   for (int part = 0; part < 3; part++) {
     if (interactive) {
