@@ -469,6 +469,8 @@ def cases():
     c("err/get-future-rev", ["get", "a", "--rev", "{r:1000}"])
     c("err/get-empty-key", ["get", ""])
     c("err/get-output-format", ["-w", "yaml", "get", "a"])
+    ketch_only("err/protobuf-output", lambda: None if K.run(["get", "a", "-w", "protobuf"]) == (
+        4, "", "Error: protobuf not supported as output format\n") else "want exit 4 and etcdctl's wording")
     # bad flags: etcdctl prints the command's help on stdout and the error twice
     c("err/flag-bad-int", ["get", "a", "--limit=abc"], stdout_part=help_part)
     c("err/flag-unknown", ["get", "a", "--bogus"], stdout_part=help_part)
@@ -564,6 +566,9 @@ def cases():
                        ("status", ["endpoint", "status"]), ("status-json", ["endpoint", "status", "-w", "json"])):
         c("unreachable/" + name, args, endpoints=False,
           extra=["--endpoints", dead, "--command-timeout", "1s", "--dial-timeout", "500ms"])
+    # a dead endpoint first in the list: both clients fail over to the live one
+    c("failover/dead-first", ["get", "a", "-w", "json"], endpoints=False,
+      extra=["--endpoints", dead + ",{ep}", "--command-timeout", "3s"])
     # -- help texts
     for cmd in (["put"], ["get"], ["del"], ["txn"], ["compaction"], ["endpoint", "status"],
                 ["endpoint", "health"], ["version"]):

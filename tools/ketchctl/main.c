@@ -666,6 +666,8 @@ static void init_display(void) {
       return;
     }
   }
+  if (!strcmp(g_write_out, "protobuf")) /* etcdctl's wording for a format it lacks */
+    ctl_die(CTL_EXIT_BAD_FEATURE, "protobuf not supported as output format");
   ctl_die(CTL_EXIT_BAD_FEATURE, "unsupported output format");
 }
 
