@@ -35,6 +35,7 @@ CLIENT_SRCS := $(filter-out client/example.c,$(wildcard client/*.c)) core/base.c
 KETCH_MAIN := net/ketch_main.c
 KETCHCTL_SRCS := $(wildcard tools/ketchctl/*.c)
 KETCHUTL_SRCS := $(wildcard tools/ketchutl/*.c)
+BENCH_SRCS := $(wildcard tools/bench/*.c)
 UNIT_TESTS := $(wildcard test/unit/*_test.c)
 FUZZ_TARGETS := $(wildcard test/fuzz/*_fuzz.c)
 PERF_SRCS := $(wildcard test/perf/*_perf.c)
@@ -50,6 +51,9 @@ BINS += $(BINDIR)/ketchctl
 endif
 ifneq ($(KETCHUTL_SRCS),)
 BINS += $(BINDIR)/ketchutl
+endif
+ifneq ($(BENCH_SRCS),)
+BINS += $(BINDIR)/ketch-bench
 endif
 LIBS := $(LIBDIR)/libketch.a $(LIBDIR)/libketch.so $(LIBDIR)/ketch.pc
 UNIT_BINS := $(patsubst test/unit/%.c,$(O)/test/%,$(UNIT_TESTS))
@@ -72,19 +76,24 @@ $(LIBDIR)/libketch.a: $(CLIENT_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIBDIR)/libketch.so: $(CLIENT_OBJS)
+$(LIBDIR)/libketch.so: $(CLIENT_OBJS) client/ketch.map
 	@mkdir -p $(dir $@)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
+	$(CC) -shared -Wl,--version-script=client/ketch.map -o $@ $(CLIENT_OBJS) $(LDFLAGS) \
+	  $(shell pkg-config --libs msgpack 2>/dev/null)
 
 $(LIBDIR)/ketch.pc: Makefile
 	@mkdir -p $(dir $@)
-	printf 'prefix=%s\nlibdir=$${prefix}/$(LIBDIR)\nincludedir=$${prefix}/client\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium liblz4\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nLibs.private: -lev -lpthread\nCflags: -I$${includedir}\n' "$(CURDIR)" > $@
+	printf 'libdir=%s\nincludedir=%s\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(abspath $(LIBDIR))" "$(CURDIR)/client" > $@
 
 $(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BINDIR)/ketchctl: $(call obj,$(KETCHCTL_SRCS)) $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BINDIR)/ketch-bench: $(call obj,$(BENCH_SRCS)) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -126,7 +135,7 @@ SECONDS ?= 60
 fuzz: deps
 	@sh test/deps.sh fuzz
 	@mkdir -p build/fuzz
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined $(shell pkg-config --cflags $(PKGS)) \
+	clang -std=c11 -D_GNU_SOURCE -DKT_VERSION='"$(VERSION)"' -g -O1 -fsanitize=fuzzer,address,undefined $(shell pkg-config --cflags $(PKGS)) \
 	  test/fuzz/$(F)_fuzz.c $(filter-out %_main.c,$(SERVER_SRCS)) $(filter-out client/example.c,$(wildcard client/*.c)) \
 	  -o build/fuzz/$(F) $(LDLIBS)
 	mkdir -p build/fuzz/$(F)-corpus

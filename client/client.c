@@ -65,6 +65,7 @@ struct slot {
   uint64_t out_start;
   struct kt_buf frame;
   struct slot *prev, *next; /* pending list, or free list (next) */
+  struct slot *dnext;       /* doomed list */
 };
 
 /* A result owned by the caller (synchronous calls). res must stay first. */
@@ -94,6 +95,7 @@ struct ketch_client {
   /* requests */
   struct slot *slots;
   struct slot *free_list, *pend_head, *pend_tail;
+  struct slot *doomed_head; /* sent writes of a lost connection, to fail */
   size_t n_pending;
   uint64_t seq;
   struct kt_arena enc_arena, dec_arena, res_arena;
@@ -370,6 +372,95 @@ static void result_build(struct kt_arena *a, ketch_result *res, uint8_t type, in
   }
 }
 
+static const char *dup_bytes(struct kt_arena *a, const char *p, size_t n) {
+  return n ? kt_arena_dup(a, p, n) : "";
+}
+
+static const ketch_kv *dup_kvs(struct kt_arena *a, const ketch_kv *kv, size_t n) {
+  if (!kv || !n)
+    return NULL;
+  ketch_kv *o = kt_arena_alloc(a, sizeof *o * n);
+  for (size_t i = 0; i < n; i++) {
+    o[i] = kv[i];
+    o[i].key = dup_bytes(a, kv[i].key, kv[i].key_len);
+    o[i].value = dup_bytes(a, kv[i].value, kv[i].value_len);
+  }
+  return o;
+}
+
+/* Deep-copies the union member named by type (same layout in ketch_result
+ * and ketch_op_result for RANGE..TXN). */
+static void dup_op(struct kt_arena *a, ketch_op_result *o, const ketch_op_result *r) {
+  *o = *r;
+  switch (r->type) {
+  case KETCH_OP_RANGE:
+    o->range.kvs = dup_kvs(a, r->range.kvs, r->range.n_kvs);
+    break;
+  case KETCH_OP_PUT:
+    o->put.prev_kv = dup_kvs(a, r->put.prev_kv, 1);
+    break;
+  case KETCH_OP_DELETE:
+    o->del.prev_kvs = dup_kvs(a, r->del.prev_kvs, r->del.n_prev_kvs);
+    break;
+  case KETCH_OP_TXN: {
+    size_t n = r->txn.n_responses;
+    ketch_op_result *rs = n ? kt_arena_alloc(a, sizeof *rs * n) : NULL;
+    for (size_t i = 0; i < n; i++)
+      dup_op(a, &rs[i], &r->txn.responses[i]);
+    o->txn.responses = rs;
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+ketch_result *ketch_result_dup(const ketch_result *res) {
+  struct owned_result *o = calloc(1, sizeof *o);
+  if (!o)
+    return NULL;
+  struct kt_arena *a = &o->arena;
+  ketch_result *d = &o->res;
+  d->type = res->type;
+  d->err = res->err;
+  d->header = res->header;
+  d->message = dup_str(a, res->message, strlen(res->message));
+  if (res->err)
+    return d;
+  if (res->type == KETCH_OP_STATUS) {
+    d->status = res->status;
+    d->status.version = dup_str(a, res->status.version, strlen(res->status.version));
+    if (res->status.n_errors) {
+      const char **e = kt_arena_alloc(a, sizeof *e * res->status.n_errors);
+      for (size_t i = 0; i < res->status.n_errors; i++)
+        e[i] = dup_str(a, res->status.errors[i], strlen(res->status.errors[i]));
+      d->status.errors = e;
+    }
+  } else if (res->type >= KETCH_OP_RANGE && res->type <= KETCH_OP_TXN) {
+    ketch_op_result in, out;
+    memset(&in, 0, sizeof in);
+    in.type = res->type;
+    if (res->type == KETCH_OP_RANGE)
+      in.range = res->range;
+    else if (res->type == KETCH_OP_PUT)
+      in.put = res->put;
+    else if (res->type == KETCH_OP_DELETE)
+      in.del = res->del;
+    else
+      in.txn = res->txn;
+    dup_op(a, &out, &in);
+    if (res->type == KETCH_OP_RANGE)
+      d->range = out.range;
+    else if (res->type == KETCH_OP_PUT)
+      d->put = out.put;
+    else if (res->type == KETCH_OP_DELETE)
+      d->del = out.del;
+    else
+      d->txn = out.txn;
+  }
+  return d;
+}
+
 void ketch_result_free(ketch_result *res) {
   if (!res)
     return;
@@ -616,18 +707,22 @@ static void conn_fail(ketch_client *c, const char *why) {
   char msg[400];
   snprintf(msg, sizeof msg,
            "request outcome unknown: connection lost after the request was sent (%s)", why);
-  /* First mark, then complete: a callback may submit, and so reconnect. */
-  for (struct slot *s = c->pend_head; s; s = s->next) {
-    if (s->queued && !s->is_read && sent > s->out_start)
+  /* First mark (onto the doomed list, in submission order), then complete:
+   * a callback may submit, and so reconnect and even fail again; whoever
+   * pops a slot off the doomed list completes it, exactly once. */
+  for (struct slot *s = c->pend_tail; s; s = s->prev) {
+    if (s->queued && !s->is_read && sent > s->out_start) {
       s->doomed = true;
+      s->dnext = c->doomed_head;
+      c->doomed_head = s;
+    }
     s->queued = false;
   }
-  struct slot *s = c->pend_head;
-  while (s) {
-    struct slot *next = s->next;
-    if (s->doomed)
-      complete(c, s, KETCH_EUNKNOWN, msg, strlen(msg), NULL);
-    s = next;
+  while (c->doomed_head) {
+    struct slot *s = c->doomed_head;
+    c->doomed_head = s->dnext;
+    s->dnext = NULL;
+    complete(c, s, KETCH_EUNKNOWN, msg, strlen(msg), NULL);
   }
   if (c->state == ST_IDLE && c->n_pending)
     conn_start(c);

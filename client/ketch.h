@@ -47,7 +47,7 @@
  *     only read during the submit call; they may be freed when it returns.
  *   - A ketch_result given to a callback, and everything it points to, belongs
  *     to the library and is valid only until the callback returns. Copy what
- *     you need.
+ *     you need, or keep the whole result with ketch_result_dup().
  *   - A ketch_result returned by a synchronous call belongs to the caller,
  *     who frees it (and everything it points to, in one go) with
  *     ketch_result_free(). It stays valid after ketch_close().
@@ -335,9 +335,15 @@ typedef struct ketch_result {
   };
 } ketch_result;
 
-/* Frees a result returned by a synchronous call (and all memory it points
- * to). NULL is fine. Never call it on a result given to a callback. */
+/* Frees a result returned by a synchronous call or ketch_result_dup (and
+ * all memory it points to). NULL is fine. Never call it on a result given to
+ * a callback. */
 void ketch_result_free(ketch_result *res);
+
+/* A deep copy of any result (e.g. one given to a callback, to keep it past
+ * the callback), owned by the caller: free it with ketch_result_free().
+ * NULL if out of memory. */
+ketch_result *ketch_result_dup(const ketch_result *res);
 
 /* ---- opening and closing ---- */
 

@@ -74,6 +74,14 @@ struct kt_node {
   uint64_t snap_index, last_snap_index, prev_snap_index;
   int64_t snap_rev;
 
+  /* Auto-compaction: (time, revision) samples, oldest first. */
+  ev_timer compact_w;
+  struct {
+    ev_tstamp at;
+    int64_t rev;
+  } samples[16];
+  int n_samples;
+
   ev_async wal_async, snap_async;
   ev_prepare prepare_w;
   ev_idle idle_w;
@@ -183,10 +191,12 @@ static int apply_entry(struct kt_node *n, uint64_t index, const uint8_t *p, size
 
 /* ---- propose (the write path) ---- */
 
+/* c may be NULL for the member's own proposals (auto-compaction). */
 static void propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
                     size_t body_len) {
   if (n->wal_failed) {
-    kt_conn_send_error(c, req_id, n->wal_failed, n->wal_failed_msg);
+    if (c)
+      kt_conn_send_error(c, req_id, n->wal_failed, n->wal_failed_msg);
     return;
   }
   uint64_t index = n->last_index + 1;
@@ -198,7 +208,8 @@ static void propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const
   uint64_t seq;
   int rc = kt_wal_append(n->wal, REC_ENTRY, index, n->scratch.p, n->scratch.len, &seq);
   if (rc) {
-    kt_conn_send_error(c, req_id, rc, "the write-ahead log refused the entry");
+    if (c)
+      kt_conn_send_error(c, req_id, rc, "the write-ahead log refused the entry");
     return;
   }
   n->last_index = index;
@@ -213,7 +224,8 @@ static void propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const
       kt_assert(n->pend);
     }
   }
-  kt_conn_ref(c);
+  if (c)
+    kt_conn_ref(c);
   n->pend[n->n_pend++] = (struct pending){seq, index, c, req_id, n->scratch.len};
   kt_buf_append(&n->bodies, n->scratch.p, n->scratch.len);
 }
@@ -337,8 +349,10 @@ static void wal_notify(void *arg) {
 
 static void fail_pending(struct kt_node *n, int code, const char *msg) {
   for (size_t i = n->pend_head; i < n->n_pend; i++) {
-    kt_conn_send_error(n->pend[i].conn, n->pend[i].req_id, code, msg);
-    kt_conn_unref(n->pend[i].conn);
+    if (n->pend[i].conn) {
+      kt_conn_send_error(n->pend[i].conn, n->pend[i].req_id, code, msg);
+      kt_conn_unref(n->pend[i].conn);
+    }
   }
   n->pend_head = n->n_pend = 0;
   kt_buf_reset(&n->bodies);
@@ -360,13 +374,14 @@ static void on_wal_synced(struct ev_loop *loop, ev_async *w, int revents) {
     struct kt_err ae = {0};
     const uint8_t *payload = n->bodies.p + n->bodies_head;
     n->bodies_head += p->body_len;
-    struct kt_conn *c = kt_conn_open(p->conn) ? p->conn : NULL;
-    if (apply_entry(n, p->index, payload, p->body_len, c, p->req_id, &ae)) {
+    struct kt_conn *c = p->conn && kt_conn_open(p->conn) ? p->conn : NULL;
+    int arc = apply_entry(n, p->index, payload, p->body_len, c, p->req_id, &ae);
+    if (p->conn)
       kt_conn_unref(p->conn);
+    if (arc) {
       fatal_stop(n, KT_ECORRUPT, ae.msg); /* our own bytes: cannot happen */
       return;
     }
-    kt_conn_unref(p->conn);
   }
   if (n->pend_head == n->n_pend) {
     n->pend_head = n->n_pend = 0;
@@ -513,6 +528,68 @@ static void snap_maybe_start(struct kt_node *n) {
   n->snap_cursor = (struct kt_mvcc_cursor){0};
   n->snap_iter_done = n->snap_finish_sent = false;
   ev_idle_start(n->loop, &n->idle_w);
+}
+
+/* ---- auto-compaction ---- */
+
+static void propose_compaction(struct kt_node *n, int64_t rev) {
+  if (rev <= kt_mvcc_compact_revision(n->store) || rev > kt_mvcc_revision(n->store))
+    return;
+  struct kt_req req = {.type = KT_MSG_COMPACT};
+  req.u.compact.revision = rev;
+  struct kt_buf body = {0};
+  kt_proto_encode_req_body(&body, &req);
+  kt_log(KT_LOG_INFO, "node", "auto-compaction proposed revision=%lld", (long long)rev);
+  propose(n, NULL, 0, body.p, body.len);
+  kt_buf_free(&body);
+}
+
+static void on_compact_timer(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)revents;
+  struct kt_node *n = w->data;
+  int64_t rev = kt_mvcc_revision(n->store);
+  if (n->cfg.auto_compaction_revision_mode) {
+    propose_compaction(n, rev - (int64_t)n->cfg.auto_compaction_retention_revs);
+    return;
+  }
+  /* periodic: sample now; compact to the newest sample at least a retention old */
+  ev_tstamp now = ev_now(loop), window = n->cfg.auto_compaction_retention_ms / 1000.0;
+  int64_t target = 0;
+  int keep = 0;
+  for (int i = 0; i < n->n_samples; i++) {
+    if (now - n->samples[i].at >= window)
+      target = n->samples[i].rev;
+    else
+      n->samples[keep++] = n->samples[i];
+  }
+  n->n_samples = keep;
+  if (n->n_samples == (int)KT_ARRAY_LEN(n->samples))
+    memmove(n->samples, n->samples + 1, --n->n_samples * sizeof n->samples[0]);
+  n->samples[n->n_samples].at = now;
+  n->samples[n->n_samples++].rev = rev;
+  if (target)
+    propose_compaction(n, target);
+}
+
+static void start_auto_compaction(struct kt_node *n) {
+  double every;
+  if (n->cfg.auto_compaction_revision_mode) {
+    if (!n->cfg.auto_compaction_retention_revs)
+      return;
+    every = 300.0; /* etcd's revision compactor runs every 5 minutes */
+  } else {
+    if (!n->cfg.auto_compaction_retention_ms)
+      return;
+    every = n->cfg.auto_compaction_retention_ms / 10000.0;
+    if (every < 1.0)
+      every = 1.0;
+  }
+  ev_timer_init(&n->compact_w, on_compact_timer, every, every);
+  n->compact_w.data = n;
+  ev_timer_start(n->loop, &n->compact_w);
+  ev_unref(n->loop);
+  kt_log(KT_LOG_INFO, "node", "auto-compaction mode=%s every=%.1fs",
+         n->cfg.auto_compaction_revision_mode ? "revision" : "periodic", every);
 }
 
 /* ---- background slices and the end of each loop turn ---- */
@@ -743,7 +820,7 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   ev_async_start(loop, &n->snap_async);
   ev_unref(loop);
   struct kt_wal_opts wo = {.segment_bytes = cfg->wal_segment_bytes,
-                           .max_record_bytes = cfg->max_request_bytes + KT_FRAME_SLACK + 64,
+                           .max_record_bytes = cfg->max_request_bytes + 64, /* term + body */
                            .first_index = n->applied_index + 1,
                            .notify = wal_notify,
                            .notify_arg = n};
@@ -779,6 +856,7 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
                                 .cluster_id = n->cluster_id,
                                 .member_id = n->member_id};
   n->server = kt_server_new(loop, &sc);
+  start_auto_compaction(n);
   kt_log(KT_LOG_INFO, "node",
          "member ready name=%s data-dir=%s cluster-id=%016llx member-id=%016llx applied-index=%llu "
          "revision=%lld keys=%llu",
@@ -834,6 +912,10 @@ int kt_node_fatal(const struct kt_node *n) { return n->fatal; }
 void kt_node_free(struct kt_node *n) {
   if (!n)
     return;
+  if (ev_is_active(&n->compact_w)) {
+    ev_ref(n->loop);
+    ev_timer_stop(n->loop, &n->compact_w);
+  }
   kt_server_free(n->server);
   if (n->snap_w)
     kt_snap_writer_free(n->snap_w); /* removes the unfinished tmp file */
@@ -842,7 +924,8 @@ void kt_node_free(struct kt_node *n) {
     kt_log(KT_LOG_ERROR, "wal", "final sync failed: %s", e.msg);
   kt_wal_close(n->wal);
   for (size_t i = n->pend_head; i < n->n_pend; i++)
-    kt_conn_unref(n->pend[i].conn);
+    if (n->pend[i].conn)
+      kt_conn_unref(n->pend[i].conn);
   for (size_t i = 0; i < n->n_waiters; i++)
     kt_conn_unref(n->waiters[i].conn);
   free(n->waiters);

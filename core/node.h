@@ -41,6 +41,13 @@ struct kt_node_config {
   uint64_t quota_bytes;
   uint32_t max_request_bytes;
   uint64_t wal_segment_bytes; /* 0 = default */
+  /* Auto-compaction, as etcd's --auto-compaction-mode/-retention: periodic
+   * keeps `retention_ms` of history (compacting to the revision current that
+   * long ago, checked every retention/10, at least every second); revision
+   * keeps the last `retention_revs` revisions (checked every 5 minutes). 0 = off. */
+  bool auto_compaction_revision_mode;
+  uint64_t auto_compaction_retention_ms;
+  uint64_t auto_compaction_retention_revs;
 };
 
 /* Recover from the data dir (creating it if new) and start serving on the

@@ -2,7 +2,7 @@
  *
  * One vocabulary for the whole write path: net/proto decodes a client's frame
  * into a struct kt_request_op, the node encodes the same op into a WAL entry
- * (net/proto's kt_proto_encode_op), and core/mvcc applies it. Semantics are
+ * (net/proto's kt_proto_encode_req_body), and core/mvcc applies it. Semantics are
  * etcd v3's (etcdserverpb.RangeRequest, PutRequest, DeleteRangeRequest,
  * TxnRequest, CompactionRequest); field names follow etcd's.
  *

@@ -79,6 +79,9 @@ int main(int argc, char **argv) {
       .snapshot_count = cfg.snapshot_count,
       .quota_bytes = cfg.quota_backend_bytes,
       .max_request_bytes = cfg.max_request_bytes,
+      .auto_compaction_revision_mode = cfg.auto_compaction_mode == KT_COMPACT_REVISION,
+      .auto_compaction_retention_ms = cfg.auto_compaction_retention_ms,
+      .auto_compaction_retention_revs = cfg.auto_compaction_retention_revs,
   };
   if (kt_node_open(loop, &nc, &the_node, &e)) {
     kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);

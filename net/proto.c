@@ -4,7 +4,10 @@
  * the body once and fills the structs directly: no object tree, strings and
  * binaries point into the body (zero copy), arrays of structs come from the
  * arena. test/perf/proto_perf.c compares it with msgpack_unpack's object tree
- * (the tree alone costs more than the whole direct decode). Every read checks
+ * (the tree alone costs more than the whole direct decode: on the shared
+ * 2-core dev box, a 16 B key / 256 B value PUT decodes in ~60 ns against
+ * ~90 ns for the tree; a 100-kv RANGE response in ~2.5-3.8 us against
+ * ~5.8-6.3 us). Every read checks
  * the remaining length first; counts read from the wire are checked against
  * the remaining bytes before anything is allocated, so memory stays O(body).
  *
@@ -969,8 +972,13 @@ static int dec_resp_op_payload(struct dec *d, uint8_t type, struct kt_response_o
       else if (KEY("prev_kv")) {
         if (is_nil(d))
           r->has_prev_kv = false;
-        else if (!(rc = dec_kv(d, "prev_kv", &r->prev_kv)))
-          r->has_prev_kv = true;
+        else {
+          path_push(d, "prev_kv", -1);
+          if (!(rc = dec_kv(d, NULL, &r->prev_kv))) {
+            r->has_prev_kv = true;
+            path_pop(d);
+          }
+        }
       } else
         rc = skip(d, 0);
       if (rc)
@@ -1231,7 +1239,13 @@ struct enc {
 };
 
 static int buf_write(void *data, const char *p, size_t n) {
-  kt_buf_append(data, p, n);
+  struct kt_buf *b = data;
+  if (b->cap - b->len >= n) { /* the usual case: the encoder reserved up front */
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+  } else {
+    kt_buf_append(b, p, n);
+  }
   return 0;
 }
 

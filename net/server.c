@@ -17,6 +17,7 @@ struct kt_conn {
   int fd;
   int refs;
   bool closed, hello_done, reading, in_dirty_list;
+  uint64_t skip; /* bytes of an oversized request still to drop */
   ev_io rio, wio;
   struct kt_buf in, out;
   ev_tstamp last_progress; /* last time output drained (for the stall cut) */
@@ -171,6 +172,10 @@ static void conn_fail(struct kt_conn *c, uint64_t id, int code, const char *msg)
 
 static void handle_hello(struct kt_conn *c, const struct kt_req *req) {
   struct kt_server *s = c->srv;
+  if (c->hello_done) {
+    conn_fail(c, req->id, KT_EPROTO, "HELLO sent twice");
+    return;
+  }
   if (req->u.hello.version != KT_PROTO_VERSION) {
     char msg[96];
     snprintf(msg, sizeof msg, "unsupported protocol version %u (server speaks %u)",
@@ -194,7 +199,7 @@ static void handle_hello(struct kt_conn *c, const struct kt_req *req) {
 static void conn_process(struct kt_conn *c) {
   struct kt_server *s = c->srv;
   size_t off = 0;
-  uint32_t max_frame = s->cfg.max_request_bytes + KT_FRAME_SLACK;
+  uint32_t max_frame = s->cfg.max_request_bytes;
   kt_conn_ref(c);
   while (!c->closed && c->reading) {
     const uint8_t *body;
@@ -204,20 +209,43 @@ static void conn_process(struct kt_conn *c) {
     if (r == 0)
       break;
     if (r < 0) {
+      uint32_t flen = c->in.len - off >= 4 ? kt_get_u32be(c->in.p + off) : 0;
+      if (-r == KT_ETOOLARGE && flen <= KT_MAX_FRAME_BYTES) {
+        /* Over --max-request-bytes but a legal frame: answer ETOOLARGE with
+         * the request's id (the first bytes of the body) and skip the body
+         * without buffering it; the connection stays open. */
+        uint8_t type;
+        uint64_t id = 0;
+        int pk = kt_proto_peek_id(c->in.p + off + KT_FRAME_HDR, c->in.len - off - KT_FRAME_HDR,
+                                  &type, &id);
+        if (pk == 0 && c->in.len - off - KT_FRAME_HDR < flen)
+          break; /* wait for the id bytes */
+        if (pk != 1) {
+          conn_fail(c, 0, KT_EPROTO, "oversized frame does not start like a request body");
+          break;
+        }
+        char msg[128];
+        snprintf(msg, sizeof msg, "request of %u bytes exceeds --max-request-bytes (%u)", flen,
+                 max_frame);
+        kt_log(KT_LOG_WARN, "server", "request too large peer=%s bytes=%u", c->peer, flen);
+        kt_conn_send_error(c, id, KT_ETOOLARGE, msg);
+        uint64_t have = c->in.len - off;
+        uint64_t want = (uint64_t)KT_FRAME_HDR + flen;
+        if (have >= want) {
+          off += want;
+          continue;
+        }
+        off = c->in.len;
+        c->skip = want - have;
+        break;
+      }
       char msg[128];
       if (-r == KT_ETOOLARGE)
-        snprintf(msg, sizeof msg, "frame of %u bytes exceeds the limit of %u bytes",
-                 c->in.len - off >= 4 ? kt_get_u32be(c->in.p + off) : 0, max_frame);
+        snprintf(msg, sizeof msg, "frame of %u bytes exceeds the largest frame (%u bytes)", flen,
+                 KT_MAX_FRAME_BYTES);
       else
-        snprintf(msg, sizeof msg, "malformed frame header");
-      /* The id is in the first bytes of the body, if they have arrived. */
-      uint8_t type;
-      uint64_t id = 0;
-      if (c->in.len - off > KT_FRAME_HDR &&
-          kt_proto_peek_id(c->in.p + off + KT_FRAME_HDR, c->in.len - off - KT_FRAME_HDR, &type,
-                           &id) != 1)
-        id = 0;
-      conn_fail(c, id, -r, msg);
+        snprintf(msg, sizeof msg, "malformed frame header (zero length)");
+      conn_fail(c, 0, -r, msg);
       break;
     }
     off += used;
@@ -267,18 +295,27 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents) {
     return;
   }
   c->in.len += (size_t)n;
+  if (c->skip) { /* the rest of an oversized request: dropped unread */
+    size_t drop = c->in.len < c->skip ? c->in.len : (size_t)c->skip;
+    kt_buf_consume(&c->in, drop);
+    c->skip -= drop;
+  }
+  kt_conn_ref(c);
   conn_process(c);
   /* A fully consumed big input buffer goes back to the allocator. */
   if (!c->closed && c->in.len == 0 && c->in.cap > 4 * KT_CONN_READ_CHUNK)
     kt_buf_free(&c->in);
+  kt_conn_unref(c);
 }
 
 static void on_writable(struct ev_loop *loop, ev_io *w, int revents) {
   (void)loop;
   (void)revents;
   struct kt_conn *c = w->data;
+  kt_conn_ref(c);
   if (conn_flush(c) && !c->closed && c->reading && c->in.len)
     conn_process(c); /* frames held back by backpressure */
+  kt_conn_unref(c);
 }
 
 /* End of a loop turn: one write per connection that got replies. */

@@ -9,9 +9,11 @@
  * conn->out → at the end of the loop turn (ev_prepare) one write() per dirty
  * connection.
  *
- * Limits: a frame longer than max_request_bytes + KT_FRAME_SLACK gets an
- * ETOOLARGE error frame and the connection is closed; a malformed frame gets
- * EPROTO and is closed; an unknown request type gets EUNSUPPORTED and the
+ * Limits (net/PROTOCOL.md section 9): a request body over max_request_bytes
+ * gets ETOOLARGE with its id, its bytes are dropped unread and the connection
+ * stays open; a length prefix over KT_MAX_FRAME_BYTES or of zero, a malformed
+ * body, a request before HELLO or a second HELLO get an error and the
+ * connection is closed; an unknown request type gets EUNSUPPORTED and the
  * connection stays. When a connection's unsent output passes
  * KT_CONN_OUT_SOFT, the server stops reading from it (backpressure); when it
  * passes KT_CONN_OUT_HARD, or no byte could be written for
@@ -28,7 +30,6 @@
 
 #include "proto.h"
 
-#define KT_FRAME_SLACK 4096u
 #define KT_CONN_READ_CHUNK (64u * 1024u)
 #define KT_CONN_OUT_SOFT (4u * 1024u * 1024u)
 #define KT_CONN_OUT_HARD (KT_MAX_FRAME_BYTES + KT_CONN_OUT_SOFT)

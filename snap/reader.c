@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- byte sources ---- */
@@ -22,7 +23,8 @@ struct src {
   /* mem */
   const uint8_t *p;
   size_t n, off;
-  /* file */
+  /* file: n (above) is its size at open; reads never go past it, so a
+   * hostile length cannot make the reader allocate more than the file */
   int fd;
   uint8_t *buf;
   size_t cap;
@@ -37,6 +39,8 @@ static const uint8_t *mem_need(struct src *s, size_t n, size_t *got) {
 }
 
 static const uint8_t *file_need(struct src *s, size_t n, size_t *got) {
+  if (n > s->n - s->off) /* never allocate more than the file holds */
+    n = s->n - s->off;
   if (s->cap < n) {
     size_t cap = s->cap ? s->cap : 4096;
     while (cap < n)
@@ -60,6 +64,7 @@ static const uint8_t *file_need(struct src *s, size_t n, size_t *got) {
       break;
     have += (size_t)r;
   }
+  s->off += have;
   *got = have;
   return s->buf;
 }
@@ -248,24 +253,24 @@ static int dec_header(struct dec *d) {
   p = need(d, hlen - 16, "header", &rc);
   if (!p)
     return rc;
-  /* q indexes the header from offset 16. */
-  const uint8_t *q = p - 16;
+    /* p holds header bytes [16, hlen): Q(o) is header offset o. */
+#define Q(o) (p + (o)-16)
   uint8_t check[16];
   crypto_generichash_state hh;
   crypto_generichash_init(&hh, NULL, 0, 16);
   crypto_generichash_update(&hh, first, 16);
   crypto_generichash_update(&hh, p, hlen - 32);
   crypto_generichash_final(&hh, check, 16);
-  if (sodium_memcmp(check, q + hlen - 16, 16) != 0)
+  if (sodium_memcmp(check, Q(hlen - 16), 16) != 0)
     return CORRUPT(d, "header checksum mismatch (header bytes 0..%u)", hlen - 1);
   struct kt_snap_meta *m = d->m;
-  m->term = kt_get_u64be(q + 16);
-  m->index = kt_get_u64be(q + 24);
-  m->revision = (int64_t)kt_get_u64be(q + 32);
-  m->compact_revision = (int64_t)kt_get_u64be(q + 40);
-  m->created_unix_ms = kt_get_u64be(q + 48);
-  uint32_t flags = kt_get_u32be(q + 56);
-  uint32_t mlen = kt_get_u32be(q + 60);
+  m->term = kt_get_u64be(Q(16));
+  m->index = kt_get_u64be(Q(24));
+  m->revision = (int64_t)kt_get_u64be(Q(32));
+  m->compact_revision = (int64_t)kt_get_u64be(Q(40));
+  m->created_unix_ms = kt_get_u64be(Q(48));
+  uint32_t flags = kt_get_u32be(Q(56));
+  uint32_t mlen = kt_get_u32be(Q(60));
   if (flags != 0)
     return CORRUPT(d, "unknown header flags 0x%x at offset 56", flags);
   if (m->revision < 0 || m->compact_revision < 0 || m->compact_revision > m->revision)
@@ -273,22 +278,23 @@ static int dec_header(struct dec *d) {
                    (long long)m->revision, (long long)m->compact_revision);
   if (mlen > KT_SNAP_MAX_MEMBERSHIP || 82 + (uint64_t)mlen > hlen)
     return CORRUPT(d, "bad membership length %u at offset 60", mlen);
-  uint32_t clen = (uint32_t)q[64 + mlen] << 8 | q[65 + mlen];
+  uint32_t clen = (uint32_t)*Q(64 + mlen) << 8 | *Q(65 + mlen);
   if (clen > KT_SNAP_MAX_CREATOR || 82 + mlen + clen != hlen)
     return CORRUPT(d, "bad creator length %u at offset %u", clen, 64 + mlen);
   if (mlen) {
     uint8_t *mb = malloc(mlen);
     if (!mb)
       return dec_fail(d, KT_ENOMEM, "out of memory");
-    memcpy(mb, q + 64, mlen);
+    memcpy(mb, Q(64), mlen);
     m->membership.p = mb;
     m->membership.n = mlen;
   }
-  memcpy(m->creator, q + 66 + mlen, clen);
+  memcpy(m->creator, Q(66 + mlen), clen);
   m->creator[clen] = 0;
   crypto_generichash_update(&d->h, first, 16);
   crypto_generichash_update(&d->h, p, hlen - 16);
   return 0;
+#undef Q
 }
 
 static int dec_record(struct dec *d, struct cur *c, uint64_t boff, uint32_t i) {
@@ -481,7 +487,13 @@ int kt_snap_load(const char *path, kt_snap_rec_fn fn, void *arg, struct kt_snap_
     return kt_err_set(err, errno == ENOENT ? KT_ENOTFOUND : KT_EIO, "%s: open: %s", path,
                       strerror(errno));
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  struct src s = {.need = file_need, .fd = fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int rc = kt_err_set(err, KT_EIO, "%s: stat: %s", path, strerror(errno));
+    close(fd);
+    return rc;
+  }
+  struct src s = {.need = file_need, .fd = fd, .n = (size_t)st.st_size};
   int rc = decode(&s, path, fn, arg, meta, err);
   free(s.buf);
   close(fd);

@@ -14,16 +14,26 @@
  * end (the node wires it to ev_async_send); the loop thread then calls
  * kt_snap_writer_poll for the verdict.
  *
+ * The node's slice loop, one slice per loop turn (and again on notify):
+ *   if (!kt_snap_writer_can_add(w)) wait for notify;       // backpressure
+ *   else r = kt_mvcc_iter(store, rev, &cursor, 1000, &arena, add_cb, w);
+ *   when r == 0: kt_snap_writer_finish(w); then on notify:
+ *   kt_snap_writer_poll(w, &done, &err) -> RUNNING / DONE / FAILED; free.
+ *
  * Data flow (read): kt_snap_load streams a file block by block (memory is
  * bounded by the largest block, capped at KT_SNAP_MAX_BLOCK_RAW) and calls
  * back once per record; the file hash is known only at the end.
  *
  * Invariants: the loop thread never waits on the disk except the one
  * open(2) in kt_snap_writer_open and the join in kt_snap_writer_free of a
- * writer that has not finished; at most opts->max_inflight sealed blocks
- * exist at once (backpressure: add returns KT_EBUSY); a final "*.snap" name
- * only ever names a complete, fsynced file; a file is accepted only if
- * every rule of FORMAT.md holds, including the BLAKE2b hash over all of it.
+ * writer that has not finished. Memory is bounded by backpressure at slice
+ * granularity: the node asks kt_snap_writer_can_add before each slice and
+ * waits for the next notify when it is false; add() itself never refuses
+ * for lack of room (kt_mvcc_iter's cursor resumes at a key, so a slice must
+ * not stop in the middle of one), so at most max_inflight blocks plus one
+ * slice's worth of bytes are held. A final "*.snap" name only ever names a
+ * complete, fsynced file; a file is accepted only if every rule of
+ * FORMAT.md holds, including the BLAKE2b hash over all of it.
  *
  * Chunked access (Raft InstallSnapshot, `ketchctl snapshot save`), designed
  * but not built yet: a snapshot travels as the exact bytes of its file. The
@@ -48,7 +58,7 @@
 #define KT_SNAP_MAX_CREATOR 255                /* creator string cap */
 #define KT_SNAP_MAX_BLOCK_RAW (64u << 20)      /* one block's raw msgpack cap */
 #define KT_SNAP_BLOCK_BYTES_DEFAULT (1u << 20) /* target raw block size */
-#define KT_SNAP_MAX_INFLIGHT_DEFAULT 4         /* sealed blocks in flight */
+#define KT_SNAP_MAX_INFLIGHT_DEFAULT 4         /* blocks queued before can_add says no */
 #define KT_SNAP_HASH_BYTES 32
 
 /* Record types (the first element of each record's msgpack array). */
@@ -95,7 +105,7 @@ extern const struct kt_snap_fileops kt_snap_fileops_posix;
 
 struct kt_snap_writer_opts {
   size_t block_bytes;                /* raw bytes per block; 0 = 1 MiB; <= KT_SNAP_MAX_BLOCK_RAW */
-  int max_inflight;                  /* sealed blocks not yet written; 0 = 4 */
+  int max_inflight;                  /* blocks queued or being written; 0 = 4 */
   const struct kt_snap_fileops *ops; /* NULL = kt_snap_fileops_posix */
   /* Called from the writer thread after each block is written and once at
    * the end (success or failure). Must be thread-safe and quick
@@ -118,25 +128,28 @@ int kt_snap_writer_open(const char *dir, const struct kt_snap_meta *meta,
 
 /* Append one record (copied; rec may be freed after the call). Records must
  * come in kt_mvcc_iter order: keys ascending, per key (mod_revision, mod_sub)
- * ascending, mod_revision <= meta revision — a violation is EINVAL.
- * Returns 0, KT_EBUSY (max_inflight blocks are queued: nothing was
- * appended; call again after the next notify), KT_EINVAL, KT_ETOOLARGE (the
- * record alone exceeds KT_SNAP_MAX_BLOCK_RAW), or the writer's error if it
- * failed (KT_EIO; see poll). Loop thread only. */
+ * ascending, mod_revision <= meta revision; a tombstone has an empty value
+ * and create_revision = version = 0. Returns 0, KT_EINVAL (order or fields
+ * wrong, or after finish: nothing appended), KT_ETOOLARGE (the record alone
+ * exceeds KT_SNAP_MAX_BLOCK_RAW), or the writer's error once it failed
+ * (KT_EIO; see poll). Never KT_EBUSY: see kt_snap_writer_can_add. Loop
+ * thread only. */
 int kt_snap_writer_add(struct kt_snap_writer *w, const struct kt_kvrev *rec);
-/* True when add would not return KT_EBUSY now. */
+
+/* Backpressure, asked before each slice: false while max_inflight blocks
+ * are queued or being written (wait for the next notify, then ask again),
+ * after finish, and after a failure (poll says why). */
 bool kt_snap_writer_can_add(struct kt_snap_writer *w);
 
-/* No more records: seal the last block and have the thread write the
- * trailer, fsync, rename and fsync the dir. Returns 0, KT_EBUSY (the last
- * block cannot be queued yet: call again after the next notify), or the
- * writer's error. After 0, wait for notify/poll. */
+/* No more records: hand over the last block and have the thread write the
+ * trailer, fsync, rename and fsync the dir. Returns 0 or the writer's
+ * error. Never blocks, never KT_EBUSY. Then wait for notify/poll. */
 int kt_snap_writer_finish(struct kt_snap_writer *w);
 
 /* The verdict, without blocking: RUNNING, DONE (the final file is durable;
  * meta_out, if not NULL, gets the trailer fields and hash; its membership is
  * left empty) or FAILED (err filled: the tmp file is removed, no final file
- * exists). Also queues a sealed block that was waiting for room. */
+ * exists). */
 enum kt_snap_state kt_snap_writer_poll(struct kt_snap_writer *w, struct kt_snap_meta *meta_out,
                                        struct kt_err *err);
 

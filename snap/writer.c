@@ -145,8 +145,7 @@ struct kt_snap_writer {
   pthread_t thread;
 
   /* Loop thread only. */
-  struct block *cur;    /* being filled; NULL until the first add */
-  struct block *sealed; /* full, waiting for room in the queue */
+  struct block *cur; /* being filled; NULL until the first add */
   struct kt_buf prev_key;
   int64_t prev_rev, prev_sub, revision;
   bool have_prev, prev_tomb, end_sent;
@@ -171,9 +170,12 @@ static struct block *block_get(struct kt_snap_writer *w) {
   if (b)
     w->free_blocks = b->next;
   pthread_mutex_unlock(&w->mu);
-  if (!b) {
+  if (!b) { /* sized once for a full block: no realloc copies while filling */
     b = calloc(1, sizeof *b);
     kt_assert(b);
+    b->cap = w->block_bytes + 4096;
+    b->p = malloc(b->cap);
+    kt_assert(b->p);
   }
   b->next = NULL;
   b->len = 0;
@@ -235,7 +237,6 @@ static void *writer_main(void *arg) {
   uint8_t *comp = NULL;
   size_t comp_cap = 0;
   uint64_t blocks = 0, raw_bytes = 0, file_bytes = 0;
-  struct kt_err err = {0};
   int rc = write_all(w, w->header.p, w->header.len, &h);
   file_bytes += w->header.len;
 
@@ -326,7 +327,6 @@ static void *writer_main(void *arg) {
     }
   }
   free(comp);
-  (void)err;
   if (w->fd >= 0) {
     w->ops->close(w->ops->ctx, w->fd);
     w->fd = -1;
@@ -448,33 +448,22 @@ int kt_snap_writer_open(const char *dir, const struct kt_snap_meta *meta,
   return 0;
 }
 
-/* Move the sealed block into the queue if there is room. */
-static void try_queue(struct kt_snap_writer *w) {
-  if (!w->sealed)
-    return;
-  pthread_mutex_lock(&w->mu);
-  if (w->inflight < w->max_inflight && w->state == KT_SNAP_RUNNING) {
-    struct block *b = w->sealed;
-    w->sealed = NULL;
-    b->next = NULL;
-    if (w->q_tail)
-      w->q_tail->next = b;
-    else
-      w->q_head = b;
-    w->q_tail = b;
-    w->inflight++;
-    pthread_cond_signal(&w->cv);
-  }
-  pthread_mutex_unlock(&w->mu);
-}
-
+/* Hand the current block to the thread. The queue itself is unbounded:
+ * backpressure is kt_snap_writer_can_add, asked between slices. */
 static void seal(struct kt_snap_writer *w) {
-  kt_assert(!w->sealed);
-  if (w->cur && w->cur->len) {
-    w->sealed = w->cur;
-    w->cur = NULL;
-    try_queue(w);
-  }
+  struct block *b = w->cur;
+  if (!b || !b->len)
+    return;
+  w->cur = NULL;
+  pthread_mutex_lock(&w->mu);
+  if (w->q_tail)
+    w->q_tail->next = b;
+  else
+    w->q_head = b;
+  w->q_tail = b;
+  w->inflight++;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
 }
 
 static int failed(struct kt_snap_writer *w) {
@@ -485,8 +474,10 @@ static int failed(struct kt_snap_writer *w) {
 }
 
 bool kt_snap_writer_can_add(struct kt_snap_writer *w) {
-  try_queue(w);
-  return !w->sealed && !w->end_sent && !failed(w);
+  pthread_mutex_lock(&w->mu);
+  bool ok = w->state == KT_SNAP_RUNNING && w->inflight < w->max_inflight;
+  pthread_mutex_unlock(&w->mu);
+  return ok && !w->end_sent;
 }
 
 int kt_snap_writer_add(struct kt_snap_writer *w, const struct kt_kvrev *r) {
@@ -495,9 +486,6 @@ int kt_snap_writer_add(struct kt_snap_writer *w, const struct kt_kvrev *r) {
     return code;
   if (w->end_sent)
     return KT_EINVAL;
-  try_queue(w);
-  if (w->sealed)
-    return KT_EBUSY;
   size_t bound = kvrev_bound(r);
   if (bound > KT_SNAP_MAX_BLOCK_RAW)
     return KT_ETOOLARGE;
@@ -513,11 +501,8 @@ int kt_snap_writer_add(struct kt_snap_writer *w, const struct kt_kvrev *r) {
   if (c < 0 || (c == 0 && (r->mod_revision < w->prev_rev ||
                            (r->mod_revision == w->prev_rev && r->mod_sub <= w->prev_sub))))
     return KT_EINVAL;
-  if (w->cur && w->cur->len + bound > KT_SNAP_MAX_BLOCK_RAW) {
+  if (w->cur && w->cur->len + bound > KT_SNAP_MAX_BLOCK_RAW)
     seal(w);
-    if (w->sealed)
-      return KT_EBUSY;
-  }
   if (!w->cur)
     w->cur = block_get(w);
   struct block *b = w->cur;
@@ -558,12 +543,7 @@ int kt_snap_writer_finish(struct kt_snap_writer *w) {
     return code;
   if (w->end_sent)
     return 0;
-  try_queue(w);
-  if (w->sealed)
-    return KT_EBUSY;
   seal(w);
-  if (w->sealed)
-    return KT_EBUSY;
   uint64_t live = w->live_keys + (w->have_prev && !w->prev_tomb);
   pthread_mutex_lock(&w->mu);
   w->end_records = w->record_count;
@@ -577,7 +557,6 @@ int kt_snap_writer_finish(struct kt_snap_writer *w) {
 
 enum kt_snap_state kt_snap_writer_poll(struct kt_snap_writer *w, struct kt_snap_meta *meta_out,
                                        struct kt_err *err) {
-  try_queue(w);
   pthread_mutex_lock(&w->mu);
   enum kt_snap_state st = w->state;
   if (st == KT_SNAP_FAILED && err)
@@ -619,7 +598,6 @@ void kt_snap_writer_free(struct kt_snap_writer *w) {
     block_free(b);
   }
   block_free(w->cur);
-  block_free(w->sealed);
   kt_buf_free(&w->prev_key);
   kt_buf_free(&w->header);
   pthread_mutex_destroy(&w->mu);

@@ -124,6 +124,13 @@ int kt_wal_scan_segment(const uint8_t *buf, size_t len, struct kt_wal_scan *s, k
                         void *arg) {
   memset(s, 0, sizeof *s);
   size_t dirty = len;
+  while (dirty >= 8) {
+    uint64_t w8;
+    memcpy(&w8, buf + dirty - 8, 8);
+    if (w8)
+      break;
+    dirty -= 8;
+  }
   while (dirty > 0 && buf[dirty - 1] == 0)
     dirty--;
   s->dirty_end = dirty;
@@ -164,10 +171,27 @@ int kt_wal_scan_segment(const uint8_t *buf, size_t len, struct kt_wal_scan *s, k
     s->bad_off = off;
     s->why = why;
     s->status = KT_WAL_SCAN_TORN;
-    /* Is any self-consistent record after it? Records are 8-aligned. */
+    /* Is any self-consistent record after it? Records are 8-aligned. The
+     * bytes checksummed while hunting are bounded (hostile input could make
+     * every offset a plausible header over a long payload); past the budget
+     * the answer is "maybe", and maybe counts as corrupt. */
+    uint64_t budget = 4 * (uint64_t)len + (1u << 20);
     for (size_t y = off + KT_WAL_ALIGN; y + KT_WAL_REC_HDR_BYTES <= dirty;) {
-      if (plausible(buf + y, len - y) &&
-          decode(buf + y, len - y, false, 0, &rec, &size, &why) == 0) {
+      if (!plausible(buf + y, len - y)) {
+        y += KT_WAL_ALIGN;
+        continue;
+      }
+      uint64_t cost = kt_wal_record_bytes(kt_get_u32be(buf + y));
+      if (cost > budget) {
+        if (s->status != KT_WAL_SCAN_CORRUPT) {
+          s->status = KT_WAL_SCAN_CORRUPT;
+          s->next_off = y;
+          s->why = "too many candidate records after an invalid one to tell a torn tail";
+        }
+        break;
+      }
+      budget -= cost;
+      if (decode(buf + y, len - y, false, 0, &rec, &size, &why) == 0) {
         if (s->status != KT_WAL_SCAN_CORRUPT) {
           s->status = KT_WAL_SCAN_CORRUPT;
           s->next_off = y;

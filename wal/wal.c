@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #define PATH_BYTES 4096
+#define BATCH_KEEP_BYTES (8u << 20) /* a batch buffer larger than this is freed */
 
 /* ---- the POSIX file operations ---- */
 
@@ -302,8 +303,8 @@ static void *sync_main(void *arg) {
       w->done_code = code;
       w->done_err = e;
     } else if (!failed) {
-      w->done_seq = b->last_seq;
-      w->done_seg_seq = b->last_seg_seq;
+      w->done_seq = KT_MAX(w->done_seq, b->last_seq);
+      w->done_seg_seq = KT_MAX(w->done_seg_seq, b->last_seg_seq);
     }
     w->inflight = NULL;
     pthread_cond_broadcast(&w->cv_done);
@@ -336,6 +337,28 @@ static void segs_push(struct kt_wal *w, uint64_t seq, uint64_t first_index) {
   w->segs[w->nsegs++] = (struct seg){seq, first_index};
 }
 
+/* Start segment cur_seq + 1 (first index first_index) in the filling batch. */
+static void cut(struct kt_wal *w, uint64_t first_index) {
+  struct batch *b = w->fill;
+  struct kt_wal_seghdr h = {.prev_crc = w->last_crc,
+                            .seq = w->cur_seq + 1,
+                            .first_index = first_index,
+                            .segment_bytes = (uint32_t)KT_MIN(w->seg_bytes, UINT32_MAX)};
+  struct chunk *c = batch_chunk(b);
+  c->is_new = true;
+  c->seq = h.seq;
+  c->first_index = first_index;
+  kt_buf_reserve(&b->data, KT_WAL_SEG_HDR_BYTES);
+  kt_wal_encode_seghdr(&h, b->data.p + b->data.len);
+  b->data.len += KT_WAL_SEG_HDR_BYTES;
+  c->data_len = KT_WAL_SEG_HDR_BYTES;
+  w->cur_seq = h.seq;
+  w->cur_off = KT_WAL_SEG_HDR_BYTES;
+  w->last_crc = h.crc;
+  b->last_seg_seq = h.seq;
+  segs_push(w, h.seq, first_index);
+}
+
 int kt_wal_append(struct kt_wal *w, uint8_t type, uint64_t index, const void *payload, size_t len,
                   uint64_t *seq) {
   if (w->failed)
@@ -347,23 +370,7 @@ int kt_wal_append(struct kt_wal *w, uint8_t type, uint64_t index, const void *pa
   struct batch *b = w->fill;
   uint64_t rb = kt_wal_record_bytes(len);
   if (w->cur_off + rb > w->seg_bytes && w->cur_off > KT_WAL_SEG_HDR_BYTES) {
-    /* cut: the record starts a new segment */
-    struct kt_wal_seghdr h = {.prev_crc = w->last_crc,
-                              .seq = w->cur_seq + 1,
-                              .first_index = index,
-                              .segment_bytes = (uint32_t)KT_MIN(w->seg_bytes, UINT32_MAX)};
-    struct chunk *c = batch_chunk(b);
-    c->is_new = true;
-    c->seq = h.seq;
-    c->first_index = index;
-    kt_buf_reserve(&b->data, KT_WAL_SEG_HDR_BYTES);
-    kt_wal_encode_seghdr(&h, b->data.p + b->data.len);
-    b->data.len += KT_WAL_SEG_HDR_BYTES;
-    c->data_len = KT_WAL_SEG_HDR_BYTES;
-    w->cur_seq = h.seq;
-    w->cur_off = KT_WAL_SEG_HDR_BYTES;
-    w->last_crc = h.crc;
-    segs_push(w, h.seq, index);
+    cut(w, index); /* the record starts a new segment */
   }
   struct chunk *c = b->n ? &b->chunks[b->n - 1] : NULL;
   if (!c || c->seq != w->cur_seq) {
@@ -391,6 +398,8 @@ static void handoff(struct kt_wal *w) {
   w->fill = w->fill == &w->b[0] ? &w->b[1] : &w->b[0];
   w->fill->data.len = 0;
   w->fill->n = 0;
+  if (w->fill->data.cap > BATCH_KEEP_BYTES) /* after a burst of large records */
+    kt_buf_free(&w->fill->data);
   w->ready = false;
   pthread_cond_signal(&w->cv_work);
 }
@@ -436,8 +445,13 @@ int kt_wal_sync(struct kt_wal *w, struct kt_err *err) {
     int rc = kt_wal_poll(w, &d, err);
     if (rc)
       return rc;
-    if (d >= target)
-      return 0;
+    if (d >= target && !w->fill->n) {
+      pthread_mutex_lock(&w->mu);
+      bool idle = !w->inflight;
+      pthread_mutex_unlock(&w->mu);
+      if (idle)
+        return 0;
+    }
     kt_wal_flush(w);
     pthread_mutex_lock(&w->mu);
     while (w->inflight)
@@ -447,6 +461,8 @@ int kt_wal_sync(struct kt_wal *w, struct kt_err *err) {
 }
 
 uint64_t kt_wal_last_seq(const struct kt_wal *w) { return w->next_seq; }
+
+size_t kt_wal_buffered_bytes(const struct kt_wal *w) { return w->fill->data.len; }
 
 int kt_wal_purge(struct kt_wal *w, uint64_t index, int *removed, struct kt_err *err) {
   pthread_mutex_lock(&w->mu);
@@ -473,6 +489,36 @@ int kt_wal_purge(struct kt_wal *w, uint64_t index, int *removed, struct kt_err *
   }
   if (removed)
     *removed = n;
+  return 0;
+}
+
+int kt_wal_reset(struct kt_wal *w, uint64_t first_index, struct kt_err *err) {
+  if (w->failed) {
+    if (err)
+      *err = w->ferr;
+    return w->failed;
+  }
+  cut(w, first_index);
+  uint64_t keep = w->cur_seq;
+  int rc = kt_wal_sync(w, err);
+  if (rc)
+    return rc;
+  int n = 0;
+  char path[PATH_BYTES];
+  while (w->nsegs >= 2 && w->segs[0].seq < keep) {
+    seg_path(path, w->dir, w->segs[0].seq, w->segs[0].first_index);
+    int r = w->ops->unlink(w->ops->ctx, path);
+    if (r && r != -ENOENT)
+      return io_err(err, r, "unlink", path);
+    memmove(w->segs, w->segs + 1, (w->nsegs - 1) * sizeof *w->segs);
+    w->nsegs--;
+    n++;
+  }
+  if (n) {
+    int r = w->ops->fsync_dir(w->ops->ctx, w->dir);
+    if (r)
+      return io_err(err, r, "fsync directory", w->dir);
+  }
   return 0;
 }
 

@@ -26,6 +26,8 @@
  *   - the loop thread never blocks on the disk in append/flush/poll; open,
  *     close, kt_wal_sync, purge and repair do block.
  *
+ * Memory: open reads one segment file at a time into memory (64 MiB by
+ * default); the filling batch grows with what is appended between flushes.
  * The WAL does not interpret payloads or types (type 0 is reserved).
  * This header does not include ev.h. */
 #ifndef KT_WAL_H
@@ -201,11 +203,23 @@ int kt_wal_sync(struct kt_wal *wal, struct kt_err *err);
 /* Highest sequence number handed out so far. */
 uint64_t kt_wal_last_seq(const struct kt_wal *wal);
 
+/* Bytes appended but not yet handed to the sync thread: the node's
+ * back-pressure signal (stop taking proposals above some bound). */
+size_t kt_wal_buffered_bytes(const struct kt_wal *wal);
+
 /* Remove segment files all of whose records have index <= index: a segment
  * is removed when its successor exists, is durable, and starts at an index
  * <= index + 1. The current segment is never removed. Blocking (unlink).
  * *removed (may be NULL) receives how many files went. */
 int kt_wal_purge(struct kt_wal *wal, uint64_t index, int *removed, struct kt_err *err);
+
+/* Start afresh after a snapshot install: begin a new, empty segment whose
+ * first index is first_index (the chain continues), wait until it is
+ * durable, then remove every older segment, oldest first. Blocking. A crash
+ * before the removals finish leaves older records in front of the new
+ * segment; they are delivered on open, so the caller skips records at or
+ * below its snapshot index. Errors: the failed state's code, KT_EIO. */
+int kt_wal_reset(struct kt_wal *wal, uint64_t first_index, struct kt_err *err);
 
 /* Stop the sync thread after the in-flight batch, close files, free. Records
  * not yet durable are not written. Returns the failed state's code or 0. */

@@ -111,6 +111,10 @@ class Member:
 
     def cleanup(self):
         self.kill9()
+        text = self.logtext()
+        if "Sanitizer" in text or "runtime error" in text:
+            sys.stderr.write("member log %s:\n%s\n" % (self.log_path, text[-6000:]))
+            raise AssertionError("sanitizer report in the member's log (see test log)")
         if self.own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
         try:

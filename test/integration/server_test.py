@@ -119,23 +119,28 @@ def test_empty_key_and_dup_txn():
 
 def test_oversized_frame_closes_that_connection():
     c = Conn(member().port)
-    c.send_raw(struct.pack(">I", 64 * 1024 * 1024))
+    c.send_raw(struct.pack(">I", 64 * 1024 * 1024 + 1))
     p = read_error_then_eof(c)
     assert p["code"] == ETOOLARGE, p
     still_serving()
 
 
 def test_request_over_max_request_bytes():
+    """etcd's behaviour: ETOOLARGE for that request, the connection stays."""
     c = Conn(member().port)
     big = b"x" * (2 * 1024 * 1024)
-    try:
-        c.put("big", big)
-        raise AssertionError("a 2 MiB put was accepted")
-    except ServerError as e:
-        assert e.code == ETOOLARGE, e
-    except (ConnectionError, OSError):
-        pass  # closed after the error frame raced our send
+    e = expect_error(lambda: c.put("big", big), ETOOLARGE)
+    assert "max-request-bytes" in e.message, e.message
+    c.put("small-after-big", "ok")  # same connection, next request served
+    assert c.get_value("small-after-big") == b"ok"
+    assert c.get_value("big") is None
     still_serving()
+
+
+def test_second_hello_closes():
+    c = Conn(member().port)
+    c.send(HELLO, {"version": 1})
+    assert read_error_then_eof(c)["code"] == EPROTO
 
 
 def test_garbage_and_wrong_types():
@@ -227,14 +232,36 @@ def test_client_that_never_reads_is_cut_off():
     still_serving()
 
 
+def test_auto_compaction_periodic():
+    m = Member(extra=["--auto-compaction-mode", "periodic", "--auto-compaction-retention", "2s"])
+    try:
+        c = Conn(m.port)
+        r1 = c.put("ac", "1")["header"][2]
+        c.put("ac", "2")
+        deadline = time.time() + 8
+        while time.time() < deadline:
+            try:
+                c.get("ac", revision=r1)
+            except ServerError as e:
+                assert e.code == ECOMPACTED, e
+                assert "auto-compaction" in m.logtext()
+                return
+            time.sleep(0.2)
+        raise AssertionError("revision %d still readable after 8 s with 2 s retention" % r1)
+    finally:
+        m.cleanup()
+
+
 def main():
     try:
         run_tests([test_put_get_delete_revisions, test_txn_and_range_options,
                    test_compact_and_status, test_empty_key_and_dup_txn,
                    test_oversized_frame_closes_that_connection,
-                   test_request_over_max_request_bytes, test_garbage_and_wrong_types,
+                   test_request_over_max_request_bytes, test_second_hello_closes,
+                   test_garbage_and_wrong_types,
                    test_unknown_type_keeps_connection, test_truncated_frame_and_no_hello,
-                   test_pipelining_many_requests, test_client_that_never_reads_is_cut_off])
+                   test_pipelining_many_requests, test_client_that_never_reads_is_cut_off,
+                   test_auto_compaction_periodic])
     finally:
         if M:
             M.cleanup()

@@ -1048,3 +1048,97 @@ TEST(write_client_fuzz_corpus) {
   fz_write("flipped", 1, &b);
   kt_buf_free(&b);
 }
+
+static ketch_result *kept[3];
+static int n_kept;
+static void keep_cb(void *arg, int err, const ketch_result *res) {
+  (void)err;
+  kept[(intptr_t)arg] = ketch_result_dup(res); /* answers may come in any order */
+  n_kept++;
+}
+
+TEST(async_results_kept_with_dup) {
+  ketch_client *c = open_or_null(shared_ep(), NULL);
+  CHECK(c != NULL);
+  CHECK_EQ(put_s(c, "dp/a", "1", NULL), 0);
+  n_kept = 0;
+  ketch_op ops[] = {
+      ketch_op_range((ketch_range_req){.key = "dp/", .key_len = 3, .prefix = true}),
+      ketch_op_put((ketch_put_req){
+          .key = "dp/a", .key_len = 4, .value = "2", .value_len = 1, .prev_kv = true})};
+  ketch_txn_req t = {.success = ops, .n_success = 2};
+  CHECK_EQ(ketch_txn_async(c, &t, keep_cb, (void *)0), 0);
+  CHECK_EQ(ketch_status_async(c, keep_cb, (void *)1), 0);
+  ketch_put_req bad = {.key = "", .key_len = 0};
+  CHECK_EQ(ketch_put_async(c, &bad, keep_cb, (void *)2), 0);
+  CHECK_EQ(ketch_run(c, 5000), 0);
+  /* overwrite the library's buffers with other traffic, then close */
+  for (int i = 0; i < 50; i++)
+    CHECK_EQ(put_s(c, "dp/zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "yyyyyyyyyyyyyyyyyyyy", NULL), 0);
+  ketch_close(c);
+  CHECK_EQ(n_kept, 3);
+  const ketch_result *r = kept[0];
+  CHECK(r->txn.succeeded);
+  CHECK_EQ(r->txn.n_responses, 2);
+  CHECK_EQ(r->txn.responses[0].range.n_kvs, 1);
+  CHECK(kv_is(&r->txn.responses[0].range.kvs[0], "dp/a", "1"));
+  CHECK(kv_is(r->txn.responses[1].put.prev_kv, "dp/a", "1"));
+  CHECK(kept[1]->status.version[0] != 0);
+  CHECK_EQ(kept[2]->err, KETCH_EKEYEMPTY);
+  CHECK(strstr(kept[2]->message, "key is not provided") != NULL);
+  for (int i = 0; i < 3; i++)
+    ketch_result_free(kept[i]);
+}
+
+static ketch_client *resub_client;
+static int resub_unknown, resub_unavail, resub_other, resub_done;
+static void resub_read_cb(void *arg, int err, const ketch_result *res) {
+  (void)arg;
+  (void)res;
+  resub_done++;
+  if (err == KETCH_EUNAVAILABLE)
+    resub_unavail++;
+  else
+    resub_other++;
+}
+static void resub_write_cb(void *arg, int err, const ketch_result *res) {
+  (void)arg;
+  (void)res;
+  resub_done++;
+  if (err != KETCH_EUNKNOWN) {
+    resub_other++;
+    return;
+  }
+  resub_unknown++;
+  /* submitting from the callback reconnects at once, and fails at once */
+  ketch_get_async(resub_client, "rs", 2, resub_read_cb, NULL);
+}
+
+TEST(failover_to_dead_endpoints_with_callbacks_submitting) {
+  struct server a;
+  CHECK(server_start(&a) == 0);
+  char eps[200];
+  snprintf(eps, sizeof eps, "%s,127.0.0.1:%d,127.0.0.1:%d", a.ep, free_port(), free_port());
+  ketch_options o = {.request_timeout_ms = 500};
+  ketch_client *c = open_or_null(eps, &o);
+  CHECK(c != NULL);
+  resub_client = c;
+  CHECK(kill(a.pid, SIGSTOP) == 0);
+  for (int i = 0; i < 20; i++) {
+    ketch_put_req p = {.key = "rs", .key_len = 2, .value = "v", .value_len = 1};
+    CHECK_EQ(ketch_put_async(c, &p, resub_write_cb, NULL), 0);
+    CHECK_EQ(ketch_get_async(c, "rs", 2, resub_read_cb, NULL), 0);
+  }
+  for (int i = 0; i < 100 && (ketch_events(c) & POLLOUT); i++) {
+    struct pollfd p = {ketch_fd(c), ketch_events(c), 0};
+    poll(&p, 1, 10);
+    ketch_process(c);
+  }
+  server_stop(&a);
+  poll_loop(c, &resub_done, 60, 5000);
+  CHECK_EQ(resub_unknown, 20);
+  CHECK_EQ(resub_unavail, 40); /* 20 retried reads + 20 submitted from callbacks */
+  CHECK_EQ(resub_other, 0);
+  CHECK_EQ(ketch_pending(c), 0);
+  ketch_close(c);
+}

@@ -1330,3 +1330,58 @@ TEST(write_fuzz_corpus) {
   seed_req(dir, "bad_129_ops", &r);
   kt_buf_free(&b);
 }
+
+TEST(response_errors_name_the_path) {
+  struct raw r;
+  raw_init(&r);
+  msgpack_pack_array(&r.pk, 3);
+  msgpack_pack_int(&r.pk, KT_MSG_PUT);
+  msgpack_pack_uint64(&r.pk, 3);
+  msgpack_pack_map(&r.pk, 1);
+  raw_str(&r, "prev_kv");
+  msgpack_pack_array(&r.pk, 6);
+  raw_str(&r, "k");
+  msgpack_pack_int(&r.pk, 1); /* value: wrong type */
+  for (int i = 0; i < 4; i++)
+    msgpack_pack_int(&r.pk, 1);
+  struct kt_resp out;
+  struct kt_err e;
+  CHECK_EQ(kt_proto_decode_resp(r.b.p, r.b.len, &arena, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "put.prev_kv.value: expected bin or str, got int");
+  kt_buf_free(&r.b);
+
+  raw_init(&r);
+  msgpack_pack_array(&r.pk, 3);
+  msgpack_pack_int(&r.pk, KT_MSG_TXN);
+  msgpack_pack_uint64(&r.pk, 3);
+  msgpack_pack_map(&r.pk, 1);
+  raw_str(&r, "responses");
+  msgpack_pack_array(&r.pk, 1);
+  msgpack_pack_array(&r.pk, 2);
+  msgpack_pack_int(&r.pk, KT_OP_RANGE);
+  msgpack_pack_map(&r.pk, 1);
+  raw_str(&r, "kvs");
+  msgpack_pack_array(&r.pk, 1);
+  msgpack_pack_array(&r.pk, 5);
+  for (int i = 0; i < 5; i++)
+    msgpack_pack_int(&r.pk, 1);
+  msgpack_pack_nil(&r.pk); /* padding so the count check passes */
+  CHECK_EQ(kt_proto_decode_resp(r.b.p, r.b.len, &arena, &out, &e), KT_EPROTO);
+  CHECK(strstr(e.msg, "txn.responses[0].kvs[0]: expected [key, value, create_revision") != NULL);
+  kt_buf_free(&r.b);
+
+  raw_init(&r);
+  msgpack_pack_array(&r.pk, 3);
+  msgpack_pack_int(&r.pk, KT_MSG_STATUS);
+  msgpack_pack_uint64(&r.pk, 3);
+  msgpack_pack_map(&r.pk, 1);
+  raw_str(&r, "header");
+  msgpack_pack_array(&r.pk, 4);
+  msgpack_pack_int(&r.pk, -1); /* cluster_id is unsigned */
+  for (int i = 0; i < 3; i++)
+    msgpack_pack_int(&r.pk, 1);
+  CHECK_EQ(kt_proto_decode_resp(r.b.p, r.b.len, &arena, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "status.header.cluster_id: integer out of range");
+  kt_buf_free(&r.b);
+  kt_arena_reset(&arena);
+}
