@@ -364,6 +364,34 @@ def check_lease_compare():
     return None
 
 
+def humanize_bytes(n):
+    """go-humanize's Bytes(), as etcdctl prints the db size."""
+    import math
+    if n < 10:
+        return "%d B" % n
+    e = min(int(math.floor(math.log(n) / math.log(1000))), 6)
+    val = math.floor(n / 1000 ** e * 10 + 0.5) / 10
+    return ("%.1f %s" if val < 10 else "%.0f %s") % (val, ["B", "kB", "MB", "GB", "TB", "PB", "EB"][e])
+
+
+GO_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|µs|ms|s)|(\d+h)?(\d+m)?\d+(\.\d+)?s)$")
+
+
+def check_status_units():
+    """The columns normalized away above still have etcdctl's formats: the db
+    size is go-humanize's text of the JSON dbSize (checked on etcd too, which
+    validates this port), the health time a Go duration."""
+    for side in (E, K):
+        js = json.loads(side.run(["endpoint", "status", "-w", "json"])[1])[0]["Status"]
+        cols = side.run(["endpoint", "status"])[1].strip().split(", ")
+        if cols[3] != humanize_bytes(js.get("dbSize", 0)):
+            return "%s: db size column %r for dbSize %s" % (side.kind, cols[3], js.get("dbSize"))
+        took = json.loads(side.run(["endpoint", "health", "-w", "json"])[1])[0]["took"]
+        if not GO_DURATION.match(took):
+            return "%s: took %r is not a Go duration" % (side.kind, took)
+    return None
+
+
 def check_env():
     (erc, eout, eerr), (krc, kout, kerr) = both(["get", "a"], endpoints=False,
                                                  env={"ETCDCTL_ENDPOINTS": E.ep, "KETCHCTL_ENDPOINTS": K.ep,
@@ -556,6 +584,7 @@ def cases():
       extra=["--endpoints", "{ep},{ep}"])
     c("endpoint-health/two-endpoints-json", ["endpoint", "health", "-w", "json"], endpoints=False,
       extra=["--endpoints", "{ep},{ep}"])
+    ketch_only("endpoint-status/units", check_status_units)
     # -- environment variables (KETCHCTL_* as ETCDCTL_*)
     ketch_only("env/endpoints-and-write-out", check_env)
     ketch_only("env/conflict-with-flag", check_env_conflict)
