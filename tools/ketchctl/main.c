@@ -623,6 +623,15 @@ static void usage_endpoint(void) {
   printf("\n");
 }
 
+static void show_usage(const struct cmd *cmd, bool endpoint_group) {
+  if (cmd)
+    usage(cmd);
+  else if (endpoint_group)
+    usage_endpoint();
+  else
+    usage(NULL);
+}
+
 /* ---- environment, output format, client ---- */
 
 static void apply_env(void) {
@@ -1042,9 +1051,10 @@ int main(int argc, char **argv) {
   for (const struct cmd *k = commands; k->name; k++)
     flags_reset(k->flags);
 
-  /* cobra's Find: the command words are the first non-flag arguments */
-  int word_idx[2] = {-1, -1}, nwords = 0;
-  for (int i = 1; i < argc && nwords < 2; i++) {
+  /* cobra's Find: the command words are the first non-flag arguments
+   * ("get", "endpoint status", "help endpoint status") */
+  int word_idx[3] = {-1, -1, -1}, nwords = 0;
+  for (int i = 1; i < argc && nwords < 3; i++) {
     if (!strcmp(argv[i], "--"))
       break;
     if (argv[i][0] == '-' && argv[i][1]) {
@@ -1053,7 +1063,7 @@ int main(int argc, char **argv) {
       continue;
     }
     word_idx[nwords++] = i;
-    if (nwords == 1 && strcmp(argv[i], "endpoint") && strcmp(argv[i], "help"))
+    if (strcmp(argv[i], "endpoint") && strcmp(argv[i], "help"))
       break;
   }
   const struct cmd *cmd = NULL;
@@ -1069,7 +1079,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(w, "endpoint")) {
       endpoint_group = true;
-      int sub = help_cmd ? -1 : word_idx[1];
+      int sub = word_idx[help_cmd ? 2 : 1];
       if (sub >= 0) {
         snprintf(name, sizeof name, "endpoint %s", argv[sub]);
         for (const struct cmd *k = commands; k->name; k++)
@@ -1091,12 +1101,7 @@ int main(int argc, char **argv) {
     }
   }
   if (help_cmd) {
-    if (cmd)
-      usage(cmd);
-    else if (endpoint_group)
-      usage_endpoint();
-    else
-      usage(NULL);
+    show_usage(cmd, endpoint_group);
     return 0;
   }
 
@@ -1110,23 +1115,13 @@ int main(int argc, char **argv) {
   }
   struct flag *sets[] = {global_flags, help_flags, cmd ? cmd->flags : NULL, NULL};
   if (flags_parse(sets, nrest, rest, pos, &npos, err, sizeof err)) {
-    if (cmd)
-      usage(cmd);
-    else if (endpoint_group)
-      usage_endpoint();
-    else
-      usage(NULL);
+    show_usage(cmd, endpoint_group);
     fflush(stdout);
     fprintf(stderr, "Error: %s\n\nError: %s\n", err, err);
     return CTL_EXIT_ERROR;
   }
   if (!cmd || help_flag) {
-    if (cmd)
-      usage(cmd);
-    else if (endpoint_group)
-      usage_endpoint();
-    else
-      usage(NULL);
+    show_usage(cmd, endpoint_group);
     return 0;
   }
   cmd->run(npos, pos);
