@@ -451,6 +451,7 @@ def cases():
     c("put/b-again", ["put", "b", "vb2"])
     c("put/ignore-value", ["put", "c", "--ignore-value", "-w", "json"])
     c("put/ignore-lease", ["put", "c", "vv", "--ignore-lease"])
+    c("err/put-too-large", ["put", "big"], stdin="x" * 1800000)  # over the 1.5 MiB request limit
     c("put/dashdash", ["put", "--", "dash", "-v"])
     c("err/put-ignore-value-missing-key", ["put", "nokey", "--ignore-value"])
     c("err/put-ignore-lease-missing-key", ["put", "nokey", "vv", "--ignore-lease"])
