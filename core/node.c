@@ -72,6 +72,7 @@ struct kt_node {
   struct kt_arena snap_arena;
   bool snap_iter_done, snap_finish_sent;
   uint64_t snap_index, last_snap_index, prev_snap_index;
+  uint64_t log_bytes_since_snap; /* entry bytes applied since the last snapshot started */
   int64_t snap_rev;
 
   /* Auto-compaction: (time, revision) samples, oldest first. */
@@ -186,6 +187,7 @@ static int apply_entry(struct kt_node *n, uint64_t index, const uint8_t *p, size
     n->term = term;
   apply_req(n, &req, c, req_id);
   n->applied_index = index;
+  n->log_bytes_since_snap += len;
   return 0;
 }
 
@@ -502,6 +504,12 @@ static void snap_maybe_start(struct kt_node *n) {
     return;
   if (n->applied_index - n->last_snap_index < n->cfg.snapshot_count)
     return;
+  /* A snapshot copies the whole store, so it also waits until the log
+   * written since the last one is at least half the store's size: writing
+   * snapshots then never costs more than twice the writes themselves, and
+   * replay after a crash stays bounded by half a snapshot. */
+  if (n->log_bytes_since_snap < kt_mvcc_size_bytes(n->store) / 2)
+    return;
   struct kt_snap_meta meta = {0};
   char membership[1024];
   int ml;
@@ -525,6 +533,7 @@ static void snap_maybe_start(struct kt_node *n) {
          (unsigned long long)meta.index, (long long)meta.revision);
   n->snap_index = meta.index;
   n->snap_rev = meta.revision;
+  n->log_bytes_since_snap = 0;
   n->snap_cursor = (struct kt_mvcc_cursor){0};
   n->snap_iter_done = n->snap_finish_sent = false;
   ev_idle_start(n->loop, &n->idle_w);

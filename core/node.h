@@ -14,7 +14,10 @@
  * Raft between the WAL append and the apply without changing this path.
  *
  * Background work in slices (never a long stall of the loop): snapshots every
- * snapshot_count entries (kt_mvcc_iter slices → snap writer thread), physical
+ * snapshot_count entries, once the log since the last snapshot is also at
+ * least half the store's size (a snapshot copies the whole store, so this
+ * bounds its cost per byte written) (kt_mvcc_iter slices → snap writer
+ * thread), physical
  * compaction (kt_mvcc_compact_step), WAL/snapshot retention.
  *
  * Data dir: <data-dir>/member/wal/ (segments) and <data-dir>/member/snap/ (snapshots).

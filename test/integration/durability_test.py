@@ -80,6 +80,7 @@ def test_kill9_loop_keeps_every_acknowledged_write():
             m.start()
             n = check_after_restart(m, acked, sent)
         assert len(acked) > 1000, "load too small to mean anything: %d acked" % len(acked)
+        assert "snapshot saved" in m.logtext(), "no snapshot was taken during the crash loop"
         assert n >= len(acked)
     finally:
         m.cleanup()

@@ -117,6 +117,20 @@ def test_empty_key_and_dup_txn():
     still_serving()
 
 
+def test_bad_ranges_and_enums():
+    c = Conn(member().port)
+    e = expect_error(lambda: c.get("b", range_end=b"a"), 1)  # EINVAL: end before key
+    assert "range" in e.message, e.message
+    expect_error(lambda: c.get("a", sort_target=9), 1)
+    expect_error(lambda: c.get("a", sort_order=7), 1)
+    expect_error(lambda: c.call(DELETE, {"key": b"z", "range_end": b"a"}), 1)
+    expect_error(lambda: c.call(TXN, {"compare": [{"result": 9, "target": 0, "key": b"k"}]}), 1)
+    expect_error(lambda: c.call(DELETE, {"key": b""}), EKEYEMPTY)
+    expect_error(lambda: c.get(""), EKEYEMPTY)
+    expect_error(lambda: c.call(COMPACT, {"revision": 10**12}), EFUTUREREV)
+    still_serving()
+
+
 def test_oversized_frame_closes_that_connection():
     c = Conn(member().port)
     c.send_raw(struct.pack(">I", 64 * 1024 * 1024 + 1))
@@ -255,7 +269,7 @@ def test_auto_compaction_periodic():
 def main():
     try:
         run_tests([test_put_get_delete_revisions, test_txn_and_range_options,
-                   test_compact_and_status, test_empty_key_and_dup_txn,
+                   test_compact_and_status, test_empty_key_and_dup_txn, test_bad_ranges_and_enums,
                    test_oversized_frame_closes_that_connection,
                    test_request_over_max_request_bytes, test_second_hello_closes,
                    test_garbage_and_wrong_types,
