@@ -1,0 +1,109 @@
+/* tools/ketchctl/ctl.h — ketchctl, the command-line client, shaped like etcdctl 3.4.
+ *
+ * Owns: the CLI only. It talks to the cluster through libketch (client/ketch.h)
+ * and never includes a server header.
+ *
+ * Data flow: main.c parses argv (cobra/pflag-like: global and command flags in
+ * any order, "--" ends flags), applies KETCHCTL_* environment variables, checks
+ * the arguments, opens a ketch_client, sends one request and hands the result to
+ * print.c, which is the only place that formats output. txn.c parses the txn
+ * command's stdin syntax into ketch_txn_req.
+ *
+ * Compatibility contract: for the commands ketchctl has, stdout, stderr and the
+ * exit code are byte-for-byte etcdctl 3.4's (with "etcdctl" read as "ketchctl"),
+ * except where a comment says why not. Exit codes are etcdctl's (CTL_EXIT_*).
+ * Server errors print as "Error: etcdserver: <etcd's message>", so scripts that
+ * match etcdctl's error text keep working.
+ */
+#ifndef KETCHCTL_CTL_H
+#define KETCHCTL_CTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../../client/ketch.h"
+
+/* etcdctl's exit codes (etcdctl/ctlv3/command/error.go). */
+enum {
+  CTL_EXIT_OK = 0,
+  CTL_EXIT_ERROR = 1,
+  CTL_EXIT_BAD_CONNECTION = 2,
+  CTL_EXIT_INVALID_INPUT = 3,
+  CTL_EXIT_BAD_FEATURE = 4,
+  CTL_EXIT_BAD_ARGS = 128,
+};
+
+enum { CTL_SIMPLE, CTL_JSON, CTL_FIELDS, CTL_TABLE };
+
+/* How results are displayed: set once from the global flags. */
+struct ctl_display {
+  int format;      /* CTL_SIMPLE .. CTL_TABLE */
+  bool hex;        /* --hex: simple output prints keys/values as \xNN */
+  bool value_only; /* get --print-value-only */
+};
+extern struct ctl_display ctl_display;
+
+/* Prints "Error: <formatted message>\n" on stderr and exits with `code`. */
+_Noreturn void ctl_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Memory that lives until exit: ctl_alloc() is malloc() whose block is freed
+ * at exit (it never returns NULL: exits on failure); ctl_keep() adopts a
+ * malloc'd block, ctl_keep_result() a ketch_result, the same way. */
+void *ctl_alloc(size_t n);
+void *ctl_keep(void *p);
+void ctl_keep_result(ketch_result *res);
+
+/* The text etcdctl prints for a failed request: "etcdserver: <message>" for an
+ * error the server returned, "context deadline exceeded" when no answer came in
+ * time (etcdctl's gRPC deadline). Static or `msg`-backed storage. */
+const char *ctl_errtext(int err, const char *msg);
+
+/* ---- print.c: every byte of command output is written here ---- */
+
+/* Each prints one response in ctl_display's format, to stdout. Table output is
+ * refused like etcdctl does (after the request ran): exit 4. */
+void ctl_print_range(const ketch_header *h, const ketch_range_result *r);
+void ctl_print_put(const ketch_header *h, const ketch_put_result *r);
+void ctl_print_delete(const ketch_header *h, const ketch_delete_result *r);
+void ctl_print_txn(const ketch_header *h, const ketch_txn_result *r);
+
+struct ctl_ep_status {
+  const char *endpoint;
+  const ketch_result *res; /* a KETCH_OP_STATUS result */
+};
+struct ctl_ep_health {
+  const char *endpoint;
+  bool health;
+  char took[32];     /* Go's time.Duration text, e.g. "1.634623ms" */
+  const char *error; /* "" when healthy */
+};
+void ctl_print_status(const struct ctl_ep_status *s, size_t n);
+void ctl_print_health(const struct ctl_ep_health *h, size_t n);
+
+/* Go's %q of a byte string (strconv.Quote) written to f. */
+void ctl_goquote(FILE *f, const char *s, size_t n);
+/* Go's time.Duration.String() of ns nanoseconds into buf (>= 32 bytes). */
+void ctl_go_duration(char *buf, size_t cap, int64_t ns);
+/* go-humanize's Bytes(): 24576 -> "25 kB". */
+void ctl_humanize_bytes(char *buf, size_t cap, uint64_t n);
+
+/* ---- txn.c ---- */
+
+/* Reads a txn in etcdctl's syntax from `in` (compares, blank line, success
+ * ops, blank line, failure ops, blank line), printing the interactive prompts
+ * when `interactive`. Fills *req; the memory stays allocated until exit.
+ * Errors exit like etcdctl (exit 3 for malformed input). */
+void ctl_txn_read(FILE *in, bool interactive, ketch_txn_req *req);
+
+/* Parses one request line of a txn ("put k v --prev-kv", "get a --prefix",
+ * "del k"). Defined in main.c, which owns the put/get/del flags. Returns 0, or
+ * -1 if the line is not a valid request (the caller reports it). */
+int ctl_parse_op(int argc, char **argv, ketch_op *op);
+
+/* Go's strconv.ParseInt(s, base, 64) with Go's error text in err (>= 128
+ * bytes). base 0 accepts 0x / 0o / 0b / 0 prefixes. Returns 0 or -1. */
+int ctl_parse_int(const char *s, int base, int64_t *out, char *err, size_t errcap);
+
+#endif

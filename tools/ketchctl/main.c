@@ -1,0 +1,1130 @@
+/* tools/ketchctl/main.c — ketchctl's commands, flags and help (see ctl.h).
+ *
+ * Flags follow spf13/pflag as etcdctl uses it: --name=value, --name value,
+ * -w json, -wjson, bool flags bare or =true/false, flags anywhere among the
+ * arguments, "--" ends them. Global flags can also come from KETCHCTL_<NAME>
+ * environment variables (dashes as underscores), as ETCDCTL_* for etcdctl.
+ * The help text is etcdctl's template (help.go) with Go's tabwriter layout.
+ *
+ * Order of checks per command, as etcdctl: flags, the command's arguments,
+ * environment + output format + client, the request, then output (where
+ * "table not supported" and --print-value-only are refused).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl.h"
+
+#define API_VERSION "3.4"
+#define MAX_ARGS 256
+
+/* ---- memory kept until exit, freed by an atexit handler ---- */
+
+static void **kept;
+static ketch_result **kept_results;
+static size_t n_kept, cap_kept, n_kept_results, cap_kept_results;
+static ketch_client *the_client;
+
+static void free_kept(void) {
+  for (size_t i = 0; i < n_kept_results; i++)
+    ketch_result_free(kept_results[i]);
+  free(kept_results);
+  for (size_t i = 0; i < n_kept; i++)
+    free(kept[i]);
+  free(kept);
+  ketch_close(the_client);
+}
+
+static void keep_in(void ***list, size_t *n, size_t *cap, void *p) {
+  if (*n == *cap) {
+    size_t c = *cap ? *cap * 2 : 16;
+    void **l = realloc(*list, c * sizeof *l);
+    if (!l) {
+      fputs("Error: out of memory\n", stderr);
+      _exit(CTL_EXIT_ERROR);
+    }
+    *list = l;
+    *cap = c;
+  }
+  (*list)[(*n)++] = p;
+}
+
+void *ctl_keep(void *p) {
+  if (!p)
+    ctl_die(CTL_EXIT_ERROR, "out of memory");
+  keep_in(&kept, &n_kept, &cap_kept, p);
+  return p;
+}
+
+void *ctl_alloc(size_t n) { return ctl_keep(malloc(n ? n : 1)); }
+
+void ctl_keep_result(ketch_result *res) {
+  if (res)
+    keep_in((void ***)&kept_results, &n_kept_results, &cap_kept_results, res);
+}
+
+/* ---- errors ---- */
+
+_Noreturn void ctl_die(int code, const char *fmt, ...) {
+  va_list ap;
+  fflush(stdout);
+  fputs("Error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(code);
+}
+
+const char *ctl_errtext(int err, const char *msg) {
+  static char buf[512];
+  const char *text = msg && *msg ? msg : ketch_strerror(err);
+  switch (err) {
+  case KETCH_ETIMEOUT:
+  case KETCH_EUNAVAILABLE:
+  case KETCH_ECLOSED:
+  case KETCH_ECANCELED:
+    return "context deadline exceeded"; /* what etcdctl's gRPC deadline says */
+  case KETCH_EUNKNOWN:
+  case KETCH_EPROTO:
+  case KETCH_ENOMEM:
+  case KETCH_EBUSY:
+  case KETCH_EVERSION:
+    return text; /* the library's own failures */
+  case KETCH_EKEYEMPTY:
+  case KETCH_ETOOLARGE:
+  case KETCH_ETOOMANYOPS:
+  case KETCH_EDUPKEY:
+  case KETCH_ECOMPACTED:
+  case KETCH_EFUTUREREV:
+  case KETCH_ENOSPACE:
+  case KETCH_ELEASENOTFOUND:
+  case KETCH_ELEASEEXISTS:
+  case KETCH_ENOLEADER:
+    text = ketch_strerror(err); /* etcd's exact wording */
+    break;
+  case KETCH_ENOTFOUND:
+    text = "key not found"; /* etcd's ErrKeyNotFound (put --ignore-value/--ignore-lease) */
+    break;
+  }
+  snprintf(buf, sizeof buf, "etcdserver: %s", text);
+  return buf;
+}
+
+/* ---- Go-compatible value parsing ---- */
+
+int ctl_parse_int(const char *s, int base, int64_t *out, char *err, size_t errcap) {
+  const char *p = s;
+  bool neg = false;
+  if (*p == '+' || *p == '-')
+    neg = *p++ == '-';
+  if (base == 0) {
+    base = 10;
+    if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X'))
+      base = 16, p += 2;
+    else if (p[0] == '0' && (p[1] == 'o' || p[1] == 'O'))
+      base = 8, p += 2;
+    else if (p[0] == '0' && (p[1] == 'b' || p[1] == 'B'))
+      base = 2, p += 2;
+    else if (p[0] == '0' && p[1])
+      base = 8, p += 1;
+  }
+  uint64_t v = 0, limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+  bool range = false;
+  if (!*p)
+    goto syntax;
+  for (; *p; p++) {
+    int d = isdigit((unsigned char)*p)   ? *p - '0'
+            : isalpha((unsigned char)*p) ? tolower((unsigned char)*p) - 'a' + 10
+                                         : 99;
+    if (d >= base)
+      goto syntax;
+    if (v > (limit - (uint64_t)d) / (uint64_t)base)
+      range = true;
+    else
+      v = v * (uint64_t)base + (uint64_t)d;
+  }
+  if (range) {
+    snprintf(err, errcap, "strconv.ParseInt: parsing \"%s\": value out of range", s);
+    return -1;
+  }
+  *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+  return 0;
+syntax:
+  snprintf(err, errcap, "strconv.ParseInt: parsing \"%s\": invalid syntax", s);
+  return -1;
+}
+
+/* time.ParseDuration for the forms people type: 2s, 500ms, 1m30s, 1.5s. */
+static int parse_duration_ns(const char *s, int64_t *out) {
+  static const struct {
+    const char *unit;
+    double ns;
+  } units[] = {{"ns", 1},  {"us", 1e3}, {"\xc2\xb5s", 1e3}, {"ms", 1e6},
+               {"s", 1e9}, {"m", 60e9}, {"h", 3600e9}};
+  const char *p = s;
+  double total = 0;
+  bool neg = false;
+  if (*p == '+' || *p == '-')
+    neg = *p++ == '-';
+  if (!strcmp(p, "0")) {
+    *out = 0;
+    return 0;
+  }
+  if (!*p)
+    return -1;
+  while (*p) {
+    char *end;
+    if (!isdigit((unsigned char)*p) && *p != '.')
+      return -1;
+    double v = strtod(p, &end);
+    if (end == p)
+      return -1;
+    p = end;
+    size_t best = 0, bi = 0;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+      size_t l = strlen(units[i].unit);
+      if (!strncmp(p, units[i].unit, l) && l > best)
+        best = l, bi = i;
+    }
+    if (!best)
+      return -1;
+    total += v * units[bi].ns;
+    p += best;
+  }
+  *out = (int64_t)(neg ? -total : total);
+  return 0;
+}
+
+/* ---- flags ---- */
+
+enum { FT_BOOL, FT_STR, FT_INT, FT_DUR, FT_LIST };
+
+struct flag {
+  const char *name;
+  char sh; /* shorthand letter or 0 */
+  int type;
+  const char *def; /* default, as text */
+  const char *usage;
+  void *dst; /* bool* / const char** / int64_t* (FT_DUR: nanoseconds) */
+  bool changed;
+};
+
+static bool help_flag;
+static const char *g_endpoints = "127.0.0.1:2479", *g_write_out = "simple";
+static int64_t g_dial_ns, g_command_ns;
+static bool g_hex;
+
+static struct flag global_flags[] = {
+    {"command-timeout", 0, FT_DUR, "5s",
+     "timeout for short running command (excluding dial timeout)", &g_command_ns, false},
+    {"dial-timeout", 0, FT_DUR, "2s", "dial timeout for client connections", &g_dial_ns, false},
+    {"endpoints", 0, FT_LIST, "127.0.0.1:2479", "ketch endpoints (host:port, comma separated)",
+     &g_endpoints, false},
+    {"hex", 0, FT_BOOL, "false", "print byte strings as hex encoded strings", &g_hex, false},
+    {"write-out", 'w', FT_STR, "simple", "set the output format (fields, json, simple, table)",
+     &g_write_out, false},
+    {0},
+};
+
+static struct flag help_flags[] = {{"help", 'h', FT_BOOL, "false", NULL, &help_flag, false}, {0}};
+
+/* Sets a flag from text; on error writes pflag's message into err. */
+static int flag_set(struct flag *f, const char *val, bool via_short, char *err, size_t errcap) {
+  char why[200] = "";
+  switch (f->type) {
+  case FT_BOOL: {
+    static const char *const t[] = {"1", "t", "T", "TRUE", "true", "True"};
+    static const char *const fl[] = {"0", "f", "F", "FALSE", "false", "False"};
+    for (int i = 0; i < 6; i++) {
+      if (!strcmp(val, t[i]) || !strcmp(val, fl[i])) {
+        *(bool *)f->dst = !strcmp(val, t[i]);
+        goto ok;
+      }
+    }
+    snprintf(why, sizeof why, "strconv.ParseBool: parsing \"%s\": invalid syntax", val);
+    break;
+  }
+  case FT_STR:
+    *(const char **)f->dst = val;
+    goto ok;
+  case FT_LIST: {
+    /* pflag's StringSlice: the first use replaces the default, later ones add */
+    const char *old = *(const char **)f->dst;
+    if (!f->changed) {
+      *(const char **)f->dst = val;
+    } else {
+      char *j = ctl_alloc(strlen(old) + strlen(val) + 2);
+      sprintf(j, "%s,%s", old, val);
+      *(const char **)f->dst = j;
+    }
+    goto ok;
+  }
+  case FT_INT:
+    if (ctl_parse_int(val, 0, f->dst, why, sizeof why) == 0)
+      goto ok;
+    break;
+  case FT_DUR:
+    if (parse_duration_ns(val, f->dst) == 0)
+      goto ok;
+    snprintf(why, sizeof why, "time: invalid duration \"%s\"", val);
+    break;
+  }
+  if (via_short)
+    snprintf(err, errcap, "invalid argument \"%s\" for \"-%c, --%s\" flag: %s", val, f->sh, f->name,
+             why);
+  else
+    snprintf(err, errcap, "invalid argument \"%s\" for \"--%s\" flag: %s", val, f->name, why);
+  return -1;
+ok:
+  f->changed = true;
+  return 0;
+}
+
+static void flags_reset(struct flag *fs) {
+  char err[256];
+  for (; fs && fs->name; fs++) {
+    if (fs->type == FT_LIST)
+      *(const char **)fs->dst = fs->def;
+    else
+      flag_set(fs, fs->def, false, err, sizeof err);
+    fs->changed = false;
+  }
+}
+
+static struct flag *flag_find(struct flag **sets, const char *name, size_t len, char sh) {
+  for (; *sets; sets++)
+    for (struct flag *f = *sets; f->name; f++)
+      if (sh ? f->sh == sh : strlen(f->name) == len && !strncmp(f->name, name, len))
+        return f;
+  return NULL;
+}
+
+/* Parses args against the flag sets (NULL-terminated list), leaving the
+ * positional arguments in pos. Returns 0, or -1 with pflag's message in err. */
+static int flags_parse(struct flag **sets, int argc, char **argv, char **pos, int *npos, char *err,
+                       size_t errcap) {
+  bool dashdash = false;
+  *npos = 0;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (dashdash || a[0] != '-' || !a[1]) {
+      if (*npos < MAX_ARGS - 1)
+        pos[(*npos)++] = argv[i];
+      continue;
+    }
+    if (!strcmp(a, "--")) {
+      dashdash = true;
+      continue;
+    }
+    if (a[1] == '-') {
+      const char *name = a + 2, *eq = strchr(name, '=');
+      size_t len = eq ? (size_t)(eq - name) : strlen(name);
+      struct flag *f = flag_find(sets, name, len, 0);
+      if (!f) {
+        snprintf(err, errcap, "unknown flag: --%.*s", (int)len, name);
+        return -1;
+      }
+      const char *val = eq ? eq + 1 : f->type == FT_BOOL ? "true" : NULL;
+      if (!val) {
+        if (i + 1 >= argc) {
+          snprintf(err, errcap, "flag needs an argument: %s", a);
+          return -1;
+        }
+        val = argv[++i];
+      }
+      if (flag_set(f, val, false, err, errcap))
+        return -1;
+      continue;
+    }
+    for (const char *p = a + 1; *p; p++) {
+      struct flag *f = flag_find(sets, NULL, 0, *p);
+      if (!f) {
+        snprintf(err, errcap, "unknown shorthand flag: '%c' in %s", *p, a);
+        return -1;
+      }
+      const char *val;
+      bool last = true; /* the value used up the rest of this argument */
+      if (p[1] == '=') {
+        val = p + 2;
+      } else if (f->type == FT_BOOL) {
+        val = "true";
+        last = false;
+      } else if (p[1]) {
+        val = p + 1;
+      } else if (i + 1 < argc) {
+        val = argv[++i];
+      } else {
+        snprintf(err, errcap, "flag needs an argument: '%c' in %s", *p, a);
+        return -1;
+      }
+      if (flag_set(f, val, true, err, errcap))
+        return -1;
+      if (last)
+        break;
+    }
+  }
+  pos[*npos] = NULL;
+  return 0;
+}
+
+/* ---- commands ---- */
+
+struct cmd {
+  const char *name; /* "get", "endpoint status" */
+  const char *use;  /* the words after the program name, without [flags] */
+  const char *short_help;
+  const char *long_help;
+  struct flag *flags;
+  void (*run)(int argc, char **argv);
+};
+
+static void run_put(int argc, char **argv);
+static void run_get(int argc, char **argv);
+static void run_del(int argc, char **argv);
+static void run_txn(int argc, char **argv);
+static void run_compaction(int argc, char **argv);
+static void run_status(int argc, char **argv);
+static void run_health(int argc, char **argv);
+static void run_version(int argc, char **argv);
+
+/* put */
+static const char *put_lease;
+static bool put_prev_kv, put_ignore_value, put_ignore_lease;
+static struct flag put_flags[] = {
+    {"ignore-lease", 0, FT_BOOL, "false", "updates the key using its current lease",
+     &put_ignore_lease, false},
+    {"ignore-value", 0, FT_BOOL, "false", "updates the key using its current value",
+     &put_ignore_value, false},
+    {"lease", 0, FT_STR, "0", "lease ID (in hexadecimal) to attach to the key", &put_lease, false},
+    {"prev-kv", 0, FT_BOOL, "false", "return the previous key-value pair before modification",
+     &put_prev_kv, false},
+    {0},
+};
+
+/* get */
+static const char *get_consistency, *get_order, *get_sort_by;
+static int64_t get_limit, get_rev, get_min_mod, get_max_mod, get_min_create, get_max_create;
+static bool get_prefix, get_from_key, get_keys_only, get_count_only, get_value_only;
+static struct flag get_flags[] = {
+    {"consistency", 0, FT_STR, "l", "Linearizable(l) or Serializable(s)", &get_consistency, false},
+    {"count-only", 0, FT_BOOL, "false", "Get only the count", &get_count_only, false},
+    {"from-key", 0, FT_BOOL, "false",
+     "Get keys that are greater than or equal to the given key using byte compare", &get_from_key,
+     false},
+    {"keys-only", 0, FT_BOOL, "false", "Get only the keys", &get_keys_only, false},
+    {"limit", 0, FT_INT, "0", "Maximum number of results", &get_limit, false},
+    {"max-create-rev", 0, FT_INT, "0", "Only keys created at or before this revision",
+     &get_max_create, false},
+    {"max-mod-rev", 0, FT_INT, "0", "Only keys last modified at or before this revision",
+     &get_max_mod, false},
+    {"min-create-rev", 0, FT_INT, "0", "Only keys created at or after this revision",
+     &get_min_create, false},
+    {"min-mod-rev", 0, FT_INT, "0", "Only keys last modified at or after this revision",
+     &get_min_mod, false},
+    {"order", 0, FT_STR, "", "Order of results; ASCEND or DESCEND (ASCEND by default)", &get_order,
+     false},
+    {"prefix", 0, FT_BOOL, "false", "Get keys with matching prefix", &get_prefix, false},
+    {"print-value-only", 0, FT_BOOL, "false",
+     "Only write values when using the \"simple\" output format", &get_value_only, false},
+    {"rev", 0, FT_INT, "0", "Specify the kv revision", &get_rev, false},
+    {"sort-by", 0, FT_STR, "", "Sort target; CREATE, KEY, MODIFY, VALUE, or VERSION", &get_sort_by,
+     false},
+    {0},
+};
+
+/* del */
+static bool del_prefix, del_prev_kv, del_from_key;
+static struct flag del_flags[] = {
+    {"from-key", 0, FT_BOOL, "false",
+     "delete keys that are greater than or equal to the given key using byte compare",
+     &del_from_key, false},
+    {"prefix", 0, FT_BOOL, "false", "delete keys with matching prefix", &del_prefix, false},
+    {"prev-kv", 0, FT_BOOL, "false", "return deleted key-value pairs", &del_prev_kv, false},
+    {0},
+};
+
+static bool txn_interactive;
+static struct flag txn_flags[] = {
+    {"interactive", 'i', FT_BOOL, "false", "Input transaction in interactive mode",
+     &txn_interactive, false},
+    {0},
+};
+
+static bool compact_physical;
+static struct flag compaction_flags[] = {
+    {"physical", 0, FT_BOOL, "false",
+     "'true' to wait for compaction to physically remove all old revisions", &compact_physical,
+     false},
+    {0},
+};
+
+static const char put_long[] =
+    "\nPuts the given key into the store.\n\n"
+    "When <value> begins with '-', <value> is interpreted as a flag.\n"
+    "Insert '--' for workaround:\n\n"
+    "$ put <key> -- <value>\n"
+    "$ put -- <key> <value>\n\n"
+    "If <value> isn't given as a command line argument and '--ignore-value' is not specified,\n"
+    "this command tries to read the value from standard input.\n\n"
+    "If <lease> isn't given as a command line argument and '--ignore-lease' is not specified,\n"
+    "this command tries to read the value from standard input.\n\n"
+    "For example,\n"
+    "$ cat file | put <key>\n"
+    "will store the content of the file to <key>.\n";
+
+static const struct cmd commands[] = {
+    {"compaction", "compaction [options] <revision>", "Compacts the event history in ketch", NULL,
+     compaction_flags, run_compaction},
+    {"del", "del [options] <key> [range_end]",
+     "Removes the specified key or range of keys [key, range_end)", NULL, del_flags, run_del},
+    {"endpoint health", "endpoint health",
+     "Checks the healthiness of endpoints specified in `--endpoints` flag", NULL, NULL, run_health},
+    {"endpoint status", "endpoint status",
+     "Prints out the status of endpoints specified in `--endpoints` flag",
+     "When --write-out is set to simple, this command prints out comma-separated status lists "
+     "for each endpoint.\nThe items in the lists are endpoint, ID, version, db size, is leader, "
+     "is learner, raft term, raft index, raft applied index, errors.\n",
+     NULL, run_status},
+    {"get", "get [options] <key> [range_end]", "Gets the key or a range of keys", NULL, get_flags,
+     run_get},
+    {"help", "help [command]", "Help about any command", NULL, NULL, NULL},
+    {"put", "put [options] <key> <value> (<value> can also be given from stdin)",
+     "Puts the given key into the store", put_long, put_flags, run_put},
+    {"txn", "txn [options]", "Txn processes all the requests in one transaction", NULL, txn_flags,
+     run_txn},
+    {"version", "version", "Prints the version of ketchctl", NULL, NULL, run_version},
+    {0},
+};
+
+/* ---- help, in etcdctl's template and tabwriter layout ---- */
+
+/* Go's tabwriter (tabwidth 8, padding 1, padchar '\t') on lines of the form
+ * indent + cell + '\t' + text: cells padded with tabs to one common column. */
+static void tab_block(const char *indent, const char *const *cells, const char *const *texts,
+                      int n) {
+  size_t w = 0;
+  for (int i = 0; i < n; i++)
+    if (strlen(cells[i]) > w)
+      w = strlen(cells[i]);
+  w = (w + 1 + 7) / 8 * 8;
+  for (int i = 0; i < n; i++) {
+    size_t tabs = (w - strlen(cells[i]) + 7) / 8;
+    printf("%s%s", indent, cells[i]);
+    while (tabs--)
+      putchar('\t');
+    printf("%s\n", texts[i]);
+  }
+}
+
+static void flag_usages(struct flag **sets) {
+  const struct flag *all[64];
+  int n = 0;
+  for (; *sets; sets++)
+    for (struct flag *f = *sets; f->name && n < 64; f++)
+      all[n++] = f;
+  for (int i = 1; i < n; i++) /* pflag lists flags sorted by name */
+    for (int j = i; j > 0 && strcmp(all[j - 1]->name, all[j]->name) > 0; j--) {
+      const struct flag *t = all[j];
+      all[j] = all[j - 1];
+      all[j - 1] = t;
+    }
+  static char cellbuf[64][128];
+  const char *cells[64], *texts[64];
+  for (int i = 0; i < n; i++) {
+    const struct flag *f = all[i];
+    char lead[32];
+    if (f->sh)
+      snprintf(lead, sizeof lead, "  -%c, --", f->sh);
+    else
+      snprintf(lead, sizeof lead, "      --");
+    const char *fmt = f->type == FT_BOOL   ? "%s%s[=%s]"
+                      : f->type == FT_STR  ? "%s%s=\"%s\""
+                      : f->type == FT_LIST ? "%s%s=[%s]"
+                                           : "%s%s=%s";
+    snprintf(cellbuf[i], sizeof cellbuf[i], fmt, lead, f->name, f->def);
+    cells[i] = cellbuf[i];
+    texts[i] = f->usage;
+  }
+  tab_block("", cells, texts, n);
+}
+
+static void usage(const struct cmd *c) {
+  if (!c) {
+    printf("NAME:\n\tketchctl - A simple command line client for ketch.\n\n"
+           "USAGE:\n\tketchctl [flags]\n\nVERSION:\n\t%s\n\nAPI VERSION:\n\t%s\n\n\nCOMMANDS:\n",
+           ketch_version(), API_VERSION);
+    const char *cells[32], *texts[32];
+    int n = 0;
+    for (const struct cmd *k = commands; k->name; k++, n++)
+      cells[n] = k->name, texts[n] = k->short_help;
+    tab_block("\t", cells, texts, n);
+    struct flag *sets[] = {global_flags, help_flags, NULL};
+    help_flags[0].usage = "help for ketchctl";
+    printf("\nOPTIONS:\n");
+    flag_usages(sets);
+    printf("\n");
+    return;
+  }
+  const char *leaf = strrchr(c->name, ' ');
+  leaf = leaf ? leaf + 1 : c->name;
+  printf("NAME:\n\t%s - %s\n\nUSAGE:\n\tketchctl %s [flags]\n", c->name, c->short_help, c->use);
+  if (c->long_help) {
+    printf("\nDESCRIPTION:\n");
+    const char *s = c->long_help, *e = s + strlen(s);
+    while (s < e && strchr("\n\t ", *s))
+      s++;
+    while (e > s && strchr("\n\t ", e[-1]))
+      e--;
+    while (s < e) {
+      const char *nl = memchr(s, '\n', (size_t)(e - s));
+      if (!nl)
+        nl = e;
+      printf("\t%.*s\n", (int)(nl - s), s);
+      s = nl + 1;
+    }
+  }
+  static char help_usage[64];
+  snprintf(help_usage, sizeof help_usage, "help for %s", leaf);
+  help_flags[0].usage = help_usage;
+  struct flag *local[] = {help_flags, c->flags, NULL};
+  if (!c->flags)
+    local[1] = NULL;
+  printf("\nOPTIONS:\n");
+  flag_usages(local);
+  struct flag *global[] = {global_flags, NULL};
+  printf("\nGLOBAL OPTIONS:\n");
+  flag_usages(global);
+  printf("\n");
+}
+
+static void usage_endpoint(void) {
+  printf("NAME:\n\tendpoint - Endpoint related commands\n\n"
+         "USAGE:\n\tketchctl endpoint <subcommand> [flags]\n\nAPI VERSION:\n\t%s\n\n\nCOMMANDS:\n",
+         API_VERSION);
+  const char *cells[2] = {"health", "status"}, *texts[2] = {"", ""};
+  for (const struct cmd *k = commands; k->name; k++)
+    for (int i = 0; i < 2; i++)
+      if (!strncmp(k->name, "endpoint ", 9) && !strcmp(k->name + 9, cells[i]))
+        texts[i] = k->short_help;
+  tab_block("\t", cells, texts, 2);
+  help_flags[0].usage = "help for endpoint";
+  struct flag *local[] = {help_flags, NULL}, *global[] = {global_flags, NULL};
+  printf("\nOPTIONS:\n");
+  flag_usages(local);
+  printf("\nGLOBAL OPTIONS:\n");
+  flag_usages(global);
+  printf("\n");
+}
+
+static void show_usage(const struct cmd *cmd, bool endpoint_group) {
+  if (cmd)
+    usage(cmd);
+  else if (endpoint_group)
+    usage_endpoint();
+  else
+    usage(NULL);
+}
+
+/* ---- environment, output format, client ---- */
+
+static void apply_env(void) {
+  extern char **environ;
+  for (char **e = environ; *e; e++) {
+    if (strncmp(*e, "KETCHCTL_", 9))
+      continue;
+    const char *eq = strchr(*e, '=');
+    if (!eq)
+      continue;
+    char name[64];
+    size_t n = 0;
+    for (const char *p = *e + 9; p < eq && n < sizeof name - 1; p++)
+      name[n++] = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
+    name[n] = 0;
+    struct flag *sets[] = {global_flags, NULL};
+    struct flag *f = flag_find(sets, name, n, 0);
+    if (!f) {
+      fprintf(stderr, "Warning: unrecognized environment variable %s\n", *e);
+      continue;
+    }
+    if (f->changed)
+      ctl_die(CTL_EXIT_ERROR,
+              "conflicting environment variable \"%.*s\" is shadowed by corresponding "
+              "command-line flag (either unset environment variable or disable flag)",
+              (int)(eq - *e), *e);
+    char err[300];
+    if (flag_set(f, eq + 1, false, err, sizeof err))
+      ctl_die(CTL_EXIT_BAD_ARGS, "%.*s: %s", (int)(eq - *e), *e, err);
+    f->changed = false; /* still "not given on the command line" */
+  }
+}
+
+static void init_display(void) {
+  static const char *const names[] = {"simple", "json", "fields", "table"};
+  apply_env();
+  ctl_display.hex = g_hex;
+  for (int i = 0; i < 4; i++) {
+    if (!strcmp(g_write_out, names[i])) {
+      ctl_display.format = i;
+      return;
+    }
+  }
+  if (!strcmp(g_write_out, "protobuf")) /* etcdctl's wording for a format it lacks */
+    ctl_die(CTL_EXIT_BAD_FEATURE, "protobuf not supported as output format");
+  ctl_die(CTL_EXIT_BAD_FEATURE, "unsupported output format");
+}
+
+/* A client on `endpoints`, or NULL with the reason in msg. */
+static ketch_client *open_endpoints(const char *endpoints, char *msg, size_t msgcap) {
+  ketch_options o;
+  ketch_options_init(&o);
+  o.dial_timeout_ms = (int)(g_dial_ns / 1000000) > 0 ? (int)(g_dial_ns / 1000000) : 1;
+  o.request_timeout_ms = (int)(g_command_ns / 1000000) > 0 ? (int)(g_command_ns / 1000000) : 1;
+  /* etcdctl dials lazily: an unreachable endpoint shows up as the request's
+   * "context deadline exceeded" after --command-timeout. */
+  o.nonblocking_open = true;
+  ketch_client *c = NULL;
+  msg[0] = 0;
+  int err = ketch_open(&c, endpoints, &o, msg, msgcap);
+  if (err && !msg[0])
+    snprintf(msg, msgcap, "%s", ketch_strerror(err));
+  return err ? NULL : c;
+}
+
+static ketch_client *open_client(void) {
+  char msg[512];
+  init_display();
+  the_client = open_endpoints(g_endpoints, msg, sizeof msg);
+  if (!the_client)
+    ctl_die(CTL_EXIT_BAD_CONNECTION, "%s", msg);
+  return the_client;
+}
+
+static void check(ketch_client *c, int err, ketch_result *res) {
+  ctl_keep_result(res);
+  if (err)
+    ctl_die(CTL_EXIT_ERROR, "%s", ctl_errtext(err, ketch_errmsg(c)));
+}
+
+/* ---- request builders (shared by the commands and txn lines) ---- */
+
+static char *read_all_stdin(size_t *len) {
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (!buf)
+      ctl_die(CTL_EXIT_ERROR, "out of memory");
+    size_t r = fread(buf + n, 1, cap - n, stdin);
+    n += r;
+    if (r == 0)
+      break;
+    if (n == cap)
+      buf = realloc(buf, cap *= 2);
+  }
+  *len = n;
+  return ctl_keep(buf);
+}
+
+static void put_op(int argc, char **argv, ketch_put_req *req) {
+  static const char need[] = "put command needs 1 argument and input from stdin or 2 arguments";
+  memset(req, 0, sizeof *req);
+  if (argc == 0)
+    ctl_die(CTL_EXIT_BAD_ARGS, need);
+  if (put_ignore_value && argc > 1)
+    ctl_die(CTL_EXIT_BAD_ARGS, "put command needs only 1 argument when 'ignore-value' is set");
+  req->key = argv[0];
+  req->key_len = strlen(argv[0]);
+  if (!put_ignore_value) {
+    if (argc > 1) {
+      req->value = argv[1];
+      req->value_len = strlen(argv[1]);
+    } else {
+      req->value = read_all_stdin(&req->value_len);
+      if (!req->value_len)
+        ctl_die(CTL_EXIT_BAD_ARGS, need);
+    }
+  }
+  char err[200];
+  if (ctl_parse_int(put_lease, 16, &req->lease, err, sizeof err))
+    ctl_die(CTL_EXIT_BAD_ARGS, "bad lease ID (%s), expecting ID in Hex", err);
+  req->prev_kv = put_prev_kv;
+  req->ignore_value = put_ignore_value;
+  req->ignore_lease = put_ignore_lease;
+}
+
+static void upper(char *dst, const char *s, size_t cap) {
+  size_t i = 0;
+  for (; s[i] && i < cap - 1; i++)
+    dst[i] = (char)toupper((unsigned char)s[i]);
+  dst[i] = 0;
+}
+
+static void get_op(int argc, char **argv, ketch_range_req *req) {
+  memset(req, 0, sizeof *req);
+  if (argc == 0)
+    ctl_die(CTL_EXIT_BAD_ARGS,
+            "get command needs one argument as key and an optional argument as range_end");
+  if (get_prefix && get_from_key)
+    ctl_die(CTL_EXIT_BAD_ARGS,
+            "`--prefix` and `--from-key` cannot be set at the same time, choose one");
+  if (get_keys_only && get_count_only)
+    ctl_die(CTL_EXIT_BAD_ARGS,
+            "`--keys-only` and `--count-only` cannot be set at the same time, choose one");
+  if (!strcmp(get_consistency, "s"))
+    req->serializable = true;
+  else if (strcmp(get_consistency, "l")) {
+    fflush(stdout);
+    fputs("Error: unknown consistency flag ", stderr);
+    ctl_goquote(stderr, get_consistency, strlen(get_consistency));
+    fputc('\n', stderr);
+    exit(CTL_EXIT_BAD_FEATURE);
+  }
+  req->key = argv[0];
+  req->key_len = strlen(argv[0]);
+  if (argc > 1) {
+    if (get_prefix || get_from_key)
+      ctl_die(CTL_EXIT_BAD_ARGS, "too many arguments, only accept one argument when `--prefix` "
+                                 "or `--from-key` is set");
+    req->range_end = argv[1];
+    req->range_end_len = strlen(argv[1]);
+  }
+  req->limit = get_limit;
+  if (get_rev > 0)
+    req->revision = get_rev;
+  char order[64], target[64];
+  upper(order, get_order, sizeof order);
+  upper(target, get_sort_by, sizeof target);
+  if (!strcmp(order, "ASCEND"))
+    req->sort_order = KETCH_SORT_ASCEND;
+  else if (!strcmp(order, "DESCEND"))
+    req->sort_order = KETCH_SORT_DESCEND;
+  else if (order[0])
+    ctl_die(CTL_EXIT_BAD_FEATURE, "bad sort order %s", get_order);
+  static const char *const targets[] = {[KETCH_SORT_KEY] = "KEY",
+                                        [KETCH_SORT_VERSION] = "VERSION",
+                                        [KETCH_SORT_CREATE] = "CREATE",
+                                        [KETCH_SORT_MOD] = "MODIFY",
+                                        [KETCH_SORT_VALUE] = "VALUE"};
+  req->sort_target = -1;
+  for (int i = 0; i < 5; i++)
+    if (!strcmp(target, targets[i]))
+      req->sort_target = i;
+  if (!target[0])
+    req->sort_target = KETCH_SORT_KEY;
+  else if (req->sort_target < 0)
+    ctl_die(CTL_EXIT_BAD_FEATURE, "bad sort target %s", get_sort_by);
+  /* clientv3.WithSort: ascending by key is the natural order (no sort); any
+   * other target without an order sorts ascending (etcd's server rule). */
+  if (req->sort_target == KETCH_SORT_KEY && req->sort_order == KETCH_SORT_ASCEND)
+    req->sort_order = KETCH_SORT_NONE;
+  if (req->sort_target != KETCH_SORT_KEY && req->sort_order == KETCH_SORT_NONE)
+    req->sort_order = KETCH_SORT_ASCEND;
+  req->prefix = get_prefix;
+  req->from_key = get_from_key;
+  req->keys_only = get_keys_only;
+  req->count_only = get_count_only;
+  req->min_mod_revision = get_min_mod;
+  req->max_mod_revision = get_max_mod;
+  req->min_create_revision = get_min_create;
+  req->max_create_revision = get_max_create;
+}
+
+static void del_op(int argc, char **argv, ketch_delete_req *req) {
+  memset(req, 0, sizeof *req);
+  if (argc == 0 || argc > 2)
+    ctl_die(CTL_EXIT_BAD_ARGS,
+            "del command needs one argument as key and an optional argument as range_end");
+  if (del_prefix && del_from_key)
+    ctl_die(CTL_EXIT_BAD_ARGS,
+            "`--prefix` and `--from-key` cannot be set at the same time, choose one");
+  req->key = argv[0];
+  req->key_len = strlen(argv[0]);
+  if (argc > 1) {
+    if (del_prefix || del_from_key)
+      ctl_die(CTL_EXIT_BAD_ARGS, "too many arguments, only accept one argument when `--prefix` "
+                                 "or `--from-key` is set");
+    req->range_end = argv[1];
+    req->range_end_len = strlen(argv[1]);
+  }
+  req->prefix = del_prefix;
+  req->from_key = del_from_key;
+  req->prev_kv = del_prev_kv;
+}
+
+int ctl_parse_op(int argc, char **argv, ketch_op *op) {
+  struct flag *fl = !strcmp(argv[0], "put")   ? put_flags
+                    : !strcmp(argv[0], "get") ? get_flags
+                    : !strcmp(argv[0], "del") ? del_flags
+                                              : NULL;
+  if (!fl)
+    return -1;
+  flags_reset(fl);
+  help_flag = false;
+  struct flag *sets[] = {fl, help_flags, NULL};
+  char *pos[MAX_ARGS], err[300];
+  int npos;
+  if (flags_parse(sets, argc - 1, argv + 1, pos, &npos, err, sizeof err) || help_flag)
+    return -1;
+  memset(op, 0, sizeof *op);
+  if (fl == put_flags) {
+    op->type = KETCH_OP_PUT;
+    put_op(npos, pos, &op->put);
+  } else if (fl == get_flags) {
+    op->type = KETCH_OP_RANGE;
+    get_op(npos, pos, &op->range);
+  } else {
+    op->type = KETCH_OP_DELETE;
+    del_op(npos, pos, &op->del);
+  }
+  return 0;
+}
+
+/* ---- the commands ---- */
+
+static void run_put(int argc, char **argv) {
+  ketch_put_req req;
+  put_op(argc, argv, &req);
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  int err = ketch_put(c, &req, &res);
+  check(c, err, res);
+  ctl_print_put(&res->header, &res->put);
+}
+
+static void run_get(int argc, char **argv) {
+  ketch_range_req req;
+  get_op(argc, argv, &req);
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  int err = ketch_range(c, &req, &res);
+  check(c, err, res);
+  if (get_count_only && ctl_display.format != CTL_FIELDS)
+    ctl_die(CTL_EXIT_BAD_ARGS, "--count-only is only for `--write-out=fields`");
+  if (get_value_only) {
+    if (ctl_display.format != CTL_SIMPLE)
+      ctl_die(CTL_EXIT_BAD_ARGS, "print-value-only is only for `--write-out=simple`");
+    ctl_display.value_only = true;
+  }
+  ctl_print_range(&res->header, &res->range);
+}
+
+static void run_del(int argc, char **argv) {
+  ketch_delete_req req;
+  del_op(argc, argv, &req);
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  int err = ketch_delete(c, &req, &res);
+  check(c, err, res);
+  ctl_print_delete(&res->header, &res->del);
+}
+
+static void run_txn(int argc, char **argv) {
+  (void)argv;
+  if (argc != 0)
+    ctl_die(CTL_EXIT_BAD_ARGS, "txn command does not accept argument");
+  ketch_client *c = open_client();
+  ketch_txn_req req;
+  ctl_txn_read(stdin, txn_interactive, &req);
+  ketch_result *res = NULL;
+  int err = ketch_txn(c, &req, &res);
+  check(c, err, res);
+  ctl_print_txn(&res->header, &res->txn);
+}
+
+static void run_compaction(int argc, char **argv) {
+  if (argc != 1)
+    ctl_die(CTL_EXIT_BAD_ARGS, "compaction command needs 1 argument");
+  int64_t rev;
+  char why[200];
+  if (ctl_parse_int(argv[0], 10, &rev, why, sizeof why))
+    ctl_die(CTL_EXIT_ERROR, "%s", why);
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  int err = ketch_compact(c, rev, compact_physical, &res);
+  check(c, err, res);
+  printf("compacted revision %" PRId64 "\n", rev); /* every -w format prints this */
+}
+
+/* The comma-separated endpoint list, each trimmed (etcdctl's endpoint
+ * status/health keep the spaces and then fail to dial " host:port"). */
+static int split_endpoints(char **out, int max) {
+  char *copy = ctl_keep(strdup(g_endpoints)), *save = NULL;
+  int n = 0;
+  for (char *t = strtok_r(copy, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save)) {
+    while (isspace((unsigned char)*t))
+      t++;
+    char *e = t + strlen(t);
+    while (e > t && isspace((unsigned char)e[-1]))
+      *--e = 0;
+    out[n++] = t;
+  }
+  return n;
+}
+
+static void run_status(int argc, char **argv) {
+  (void)argc, (void)argv;
+  init_display();
+  char *eps[64];
+  int n = split_endpoints(eps, 64), ok = 0;
+  static struct ctl_ep_status st[64];
+  bool failed = false;
+  for (int i = 0; i < n; i++) {
+    char msg[512];
+    ketch_client *c = open_endpoints(eps[i], msg, sizeof msg);
+    ketch_result *res = NULL;
+    int err = c ? ketch_status(c, &res) : KETCH_EINVAL;
+    ctl_keep_result(res);
+    if (err) {
+      fprintf(stderr, "Failed to get the status of endpoint %s (%s)\n", eps[i],
+              c ? ctl_errtext(err, ketch_errmsg(c)) : msg);
+      failed = true;
+    } else {
+      st[ok].endpoint = eps[i];
+      st[ok++].res = res;
+    }
+    ketch_close(c);
+  }
+  ctl_print_status(st, (size_t)ok);
+  exit(failed ? CTL_EXIT_ERROR : CTL_EXIT_OK);
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void run_health(int argc, char **argv) {
+  (void)argc, (void)argv;
+  init_display();
+  char *eps[64];
+  int n = split_endpoints(eps, 64);
+  static struct ctl_ep_health h[64];
+  bool failed = false;
+  for (int i = 0; i < n; i++) {
+    char msg[512];
+    ketch_client *c = open_endpoints(eps[i], msg, sizeof msg);
+    /* as etcdctl: a linearizable read of the key "health" */
+    ketch_range_req req = {.key = "health", .key_len = 6};
+    ketch_result *res = NULL;
+    int64_t t0 = now_ns();
+    int err = c ? ketch_range(c, &req, &res) : KETCH_EINVAL;
+    h[i].endpoint = eps[i];
+    ctl_go_duration(h[i].took, sizeof h[i].took, now_ns() - t0);
+    h[i].health = err == 0;
+    h[i].error = err ? ctl_keep(strdup(c ? ctl_errtext(err, ketch_errmsg(c)) : msg)) : "";
+    failed |= err != 0;
+    ketch_result_free(res);
+    ketch_close(c);
+  }
+  ctl_print_health(h, (size_t)n);
+  if (failed)
+    ctl_die(CTL_EXIT_ERROR, "unhealthy cluster");
+}
+
+static void run_version(int argc, char **argv) {
+  (void)argc, (void)argv;
+  printf("ketchctl version: %s\nAPI version: %s\n", ketch_version(), API_VERSION);
+}
+
+/* ---- main: find the command, parse its flags, run it ---- */
+
+/* Whether the global flag argument `a` takes the next argument as its value. */
+static bool global_takes_value(const char *a) {
+  struct flag *sets[] = {global_flags, NULL}, *f = NULL;
+  if (a[1] == '-' && !strchr(a, '='))
+    f = flag_find(sets, a + 2, strlen(a + 2), 0);
+  else if (a[1] != '-' && strlen(a) == 2)
+    f = flag_find(sets, NULL, 0, a[1]);
+  return f && f->type != FT_BOOL;
+}
+
+int main(int argc, char **argv) {
+  atexit(free_kept);
+  flags_reset(global_flags);
+  for (const struct cmd *k = commands; k->name; k++)
+    flags_reset(k->flags);
+
+  /* cobra's Find: the command words are the first non-flag arguments
+   * ("get", "endpoint status", "help endpoint status") */
+  int word_idx[3] = {-1, -1, -1}, nwords = 0;
+  for (int i = 1; i < argc && nwords < 3; i++) {
+    if (!strcmp(argv[i], "--"))
+      break;
+    if (argv[i][0] == '-' && argv[i][1]) {
+      if (global_takes_value(argv[i]))
+        i++;
+      continue;
+    }
+    word_idx[nwords++] = i;
+    if (strcmp(argv[i], "endpoint") && strcmp(argv[i], "help"))
+      break;
+  }
+  const struct cmd *cmd = NULL;
+  bool endpoint_group = false, help_cmd = false;
+  int skip = 1;
+  if (nwords > 0) {
+    const char *w = argv[word_idx[0]];
+    char name[64];
+    if (!strcmp(w, "help")) {
+      help_cmd = true;
+      if (nwords > 1)
+        w = argv[word_idx[1]];
+    }
+    if (!strcmp(w, "endpoint")) {
+      endpoint_group = true;
+      int sub = word_idx[help_cmd ? 2 : 1];
+      if (sub >= 0) {
+        snprintf(name, sizeof name, "endpoint %s", argv[sub]);
+        for (const struct cmd *k = commands; k->name; k++)
+          if (!strcmp(k->name, name))
+            cmd = k, skip = 2;
+      }
+    } else if (!help_cmd || nwords > 1) {
+      for (const struct cmd *k = commands; k->name; k++)
+        if (!strcmp(k->name, w) && k->run)
+          cmd = k;
+      if (!cmd && !help_cmd) {
+        fprintf(stderr,
+                "Error: unknown command \"%s\" for \"ketchctl\"\n"
+                "Run 'ketchctl --help' for usage.\n"
+                "Error: unknown command \"%s\" for \"ketchctl\"\n",
+                w, w);
+        return CTL_EXIT_ERROR;
+      }
+    }
+  }
+  if (help_cmd) {
+    show_usage(cmd, endpoint_group);
+    return 0;
+  }
+
+  /* all arguments but the command words */
+  char *rest[MAX_ARGS], *pos[MAX_ARGS], err[400];
+  int nrest = 0, npos = 0;
+  for (int i = 1; i < argc && nrest < MAX_ARGS - 1; i++) {
+    if (i == word_idx[0] || (skip == 2 && i == word_idx[1]))
+      continue;
+    rest[nrest++] = argv[i];
+  }
+  struct flag *sets[] = {global_flags, help_flags, cmd ? cmd->flags : NULL, NULL};
+  if (flags_parse(sets, nrest, rest, pos, &npos, err, sizeof err)) {
+    show_usage(cmd, endpoint_group);
+    fflush(stdout);
+    fprintf(stderr, "Error: %s\n\nError: %s\n", err, err);
+    return CTL_EXIT_ERROR;
+  }
+  if (!cmd || help_flag) {
+    show_usage(cmd, endpoint_group);
+    return 0;
+  }
+  cmd->run(npos, pos);
+  fflush(stdout);
+  return ferror(stdout) ? CTL_EXIT_ERROR : 0;
+}
