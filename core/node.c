@@ -250,6 +250,23 @@ static bool op_writes(const struct kt_request_op *op) {
   }
 }
 
+/* The lease a put names must exist (etcd: "requested lease not found"). No
+ * lease can be granted yet (leases are the next issue), so any lease id is
+ * unknown; puts with ignore_lease are fine. */
+static bool op_names_unknown_lease(const struct kt_request_op *op) {
+  if (op->type == KT_OP_PUT)
+    return op->u.put.lease != 0 && !op->u.put.ignore_lease;
+  if (op->type != KT_OP_TXN)
+    return false;
+  for (uint32_t i = 0; i < op->u.txn.n_success; i++)
+    if (op_names_unknown_lease(&op->u.txn.success[i]))
+      return true;
+  for (uint32_t i = 0; i < op->u.txn.n_failure; i++)
+    if (op_names_unknown_lease(&op->u.txn.failure[i]))
+      return true;
+  return false;
+}
+
 static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
   struct kt_buf *out = kt_conn_out(c);
   if (!out)
@@ -306,6 +323,8 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req,
   case KT_MSG_DELETE:
   case KT_MSG_TXN:
     rc = kt_mvcc_check(n->store, &req->u.op, &e);
+    if (!rc && op_names_unknown_lease(&req->u.op))
+      rc = kt_err_set(&e, KT_ELEASENOTFOUND, "requested lease not found");
     if (rc) {
       reply_err(c, req->id, rc, &e);
       return;
