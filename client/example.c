@@ -1,6 +1,7 @@
 /* example.c — libketch in a few lines: put, get, txn, print.
  *
- *   export PKG_CONFIG_PATH=$PWD/lib; cc client/example.c $(pkg-config --cflags --libs ketch) -o example
+ *   export PKG_CONFIG_PATH=$PWD/lib; cc client/example.c $(pkg-config --cflags --libs ketch) -o
+ * example
  *   ./example 127.0.0.1:2479
  */
 #include <ketch.h>

@@ -147,8 +147,7 @@ static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_con
   case KT_MSG_COMPACT:
     rc = kt_mvcc_compact(n->store, req->u.compact.revision, &e);
     if (rc == 0) {
-      kt_log(KT_LOG_INFO, "mvcc", "compaction revision=%lld",
-             (long long)req->u.compact.revision);
+      kt_log(KT_LOG_INFO, "mvcc", "compaction revision=%lld", (long long)req->u.compact.revision);
       ev_idle_start(n->loop, &n->idle_w);
     }
     if (!c)
@@ -288,8 +287,8 @@ static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
     s->errors = &nospace;
     s->n_errors = 1;
   } else if (n->wal_failed) {
-    walerr[0] = (struct kt_bytes){(const uint8_t *)n->wal_failed_msg,
-                                  (uint32_t)strlen(n->wal_failed_msg)};
+    walerr[0] =
+        (struct kt_bytes){(const uint8_t *)n->wal_failed_msg, (uint32_t)strlen(n->wal_failed_msg)};
     s->errors = walerr;
     s->n_errors = 1;
   }
@@ -297,8 +296,8 @@ static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
   kt_conn_sent(c);
 }
 
-static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req,
-                       const uint8_t *body, size_t body_len) {
+static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, const uint8_t *body,
+                       size_t body_len) {
   struct kt_node *n = arg;
   struct kt_err e = {0};
   int rc;
@@ -456,8 +455,8 @@ static void snap_slice(struct kt_node *n) {
   if (!n->snap_iter_done) {
     if (!kt_snap_writer_can_add(n->snap_w))
       return; /* writer thread busy: wait for its notify */
-    int rc = kt_mvcc_iter(n->store, n->snap_rev, &n->snap_cursor, SNAP_SLICE_KEYS,
-                          &n->snap_arena, snap_feed, n->snap_w);
+    int rc = kt_mvcc_iter(n->store, n->snap_rev, &n->snap_cursor, SNAP_SLICE_KEYS, &n->snap_arena,
+                          snap_feed, n->snap_w);
     if (rc < 0) {
       snap_abort(n, "the writer refused a record");
       return;
@@ -491,8 +490,7 @@ static void on_snap_progress(struct ev_loop *loop, ev_async *w, int revents) {
     return;
   }
   kt_log(KT_LOG_INFO, "snap", "snapshot saved file=%s index=%llu revision=%lld",
-         kt_snap_writer_path(n->snap_w), (unsigned long long)n->snap_index,
-         (long long)n->snap_rev);
+         kt_snap_writer_path(n->snap_w), (unsigned long long)n->snap_index, (long long)n->snap_rev);
   kt_snap_writer_free(n->snap_w);
   n->snap_w = NULL;
   kt_arena_free(&n->snap_arena);
@@ -512,8 +510,8 @@ static void on_snap_progress(struct ev_loop *loop, ev_async *w, int revents) {
 
 static void membership_blob(const struct kt_node *n, char *buf, size_t cap, int *len) {
   *len = snprintf(buf, cap, "cluster_id=%016llx member_id=%016llx %s=%s",
-                  (unsigned long long)n->cluster_id, (unsigned long long)n->member_id,
-                  n->cfg.name, n->cfg.peer_urls);
+                  (unsigned long long)n->cluster_id, (unsigned long long)n->member_id, n->cfg.name,
+                  n->cfg.peer_urls);
   if (*len >= (int)cap)
     *len = (int)cap - 1;
 }
@@ -776,8 +774,9 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
     n->store = s;
     n->term = meta.term;
     n->applied_index = n->last_index = n->last_snap_index = meta.index;
-    kt_log(KT_LOG_INFO, "snap", "recovered from snapshot file=%s index=%llu revision=%lld keys=%llu",
-           list[i].name, (unsigned long long)meta.index, (long long)meta.revision,
+    kt_log(KT_LOG_INFO, "snap",
+           "recovered from snapshot file=%s index=%llu revision=%lld keys=%llu", list[i].name,
+           (unsigned long long)meta.index, (long long)meta.revision,
            (unsigned long long)kt_mvcc_keys(s));
     kt_snap_meta_free(&meta);
     free(list);

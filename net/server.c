@@ -406,8 +406,8 @@ struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_con
 }
 
 int kt_server_listen(struct kt_server *s, const char *host, int port, struct kt_err *e) {
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+  struct addrinfo hints = {
+      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
   struct addrinfo *ai = NULL;
   char ps[16];
   snprintf(ps, sizeof ps, "%d", port);

@@ -127,12 +127,14 @@ static void issue(struct client *cl) {
     uint64_t k = b->sequential ? b->seq++ % (uint64_t)b->key_space
                                : (uint64_t)rand_r(&b->rng) % (uint64_t)b->key_space;
     snprintf(key, sizeof key, "%0*llu", b->key_size, (unsigned long long)k);
-    ketch_put_req r = {.key = key, .key_len = (size_t)b->key_size, .value = b->val,
+    ketch_put_req r = {.key = key,
+                       .key_len = (size_t)b->key_size,
+                       .value = b->val,
                        .value_len = (size_t)b->val_size};
     rc = ketch_put_async(cl->h, &r, on_done, cl);
   } else {
-    ketch_range_req r = {.key = b->range_key, .key_len = strlen(b->range_key),
-                         .serializable = b->serializable};
+    ketch_range_req r = {
+        .key = b->range_key, .key_len = strlen(b->range_key), .serializable = b->serializable};
     if (b->range_end) {
       r.range_end = b->range_end;
       r.range_end_len = strlen(b->range_end);
@@ -147,40 +149,69 @@ static void issue(struct client *cl) {
 }
 
 static void usage(void) {
-  fprintf(stderr,
-          "usage: ketch-bench [--endpoints E] [--conns N] [--clients N] [--total N] put "
-          "[--key-size N] [--val-size N] [--key-space-size N] [--sequential-keys]\n"
-          "       ketch-bench [...] range KEY [END] [--consistency l|s]\n");
+  fprintf(stderr, "usage: ketch-bench [--endpoints E] [--conns N] [--clients N] [--total N] put "
+                  "[--key-size N] [--val-size N] [--key-space-size N] [--sequential-keys]\n"
+                  "       ketch-bench [...] range KEY [END] [--consistency l|s]\n");
   exit(2);
 }
 
 int main(int argc, char **argv) {
-  static struct bench b = {.n_conns = 1, .n_clients = 1, .total = 10000, .key_size = 8,
-                           .val_size = 8, .key_space = 1, .rng = 1};
+  static struct bench b = {.n_conns = 1,
+                           .n_clients = 1,
+                           .total = 10000,
+                           .key_size = 8,
+                           .val_size = 8,
+                           .key_space = 1,
+                           .rng = 1};
   const char *endpoints = "127.0.0.1:2479";
   bool json = false;
   enum { O_EP = 1, O_CONNS, O_CLIENTS, O_TOTAL, O_KS, O_VS, O_KSP, O_SEQ, O_CONS, O_JSON };
-  static const struct option opts[] = {
-      {"endpoints", 1, 0, O_EP},     {"conns", 1, 0, O_CONNS},
-      {"clients", 1, 0, O_CLIENTS},  {"total", 1, 0, O_TOTAL},
-      {"key-size", 1, 0, O_KS},      {"val-size", 1, 0, O_VS},
-      {"key-space-size", 1, 0, O_KSP}, {"sequential-keys", 0, 0, O_SEQ},
-      {"consistency", 1, 0, O_CONS}, {"json", 0, 0, O_JSON},
-      {0, 0, 0, 0}};
+  static const struct option opts[] = {{"endpoints", 1, 0, O_EP},
+                                       {"conns", 1, 0, O_CONNS},
+                                       {"clients", 1, 0, O_CLIENTS},
+                                       {"total", 1, 0, O_TOTAL},
+                                       {"key-size", 1, 0, O_KS},
+                                       {"val-size", 1, 0, O_VS},
+                                       {"key-space-size", 1, 0, O_KSP},
+                                       {"sequential-keys", 0, 0, O_SEQ},
+                                       {"consistency", 1, 0, O_CONS},
+                                       {"json", 0, 0, O_JSON},
+                                       {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
     switch (o) {
-    case O_EP: endpoints = optarg; break;
-    case O_CONNS: b.n_conns = atoi(optarg); break;
-    case O_CLIENTS: b.n_clients = atoi(optarg); break;
-    case O_TOTAL: b.total = atol(optarg); break;
-    case O_KS: b.key_size = atoi(optarg); break;
-    case O_VS: b.val_size = atoi(optarg); break;
-    case O_KSP: b.key_space = atol(optarg); break;
-    case O_SEQ: b.sequential = true; break;
-    case O_CONS: b.serializable = optarg[0] == 's'; break;
-    case O_JSON: json = true; break;
-    default: usage();
+    case O_EP:
+      endpoints = optarg;
+      break;
+    case O_CONNS:
+      b.n_conns = atoi(optarg);
+      break;
+    case O_CLIENTS:
+      b.n_clients = atoi(optarg);
+      break;
+    case O_TOTAL:
+      b.total = atol(optarg);
+      break;
+    case O_KS:
+      b.key_size = atoi(optarg);
+      break;
+    case O_VS:
+      b.val_size = atoi(optarg);
+      break;
+    case O_KSP:
+      b.key_space = atol(optarg);
+      break;
+    case O_SEQ:
+      b.sequential = true;
+      break;
+    case O_CONS:
+      b.serializable = optarg[0] == 's';
+      break;
+    case O_JSON:
+      json = true;
+      break;
+    default:
+      usage();
     }
   }
   if (optind >= argc)
@@ -197,13 +228,26 @@ int main(int argc, char **argv) {
     usage();
   while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
     switch (o) {
-    case O_KS: b.key_size = atoi(optarg); break;
-    case O_VS: b.val_size = atoi(optarg); break;
-    case O_KSP: b.key_space = atol(optarg); break;
-    case O_SEQ: b.sequential = true; break;
-    case O_CONS: b.serializable = optarg[0] == 's'; break;
-    case O_JSON: json = true; break;
-    default: usage();
+    case O_KS:
+      b.key_size = atoi(optarg);
+      break;
+    case O_VS:
+      b.val_size = atoi(optarg);
+      break;
+    case O_KSP:
+      b.key_space = atol(optarg);
+      break;
+    case O_SEQ:
+      b.sequential = true;
+      break;
+    case O_CONS:
+      b.serializable = optarg[0] == 's';
+      break;
+    case O_JSON:
+      json = true;
+      break;
+    default:
+      usage();
     }
   }
   if (b.workload == W_RANGE && optind < argc)
@@ -249,8 +293,8 @@ int main(int argc, char **argv) {
            "\"errors\":%ld,\"seconds\":%.3f,\"rps\":%.1f,\"p50_ms\":%.3f,\"p90_ms\":%.3f,"
            "\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"max_ms\":%.3f}\n",
            cmd, b.n_clients, b.n_conns, b.total, (unsigned long long)h->n, b.errors, secs,
-           (double)h->n / secs, hist_pct(h, 50) / 1e6, hist_pct(h, 90) / 1e6,
-           hist_pct(h, 99) / 1e6, hist_pct(h, 99.9) / 1e6, (double)h->max_ns / 1e6);
+           (double)h->n / secs, hist_pct(h, 50) / 1e6, hist_pct(h, 90) / 1e6, hist_pct(h, 99) / 1e6,
+           hist_pct(h, 99.9) / 1e6, (double)h->max_ns / 1e6);
   } else {
     printf("Summary:\n  Total:\t%.4f secs.\n  Slowest:\t%.4f secs.\n  Fastest:\t%.4f secs.\n"
            "  Average:\t%.4f secs.\n  Stddev:\t%.4f secs.\n  Requests/sec:\t%.4f\n\n",
