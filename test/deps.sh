@@ -3,7 +3,7 @@
 # when everything is there). `sh test/deps.sh fuzz` adds the fuzzing toolchain.
 set -e
 PKGS="gcc make pkg-config libev-dev libmsgpack-dev libsodium-dev liblz4-dev libyaml-dev
-python3 python3-msgpack etcd-server etcd-client procps psmisc util-linux"
+python3 python3-msgpack etcd-server etcd-client procps psmisc util-linux clang-format"
 [ "$1" = fuzz ] && PKGS="clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
