@@ -18,33 +18,33 @@
 
 /* X(name, code, message). Messages of the etcd-shaped errors are etcd's
  * (without the "etcdserver: " prefix), because clients match on them. */
-#define KT_ERRORS(X)                                                          \
-  X(OK, 0, "ok")                                                              \
-  X(EINVAL, 1, "invalid argument")                                            \
-  X(EKEYEMPTY, 2, "key is not provided")                                      \
-  X(ETOOLARGE, 3, "request is too large")                                     \
-  X(ETOOMANYOPS, 4, "too many operations in txn request")                     \
-  X(EDUPKEY, 5, "duplicate key given in txn request")                         \
-  X(ECOMPACTED, 6, "mvcc: required revision has been compacted")              \
-  X(EFUTUREREV, 7, "mvcc: required revision is a future revision")            \
-  X(ENOSPACE, 8, "mvcc: database space exceeded")                             \
-  X(ELEASENOTFOUND, 9, "requested lease not found")                           \
-  X(ELEASEEXISTS, 10, "lease already exists")                                 \
-  X(ENOLEADER, 11, "no leader")                                               \
-  X(ETIMEOUT, 12, "request timed out")                                        \
-  X(EUNKNOWN, 13, "request outcome unknown")                                  \
-  X(EPROTO, 14, "protocol error")                                             \
-  X(EUNSUPPORTED, 15, "unsupported request")                                  \
-  X(ECORRUPT, 16, "data corruption detected")                                 \
-  X(EIO, 17, "i/o error")                                                     \
-  X(ENOMEM, 18, "out of memory")                                              \
-  X(ECLOSED, 19, "connection closed")                                         \
-  X(EUNAVAILABLE, 20, "no endpoint available")                                \
-  X(ENOTFOUND, 21, "not found")                                               \
-  X(ESTOPPED, 22, "server stopped")                                           \
-  X(EBUSY, 23, "too many requests")                                           \
-  X(ECANCELED, 24, "canceled")                                                \
-  X(EVERSION, 25, "unsupported protocol version")                             \
+#define KT_ERRORS(X)                                                                               \
+  X(OK, 0, "ok")                                                                                   \
+  X(EINVAL, 1, "invalid argument")                                                                 \
+  X(EKEYEMPTY, 2, "key is not provided")                                                           \
+  X(ETOOLARGE, 3, "request is too large")                                                          \
+  X(ETOOMANYOPS, 4, "too many operations in txn request")                                          \
+  X(EDUPKEY, 5, "duplicate key given in txn request")                                              \
+  X(ECOMPACTED, 6, "mvcc: required revision has been compacted")                                   \
+  X(EFUTUREREV, 7, "mvcc: required revision is a future revision")                                 \
+  X(ENOSPACE, 8, "mvcc: database space exceeded")                                                  \
+  X(ELEASENOTFOUND, 9, "requested lease not found")                                                \
+  X(ELEASEEXISTS, 10, "lease already exists")                                                      \
+  X(ENOLEADER, 11, "no leader")                                                                    \
+  X(ETIMEOUT, 12, "request timed out")                                                             \
+  X(EUNKNOWN, 13, "request outcome unknown")                                                       \
+  X(EPROTO, 14, "protocol error")                                                                  \
+  X(EUNSUPPORTED, 15, "unsupported request")                                                       \
+  X(ECORRUPT, 16, "data corruption detected")                                                      \
+  X(EIO, 17, "i/o error")                                                                          \
+  X(ENOMEM, 18, "out of memory")                                                                   \
+  X(ECLOSED, 19, "connection closed")                                                              \
+  X(EUNAVAILABLE, 20, "no endpoint available")                                                     \
+  X(ENOTFOUND, 21, "not found")                                                                    \
+  X(ESTOPPED, 22, "server stopped")                                                                \
+  X(EBUSY, 23, "too many requests")                                                                \
+  X(ECANCELED, 24, "canceled")                                                                     \
+  X(EVERSION, 25, "unsupported protocol version")                                                  \
   X(EINTERNAL, 26, "internal error")
 
 enum {
@@ -67,10 +67,10 @@ int kt_err_set(struct kt_err *e, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4))); /* returns code; e may be NULL */
 
 /* Always compiled in; guards invariants only, never outside bytes. */
-#define kt_assert(c)                                                          \
-  do {                                                                        \
-    if (__builtin_expect(!(c), 0))                                            \
-      kt_panic(__FILE__, __LINE__, #c);                                       \
+#define kt_assert(c)                                                                               \
+  do {                                                                                             \
+    if (__builtin_expect(!(c), 0))                                                                 \
+      kt_panic(__FILE__, __LINE__, #c);                                                            \
   } while (0)
 _Noreturn void kt_panic(const char *file, int line, const char *what);
 
@@ -83,10 +83,10 @@ typedef void (*kt_log_sink_fn)(int level, const char *module, const char *line);
 void kt_log_set_sink(kt_log_sink_fn fn);
 void kt_log_emit(int level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-#define kt_log(level, module, ...)                                            \
-  do {                                                                        \
-    if ((level) >= kt_log_level)                                              \
-      kt_log_emit((level), (module), __VA_ARGS__);                            \
+#define kt_log(level, module, ...)                                                                 \
+  do {                                                                                             \
+    if ((level) >= kt_log_level)                                                                   \
+      kt_log_emit((level), (module), __VA_ARGS__);                                                 \
   } while (0)
 
 /* Growable byte buffer. Owner frees with kt_buf_free. */

@@ -160,7 +160,7 @@ struct kt_kvrev {
 enum kt_event_type { KT_EVENT_PUT = 0, KT_EVENT_DELETE = 1 };
 struct kt_event {
   uint8_t type;
-  struct kt_kv kv;      /* for DELETE: key and mod_revision only */
+  struct kt_kv kv; /* for DELETE: key and mod_revision only */
   bool has_prev_kv;
   struct kt_kv prev_kv;
 };
