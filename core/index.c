@@ -13,9 +13,17 @@ struct leaf {
   void *items[LEAF_MAX];
 };
 
+/* A separator: a private copy of the key plus its first 8 bytes as a
+ * big-endian number, so the descent compares inside the node and follows
+ * the copy only when the prefixes are equal. */
+struct sep {
+  uint64_t pfx;
+  struct kt_bytes k;
+};
+
 struct inner {
   uint32_t n; /* separators */
-  struct kt_bytes sep[INNER_MAX];
+  struct sep sep[INNER_MAX];
   void *child[INNER_MAX + 1];
 };
 
@@ -25,16 +33,22 @@ static void *xmalloc(size_t n) {
   return p;
 }
 
-static struct kt_bytes sep_copy(struct kt_index *ix, struct kt_bytes k) {
+static inline uint64_t prefix8(struct kt_bytes k) {
+  uint8_t b[8] = {0};
+  memcpy(b, k.p, k.n < 8 ? k.n : 8);
+  return kt_get_u64be(b);
+}
+
+static struct sep sep_copy(struct kt_index *ix, struct kt_bytes k) {
   uint8_t *p = xmalloc(k.n ? k.n : 1);
   memcpy(p, k.p, k.n);
   ix->node_bytes += k.n;
-  return (struct kt_bytes){p, k.n};
+  return (struct sep){prefix8(k), (struct kt_bytes){p, k.n}};
 }
 
-static void sep_free(struct kt_index *ix, struct kt_bytes k) {
-  ix->node_bytes -= k.n;
-  free((void *)k.p);
+static void sep_free(struct kt_index *ix, struct sep sp) {
+  ix->node_bytes -= sp.k.n;
+  free((void *)sp.k.p);
 }
 
 void kt_index_init(struct kt_index *ix, kt_index_key_fn key_of) {
@@ -67,11 +81,12 @@ void kt_index_free(struct kt_index *ix, void (*free_item)(void *)) {
 }
 
 /* Index of the child of `in` that may hold key: number of seps <= key. */
-static uint32_t inner_pos(const struct inner *in, struct kt_bytes key) {
+static uint32_t inner_pos(const struct inner *in, struct kt_bytes key, uint64_t kp) {
   uint32_t lo = 0, hi = in->n;
   while (lo < hi) {
     uint32_t mid = (lo + hi) / 2;
-    if (kt_bytes_cmp(in->sep[mid], key) <= 0)
+    uint64_t sp = in->sep[mid].pfx;
+    if (sp < kp || (sp == kp && kt_bytes_cmp(in->sep[mid].k, key) <= 0))
       lo = mid + 1;
     else
       hi = mid;
@@ -102,9 +117,10 @@ static uint32_t leaf_pos(const struct kt_index *ix, const struct leaf *l, struct
 
 static struct leaf *find_leaf(const struct kt_index *ix, struct kt_bytes key) {
   void *node = ix->root;
+  uint64_t kp = prefix8(key);
   for (int h = ix->height; h > 0; h--) {
     struct inner *in = node;
-    node = in->child[inner_pos(in, key)];
+    node = in->child[inner_pos(in, key, kp)];
   }
   return node;
 }
@@ -121,7 +137,7 @@ void **kt_index_get(const struct kt_index *ix, struct kt_bytes key) {
 /* Inserts into the subtree; if the node splits, returns the new right node
  * and its separator in *sep. *slot receives the item's slot. */
 static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, void *item,
-                 struct kt_bytes *sep, void ***slot) {
+                 struct sep *sep, void ***slot) {
   if (h == 0) {
     struct leaf *l = node;
     bool eq;
@@ -151,14 +167,14 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
     return r;
   }
   struct inner *in = node;
-  uint32_t ci = inner_pos(in, key);
-  struct kt_bytes csep;
+  uint32_t ci = inner_pos(in, key, prefix8(key));
+  struct sep csep;
   void *cr = ins(ix, in->child[ci], h - 1, key, item, &csep, slot);
   if (!cr)
     return NULL;
   /* insert csep at ci, child cr at ci + 1 */
   if (in->n < INNER_MAX) {
-    memmove(in->sep + ci + 1, in->sep + ci, (in->n - ci) * sizeof(struct kt_bytes));
+    memmove(in->sep + ci + 1, in->sep + ci, (in->n - ci) * sizeof(struct sep));
     memmove(in->child + ci + 2, in->child + ci + 1, (in->n - ci) * sizeof(void *));
     in->sep[ci] = csep;
     in->child[ci + 1] = cr;
@@ -166,11 +182,11 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
     return NULL;
   }
   /* full: build a temporary of INNER_MAX + 1 seps, split in the middle */
-  struct kt_bytes ts[INNER_MAX + 1];
+  struct sep ts[INNER_MAX + 1];
   void *tc[INNER_MAX + 2];
-  memcpy(ts, in->sep, ci * sizeof(struct kt_bytes));
+  memcpy(ts, in->sep, ci * sizeof(struct sep));
   ts[ci] = csep;
-  memcpy(ts + ci + 1, in->sep + ci, (in->n - ci) * sizeof(struct kt_bytes));
+  memcpy(ts + ci + 1, in->sep + ci, (in->n - ci) * sizeof(struct sep));
   memcpy(tc, in->child, (ci + 1) * sizeof(void *));
   tc[ci + 1] = cr;
   memcpy(tc + ci + 2, in->child + ci + 1, (in->n - ci) * sizeof(void *));
@@ -178,10 +194,10 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
   struct inner *r = xmalloc(sizeof *r);
   ix->node_bytes += sizeof *r;
   in->n = mid;
-  memcpy(in->sep, ts, mid * sizeof(struct kt_bytes));
+  memcpy(in->sep, ts, mid * sizeof(struct sep));
   memcpy(in->child, tc, (mid + 1) * sizeof(void *));
   r->n = total - mid - 1;
-  memcpy(r->sep, ts + mid + 1, r->n * sizeof(struct kt_bytes));
+  memcpy(r->sep, ts + mid + 1, r->n * sizeof(struct sep));
   memcpy(r->child, tc + mid + 1, (r->n + 1) * sizeof(void *));
   *sep = ts[mid];
   return r;
@@ -198,7 +214,7 @@ void **kt_index_insert(struct kt_index *ix, void *item) {
     ix->root = l;
     ix->height = 0;
   }
-  struct kt_bytes sep;
+  struct sep sep;
   void *r = ins(ix, ix->root, ix->height, key, item, &sep, &slot);
   if (r) {
     struct inner *nr = xmalloc(sizeof *nr);
@@ -236,13 +252,13 @@ static bool try_merge(struct kt_index *ix, struct inner *in, uint32_t i, int ch)
     if (ia->n + ib->n + 1 > INNER_MAX)
       return false;
     ia->sep[ia->n] = in->sep[i]; /* pulled down */
-    memcpy(ia->sep + ia->n + 1, ib->sep, ib->n * sizeof(struct kt_bytes));
+    memcpy(ia->sep + ia->n + 1, ib->sep, ib->n * sizeof(struct sep));
     memcpy(ia->child + ia->n + 1, ib->child, (ib->n + 1) * sizeof(void *));
     ia->n += ib->n + 1;
     free(ib);
     ix->node_bytes -= sizeof *ib;
   }
-  memmove(in->sep + i, in->sep + i + 1, (in->n - i - 1) * sizeof(struct kt_bytes));
+  memmove(in->sep + i, in->sep + i + 1, (in->n - i - 1) * sizeof(struct sep));
   memmove(in->child + i + 1, in->child + i + 2, (in->n - i - 1) * sizeof(void *));
   in->n--;
   return true;
@@ -261,7 +277,7 @@ static void *rem(struct kt_index *ix, void *node, int h, struct kt_bytes key) {
     return item;
   }
   struct inner *in = node;
-  uint32_t ci = inner_pos(in, key);
+  uint32_t ci = inner_pos(in, key, prefix8(key));
   void *item = rem(ix, in->child[ci], h - 1, key);
   if (!item)
     return NULL;
@@ -351,8 +367,10 @@ static const char *verify(const struct kt_index *ix, void *node, int h, const st
   if (in->n > INNER_MAX)
     return "inner overfull";
   for (uint32_t i = 0; i <= in->n; i++) {
-    const struct kt_bytes *clo = i == 0 ? lo : &in->sep[i - 1];
-    const struct kt_bytes *chi = i == in->n ? hi : &in->sep[i];
+    const struct kt_bytes *clo = i == 0 ? lo : &in->sep[i - 1].k;
+    const struct kt_bytes *chi = i == in->n ? hi : &in->sep[i].k;
+    if (i < in->n && in->sep[i].pfx != prefix8(in->sep[i].k))
+      return "separator prefix wrong";
     const char *err = verify(ix, in->child[i], h - 1, clo, chi, count, prev);
     if (err)
       return err;
