@@ -134,6 +134,40 @@ void **kt_index_get(const struct kt_index *ix, struct kt_bytes key) {
   return eq ? &l->items[p] : NULL;
 }
 
+/* Before splitting the full leaf child ci, moves part of it to a sibling
+ * with room (B*-tree style), which keeps leaves ~80% full under random
+ * inserts instead of ~69%. Returns true if it moved anything. */
+static bool rebalance(struct kt_index *ix, struct inner *in, uint32_t ci) {
+  struct leaf *c = in->child[ci];
+  if (ci < in->n) {
+    struct leaf *r = in->child[ci + 1];
+    uint32_t m = (LEAF_MAX - r->n) / 2;
+    if (m > 0) {
+      memmove(r->items + m, r->items, r->n * sizeof(void *));
+      memcpy(r->items, c->items + c->n - m, m * sizeof(void *));
+      r->n += m;
+      c->n -= m;
+      sep_free(ix, in->sep[ci]);
+      in->sep[ci] = sep_copy(ix, ix->key_of(r->items[0]));
+      return true;
+    }
+  }
+  if (ci > 0) {
+    struct leaf *l = in->child[ci - 1];
+    uint32_t m = (LEAF_MAX - l->n) / 2;
+    if (m > 0) {
+      memcpy(l->items + l->n, c->items, m * sizeof(void *));
+      memmove(c->items, c->items + m, (c->n - m) * sizeof(void *));
+      l->n += m;
+      c->n -= m;
+      sep_free(ix, in->sep[ci - 1]);
+      in->sep[ci - 1] = sep_copy(ix, ix->key_of(c->items[0]));
+      return true;
+    }
+  }
+  return false;
+}
+
 /* Inserts into the subtree; if the node splits, returns the new right node
  * and its separator in *sep. *slot receives the item's slot. */
 static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, void *item,
@@ -168,6 +202,8 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
   }
   struct inner *in = node;
   uint32_t ci = inner_pos(in, key, prefix8(key));
+  if (h == 1 && ((struct leaf *)in->child[ci])->n == LEAF_MAX && rebalance(ix, in, ci))
+    ci = inner_pos(in, key, prefix8(key));
   struct sep csep;
   void *cr = ins(ix, in->child[ci], h - 1, key, item, &csep, slot);
   if (!cr)
