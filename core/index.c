@@ -35,7 +35,8 @@ static void *xmalloc(size_t n) {
 
 static inline uint64_t prefix8(struct kt_bytes k) {
   uint8_t b[8] = {0};
-  memcpy(b, k.p, k.n < 8 ? k.n : 8);
+  if (k.n)
+    memcpy(b, k.p, k.n < 8 ? k.n : 8);
   return kt_get_u64be(b);
 }
 
