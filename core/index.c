@@ -7,9 +7,15 @@
 #define LEAF_MAX 62
 #define INNER_MAX 32 /* separators; children = INNER_MAX + 1 */
 
+/* hint[i] is the 2 bytes of item i's key at offset lcp (zero-padded); every
+ * key of the leaf shares its first lcp bytes, so hints are ordered like the
+ * keys and a lookup binary-searches them without touching the items, then
+ * follows one pointer to confirm. lcp may be smaller than the true common
+ * prefix (still correct, less selective). */
 struct leaf {
-  uint32_t n;
+  uint32_t n, lcp;
   struct leaf *next;
+  uint16_t hint[LEAF_MAX];
   void *items[LEAF_MAX];
 };
 
@@ -31,6 +37,44 @@ static void *xmalloc(size_t n) {
   void *p = malloc(n);
   kt_assert(p != NULL);
   return p;
+}
+
+static inline uint16_t hint_of(struct kt_bytes k, uint32_t lcp) {
+  uint32_t a = lcp < k.n ? k.p[lcp] : 0, b = lcp + 1 < k.n ? k.p[lcp + 1] : 0;
+  return (uint16_t)(a << 8 | b);
+}
+
+static uint32_t lcp_of(struct kt_bytes a, struct kt_bytes b) {
+  uint32_t n = a.n < b.n ? a.n : b.n, i = 0;
+  while (i < n && a.p[i] == b.p[i])
+    i++;
+  return i;
+}
+
+/* Moves cnt items (and their hints) from s[si] to d[di]; counts untouched. */
+static void lmove(struct leaf *d, uint32_t di, struct leaf *s, uint32_t si, uint32_t cnt) {
+  memmove(d->items + di, s->items + si, cnt * sizeof(void *));
+  memmove(d->hint + di, s->hint + si, cnt * sizeof(uint16_t));
+}
+
+static void rehint(const struct kt_index *ix, struct leaf *l, uint32_t from, uint32_t to) {
+  for (uint32_t i = from; i < to; i++)
+    l->hint[i] = hint_of(ix->key_of(l->items[i]), l->lcp);
+}
+
+/* After items [from, to) arrived from another leaf (hints computed at its
+ * lcp): sets lcp to the true common prefix (first vs last key) and
+ * recomputes what changed. */
+static void refit(const struct kt_index *ix, struct leaf *l, uint32_t from, uint32_t to) {
+  if (l->n == 0)
+    return;
+  uint32_t t = lcp_of(ix->key_of(l->items[0]), ix->key_of(l->items[l->n - 1]));
+  if (t != l->lcp) {
+    l->lcp = t;
+    rehint(ix, l, 0, l->n);
+  } else {
+    rehint(ix, l, from, to);
+  }
 }
 
 static inline uint64_t prefix8(struct kt_bytes k) {
@@ -100,6 +144,26 @@ static uint32_t leaf_pos(const struct kt_index *ix, const struct leaf *l, struct
                          bool *eq) {
   uint32_t lo = 0, hi = l->n;
   *eq = false;
+  /* fast path for a key that is present: search the hints, confirm */
+  uint16_t hk = hint_of(key, l->lcp);
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (l->hint[mid] < hk)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (uint32_t i = lo; i < l->n && l->hint[i] == hk; i++) {
+    int c = kt_bytes_cmp(ix->key_of(l->items[i]), key);
+    if (c == 0) {
+      *eq = true;
+      return i;
+    }
+    if (c > 0)
+      break;
+  }
+  lo = 0;
+  hi = l->n;
   while (lo < hi) {
     uint32_t mid = (lo + hi) / 2;
     int c = kt_bytes_cmp(ix->key_of(l->items[mid]), key);
@@ -144,10 +208,11 @@ static bool rebalance(struct kt_index *ix, struct inner *in, uint32_t ci) {
     struct leaf *r = in->child[ci + 1];
     uint32_t m = (LEAF_MAX - r->n) / 2;
     if (m > 0) {
-      memmove(r->items + m, r->items, r->n * sizeof(void *));
-      memcpy(r->items, c->items + c->n - m, m * sizeof(void *));
+      lmove(r, m, r, 0, r->n);
+      lmove(r, 0, c, c->n - m, m);
       r->n += m;
       c->n -= m;
+      refit(ix, r, 0, m);
       sep_free(ix, in->sep[ci]);
       in->sep[ci] = sep_copy(ix, ix->key_of(r->items[0]));
       return true;
@@ -157,10 +222,11 @@ static bool rebalance(struct kt_index *ix, struct inner *in, uint32_t ci) {
     struct leaf *l = in->child[ci - 1];
     uint32_t m = (LEAF_MAX - l->n) / 2;
     if (m > 0) {
-      memcpy(l->items + l->n, c->items, m * sizeof(void *));
-      memmove(c->items, c->items + m, (c->n - m) * sizeof(void *));
+      lmove(l, l->n, c, 0, m);
+      lmove(c, 0, c, m, c->n - m);
       l->n += m;
       c->n -= m;
+      refit(ix, l, l->n - m, l->n);
       sep_free(ix, in->sep[ci - 1]);
       in->sep[ci - 1] = sep_copy(ix, ix->key_of(c->items[0]));
       return true;
@@ -184,8 +250,11 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
       ix->node_bytes += sizeof *r;
       uint32_t half = LEAF_MAX / 2;
       r->n = LEAF_MAX - half;
-      memcpy(r->items, l->items + half, r->n * sizeof(void *));
+      lmove(r, 0, l, half, r->n);
+      r->lcp = l->lcp; /* same offset: hints stay valid; refit tightens */
       l->n = half;
+      refit(ix, l, 0, 0);
+      refit(ix, r, 0, 0);
       r->next = l->next;
       l->next = r;
       if (p > half) {
@@ -193,8 +262,20 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
         p -= half;
       }
     }
-    memmove(dst->items + p + 1, dst->items + p, (dst->n - p) * sizeof(void *));
+    lmove(dst, p + 1, dst, p, dst->n - p);
     dst->items[p] = item;
+    if (dst->n == 0) {
+      dst->lcp = key.n;
+    } else if (p == 0 || p == dst->n) { /* at an end: the common prefix may shrink */
+      uint32_t t = lcp_of(key, ix->key_of(dst->items[p == 0 ? 1 : p - 1]));
+      if (t < dst->lcp) {
+        dst->lcp = t;
+        dst->n++;
+        rehint(ix, dst, 0, dst->n);
+        dst->n--;
+      }
+    }
+    dst->hint[p] = hint_of(key, dst->lcp);
     dst->n++;
     *slot = &dst->items[p];
     if (r)
@@ -247,6 +328,7 @@ void **kt_index_insert(struct kt_index *ix, void *item) {
     struct leaf *l = xmalloc(sizeof *l);
     ix->node_bytes += sizeof *l;
     l->n = 0;
+    l->lcp = 0;
     l->next = NULL;
     ix->root = l;
     ix->height = 0;
@@ -278,8 +360,9 @@ static bool try_merge(struct kt_index *ix, struct inner *in, uint32_t i, int ch)
     struct leaf *la = a, *lb = b;
     if (la->n + lb->n > LEAF_MAX)
       return false;
-    memcpy(la->items + la->n, lb->items, lb->n * sizeof(void *));
+    lmove(la, la->n, lb, 0, lb->n);
     la->n += lb->n;
+    refit(ix, la, la->n - lb->n, la->n);
     la->next = lb->next;
     free(lb);
     ix->node_bytes -= sizeof *lb;
@@ -309,7 +392,7 @@ static void *rem(struct kt_index *ix, void *node, int h, struct kt_bytes key) {
     if (!eq)
       return NULL;
     void *item = l->items[p];
-    memmove(l->items + p, l->items + p + 1, (l->n - p - 1) * sizeof(void *));
+    lmove(l, p, l, p + 1, l->n - p - 1);
     l->n--;
     return item;
   }
@@ -396,6 +479,10 @@ static const char *verify(const struct kt_index *ix, void *node, int h, const st
         return "leaf key above separator";
       if (i > 0 && kt_bytes_cmp(ix->key_of(l->items[i - 1]), k) >= 0)
         return "leaf keys not increasing";
+      if (lcp_of(k, ix->key_of(l->items[0])) < l->lcp)
+        return "leaf key does not share the leaf prefix";
+      if (l->hint[i] != hint_of(k, l->lcp))
+        return "leaf hint wrong";
     }
     *count += l->n;
     return NULL;
