@@ -44,6 +44,7 @@ static long rss_kb(void) {
 }
 
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
   uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000000;
   struct kt_mvcc_config cfg = {.quota_bytes = 1ull << 40};
   char key[16], val[256];
