@@ -580,8 +580,6 @@ int kt_mvcc_check_range(const struct kt_mvcc *s, const struct kt_range_req *r, s
     return kt_err_set(e, KT_EINVAL, "invalid sort order %u", r->sort_order);
   if (r->sort_target > KT_SORT_VALUE)
     return kt_err_set(e, KT_EINVAL, "invalid sort target %u", r->sort_target);
-  if (r->limit < 0)
-    return kt_err_set(e, KT_EINVAL, "negative limit");
   return 0;
 }
 
@@ -1183,6 +1181,8 @@ static int kent_each(const struct kent *k, int64_t at_rev, int64_t compact_rev,
 int kt_mvcc_iter(const struct kt_mvcc *s, int64_t at_rev, struct kt_mvcc_cursor *cursor,
                  size_t max_keys, struct kt_arena *a,
                  int (*fn)(void *arg, const struct kt_kvrev *rec), void *arg) {
+  if (max_keys == 0)
+    max_keys = 1;
   struct kt_index_it it;
   kt_index_seek(&s->ix, cursor->started ? cursor->key : (struct kt_bytes){0}, &it);
   for (size_t n = 0; kt_index_valid(&it); kt_index_next(&it), n++) {

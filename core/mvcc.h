@@ -103,7 +103,8 @@ void kt_mvcc_disarm_nospace(struct kt_mvcc *s);
  * raised (ENOSPACE). Returns 0 or a KT_E* code with e filled. kt_mvcc_apply
  * runs it again. */
 int kt_mvcc_check(const struct kt_mvcc *s, const struct kt_request_op *op, struct kt_err *e);
-/* The range part of kt_mvcc_check (key, range_end, enums, negative limit). */
+/* The range part of kt_mvcc_check (key, range_end, sort enums). A limit
+ * <= 0 means no limit, as etcd. */
 int kt_mvcc_check_range(const struct kt_mvcc *s, const struct kt_range_req *r, struct kt_err *e);
 
 /* Read, as etcd's Range: count is the number of keys in the range at the

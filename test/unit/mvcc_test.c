@@ -179,6 +179,10 @@ TEST(range_kinds_and_options) {
   CHECK_EQ(rng(s, q, &r), 0);
   CHECK(!r.more);
   CHECK_EQ(r.count, 5);
+  q.limit = -1; /* etcd: <= 0 is no limit */
+  CHECK_EQ(rng(s, q, &r), 0);
+  CHECK_EQ(r.n_kvs, 5);
+  CHECK(!r.more);
   q.limit = 0;
   q.count_only = true;
   CHECK_EQ(rng(s, q, &r), 0);
