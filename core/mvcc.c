@@ -513,14 +513,20 @@ static bool iset_has(const struct iset *s, struct kt_bytes k) {
 
 /* etcd's checkIntervals (v3rpc/key.go): the puts of one op list (with its
  * nested txns) must not repeat a key nor fall in a delete of the same level
- * or of an earlier nested txn; then and else branches may repeat each other. */
+ * or of an earlier nested txn; then and else branches may repeat each other.
+ * As etcd, a put may precede a delete of the same key in a later nested txn,
+ * and a from-key delete conflicts with nothing. */
 static int check_intervals(const struct kt_request_op *ops, uint32_t n, struct kt_arena *a,
                            struct kset *puts, struct iset *dels) {
   memset(puts, 0, sizeof *puts);
   memset(dels, 0, sizeof *dels);
-  for (uint32_t i = 0; i < n; i++)
-    if (ops[i].type == KT_OP_DELETE)
+  for (uint32_t i = 0; i < n; i++) {
+    /* etcd builds the interval [key, "\0") for a from-key delete, which
+     * holds no key: such deletes never conflict (checked against etcd
+     * 3.4: put b + delete from a succeeds and deletes b at a later sub) */
+    if (ops[i].type == KT_OP_DELETE && !is_nul(ops[i].u.del.range_end))
       iset_add(a, dels, mk_range(ops[i].u.del.key, ops[i].u.del.range_end));
+  }
   for (uint32_t i = 0; i < n; i++) {
     if (ops[i].type != KT_OP_TXN)
       continue;
@@ -918,7 +924,7 @@ static struct tpath *compare_to_path(const struct kt_mvcc *s, const struct kt_tx
 /* Checks along the taken path against the state before the txn (etcd
  * checkRequests with checkPut/checkRange) and sums the quota cost of its puts. */
 static int check_path(const struct kt_mvcc *s, const struct kt_txn_req *t, const struct tpath *p,
-                      uint64_t *cost, struct kt_err *e) {
+                      struct kt_arena *a, struct iset *dels, uint64_t *cost, struct kt_err *e) {
   const struct kt_request_op *ops = p->succ ? t->success : t->failure;
   uint32_t n = p->succ ? t->n_success : t->n_failure;
   for (uint32_t i = 0; i < n; i++) {
@@ -936,14 +942,18 @@ static int check_path(const struct kt_mvcc *s, const struct kt_txn_req *t, const
       if (pr->ignore_value || pr->ignore_lease) {
         void **slot = kt_index_get(&s->ix, pr->key);
         const struct kent *k = slot ? *slot : NULL;
-        if (!k || k->version == 0)
+        /* a delete earlier in the txn removes it first (only a from-key
+         * delete can, see check_intervals); etcd panics there */
+        if (!k || k->version == 0 || iset_has(dels, pr->key))
           return kt_err_set(e, KT_ENOTFOUND, "key not found");
         if (pr->ignore_value)
           vlen = k->vlen;
       }
       *cost += charge(pr->key.n, vlen);
+    } else if (op->type == KT_OP_DELETE) {
+      iset_add(a, dels, mk_range(op->u.del.key, op->u.del.range_end));
     } else if (op->type == KT_OP_TXN) {
-      if ((rc = check_path(s, &op->u.txn, p->sub[i], cost, e)))
+      if ((rc = check_path(s, &op->u.txn, p->sub[i], a, dels, cost, e)))
         return rc;
     }
   }
@@ -1035,7 +1045,8 @@ int kt_mvcc_apply(struct kt_mvcc *s, const struct kt_request_op *op, struct kt_a
   case KT_OP_TXN: {
     struct tpath *p = compare_to_path(s, &op->u.txn, a);
     uint64_t cost = 0;
-    if ((rc = check_path(s, &op->u.txn, p, &cost, e)))
+    struct iset dels = {0};
+    if ((rc = check_path(s, &op->u.txn, p, a, &dels, &cost, e)))
       return rc;
     if ((rc = quota_check(s, cost, e)))
       return rc;
