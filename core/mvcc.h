@@ -19,12 +19,12 @@
  *
  * Layout (core/mvcc.c), chosen for 10M keys in RAM:
  * - An ordered index (core/index.h): a B+tree whose leaves hold one pointer
- *   per key (62 per leaf, kept ~80% full by moving items to a sibling before
- *   splitting) and whose inner nodes keep an 8-byte prefix of each separator
- *   inline. A point read is ~4 inner nodes + 1 leaf; a range scan walks leaf
- *   arrays. A skiplist costs more pointers per key and a cache miss per
- *   level; an ART needs more code (prefix keys, variable nodes) for a gain
- *   only on long shared prefixes. (Reasoned, not measured against them.)
+ *   and a 2-byte key hint per key (62 per leaf, kept ~80% full by moving
+ *   items to a sibling before splitting) and whose inner nodes keep an
+ *   8-byte prefix of each separator inline. A point read is ~4 inner nodes +
+ *   1 leaf + the one record it returns; a range scan walks leaf arrays. A skiplist costs more
+ * pointers per key and a cache miss per level; an ART needs more code (prefix keys, variable nodes)
+ * for a gain only on long shared prefixes. (Reasoned, not measured against them.)
  * - One allocation per key: a 36-byte header with the latest revision (mod,
  *   create, version, key length + flags, value length, sub), then the lease
  *   only if non-zero and the history pointer only once the key has history,
@@ -123,7 +123,14 @@ int kt_mvcc_range(const struct kt_mvcc *s, const struct kt_range_req *r, struct 
 /* Apply one op (put, delete, txn; a range is answered too). Writes advance
  * the revision by one (all ops of a txn share it, with increasing sub
  * revisions); an op that changes nothing (delete of no key, read-only txn)
- * does not advance it. Errors leave the store unchanged. */
+ * does not advance it. A txn's compares, nested ones included, see the state
+ * before the txn (etcd compareToPath); its reads see its own earlier writes.
+ * Errors (all found before any change, so they leave the store unchanged):
+ * those of kt_mvcc_check; ENOTFOUND "key not found" for ignore_value or
+ * ignore_lease on a key that is absent (or deleted earlier in the same txn:
+ * etcd 3.4 panics there); EFUTUREREV/ECOMPACTED for a range in the taken
+ * branch of a txn (checked against the revision before the txn); ENOSPACE
+ * (quota, see above). Events go to cfg->on_event as each write applies. */
 int kt_mvcc_apply(struct kt_mvcc *s, const struct kt_request_op *op, struct kt_arena *a,
                   struct kt_response_op *out, struct kt_err *e);
 
@@ -141,9 +148,9 @@ bool kt_mvcc_compact_pending(const struct kt_mvcc *s);
  * only add revisions > at_rev); compaction is not (the caller holds back
  * kt_mvcc_compact and its steps while a snapshot is in progress). Revisions
  * that compaction at the compact revision removes are skipped even if not
- * yet freed, so the output does not depend on compaction progress. Returns 1 if more keys remain
- * (and sets *cursor, allocated from `a`), 0 when done, or a negative value if fn returned non-zero.
- */
+ * yet freed, so the output does not depend on compaction progress. Returns
+ * 1 if more keys remain (and sets *cursor, allocated from `a`), 0 when done,
+ * or a negative value if fn returned non-zero. max_keys 0 counts as 1. */
 struct kt_mvcc_cursor {
   struct kt_bytes key;
   bool started;
@@ -155,7 +162,9 @@ int kt_mvcc_iter(const struct kt_mvcc *s, int64_t at_rev, struct kt_mvcc_cursor 
 /* Restore: feed revisions in the order kt_mvcc_iter produces them into an
  * empty store, then set the revisions. Copies the bytes. Errors: ECORRUPT for
  * a record out of order or with impossible fields (the store then holds a
- * partial state: free it). Events are not emitted. */
+ * partial state: free it). Events are not emitted. restore_done is O(n)
+ * (rebuilds the accounting log) and queues physical compaction if the
+ * records held revisions that compact_revision removes. */
 int kt_mvcc_restore_rec(struct kt_mvcc *s, const struct kt_kvrev *rec, struct kt_err *e);
 void kt_mvcc_restore_done(struct kt_mvcc *s, int64_t revision, int64_t compact_revision);
 
