@@ -1467,3 +1467,66 @@ TEST(random_against_model) {
   CHECK(n_txn > 500 && n_succ > 100 && n_succ < n_txn);
   kt_mvcc_free(s);
 }
+
+/* Results point into the store and must stay readable until the next apply:
+ * a txn reads a key, then overwrites and deletes keys whose records are
+ * replaced (ASan would flag a use after free). */
+TEST(results_valid_until_next_apply) {
+  struct kt_mvcc *s = mk(0);
+  put(s, "a", "old-a");
+  put(s, "b", "old-b");
+  struct kt_request_op t1[] = {GET("a", "c"), PUT("a", "new-a"), DEL("b", NULL)};
+  t1[2].u.del.prev_kv = true;
+  struct kt_response_op out;
+  CHECK_EQ(apply(s, TXN(t1, 3, NULL, 0), &out), 0);
+  const struct kt_response_op *r = out.u.txn.responses;
+  CHECK_STR(show(&r[0].u.range), "a=old-a,b=old-b");
+  CHECK_BYTES(r[2].u.del.prev_kvs[0].value.p, r[2].u.del.prev_kvs[0].value.n, "old-b");
+  struct kt_request_op p = PUT("a", "newer");
+  p.u.put.prev_kv = true;
+  CHECK_EQ(apply(s, p, &out), 0);
+  CHECK_BYTES(out.u.put.prev_kv.value.p, out.u.put.prev_kv.value.n, "new-a");
+  struct kt_range_resp rr;
+  CHECK_EQ(rng(s, RQ("a", NULL, 1), &rr), 0); /* history values live until compaction */
+  CHECK_BYTES(rr.kvs[0].value.p, rr.kvs[0].value.n, "old-a");
+  kt_mvcc_free(s);
+}
+
+/* Restoring records that include revisions below the compact revision
+ * (e.g. from a store whose physical compaction had not run) hides them at
+ * once and queues their removal. */
+TEST(restore_with_compacted_records) {
+  struct kt_mvcc *s = kt_mvcc_new(NULL);
+  struct kt_err e;
+  struct kt_kvrev recs[] = {
+      {.key = B("a"), .value = B("1"), .create_revision = 1, .mod_revision = 1, .version = 1},
+      {.key = B("a"), .value = B("2"), .create_revision = 1, .mod_revision = 3, .version = 2},
+      {.key = B("b"), .value = B("1"), .create_revision = 2, .mod_revision = 2, .version = 1},
+      {.key = B("b"), .mod_revision = 4, .tombstone = true},
+      {.key = B("c"), .value = B("x"), .create_revision = 5, .mod_revision = 5, .version = 1},
+  };
+  for (size_t i = 0; i < KT_ARRAY_LEN(recs); i++)
+    CHECK_EQ(kt_mvcc_restore_rec(s, &recs[i], &e), 0);
+  kt_mvcc_restore_done(s, 5, 4);
+  CHECK(kt_mvcc_compact_pending(s));
+  CHECK_EQ(kt_mvcc_keys(s), 2);
+  CHECK_EQ(kt_mvcc_size_bytes(s), 2 * (2 + KT_MVCC_REV_OVERHEAD));
+  {
+    struct kt_range_resp r;
+    CHECK_EQ(rng(s, RQ("\\0", "\\0", 4), &r), 0);
+    CHECK_STR(show(&r), "a=2");
+    CHECK_EQ(rng(s, RQ("a", NULL, 3), &r), KT_ECOMPACTED);
+  }
+  uint64_t h = kt_mvcc_hash(s);
+  while (kt_mvcc_compact_step(s, 1))
+    ;
+  CHECK_EQ(kt_mvcc_revs(s), 2);
+  CHECK_EQ(kt_mvcc_hash(s), h);
+  CHECK_EQ(put(s, "b", "again"), 0);
+  CHECK_EQ(kt_mvcc_revision(s), 6);
+  struct kt_range_resp r;
+  CHECK_EQ(rng(s, RQ("b", NULL, 0), &r), 0);
+  CHECK_EQ(r.kvs[0].version, 1);
+  CHECK_EQ(r.kvs[0].create_revision, 6);
+  kt_mvcc_free(s);
+}
