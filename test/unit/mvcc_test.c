@@ -1530,3 +1530,60 @@ TEST(restore_with_compacted_records) {
   CHECK_EQ(r.kvs[0].create_revision, 6);
   kt_mvcc_free(s);
 }
+
+/* Thousands of keys (a multi-level index): deletes, overwrites, compaction
+ * in small slices that remove keys while the tree shrinks, and a sliced
+ * snapshot round trip. */
+TEST(many_keys_compaction_and_snapshot) {
+  struct kt_mvcc *s = mk(0);
+  enum { N = 3000 };
+  char k[16];
+  for (int i = 0; i < N; i++) {
+    snprintf(k, sizeof k, "key%05d", (i * 7919) % N);
+    CHECK_EQ(put(s, k, "v1"), 0);
+  }
+  for (int i = 0; i < N; i++) {
+    snprintf(k, sizeof k, "key%05d", i);
+    if (i % 3 == 0)
+      CHECK_EQ(del(s, k, NULL), 1);
+    else if (i % 2 == 0)
+      CHECK_EQ(put(s, k, "v2"), 0);
+  }
+  int64_t rev = kt_mvcc_revision(s);
+  int live = N - (N + 2) / 3;
+  CHECK_EQ(kt_mvcc_keys(s), live);
+  struct kt_err e;
+  uint64_t h0 = kt_mvcc_hash(s);
+  CHECK_EQ(kt_mvcc_compact(s, rev, &e), 0);
+  uint64_t h1 = kt_mvcc_hash(s);
+  CHECK(h1 != h0);
+  int steps = 0;
+  while (kt_mvcc_compact_step(s, 7))
+    steps++;
+  CHECK(steps >= N / 7 - 1);
+  CHECK_EQ(kt_mvcc_hash(s), h1);
+  CHECK_EQ(kt_mvcc_revs(s), live); /* one revision per live key, tombstones gone */
+  CHECK_EQ(kt_mvcc_size_bytes(s), kt_mvcc_revs(s) * (8 + 2 + KT_MVCC_REV_OVERHEAD));
+  struct kt_range_req q = RQ("\\0", "\\0", 0);
+  q.count_only = true;
+  struct kt_range_resp r;
+  CHECK_EQ(rng(s, q, &r), 0);
+  CHECK_EQ(r.count, live);
+  q = RQ("key01000", "key02000", 0);
+  q.limit = 10;
+  CHECK_EQ(rng(s, q, &r), 0);
+  CHECK_EQ(r.n_kvs, 10);
+  CHECK(r.more);
+  CHECK_BYTES(r.kvs[0].key.p, r.kvs[0].key.n, "key01000"); /* 1000 % 3 != 0, even */
+  CHECK_BYTES(r.kvs[0].value.p, r.kvs[0].value.n, "v2");
+  CHECK_BYTES(r.kvs[1].key.p, r.kvs[1].key.n, "key01001");
+  CHECK_BYTES(r.kvs[1].value.p, r.kvs[1].value.n, "v1");
+  CHECK_BYTES(r.kvs[2].key.p, r.kvs[2].key.n, "key01003"); /* 1002 deleted */
+  CHECK_EQ(r.count, 1000 - 333);
+  between_n = 0;
+  struct kt_mvcc *d = clone(s, 100, between_writes, NULL);
+  CHECK_EQ(kt_mvcc_hash(d), h1);
+  CHECK_EQ(kt_mvcc_keys(d), live);
+  kt_mvcc_free(d);
+  kt_mvcc_free(s);
+}
