@@ -7,15 +7,29 @@
 #define LEAF_MAX 62
 #define INNER_MAX 32 /* separators; children = INNER_MAX + 1 */
 
+/* hint[i] is the 2 bytes of item i's key at offset lcp (zero-padded); every
+ * key of the leaf shares its first lcp bytes, so hints are ordered like the
+ * keys and a lookup binary-searches them without touching the items, then
+ * follows one pointer to confirm. lcp may be smaller than the true common
+ * prefix (still correct, less selective). */
 struct leaf {
-  uint32_t n;
+  uint32_t n, lcp;
   struct leaf *next;
+  uint16_t hint[LEAF_MAX];
   void *items[LEAF_MAX];
+};
+
+/* A separator: a private copy of the key plus its first 8 bytes as a
+ * big-endian number, so the descent compares inside the node and follows
+ * the copy only when the prefixes are equal. */
+struct sep {
+  uint64_t pfx;
+  struct kt_bytes k;
 };
 
 struct inner {
   uint32_t n; /* separators */
-  struct kt_bytes sep[INNER_MAX];
+  struct sep sep[INNER_MAX];
   void *child[INNER_MAX + 1];
 };
 
@@ -25,16 +39,61 @@ static void *xmalloc(size_t n) {
   return p;
 }
 
-static struct kt_bytes sep_copy(struct kt_index *ix, struct kt_bytes k) {
+static inline uint16_t hint_of(struct kt_bytes k, uint32_t lcp) {
+  uint32_t a = lcp < k.n ? k.p[lcp] : 0, b = lcp + 1 < k.n ? k.p[lcp + 1] : 0;
+  return (uint16_t)(a << 8 | b);
+}
+
+static uint32_t lcp_of(struct kt_bytes a, struct kt_bytes b) {
+  uint32_t n = a.n < b.n ? a.n : b.n, i = 0;
+  while (i < n && a.p[i] == b.p[i])
+    i++;
+  return i;
+}
+
+/* Moves cnt items (and their hints) from s[si] to d[di]; counts untouched. */
+static void lmove(struct leaf *d, uint32_t di, struct leaf *s, uint32_t si, uint32_t cnt) {
+  memmove(d->items + di, s->items + si, cnt * sizeof(void *));
+  memmove(d->hint + di, s->hint + si, cnt * sizeof(uint16_t));
+}
+
+static void rehint(const struct kt_index *ix, struct leaf *l, uint32_t from, uint32_t to) {
+  for (uint32_t i = from; i < to; i++)
+    l->hint[i] = hint_of(ix->key_of(l->items[i]), l->lcp);
+}
+
+/* After items [from, to) arrived from another leaf (hints computed at its
+ * lcp): sets lcp to the true common prefix (first vs last key) and
+ * recomputes what changed. */
+static void refit(const struct kt_index *ix, struct leaf *l, uint32_t from, uint32_t to) {
+  if (l->n == 0)
+    return;
+  uint32_t t = lcp_of(ix->key_of(l->items[0]), ix->key_of(l->items[l->n - 1]));
+  if (t != l->lcp) {
+    l->lcp = t;
+    rehint(ix, l, 0, l->n);
+  } else {
+    rehint(ix, l, from, to);
+  }
+}
+
+static inline uint64_t prefix8(struct kt_bytes k) {
+  uint8_t b[8] = {0};
+  if (k.n)
+    memcpy(b, k.p, k.n < 8 ? k.n : 8);
+  return kt_get_u64be(b);
+}
+
+static struct sep sep_copy(struct kt_index *ix, struct kt_bytes k) {
   uint8_t *p = xmalloc(k.n ? k.n : 1);
   memcpy(p, k.p, k.n);
   ix->node_bytes += k.n;
-  return (struct kt_bytes){p, k.n};
+  return (struct sep){prefix8(k), (struct kt_bytes){p, k.n}};
 }
 
-static void sep_free(struct kt_index *ix, struct kt_bytes k) {
-  ix->node_bytes -= k.n;
-  free((void *)k.p);
+static void sep_free(struct kt_index *ix, struct sep sp) {
+  ix->node_bytes -= sp.k.n;
+  free((void *)sp.k.p);
 }
 
 void kt_index_init(struct kt_index *ix, kt_index_key_fn key_of) {
@@ -67,11 +126,12 @@ void kt_index_free(struct kt_index *ix, void (*free_item)(void *)) {
 }
 
 /* Index of the child of `in` that may hold key: number of seps <= key. */
-static uint32_t inner_pos(const struct inner *in, struct kt_bytes key) {
+static uint32_t inner_pos(const struct inner *in, struct kt_bytes key, uint64_t kp) {
   uint32_t lo = 0, hi = in->n;
   while (lo < hi) {
     uint32_t mid = (lo + hi) / 2;
-    if (kt_bytes_cmp(in->sep[mid], key) <= 0)
+    uint64_t sp = in->sep[mid].pfx;
+    if (sp < kp || (sp == kp && kt_bytes_cmp(in->sep[mid].k, key) <= 0))
       lo = mid + 1;
     else
       hi = mid;
@@ -84,6 +144,26 @@ static uint32_t leaf_pos(const struct kt_index *ix, const struct leaf *l, struct
                          bool *eq) {
   uint32_t lo = 0, hi = l->n;
   *eq = false;
+  /* fast path for a key that is present: search the hints, confirm */
+  uint16_t hk = hint_of(key, l->lcp);
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (l->hint[mid] < hk)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (uint32_t i = lo; i < l->n && l->hint[i] == hk; i++) {
+    int c = kt_bytes_cmp(ix->key_of(l->items[i]), key);
+    if (c == 0) {
+      *eq = true;
+      return i;
+    }
+    if (c > 0)
+      break;
+  }
+  lo = 0;
+  hi = l->n;
   while (lo < hi) {
     uint32_t mid = (lo + hi) / 2;
     int c = kt_bytes_cmp(ix->key_of(l->items[mid]), key);
@@ -102,9 +182,10 @@ static uint32_t leaf_pos(const struct kt_index *ix, const struct leaf *l, struct
 
 static struct leaf *find_leaf(const struct kt_index *ix, struct kt_bytes key) {
   void *node = ix->root;
+  uint64_t kp = prefix8(key);
   for (int h = ix->height; h > 0; h--) {
     struct inner *in = node;
-    node = in->child[inner_pos(in, key)];
+    node = in->child[inner_pos(in, key, kp)];
   }
   return node;
 }
@@ -118,10 +199,46 @@ void **kt_index_get(const struct kt_index *ix, struct kt_bytes key) {
   return eq ? &l->items[p] : NULL;
 }
 
+/* Before splitting the full leaf child ci, moves part of it to a sibling
+ * with room (B*-tree style), which keeps leaves ~80% full under random
+ * inserts instead of ~69%. Returns true if it moved anything. */
+static bool rebalance(struct kt_index *ix, struct inner *in, uint32_t ci) {
+  struct leaf *c = in->child[ci];
+  if (ci < in->n) {
+    struct leaf *r = in->child[ci + 1];
+    uint32_t m = (LEAF_MAX - r->n) / 2;
+    if (m > 0) {
+      lmove(r, m, r, 0, r->n);
+      lmove(r, 0, c, c->n - m, m);
+      r->n += m;
+      c->n -= m;
+      refit(ix, r, 0, m);
+      sep_free(ix, in->sep[ci]);
+      in->sep[ci] = sep_copy(ix, ix->key_of(r->items[0]));
+      return true;
+    }
+  }
+  if (ci > 0) {
+    struct leaf *l = in->child[ci - 1];
+    uint32_t m = (LEAF_MAX - l->n) / 2;
+    if (m > 0) {
+      lmove(l, l->n, c, 0, m);
+      lmove(c, 0, c, m, c->n - m);
+      l->n += m;
+      c->n -= m;
+      refit(ix, l, l->n - m, l->n);
+      sep_free(ix, in->sep[ci - 1]);
+      in->sep[ci - 1] = sep_copy(ix, ix->key_of(c->items[0]));
+      return true;
+    }
+  }
+  return false;
+}
+
 /* Inserts into the subtree; if the node splits, returns the new right node
  * and its separator in *sep. *slot receives the item's slot. */
 static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, void *item,
-                 struct kt_bytes *sep, void ***slot) {
+                 struct sep *sep, void ***slot) {
   if (h == 0) {
     struct leaf *l = node;
     bool eq;
@@ -133,8 +250,11 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
       ix->node_bytes += sizeof *r;
       uint32_t half = LEAF_MAX / 2;
       r->n = LEAF_MAX - half;
-      memcpy(r->items, l->items + half, r->n * sizeof(void *));
+      lmove(r, 0, l, half, r->n);
+      r->lcp = l->lcp; /* same offset: hints stay valid; refit tightens */
       l->n = half;
+      refit(ix, l, 0, 0);
+      refit(ix, r, 0, 0);
       r->next = l->next;
       l->next = r;
       if (p > half) {
@@ -142,8 +262,20 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
         p -= half;
       }
     }
-    memmove(dst->items + p + 1, dst->items + p, (dst->n - p) * sizeof(void *));
+    lmove(dst, p + 1, dst, p, dst->n - p);
     dst->items[p] = item;
+    if (dst->n == 0) {
+      dst->lcp = key.n;
+    } else if (p == 0 || p == dst->n) { /* at an end: the common prefix may shrink */
+      uint32_t t = lcp_of(key, ix->key_of(dst->items[p == 0 ? 1 : p - 1]));
+      if (t < dst->lcp) {
+        dst->lcp = t;
+        dst->n++;
+        rehint(ix, dst, 0, dst->n);
+        dst->n--;
+      }
+    }
+    dst->hint[p] = hint_of(key, dst->lcp);
     dst->n++;
     *slot = &dst->items[p];
     if (r)
@@ -151,14 +283,16 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
     return r;
   }
   struct inner *in = node;
-  uint32_t ci = inner_pos(in, key);
-  struct kt_bytes csep;
+  uint32_t ci = inner_pos(in, key, prefix8(key));
+  if (h == 1 && ((struct leaf *)in->child[ci])->n == LEAF_MAX && rebalance(ix, in, ci))
+    ci = inner_pos(in, key, prefix8(key));
+  struct sep csep;
   void *cr = ins(ix, in->child[ci], h - 1, key, item, &csep, slot);
   if (!cr)
     return NULL;
   /* insert csep at ci, child cr at ci + 1 */
   if (in->n < INNER_MAX) {
-    memmove(in->sep + ci + 1, in->sep + ci, (in->n - ci) * sizeof(struct kt_bytes));
+    memmove(in->sep + ci + 1, in->sep + ci, (in->n - ci) * sizeof(struct sep));
     memmove(in->child + ci + 2, in->child + ci + 1, (in->n - ci) * sizeof(void *));
     in->sep[ci] = csep;
     in->child[ci + 1] = cr;
@@ -166,11 +300,11 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
     return NULL;
   }
   /* full: build a temporary of INNER_MAX + 1 seps, split in the middle */
-  struct kt_bytes ts[INNER_MAX + 1];
+  struct sep ts[INNER_MAX + 1];
   void *tc[INNER_MAX + 2];
-  memcpy(ts, in->sep, ci * sizeof(struct kt_bytes));
+  memcpy(ts, in->sep, ci * sizeof(struct sep));
   ts[ci] = csep;
-  memcpy(ts + ci + 1, in->sep + ci, (in->n - ci) * sizeof(struct kt_bytes));
+  memcpy(ts + ci + 1, in->sep + ci, (in->n - ci) * sizeof(struct sep));
   memcpy(tc, in->child, (ci + 1) * sizeof(void *));
   tc[ci + 1] = cr;
   memcpy(tc + ci + 2, in->child + ci + 1, (in->n - ci) * sizeof(void *));
@@ -178,10 +312,10 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
   struct inner *r = xmalloc(sizeof *r);
   ix->node_bytes += sizeof *r;
   in->n = mid;
-  memcpy(in->sep, ts, mid * sizeof(struct kt_bytes));
+  memcpy(in->sep, ts, mid * sizeof(struct sep));
   memcpy(in->child, tc, (mid + 1) * sizeof(void *));
   r->n = total - mid - 1;
-  memcpy(r->sep, ts + mid + 1, r->n * sizeof(struct kt_bytes));
+  memcpy(r->sep, ts + mid + 1, r->n * sizeof(struct sep));
   memcpy(r->child, tc + mid + 1, (r->n + 1) * sizeof(void *));
   *sep = ts[mid];
   return r;
@@ -194,11 +328,12 @@ void **kt_index_insert(struct kt_index *ix, void *item) {
     struct leaf *l = xmalloc(sizeof *l);
     ix->node_bytes += sizeof *l;
     l->n = 0;
+    l->lcp = 0;
     l->next = NULL;
     ix->root = l;
     ix->height = 0;
   }
-  struct kt_bytes sep;
+  struct sep sep;
   void *r = ins(ix, ix->root, ix->height, key, item, &sep, &slot);
   if (r) {
     struct inner *nr = xmalloc(sizeof *nr);
@@ -225,8 +360,9 @@ static bool try_merge(struct kt_index *ix, struct inner *in, uint32_t i, int ch)
     struct leaf *la = a, *lb = b;
     if (la->n + lb->n > LEAF_MAX)
       return false;
-    memcpy(la->items + la->n, lb->items, lb->n * sizeof(void *));
+    lmove(la, la->n, lb, 0, lb->n);
     la->n += lb->n;
+    refit(ix, la, la->n - lb->n, la->n);
     la->next = lb->next;
     free(lb);
     ix->node_bytes -= sizeof *lb;
@@ -236,13 +372,13 @@ static bool try_merge(struct kt_index *ix, struct inner *in, uint32_t i, int ch)
     if (ia->n + ib->n + 1 > INNER_MAX)
       return false;
     ia->sep[ia->n] = in->sep[i]; /* pulled down */
-    memcpy(ia->sep + ia->n + 1, ib->sep, ib->n * sizeof(struct kt_bytes));
+    memcpy(ia->sep + ia->n + 1, ib->sep, ib->n * sizeof(struct sep));
     memcpy(ia->child + ia->n + 1, ib->child, (ib->n + 1) * sizeof(void *));
     ia->n += ib->n + 1;
     free(ib);
     ix->node_bytes -= sizeof *ib;
   }
-  memmove(in->sep + i, in->sep + i + 1, (in->n - i - 1) * sizeof(struct kt_bytes));
+  memmove(in->sep + i, in->sep + i + 1, (in->n - i - 1) * sizeof(struct sep));
   memmove(in->child + i + 1, in->child + i + 2, (in->n - i - 1) * sizeof(void *));
   in->n--;
   return true;
@@ -256,12 +392,12 @@ static void *rem(struct kt_index *ix, void *node, int h, struct kt_bytes key) {
     if (!eq)
       return NULL;
     void *item = l->items[p];
-    memmove(l->items + p, l->items + p + 1, (l->n - p - 1) * sizeof(void *));
+    lmove(l, p, l, p + 1, l->n - p - 1);
     l->n--;
     return item;
   }
   struct inner *in = node;
-  uint32_t ci = inner_pos(in, key);
+  uint32_t ci = inner_pos(in, key, prefix8(key));
   void *item = rem(ix, in->child[ci], h - 1, key);
   if (!item)
     return NULL;
@@ -343,6 +479,10 @@ static const char *verify(const struct kt_index *ix, void *node, int h, const st
         return "leaf key above separator";
       if (i > 0 && kt_bytes_cmp(ix->key_of(l->items[i - 1]), k) >= 0)
         return "leaf keys not increasing";
+      if (lcp_of(k, ix->key_of(l->items[0])) < l->lcp)
+        return "leaf key does not share the leaf prefix";
+      if (l->hint[i] != hint_of(k, l->lcp))
+        return "leaf hint wrong";
     }
     *count += l->n;
     return NULL;
@@ -351,8 +491,10 @@ static const char *verify(const struct kt_index *ix, void *node, int h, const st
   if (in->n > INNER_MAX)
     return "inner overfull";
   for (uint32_t i = 0; i <= in->n; i++) {
-    const struct kt_bytes *clo = i == 0 ? lo : &in->sep[i - 1];
-    const struct kt_bytes *chi = i == in->n ? hi : &in->sep[i];
+    const struct kt_bytes *clo = i == 0 ? lo : &in->sep[i - 1].k;
+    const struct kt_bytes *chi = i == in->n ? hi : &in->sep[i].k;
+    if (i < in->n && in->sep[i].pfx != prefix8(in->sep[i].k))
+      return "separator prefix wrong";
     const char *err = verify(ix, in->child[i], h - 1, clo, chi, count, prev);
     if (err)
       return err;

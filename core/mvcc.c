@@ -23,19 +23,49 @@ struct hist {
   struct hrev r[];
 };
 
-/* A key: the latest revision inline, then the key bytes and the latest value
- * bytes in the same allocation. Older revisions live in `hist`, oldest first. */
+/* A key: the latest revision inline, then in the same allocation the
+ * optional lease (only when non-zero) and history pointer (only once the key
+ * has had more than one revision), the key bytes and the latest value bytes.
+ * Older revisions live in the history array, oldest first. The optional
+ * fields are what keeps a one-revision key at 36 bytes of header. */
 struct kent {
-  int64_t mod, create, version, lease; /* latest; version 0 = tombstone */
-  struct hist *hist;
-  uint32_t klen, vlen, sub;
-  uint8_t data[]; /* key, then value */
+  int64_t mod, create, version; /* latest; version 0 = tombstone */
+  uint32_t kf;                  /* key length | F_LEASE | F_HIST */
+  uint32_t vlen, sub;
+  uint8_t data[]; /* [lease][hist] key value; lease and hist unaligned */
 };
+#define F_LEASE 0x80000000u
+#define F_HIST 0x40000000u
+#define KLEN_MASK 0x0fffffffu
+#define MAX_KEY_LIMIT KLEN_MASK
+
+static inline uint32_t k_klen(const struct kent *k) { return k->kf & KLEN_MASK; }
+static inline size_t k_extra(const struct kent *k) {
+  return (k->kf & F_LEASE ? 8u : 0u) + (k->kf & F_HIST ? 8u : 0u);
+}
+static inline uint8_t *k_key(const struct kent *k) { return (uint8_t *)k->data + k_extra(k); }
+static inline uint8_t *k_val(const struct kent *k) { return k_key(k) + k_klen(k); }
+static inline int64_t k_lease(const struct kent *k) {
+  int64_t l = 0;
+  if (k->kf & F_LEASE)
+    memcpy(&l, k->data, 8);
+  return l;
+}
+static inline struct hist *k_hist(const struct kent *k) {
+  struct hist *h = NULL;
+  if (k->kf & F_HIST)
+    memcpy(&h, k->data + (k->kf & F_LEASE ? 8 : 0), sizeof h);
+  return h;
+}
+static inline void k_set_hist(struct kent *k, struct hist *h) {
+  kt_assert(k->kf & F_HIST);
+  memcpy(k->data + (k->kf & F_LEASE ? 8 : 0), &h, sizeof h);
+}
 #define KENT_HDR offsetof(struct kent, data)
 
 struct death {
   int64_t rev;
-  uint64_t bytes;
+  uint64_t cum; /* bytes dying at revisions <= rev, since the store began */
 };
 
 struct kt_mvcc {
@@ -45,9 +75,11 @@ struct kt_mvcc {
   uint64_t size, live;
   uint64_t revs; /* revisions held in memory (latest + history) */
   bool nospace;
-  /* accounting bytes that stop counting once compact_rev >= rev; rev order */
+  /* accounting bytes that stop counting once compact_rev >= rev, in rev
+   * order with running sums, so a compaction updates size in O(log n) */
   struct death *deaths;
   size_t dhead, dn, dcap;
+  uint64_t death_total, dead_cum;
   /* records replaced by the last apply, freed at the next apply/step */
   void **garbage;
   size_t ngarbage, gcap;
@@ -66,17 +98,16 @@ static void *xmalloc(size_t n) {
 
 static struct kt_bytes kent_key_of(const void *item) {
   const struct kent *k = item;
-  return (struct kt_bytes){k->data, k->klen};
+  return (struct kt_bytes){k_key(k), k_klen(k)};
 }
 
 static inline struct kt_bytes kkey(const struct kent *k) {
-  return (struct kt_bytes){k->data, k->klen};
+  return (struct kt_bytes){k_key(k), k_klen(k)};
 }
 
 static inline struct hrev kent_latest(const struct kent *k) {
-  return (struct hrev){
-      k->mod,  k->create, k->version, k->lease, k->vlen ? (uint8_t *)k->data + k->klen : NULL,
-      k->vlen, k->sub};
+  return (struct hrev){k->mod,  k->create, k->version, k_lease(k), k->vlen ? k_val(k) : NULL,
+                       k->vlen, k->sub};
 }
 
 /* Accounting charge of one revision (see mvcc.h). */
@@ -85,13 +116,14 @@ static inline uint64_t charge(uint32_t klen, uint32_t vlen) {
 }
 
 static void death_add(struct kt_mvcc *s, int64_t rev, uint64_t bytes) {
+  s->death_total += bytes;
   if (s->dn > s->dhead && s->deaths[s->dn - 1].rev == rev) {
-    s->deaths[s->dn - 1].bytes += bytes;
+    s->deaths[s->dn - 1].cum = s->death_total;
     return;
   }
   kt_assert(s->dn == s->dhead || s->deaths[s->dn - 1].rev < rev);
   if (s->dn == s->dcap) {
-    if (s->dhead > s->dn / 2) {
+    if (s->dhead > s->dn / 2) { /* amortized: drop the consumed head */
       memmove(s->deaths, s->deaths + s->dhead, (s->dn - s->dhead) * sizeof *s->deaths);
       s->dn -= s->dhead;
       s->dhead = 0;
@@ -101,15 +133,26 @@ static void death_add(struct kt_mvcc *s, int64_t rev, uint64_t bytes) {
       kt_assert(s->deaths != NULL);
     }
   }
-  s->deaths[s->dn++] = (struct death){rev, bytes};
+  s->deaths[s->dn++] = (struct death){rev, s->death_total};
 }
 
+/* Stops counting every death at a revision <= upto. O(log n). */
 static void deaths_pop(struct kt_mvcc *s, int64_t upto) {
-  while (s->dhead < s->dn && s->deaths[s->dhead].rev <= upto) {
-    kt_assert(s->size >= s->deaths[s->dhead].bytes);
-    s->size -= s->deaths[s->dhead].bytes;
-    s->dhead++;
+  size_t lo = s->dhead, hi = s->dn; /* first entry with rev > upto */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (s->deaths[mid].rev <= upto)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
+  if (lo == s->dhead)
+    return;
+  uint64_t cum = s->deaths[lo - 1].cum;
+  kt_assert(s->size >= cum - s->dead_cum);
+  s->size -= cum - s->dead_cum;
+  s->dead_cum = cum;
+  s->dhead = lo;
 }
 
 static void garbage_add(struct kt_mvcc *s, void *p) {
@@ -128,25 +171,27 @@ static void garbage_free(struct kt_mvcc *s) {
 }
 
 static void hist_push(struct kent *k, struct hrev r) {
-  struct hist *h = k->hist;
+  struct hist *h = k_hist(k);
   if (!h || h->n == h->cap) {
-    uint32_t cap = h ? h->cap * 2 : 2;
+    uint32_t cap = h ? h->cap * 2 : 1;
+    bool fresh = h == NULL;
     h = realloc(h, sizeof *h + cap * sizeof(struct hrev));
     kt_assert(h != NULL);
-    if (!k->hist)
+    if (fresh)
       h->n = 0;
     h->cap = cap;
-    k->hist = h;
+    k_set_hist(k, h);
   }
   h->r[h->n++] = r;
 }
 
 static void kent_free(void *p) {
   struct kent *k = p;
-  if (k->hist) {
-    for (uint32_t i = 0; i < k->hist->n; i++)
-      free(k->hist->r[i].val);
-    free(k->hist);
+  struct hist *h = k_hist(k);
+  if (h) {
+    for (uint32_t i = 0; i < h->n; i++)
+      free(h->r[i].val);
+    free(h);
   }
   free(k);
 }
@@ -157,7 +202,7 @@ static bool kent_at(const struct kent *k, int64_t rev, struct hrev *out) {
     *out = kent_latest(k);
     return true;
   }
-  const struct hist *h = k->hist;
+  const struct hist *h = k_hist(k);
   if (!h)
     return false;
   uint32_t lo = 0, hi = h->n; /* first index with mod > rev */
@@ -194,6 +239,8 @@ struct kt_mvcc *kt_mvcc_new(const struct kt_mvcc_config *cfg) {
     s->cfg.quota_bytes = DEFAULT_QUOTA_BYTES;
   if (!s->cfg.max_key_bytes)
     s->cfg.max_key_bytes = DEFAULT_MAX_BYTES;
+  if (s->cfg.max_key_bytes > MAX_KEY_LIMIT)
+    s->cfg.max_key_bytes = MAX_KEY_LIMIT;
   if (!s->cfg.max_value_bytes)
     s->cfg.max_value_bytes = DEFAULT_MAX_BYTES;
   kt_index_init(&s->ix, kent_key_of);
@@ -466,14 +513,20 @@ static bool iset_has(const struct iset *s, struct kt_bytes k) {
 
 /* etcd's checkIntervals (v3rpc/key.go): the puts of one op list (with its
  * nested txns) must not repeat a key nor fall in a delete of the same level
- * or of an earlier nested txn; then and else branches may repeat each other. */
+ * or of an earlier nested txn; then and else branches may repeat each other.
+ * As etcd, a put may precede a delete of the same key in a later nested txn,
+ * and a from-key delete conflicts with nothing. */
 static int check_intervals(const struct kt_request_op *ops, uint32_t n, struct kt_arena *a,
                            struct kset *puts, struct iset *dels) {
   memset(puts, 0, sizeof *puts);
   memset(dels, 0, sizeof *dels);
-  for (uint32_t i = 0; i < n; i++)
-    if (ops[i].type == KT_OP_DELETE)
+  for (uint32_t i = 0; i < n; i++) {
+    /* etcd builds the interval [key, "\0") for a from-key delete, which
+     * holds no key: such deletes never conflict (checked against etcd
+     * 3.4: put b + delete from a succeeds and deletes b at a later sub) */
+    if (ops[i].type == KT_OP_DELETE && !is_nul(ops[i].u.del.range_end))
       iset_add(a, dels, mk_range(ops[i].u.del.key, ops[i].u.del.range_end));
+  }
   for (uint32_t i = 0; i < n; i++) {
     if (ops[i].type != KT_OP_TXN)
       continue;
@@ -533,8 +586,6 @@ int kt_mvcc_check_range(const struct kt_mvcc *s, const struct kt_range_req *r, s
     return kt_err_set(e, KT_EINVAL, "invalid sort order %u", r->sort_order);
   if (r->sort_target > KT_SORT_VALUE)
     return kt_err_set(e, KT_EINVAL, "invalid sort target %u", r->sort_target);
-  if (r->limit < 0)
-    return kt_err_set(e, KT_EINVAL, "negative limit");
   return 0;
 }
 
@@ -637,33 +688,42 @@ static void emit(struct kt_mvcc *s, const struct kt_event *ev) {
     s->cfg.on_event(s->cfg.event_arg, ev);
 }
 
-static struct kent *kent_alloc(struct kt_bytes key, const uint8_t *val, uint32_t vlen) {
-  struct kent *k = xmalloc(KENT_HDR + key.n + vlen);
-  k->klen = key.n;
+static struct kent *kent_alloc(struct kt_bytes key, const uint8_t *val, uint32_t vlen,
+                               int64_t lease, bool with_hist) {
+  kt_assert(key.n <= KLEN_MASK);
+  size_t extra = (lease ? 8u : 0u) + (with_hist ? 8u : 0u);
+  struct kent *k = xmalloc(KENT_HDR + extra + key.n + vlen);
+  k->kf = key.n | (lease ? F_LEASE : 0) | (with_hist ? F_HIST : 0);
   k->vlen = vlen;
-  k->hist = NULL;
-  memcpy(k->data, key.p, key.n);
+  if (lease)
+    memcpy(k->data, &lease, 8);
+  if (with_hist)
+    k_set_hist(k, NULL);
+  memcpy(k_key(k), key.p, key.n);
   if (vlen)
-    memcpy(k->data + key.n, val, vlen);
+    memcpy(k_val(k), val, vlen);
   return k;
 }
 
-/* Moves the latest revision of old into the history of nk (which takes
- * over old's history); old goes to the garbage list. */
+/* Moves the latest revision of old into the history of nk (allocated with
+ * a history slot), which takes over old's history; old goes to the garbage
+ * list. */
 static void kent_push_old(struct kt_mvcc *s, struct kent *old, struct kent *nk) {
   struct hrev r = kent_latest(old);
   if (r.vlen) {
     r.val = xmalloc(r.vlen);
-    memcpy(r.val, old->data + old->klen, r.vlen);
+    memcpy(r.val, k_val(old), r.vlen);
   }
-  nk->hist = old->hist;
-  old->hist = NULL;
+  struct hist *h = k_hist(old);
+  k_set_hist(nk, h);
+  if (h)
+    k_set_hist(old, NULL);
   hist_push(nk, r);
   garbage_add(s, old);
 }
 
 static void kent_supersede(struct kt_mvcc *s, struct kent *old, struct kent *nk, int64_t rev) {
-  death_add(s, rev, charge(old->klen, old->vlen));
+  death_add(s, rev, charge(k_klen(old), old->vlen));
   kent_push_old(s, old, nk);
 }
 
@@ -679,17 +739,16 @@ static void do_put(struct wctx *w, const struct kt_put_req *p, struct kt_put_res
   if (p->ignore_value || p->ignore_lease)
     kt_assert(live); /* checked before any write */
   if (p->ignore_value) {
-    val = old->data + old->klen;
+    val = k_val(old);
     vlen = old->vlen;
   }
   if (p->ignore_lease)
-    lease = old->lease;
-  struct kent *nk = kent_alloc(p->key, val, vlen);
+    lease = k_lease(old);
+  struct kent *nk = kent_alloc(p->key, val, vlen, lease, old != NULL);
   nk->mod = main;
   nk->sub = w->changes++;
   nk->create = live ? old->create : main;
   nk->version = live ? old->version + 1 : 1;
-  nk->lease = lease;
   struct kt_event ev = {.type = KT_EVENT_PUT};
   if (live) {
     struct hrev pr = kent_latest(old);
@@ -714,7 +773,7 @@ static void do_put(struct wctx *w, const struct kt_put_req *p, struct kt_put_res
   }
   if (!live)
     s->live++;
-  s->size += charge(nk->klen, nk->vlen);
+  s->size += charge(k_klen(nk), nk->vlen);
   s->revs++;
   struct hrev nr = kent_latest(nk);
   ev.kv = to_kv(nk, &nr);
@@ -736,10 +795,10 @@ static bool del_visit(void *arg, struct kent *k) {
   kt_assert(r.mod == k->mod && r.sub == k->sub); /* live view is the latest */
   struct kt_mvcc *s = d->w->s;
   int64_t main = s->rev + 1;
-  struct kent *nk = kent_alloc(kkey(k), NULL, 0);
+  struct kent *nk = kent_alloc(kkey(k), NULL, 0, 0, true);
   nk->mod = main;
   nk->sub = d->w->changes++;
-  nk->create = nk->version = nk->lease = 0;
+  nk->create = nk->version = 0;
   struct kt_event ev = {.type = KT_EVENT_DELETE, .has_prev_kv = true, .prev_kv = to_kv(k, &r)};
   kvvec_push(&d->prev, ev.prev_kv);
   void **slot = kt_index_get(&s->ix, kkey(k));
@@ -747,9 +806,9 @@ static bool del_visit(void *arg, struct kent *k) {
   kent_supersede(s, k, nk, main);
   *slot = nk;
   s->live--;
-  s->size += charge(nk->klen, 0);
+  s->size += charge(k_klen(nk), 0);
   s->revs++;
-  death_add(s, main, charge(nk->klen, 0)); /* a tombstone goes at the next compaction */
+  death_add(s, main, charge(k_klen(nk), 0)); /* a tombstone goes at the next compaction */
   ev.kv = (struct kt_kv){.key = kkey(nk), .mod_revision = main};
   emit(s, &ev);
   d->deleted++;
@@ -865,7 +924,7 @@ static struct tpath *compare_to_path(const struct kt_mvcc *s, const struct kt_tx
 /* Checks along the taken path against the state before the txn (etcd
  * checkRequests with checkPut/checkRange) and sums the quota cost of its puts. */
 static int check_path(const struct kt_mvcc *s, const struct kt_txn_req *t, const struct tpath *p,
-                      uint64_t *cost, struct kt_err *e) {
+                      struct kt_arena *a, struct iset *dels, uint64_t *cost, struct kt_err *e) {
   const struct kt_request_op *ops = p->succ ? t->success : t->failure;
   uint32_t n = p->succ ? t->n_success : t->n_failure;
   for (uint32_t i = 0; i < n; i++) {
@@ -883,14 +942,18 @@ static int check_path(const struct kt_mvcc *s, const struct kt_txn_req *t, const
       if (pr->ignore_value || pr->ignore_lease) {
         void **slot = kt_index_get(&s->ix, pr->key);
         const struct kent *k = slot ? *slot : NULL;
-        if (!k || k->version == 0)
+        /* a delete earlier in the txn removes it first (only a from-key
+         * delete can, see check_intervals); etcd panics there */
+        if (!k || k->version == 0 || iset_has(dels, pr->key))
           return kt_err_set(e, KT_ENOTFOUND, "key not found");
         if (pr->ignore_value)
           vlen = k->vlen;
       }
       *cost += charge(pr->key.n, vlen);
+    } else if (op->type == KT_OP_DELETE) {
+      iset_add(a, dels, mk_range(op->u.del.key, op->u.del.range_end));
     } else if (op->type == KT_OP_TXN) {
-      if ((rc = check_path(s, &op->u.txn, p->sub[i], cost, e)))
+      if ((rc = check_path(s, &op->u.txn, p->sub[i], a, dels, cost, e)))
         return rc;
     }
   }
@@ -982,7 +1045,8 @@ int kt_mvcc_apply(struct kt_mvcc *s, const struct kt_request_op *op, struct kt_a
   case KT_OP_TXN: {
     struct tpath *p = compare_to_path(s, &op->u.txn, a);
     uint64_t cost = 0;
-    if ((rc = check_path(s, &op->u.txn, p, &cost, e)))
+    struct iset dels = {0};
+    if ((rc = check_path(s, &op->u.txn, p, a, &dels, &cost, e)))
       return rc;
     if ((rc = quota_check(s, cost, e)))
       return rc;
@@ -1016,14 +1080,14 @@ bool kt_mvcc_compact_pending(const struct kt_mvcc *s) { return s->cpending; }
 /* Drops the revisions of k that compaction at rev removes; returns true if
  * nothing remains (the caller removes and frees the key). */
 static bool kent_compact(struct kt_mvcc *s, struct kent *k, int64_t rev) {
-  struct hist *h = k->hist;
+  struct hist *h = k_hist(k);
   if (k->mod <= rev) { /* the latest is the newest <= rev: all history goes */
     if (h) {
       for (uint32_t i = 0; i < h->n; i++)
         free(h->r[i].val);
       s->revs -= h->n;
       free(h);
-      k->hist = NULL;
+      k_set_hist(k, NULL);
     }
     return k->version == 0;
   }
@@ -1049,11 +1113,12 @@ static bool kent_compact(struct kt_mvcc *s, struct kent *k, int64_t rev) {
   memmove(h->r, h->r + keep_from, h->n * sizeof(struct hrev));
   if (h->n == 0) {
     free(h);
-    k->hist = NULL;
+    k_set_hist(k, NULL);
   } else if (h->n < h->cap / 4) {
     h->cap = KT_MAX(h->n, 2u);
-    k->hist = realloc(h, sizeof *h + h->cap * sizeof(struct hrev));
-    kt_assert(k->hist != NULL);
+    h = realloc(h, sizeof *h + h->cap * sizeof(struct hrev));
+    kt_assert(h != NULL);
+    k_set_hist(k, h);
   }
   return false;
 }
@@ -1062,25 +1127,37 @@ bool kt_mvcc_compact_step(struct kt_mvcc *s, size_t max_keys) {
   garbage_free(s);
   if (!s->cpending)
     return false;
-  for (size_t done = 0; done < max_keys; done++) {
+  /* Collect a batch with one seek (removal invalidates iterators; the
+   * records themselves do not move), then compact each key. */
+  enum { BATCH = 256 };
+  struct kent *batch[BATCH];
+  size_t done = 0;
+  while (done < max_keys) {
     struct kt_index_it it;
     kt_index_seek(&s->ix, (struct kt_bytes){s->ckey.p, (uint32_t)s->ckey.len}, &it);
-    if (!kt_index_valid(&it)) {
+    size_t n = 0, want = KT_MIN((size_t)BATCH, max_keys - done);
+    for (; n < want && kt_index_valid(&it); kt_index_next(&it))
+      batch[n++] = kt_index_item(&it);
+    if (n == 0) {
       s->cpending = false;
       kt_buf_reset(&s->ckey);
       return false;
     }
-    struct kent *k = kt_index_item(&it);
-    /* next cursor: the smallest key after k is k + "\0" */
+    /* next cursor: the smallest key after the last one is key + "\0" */
+    struct kent *last = batch[n - 1];
     kt_buf_reset(&s->ckey);
-    kt_buf_append(&s->ckey, k->data, k->klen);
+    kt_buf_append(&s->ckey, k_key(last), k_klen(last));
     kt_buf_append(&s->ckey, "", 1);
-    if (kent_compact(s, k, s->compact_rev)) {
-      void *r = kt_index_remove(&s->ix, kkey(k));
-      kt_assert(r == k);
-      kent_free(k);
-      s->revs--;
+    for (size_t i = 0; i < n; i++) {
+      struct kent *k = batch[i];
+      if (kent_compact(s, k, s->compact_rev)) {
+        void *r = kt_index_remove(&s->ix, kkey(k));
+        kt_assert(r == k);
+        kent_free(k);
+        s->revs--;
+      }
     }
+    done += n;
   }
   return true;
 }
@@ -1091,12 +1168,13 @@ bool kt_mvcc_compact_step(struct kt_mvcc *s, size_t max_keys) {
  * at compact_rev (the state compaction will leave, whatever its progress). */
 static int kent_each(const struct kent *k, int64_t at_rev, int64_t compact_rev,
                      int (*fn)(void *, const struct kt_kvrev *), void *arg) {
-  uint32_t nh = k->hist ? k->hist->n : 0;
+  const struct hist *h = k_hist(k);
+  uint32_t nh = h ? h->n : 0;
   for (uint32_t i = 0; i <= nh; i++) {
-    struct hrev r = i < nh ? k->hist->r[i] : kent_latest(k);
+    struct hrev r = i < nh ? h->r[i] : kent_latest(k);
     if (r.mod > at_rev)
       break;
-    int64_t next_mod = i + 1 < nh ? k->hist->r[i + 1].mod : (i + 1 == nh ? k->mod : INT64_MAX);
+    int64_t next_mod = i + 1 < nh ? h->r[i + 1].mod : (i + 1 == nh ? k->mod : INT64_MAX);
     if (next_mod <= compact_rev)
       continue; /* superseded at or before the compaction */
     if (r.version == 0 && r.mod <= compact_rev)
@@ -1114,14 +1192,16 @@ static int kent_each(const struct kent *k, int64_t at_rev, int64_t compact_rev,
 int kt_mvcc_iter(const struct kt_mvcc *s, int64_t at_rev, struct kt_mvcc_cursor *cursor,
                  size_t max_keys, struct kt_arena *a,
                  int (*fn)(void *arg, const struct kt_kvrev *rec), void *arg) {
+  if (max_keys == 0)
+    max_keys = 1;
   struct kt_index_it it;
   kt_index_seek(&s->ix, cursor->started ? cursor->key : (struct kt_bytes){0}, &it);
   for (size_t n = 0; kt_index_valid(&it); kt_index_next(&it), n++) {
     const struct kent *k = kt_index_item(&it);
     if (n == max_keys) {
       cursor->started = true;
-      cursor->key.p = kt_arena_dup(a, k->data, k->klen);
-      cursor->key.n = k->klen;
+      cursor->key.p = kt_arena_dup(a, k_key(k), k_klen(k));
+      cursor->key.n = k_klen(k);
       return 1;
     }
     if (kent_each(k, at_rev, s->compact_rev, fn, arg))
@@ -1144,12 +1224,12 @@ int kt_mvcc_restore_rec(struct kt_mvcc *s, const struct kt_kvrev *rec, struct kt
   if (c < 0 || (c == 0 && (rec->mod_revision < last->mod || (rec->mod_revision == last->mod &&
                                                              (uint32_t)rec->mod_sub <= last->sub))))
     return kt_err_set(e, KT_ECORRUPT, "snapshot record out of order");
-  struct kent *nk = kent_alloc(rec->key, rec->value.p, rec->value.n);
+  struct kent *nk =
+      kent_alloc(rec->key, rec->value.p, rec->value.n, rec->tombstone ? 0 : rec->lease, c == 0);
   nk->mod = rec->mod_revision;
   nk->sub = (uint32_t)rec->mod_sub;
   nk->create = rec->tombstone ? 0 : rec->create_revision;
   nk->version = rec->tombstone ? 0 : rec->version;
-  nk->lease = rec->tombstone ? 0 : rec->lease;
   if (c == 0) {
     void **slot = kt_index_get(&s->ix, rec->key);
     kt_assert(slot && *slot == last);
@@ -1163,13 +1243,18 @@ int kt_mvcc_restore_rec(struct kt_mvcc *s, const struct kt_kvrev *rec, struct kt
   s->rlast = nk;
   if (nk->version != 0)
     s->live++;
-  s->size += charge(nk->klen, nk->vlen);
+  s->size += charge(k_klen(nk), nk->vlen);
   s->revs++;
   return 0;
 }
 
+struct rdeath {
+  int64_t rev;
+  uint64_t bytes;
+};
+
 static int death_cmp(const void *a, const void *b) {
-  const struct death *x = a, *y = b;
+  const struct rdeath *x = a, *y = b;
   return x->rev < y->rev ? -1 : x->rev > y->rev;
 }
 
@@ -1183,16 +1268,18 @@ void kt_mvcc_restore_done(struct kt_mvcc *s, int64_t revision, int64_t compact_r
   free(s->deaths);
   s->deaths = NULL;
   s->dhead = s->dn = s->dcap = 0;
+  s->death_total = s->dead_cum = 0;
   size_t n = 0, cap = 0;
-  struct death *d = NULL;
+  struct rdeath *d = NULL;
   struct kt_index_it it;
   kt_index_seek(&s->ix, (struct kt_bytes){0}, &it);
   for (; kt_index_valid(&it); kt_index_next(&it)) {
     const struct kent *k = kt_index_item(&it);
-    uint32_t nh = k->hist ? k->hist->n : 0;
+    const struct hist *h = k_hist(k);
+    uint32_t nh = h ? h->n : 0;
     for (uint32_t i = 0; i <= nh; i++) {
-      struct hrev r = i < nh ? k->hist->r[i] : kent_latest(k);
-      int64_t at = i + 1 < nh ? k->hist->r[i + 1].mod : (i + 1 == nh ? k->mod : 0);
+      struct hrev r = i < nh ? h->r[i] : kent_latest(k);
+      int64_t at = i + 1 < nh ? h->r[i + 1].mod : (i + 1 == nh ? k->mod : 0);
       if (r.version == 0)
         at = r.mod;
       if (at == 0)
@@ -1202,7 +1289,7 @@ void kt_mvcc_restore_done(struct kt_mvcc *s, int64_t revision, int64_t compact_r
         d = realloc(d, cap * sizeof *d);
         kt_assert(d != NULL);
       }
-      d[n++] = (struct death){at, charge(k->klen, r.vlen)};
+      d[n++] = (struct rdeath){at, charge(k_klen(k), r.vlen)};
     }
   }
   if (n)

@@ -109,3 +109,72 @@ TEST(index_random_against_bitmap) {
   CHECK_EQ(ix.node_bytes, 0);
   kt_index_free(&ix, free);
 }
+
+/* Keys with long shared prefixes, inserted in ascending then descending
+ * order (appends and prepends change the leaf prefixes), keys that are
+ * prefixes of each other and keys with zero bytes (items hold explicit
+ * lengths here). */
+struct bk {
+  uint32_t n;
+  uint8_t b[40];
+};
+static struct kt_bytes bk_key(const void *item) {
+  const struct bk *k = item;
+  return (struct kt_bytes){k->b, k->n};
+}
+TEST(index_shared_prefixes_and_order) {
+  struct kt_index ix;
+  kt_index_init(&ix, bk_key);
+  enum { N = 5000 };
+  static struct bk keys[3 * N];
+  int nk = 0;
+  for (int i = 0; i < N; i++) { /* ascending */
+    struct bk *k = &keys[nk++];
+    k->n = (uint32_t)snprintf((char *)k->b, sizeof k->b, "/registry/pods/default/p-%06d", i);
+    kt_index_insert(&ix, k);
+  }
+  for (int i = N - 1; i >= 0; i--) { /* descending, sorting before the others */
+    struct bk *k = &keys[nk++];
+    k->n = (uint32_t)snprintf((char *)k->b, sizeof k->b, "/registry/a/%06d", i);
+    kt_index_insert(&ix, k);
+  }
+  for (int i = 0; i < N; i++) { /* prefixes and zero bytes: "x", "x\0", "x\0\0"... */
+    struct bk *k = &keys[nk++];
+    memset(k->b, 0, sizeof k->b);
+    k->b[0] = 'x';
+    k->b[1] = (uint8_t)(i / 256);
+    k->b[2] = (uint8_t)(i % 256);
+    k->n = 1 + (uint32_t)(i % 3);
+    if (kt_index_get(&ix, bk_key(k))) { /* duplicates of short forms */
+      nk--;
+      continue;
+    }
+    kt_index_insert(&ix, k);
+  }
+  CHECK(kt_index_verify(&ix) == NULL);
+  CHECK_EQ(ix.count, nk);
+  for (int i = 0; i < nk; i++) {
+    void **slot = kt_index_get(&ix, bk_key(&keys[i]));
+    CHECK(slot && *slot == &keys[i]);
+  }
+  struct kt_rng r;
+  kt_rng_seed(&r, 3);
+  for (int i = 0; i < nk; i += 2)
+    CHECK(kt_index_remove(&ix, bk_key(&keys[i])) == &keys[i]);
+  CHECK(kt_index_verify(&ix) == NULL);
+  for (int i = 0; i < nk; i++)
+    CHECK((kt_index_get(&ix, bk_key(&keys[i])) != NULL) == (i % 2 == 1));
+  /* in-order walk is strictly increasing */
+  struct kt_index_it it;
+  kt_index_seek(&ix, (struct kt_bytes){0}, &it);
+  struct kt_bytes prev = {0};
+  uint64_t seen = 0;
+  for (; kt_index_valid(&it); kt_index_next(&it), seen++) {
+    struct kt_bytes k = bk_key(kt_index_item(&it));
+    if (seen)
+      CHECK(kt_bytes_cmp(prev, k) < 0);
+    prev = k;
+  }
+  CHECK_EQ(seen, ix.count);
+  kt_index_free(&ix, NULL);
+}
