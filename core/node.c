@@ -744,9 +744,12 @@ static int restore_rec(void *arg, const struct kt_kvrev *rec) {
   return kt_mvcc_restore_rec((struct kt_mvcc *)arg, rec, &e) ? KT_ECORRUPT : 0;
 }
 
+/* An empty store at revision 1, as etcd's: the first write gets revision 2. */
 static struct kt_mvcc *new_store(struct kt_node *n) {
   struct kt_mvcc_config mc = {.quota_bytes = n->cfg.quota_bytes};
-  return kt_mvcc_new(&mc);
+  struct kt_mvcc *s = kt_mvcc_new(&mc);
+  kt_mvcc_restore_done(s, 1, 0);
+  return s;
 }
 
 /* The newest snapshot that loads whole; older ones are the fallback. */
