@@ -34,28 +34,29 @@ def du(path):
 
 
 def main():
-    # snapshot-count just above N/2 so one snapshot lands mid-load and one
-    # can be forced at the end with the reads running
-    m = Member(extra=["--snapshot-count", str(N // 2 + 1), "--log-level", "info"])
+    # One snapshot lands when the N-th key is written (--snapshot-count N):
+    # reads run across it to see the loop stall it causes.
+    m = Member(extra=["--snapshot-count", str(N), "--log-level", "info"])
     try:
         t0 = time.time()
-        r = bench(m.port, "--conns", "16", "--clients", "256", "--total", str(N), "put",
+        r = bench(m.port, "--conns", "16", "--clients", "256", "--total", str(N - 2000), "put",
                   "--key-size", "16", "--val-size", "256", "--key-space-size", str(N),
                   "--sequential-keys")
         load_s = time.time() - t0
-        rss = rss_kb(m.proc.pid)
-        # Reads while the second snapshot runs: a few more puts trigger it.
         stall = {}
 
         def reads():
-            stall.update(bench(m.port, "--conns", "1", "--clients", "1", "--total", "20000",
+            stall.update(bench(m.port, "--conns", "1", "--clients", "1", "--total", "50000",
                                "range", "0000000000000001"))
         th = threading.Thread(target=reads)
         th.start()
-        bench(m.port, "--conns", "4", "--clients", "64", "--total", str(N // 2 + 10), "put",
-              "--key-size", "16", "--val-size", "256", "--key-space-size", str(N))
+        time.sleep(0.2)
+        c = Conn(m.port)  # the last 2000 keys, one by one: the N-th triggers the snapshot
+        for i in range(N - 2000, N):
+            c.put(b"%016d" % i, b"v" * 256)
         th.join()
-        time.sleep(3)
+        time.sleep(2)
+        rss = rss_kb(m.proc.pid)
         m.stop()
         size = du(m.data_dir)
         t1 = time.time()
@@ -65,14 +66,14 @@ def main():
         keys = c.get(b"\0", range_end=b"\0", count_only=True)["count"]
         rss2 = rss_kb(m.proc.pid)
         raw = N * (16 + 256)
+        log = m.logtext()
         print(json.dumps({
             "keys": keys, "load_put_rps": round(r["rps"]), "load_seconds": round(load_s, 1),
             "rss_mb_after_load": round(rss / 1024), "rss_mb_after_restart": round(rss2 / 1024),
-            "overhead_bytes_per_key_after_restart": round((rss2 * 1024 - raw) / N),
+            "rss_bytes_per_key_beyond_raw": round((rss2 * 1024 - raw) / N),
             "data_dir_mb": round(size / 1024), "restart_to_serving_s": round(restart, 2),
             "read_max_ms_during_snapshot": stall.get("max_ms"),
             "read_p999_ms_during_snapshot": stall.get("p999_ms")}, indent=1))
-        log = m.logtext()
         print("\n".join(l for l in log.splitlines() if "snapshot" in l or "ready" in l)[-3000:])
     finally:
         m.cleanup()
