@@ -16,19 +16,13 @@ import tempfile
 import time
 import traceback
 
+from harness import free_port  # noqa: E402
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.abspath(os.environ.get("KETCH_BIN") or os.path.join(ROOT, "bin"))
 LIB = os.path.join(os.path.dirname(BIN), "lib")
 ENV = dict(os.environ, PKG_CONFIG_PATH=LIB,
            ASAN_OPTIONS="verify_asan_link_order=0:detect_leaks=0")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Member:

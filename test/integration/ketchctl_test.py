@@ -39,6 +39,8 @@ import sys
 import tempfile
 import time
 
+from harness import free_port  # noqa: E402
+
 BIN = os.path.abspath(os.environ.get("KETCH_BIN") or
                       os.path.join(os.path.dirname(__file__), "..", "..", "bin"))
 KETCHCTL = os.path.join(BIN, "ketchctl")
@@ -56,14 +58,6 @@ def report(name, why=None):
         failures += 1
         print("FAIL ketchctl/%s: %s" % (name, why))
     sys.stdout.flush()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def clean_env(extra=None):
