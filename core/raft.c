@@ -621,7 +621,8 @@ static void check_reads(struct kt_raft *r) {
       break;
     read_done(r, p->from, p->ctx, p->index);
   }
-  memmove(r->reads.v, r->reads.v + done, (r->reads.n - done) * sizeof(*r->reads.v));
+  if (done)
+    memmove(r->reads.v, r->reads.v + done, (r->reads.n - done) * sizeof(*r->reads.v));
   r->reads.n -= done;
 }
 
@@ -637,6 +638,12 @@ static void leader_read(struct kt_raft *r, uint64_t from, uint64_t ctx) {
 }
 
 /* ---------------------------------------------------------------- step */
+
+static void set_leader(struct kt_raft *r, uint64_t id) {
+  if (r->lead != id)
+    event(r, KT_RAFT_EV_LEADER_KNOWN, id, 0);
+  r->lead = id;
+}
 
 static void step_internal(struct kt_raft *r, const struct kt_raft_msg *m) {
   struct progress *from = pr_get(r, m->from);
@@ -749,12 +756,12 @@ static void step_internal(struct kt_raft *r, const struct kt_raft_msg *m) {
     switch (m->type) {
     case KT_RAFT_MSG_APP:
       r->election_elapsed = 0;
-      r->lead = m->from;
+      set_leader(r, m->from);
       handle_append(r, m);
       break;
     case KT_RAFT_MSG_HEARTBEAT: {
       r->election_elapsed = 0;
-      r->lead = m->from;
+      set_leader(r, m->from);
       commit_to(r, KT_MIN(m->commit, last_index(r)));
       struct kt_raft_msg resp = {
           .type = KT_RAFT_MSG_HEARTBEAT_RESP, .to = m->from, .context = m->context};
@@ -1154,6 +1161,9 @@ const char *kt_raft_event_str(const struct kt_raft_event *ev, char *buf, size_t 
     break;
   case KT_RAFT_EV_TRANSFER:
     snprintf(buf, n, "transfer leadership term=%llu to=%llu", t, a);
+    break;
+  case KT_RAFT_EV_LEADER_KNOWN:
+    snprintf(buf, n, "leader term=%llu id=%llu", t, a);
     break;
   case KT_RAFT_EV_NEED_SNAPSHOT:
     snprintf(buf, n, "need snapshot term=%llu peer=%llu next=%llu", t, a, b);

@@ -113,6 +113,7 @@ enum kt_raft_event_type {
   KT_RAFT_EV_REPLICATE,            /* term, a = peer, b = match */
   KT_RAFT_EV_TRANSFER,             /* term, a = transferee */
   KT_RAFT_EV_NEED_SNAPSHOT,        /* term, a = peer, b = its next index (compacted) */
+  KT_RAFT_EV_LEADER_KNOWN,         /* term, a = leader (a follower heard from it) */
 };
 
 /* A trace event: what raft would have logged. */

@@ -398,7 +398,8 @@ static void complete_writes(struct sim *s, struct sim_node *nd) {
       kt_raft_persisted(nd->r, nd->dlog[nd->dn - 1].term, nd->dlog[nd->dn - 1].index);
     kt_raft_hs_persisted(nd->r, &w->hs);
   }
-  memmove(nd->wq, nd->wq + done, (nd->wq_n - done) * sizeof *nd->wq);
+  if (done)
+    memmove(nd->wq, nd->wq + done, (nd->wq_n - done) * sizeof *nd->wq);
   nd->wq_n -= done;
 }
 
