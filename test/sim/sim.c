@@ -30,14 +30,15 @@
 
 struct sim_opts {
   uint64_t seed;
-  int n;        /* members: 3 or 5 */
-  int ticks;    /* chaotic phase */
-  bool crashes; /* crash and restart members */
-  bool verbose; /* print the trace */
+  int n;              /* members: 3 or 5 */
+  int ticks;          /* chaotic phase */
+  bool crashes;       /* crash and restart members */
+  uint32_t crash_x10; /* per-tick crash chance in tenths of a percent; 0 = 8 */
+  bool verbose;       /* print the trace */
 };
 
 struct sim_stats {
-  uint64_t committed, elections, crashes, msgs, dropped, reads;
+  uint64_t committed, elections, crashes, msgs, dropped, reads, transfers;
 };
 
 struct disk_write {
@@ -91,6 +92,7 @@ struct sim {
   size_t hn, hcap;
   uint64_t seq;
   uint32_t drop_pct, dup_pct, max_delay;
+  bool oneway[SIM_MAX_N + 1][SIM_MAX_N + 1]; /* from → to dropped */
   bool pre_vote, check_quorum;
   /* global truth */
   struct gentry *g;
@@ -288,7 +290,7 @@ static void send_msg(struct sim *s, const struct kt_raft_msg *m) {
   s->st.msgs++;
   struct sim_node *from = node_of(s, m->from), *to = node_of(s, m->to);
   kt_assert(from && to);
-  if (from->group != to->group || chance(s, s->drop_pct)) {
+  if (from->group != to->group || s->oneway[m->from][m->to] || chance(s, s->drop_pct)) {
     s->st.dropped++;
     return;
   }
@@ -497,11 +499,26 @@ static void sim_unit(struct sim *s, bool chaos) {
     int groups = 1 + (int)kt_rng_below(&s->rng, 3);
     for (int i = 0; i < s->o.n; i++)
       s->nodes[i].group = (int)kt_rng_below(&s->rng, (uint64_t)groups);
+  } else if (chance(s, 8)) { /* a one-way cut */
+    uint64_t a = 1 + kt_rng_below(&s->rng, (uint64_t)s->o.n);
+    uint64_t b = 1 + kt_rng_below(&s->rng, (uint64_t)s->o.n);
+    s->oneway[a][b] = true;
   } else if (chance(s, 20)) { /* heal */
     for (int i = 0; i < s->o.n; i++)
       s->nodes[i].group = 0;
+    memset(s->oneway, 0, sizeof s->oneway);
   }
-  if (s->o.crashes && chance(s, 8)) {
+  if (chance(s, 10)) { /* leadership transfer */
+    for (int i = 0; i < s->o.n; i++)
+      if (s->nodes[i].alive && kt_raft_role(s->nodes[i].r) == KT_RAFT_LEADER) {
+        uint64_t to = 1 + kt_rng_below(&s->rng, (uint64_t)s->o.n);
+        if (kt_raft_transfer_leader(s->nodes[i].r, to) == 0)
+          s->st.transfers++;
+        process_ready(s, &s->nodes[i]);
+        break;
+      }
+  }
+  if (s->o.crashes && chance(s, s->o.crash_x10 ? s->o.crash_x10 : 8)) {
     nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->o.n)];
     if (nd->alive)
       node_crash(s, nd);
@@ -561,6 +578,7 @@ static int sim_run(const struct sim_opts *o, struct sim_stats *st, char *why, si
   /* liveness: heal everything, then one proposal must reach every member */
   for (int i = 0; i < o->n; i++)
     s->nodes[i].group = 0;
+  memset(s->oneway, 0, sizeof s->oneway);
   s->drop_pct = s->dup_pct = 0;
   uint64_t heal = s->now, goal = 0;
   while (!s->failed && s->now < heal + 10 * 400) {
