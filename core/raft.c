@@ -19,7 +19,8 @@ struct progress {
   uint64_t *infl_index, *infl_bytes;
   uint32_t infl_start, infl_count;
   uint64_t infl_total;
-  uint32_t stall_ticks; /* replicate with messages in flight and no ack */
+  uint32_t stall_ticks;  /* replicate with messages in flight and no ack */
+  bool probed_compacted; /* probed at our compaction point since its last ack */
 };
 
 struct held {
@@ -297,6 +298,7 @@ static void reset(struct kt_raft *r, uint64_t term) {
     pr->probe_sent = pr->recent_active = pr->voted = pr->granted = false;
     pr->read_ack = 0;
     pr->stall_ticks = 0;
+    pr->probed_compacted = false;
     infl_reset(pr);
   }
 }
@@ -390,13 +392,24 @@ static bool send_append(struct kt_raft *r, struct progress *pr, bool if_empty) {
   if (pr_paused(r, pr))
     return false;
   uint64_t prev = pr->next - 1;
-  uint64_t prev_term = term_at(r, prev);
-  if (prev > 0 && prev_term == 0) {
-    /* compacted: the snapshot path (next session) takes over */
-    pr->state = PR_SNAPSHOT;
-    event(r, KT_RAFT_EV_NEED_SNAPSHOT, pr->id, pr->next);
-    return false;
+  if (prev + 1 < r->first) {
+    /* entries after prev are compacted. The follower may still hold our
+     * compaction point (it acked less than it has): probe there once; if it
+     * does not, the snapshot path (next session) takes over. */
+    if (!pr->probed_compacted) {
+      pr->probed_compacted = true;
+      pr->state = PR_PROBE;
+      infl_reset(pr);
+      pr->next = r->first;
+      prev = r->first - 1;
+    } else {
+      pr->state = PR_SNAPSHOT;
+      event(r, KT_RAFT_EV_NEED_SNAPSHOT, pr->id, pr->next);
+      return false;
+    }
   }
+  uint64_t prev_term = term_at(r, prev);
+  kt_assert(prev == 0 || prev_term != 0);
   uint64_t last = last_index(r), bytes = 0;
   uint32_t n = 0;
   for (uint64_t i = pr->next; i <= last; i++) {
@@ -561,6 +574,7 @@ static void handle_append_resp(struct kt_raft *r, struct progress *pr,
   if (pr->match < m->index) {
     pr->match = m->index;
     pr->stall_ticks = 0;
+    pr->probed_compacted = false;
     updated = true;
   }
   if (pr->next < m->index + 1)
