@@ -14,9 +14,11 @@
  *   kt_raft_ready(&rd)  one batch: rd.hs + rd.entries to persist,
  *        │              rd.msgs to send, rd.committed to apply,
  *        │              rd.reads to release, rd.events to log/assert on
- *        ├─► persist rd.entries and rd.hs (asynchronously, in batch order);
- *        │   when durable: kt_raft_persisted(term, index) and
- *        │   kt_raft_hs_persisted(&hs) — any later time, not before advance
+ *        ├─► persist rd.hs and rd.entries in ONE durable write (asynchronously,
+ *        │   batches in order; an entry at or below the last written index
+ *        │   replaces the log from there on); when durable:
+ *        │   kt_raft_persisted(term, index) of its last entry and
+ *        │   kt_raft_hs_persisted(&hs) — any later time, after advance
  *        ├─► send rd.msgs (all of them, at once: raft already held back what
  *        │   had to wait for the disk)
  *        ├─► apply rd.committed in order (entries with len 0 are the leader's
@@ -37,9 +39,23 @@
  *   a quorum of voters; entries at or below commit are never truncated.
  * - committed entries handed out are <= min(commit, persisted index).
  *
- * Seams for later (types reserved, not implemented): snapshots
- * (KT_RAFT_MSG_SNAP, kt_raft_compact keeps the compaction point), membership
- * changes (voters are fixed at kt_raft_new; learners later).
+ * Flow control (per follower, like etcd's Progress): PROBE sends one APP and
+ * waits for its answer (or a heartbeat answer); REPLICATE pipelines up to
+ * max_inflight_msgs / max_inflight_bytes; a REPLICATE stream with no ack for
+ * election_ticks/2 ticks is assumed lost and falls back to PROBE from match+1.
+ * A rejected APP carries a hint (index, log_term) so the leader skips a whole
+ * term per round trip (etcd's findConflictByTerm).
+ *
+ * Log storage: the log lives here, in memory, from first_index on; the node
+ * restarts raft from its disk through kt_raft_config (hs, entries, compaction
+ * point) and drops old entries with kt_raft_compact once a snapshot covers
+ * them. A follower whose next entry is compacted is probed once at the
+ * compaction point; if it lacks that too, it is left in SNAPSHOT state and a
+ * KT_RAFT_EV_NEED_SNAPSHOT event is emitted.
+ *
+ * Seams for later (types reserved, not implemented): snapshot send/install
+ * (KT_RAFT_MSG_SNAP, PR_SNAPSHOT), membership changes (voters are fixed at
+ * kt_raft_new; learners and one-at-a-time changes next: KT_RAFT_ENTRY_CONF).
  */
 #ifndef KT_RAFT_H
 #define KT_RAFT_H
@@ -154,7 +170,8 @@ struct kt_raft_config {
   uint64_t max_inflight_bytes; /* per follower; 0 = no byte limit */
   bool pre_vote, check_quorum;
   uint64_t seed; /* election timeout randomness */
-  /* Restart state: what the node read back from its disk. */
+  /* Restart state: what the node read back from its disk. Entries must be
+   * contiguous from first_index with terms <= hs.term, else KT_EINVAL. */
   struct kt_raft_hard_state hs;
   const struct kt_raft_entry *entries; /* contiguous, copied */
   size_t n_entries;

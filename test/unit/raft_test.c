@@ -725,3 +725,36 @@ TEST(raft_msg_codec_roundtrip) {
   kt_arena_free(&a);
   kt_buf_free(&b);
 }
+
+TEST(raft_restart_after_compaction) {
+  /* the node restarts from a snapshot at 8 (term 1) and entries 9..11 */
+  struct cl *c = cl_new(1, false, false);
+  uint8_t d = 'z';
+  struct kt_raft_entry ents[3] = {{1, 9, 0, 1, &d}, {2, 10, 0, 1, &d}, {2, 11, 0, 0, NULL}};
+  struct kt_raft_config cfg = cfg_for(c, 1, false, false);
+  cfg.hs = (struct kt_raft_hard_state){2, 1, 10};
+  cfg.entries = ents;
+  cfg.n_entries = 3;
+  cfg.first_index = 9;
+  cfg.compacted_term = 1;
+  cfg.applied = 8;
+  struct kt_raft *r;
+  CHECK_EQ(kt_raft_new(&cfg, &r), 0);
+  CHECK_EQ(kt_raft_first_index(r), 9);
+  CHECK_EQ(kt_raft_term_at(r, 8), 1);
+  CHECK_EQ(kt_raft_term_at(r, 7), 0);
+  CHECK_EQ(kt_raft_applied(r), 8);
+  struct kt_raft_ready rd;
+  kt_raft_ready(r, &rd);
+  CHECK_EQ(rd.n_committed, 2); /* 9 and 10: commit 10 */
+  CHECK_EQ(rd.committed[0].index, 9);
+  kt_raft_advance(r);
+  CHECK_EQ(kt_raft_compact(r, 10), 0);
+  CHECK_EQ(kt_raft_compact(r, 11), KT_EINVAL); /* not applied */
+  /* entries newer than the hard state's term are refused */
+  cfg.hs.term = 1;
+  struct kt_raft *r2;
+  CHECK_EQ(kt_raft_new(&cfg, &r2), KT_EINVAL);
+  kt_raft_free(r);
+  cl_free(c);
+}
