@@ -1,0 +1,654 @@
+/* test/sim/sim.c — deterministic simulation of a Raft cluster (core/raft).
+ *
+ * N raft cores in one process on a simulated clock, network and disk, all
+ * driven by one seeded PRNG, so a seed replays exactly:
+ *   - time: 10 units per tick; every member ticks once per 10 units
+ *   - network: each message is encoded to bytes (kt_raft_msg_encode) and
+ *     decoded on delivery; dropped, duplicated, delayed (which reorders) and
+ *     cut by partitions that form and heal at random
+ *   - disk: a ready batch's entries + hard state become durable after a random
+ *     delay, in order; only then is raft told (kt_raft_persisted). A crash
+ *     loses every write not yet durable; the member restarts from its disk.
+ *   - clients propose entries and ask for ReadIndex reads on random members.
+ * Checks, on every step: at most one leader per term; log matching; leader
+ * completeness; committed entries never change (every (index, term, data)
+ * any member commits is recorded globally and compared); every member
+ * applies the same sequence; a read's index covers every commit that happened
+ * before the read was asked. At the end the network heals and the cluster
+ * must make progress (a proposal applied on every member).
+ *
+ * Included by test/unit/raft_sim_test.c (so `make test` builds and runs it).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/raft.h"
+
+#define SIM_MAX_N 7
+
+struct sim_opts {
+  uint64_t seed;
+  int n;              /* members: 3 or 5 */
+  int ticks;          /* chaotic phase */
+  bool crashes;       /* crash and restart members */
+  uint32_t crash_x10; /* per-tick crash chance in tenths of a percent; 0 = 8 */
+  bool verbose;       /* print the trace */
+};
+
+struct sim_stats {
+  uint64_t committed, elections, crashes, msgs, dropped, reads, transfers;
+};
+
+struct disk_write {
+  uint64_t done_at;
+  struct kt_raft_hard_state hs;
+  struct kt_raft_entry *ents;
+  size_t n;
+};
+
+struct sim_node {
+  uint64_t id;
+  struct kt_raft *r;
+  bool alive;
+  uint64_t restart_at;
+  int group; /* partition group */
+  /* disk */
+  struct kt_raft_hard_state hs;
+  struct kt_raft_entry *dlog;
+  size_t dn, dcap;
+  struct disk_write *wq;
+  size_t wq_n, wq_cap;
+  /* state machine: applied sequence is checked against the global table */
+  uint64_t applied, checked_commit;
+};
+
+struct net_msg {
+  uint64_t at, seq;
+  uint64_t to;
+  uint8_t *p;
+  size_t n;
+};
+
+struct gentry {
+  uint64_t term, commit_term;
+  uint32_t len;
+  uint8_t *data;
+};
+
+struct pending_read {
+  uint64_t ctx, min_index;
+};
+
+struct sim {
+  struct sim_opts o;
+  struct kt_rng rng;
+  uint64_t now;
+  struct sim_node nodes[SIM_MAX_N];
+  uint64_t voters[SIM_MAX_N];
+  /* network: binary heap on (at, seq) */
+  struct net_msg *heap;
+  size_t hn, hcap;
+  uint64_t seq;
+  uint32_t drop_pct, dup_pct, max_delay;
+  bool oneway[SIM_MAX_N + 1][SIM_MAX_N + 1]; /* from → to dropped */
+  bool pre_vote, check_quorum;
+  /* global truth */
+  struct gentry *g;
+  size_t gn, gcap;
+  uint64_t *leader_of; /* by term */
+  size_t leader_cap;
+  uint64_t max_commit;
+  struct pending_read *reads;
+  size_t rn, rcap;
+  uint64_t next_ctx, next_prop;
+  struct sim_stats st;
+  char why[512];
+  bool failed;
+  struct kt_buf enc;
+  struct kt_arena arena;
+};
+
+static void sim_fail(struct sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sim_fail(struct sim *s, const char *fmt, ...) {
+  if (s->failed)
+    return;
+  s->failed = true;
+  int k = snprintf(s->why, sizeof s->why, "t=%llu: ", (unsigned long long)s->now);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->why + k, sizeof s->why - (size_t)k, fmt, ap);
+  va_end(ap);
+}
+
+static bool chance(struct sim *s, uint32_t pct_x10) {
+  return kt_rng_below(&s->rng, 1000) < pct_x10;
+}
+
+#define GROW(p, n, cap)                                                                            \
+  do {                                                                                             \
+    if ((n) == (cap)) {                                                                            \
+      (cap) = (cap) ? (cap)*2 : 16;                                                                \
+      (p) = realloc((p), (cap) * sizeof(*(p)));                                                    \
+      kt_assert(p);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+/* ---- network heap */
+static bool net_less(const struct net_msg *a, const struct net_msg *b) {
+  return a->at < b->at || (a->at == b->at && a->seq < b->seq);
+}
+static void net_push(struct sim *s, struct net_msg m) {
+  GROW(s->heap, s->hn, s->hcap);
+  size_t i = s->hn++;
+  s->heap[i] = m;
+  while (i && net_less(&s->heap[i], &s->heap[(i - 1) / 2])) {
+    struct net_msg t = s->heap[i];
+    s->heap[i] = s->heap[(i - 1) / 2];
+    s->heap[(i - 1) / 2] = t;
+    i = (i - 1) / 2;
+  }
+}
+static struct net_msg net_pop(struct sim *s) {
+  struct net_msg top = s->heap[0];
+  s->heap[0] = s->heap[--s->hn];
+  size_t i = 0;
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < s->hn && net_less(&s->heap[l], &s->heap[m]))
+      m = l;
+    if (r < s->hn && net_less(&s->heap[r], &s->heap[m]))
+      m = r;
+    if (m == i)
+      break;
+    struct net_msg t = s->heap[i];
+    s->heap[i] = s->heap[m];
+    s->heap[m] = t;
+    i = m;
+  }
+  return top;
+}
+
+static struct sim_node *node_of(struct sim *s, uint64_t id) {
+  return id >= 1 && id <= (uint64_t)s->o.n ? &s->nodes[id - 1] : NULL;
+}
+
+static void copy_entry(struct kt_raft_entry *dst, const struct kt_raft_entry *src) {
+  *dst = *src;
+  dst->data = NULL;
+  if (src->len) {
+    dst->data = malloc(src->len);
+    kt_assert(dst->data);
+    memcpy(dst->data, src->data, src->len);
+  }
+}
+
+static void node_start(struct sim *s, struct sim_node *nd) {
+  struct kt_raft_config c = {
+      .id = nd->id,
+      .voters = s->voters,
+      .n_voters = (size_t)s->o.n,
+      .election_ticks = 10,
+      .heartbeat_ticks = 1,
+      .max_msg_bytes = 64,
+      .max_inflight_msgs = 4,
+      .max_inflight_bytes = 256,
+      .pre_vote = s->pre_vote,
+      .check_quorum = s->check_quorum,
+      .seed = s->o.seed * 31 + s->now,
+      .hs = nd->hs,
+      .entries = nd->dlog,
+      .n_entries = nd->dn,
+  };
+  int rc = kt_raft_new(&c, &nd->r);
+  kt_assert(rc == 0);
+  nd->alive = true;
+  nd->applied = 0;
+  nd->checked_commit = 0;
+}
+
+static void free_write(struct disk_write *w) {
+  for (size_t i = 0; i < w->n; i++)
+    free(w->ents[i].data);
+  free(w->ents);
+}
+
+static void node_crash(struct sim *s, struct sim_node *nd) {
+  for (size_t i = 0; i < nd->wq_n; i++)
+    free_write(&nd->wq[i]);
+  nd->wq_n = 0;
+  kt_raft_free(nd->r);
+  nd->r = NULL;
+  nd->alive = false;
+  nd->restart_at = s->now + 10 * (5 + kt_rng_below(&s->rng, 60));
+  s->st.crashes++;
+  if (s->o.verbose)
+    printf("  t=%llu n%llu crash\n", (unsigned long long)s->now, (unsigned long long)nd->id);
+}
+
+/* Record (or compare) committed entry index of member nd. */
+static void check_committed(struct sim *s, struct sim_node *nd, const struct kt_raft_entry *e,
+                            const char *what) {
+  if (e->index > s->gn + 1) {
+    sim_fail(s, "n%llu %s index %llu but only %zu known committed", (unsigned long long)nd->id,
+             what, (unsigned long long)e->index, s->gn);
+    return;
+  }
+  if (e->index == s->gn + 1) {
+    GROW(s->g, s->gn, s->gcap);
+    struct gentry *g = &s->g[s->gn++];
+    g->term = e->term;
+    g->commit_term = kt_raft_term(nd->r);
+    g->len = e->len;
+    g->data = NULL;
+    if (e->len) {
+      g->data = malloc(e->len);
+      memcpy(g->data, e->data, e->len);
+    }
+    s->st.committed++;
+    return;
+  }
+  struct gentry *g = &s->g[e->index - 1];
+  if (g->term != e->term || g->len != e->len || (e->len && memcmp(g->data, e->data, e->len)))
+    sim_fail(s, "n%llu %s index %llu term %llu differs from committed term %llu",
+             (unsigned long long)nd->id, what, (unsigned long long)e->index,
+             (unsigned long long)e->term, (unsigned long long)g->term);
+}
+
+static void on_leader(struct sim *s, struct sim_node *nd, uint64_t term) {
+  s->st.elections++;
+  if (term >= s->leader_cap) {
+    size_t nc = s->leader_cap ? s->leader_cap : 64;
+    while (nc <= term)
+      nc *= 2;
+    s->leader_of = realloc(s->leader_of, nc * sizeof(uint64_t));
+    memset(s->leader_of + s->leader_cap, 0, (nc - s->leader_cap) * sizeof(uint64_t));
+    s->leader_cap = nc;
+  }
+  if (s->leader_of[term] && s->leader_of[term] != nd->id) {
+    sim_fail(s, "two leaders in term %llu: n%llu and n%llu", (unsigned long long)term,
+             (unsigned long long)s->leader_of[term], (unsigned long long)nd->id);
+    return;
+  }
+  s->leader_of[term] = nd->id;
+  /* leader completeness: every entry committed in an earlier term is here */
+  for (size_t i = 0; i < s->gn; i++) {
+    if (s->g[i].commit_term >= term || i + 1 < kt_raft_first_index(nd->r))
+      continue; /* compacted entries were applied, hence checked */
+    const struct kt_raft_entry *e = kt_raft_entry_at(nd->r, i + 1);
+    if (!e || e->term != s->g[i].term) {
+      sim_fail(s, "leader n%llu of term %llu lacks committed index %zu (term %llu)",
+               (unsigned long long)nd->id, (unsigned long long)term, i + 1,
+               (unsigned long long)s->g[i].term);
+      return;
+    }
+  }
+}
+
+static void send_msg(struct sim *s, const struct kt_raft_msg *m) {
+  s->st.msgs++;
+  struct sim_node *from = node_of(s, m->from), *to = node_of(s, m->to);
+  kt_assert(from && to);
+  if (from->group != to->group || s->oneway[m->from][m->to] || chance(s, s->drop_pct)) {
+    s->st.dropped++;
+    return;
+  }
+  kt_buf_reset(&s->enc);
+  kt_raft_msg_encode(m, &s->enc);
+  int copies = chance(s, s->dup_pct) ? 2 : 1;
+  for (int c = 0; c < copies; c++) {
+    struct net_msg nm = {.at = s->now + 1 + kt_rng_below(&s->rng, s->max_delay),
+                         .seq = s->seq++,
+                         .to = m->to,
+                         .n = s->enc.len};
+    if (chance(s, 20))
+      nm.at += kt_rng_below(&s->rng, 200); /* a straggler */
+    nm.p = malloc(nm.n);
+    memcpy(nm.p, s->enc.p, nm.n);
+    net_push(s, nm);
+  }
+}
+
+static void process_ready(struct sim *s, struct sim_node *nd) {
+  for (int guard = 0; guard < 100 && nd->alive && kt_raft_has_ready(nd->r); guard++) {
+    struct kt_raft_ready rd;
+    kt_raft_ready(nd->r, &rd);
+    for (size_t i = 0; i < rd.n_events && !s->failed; i++) {
+      if (s->o.verbose) {
+        char b[128];
+        printf("  t=%llu n%llu %s\n", (unsigned long long)s->now, (unsigned long long)nd->id,
+               kt_raft_event_str(&rd.events[i], b, sizeof b));
+      }
+      if (rd.events[i].type == KT_RAFT_EV_BECAME_LEADER)
+        on_leader(s, nd, rd.events[i].term);
+    }
+    if (rd.n_entries || rd.hs_changed) {
+      GROW(nd->wq, nd->wq_n, nd->wq_cap);
+      struct disk_write *w = &nd->wq[nd->wq_n];
+      uint64_t prev = nd->wq_n ? nd->wq[nd->wq_n - 1].done_at : s->now;
+      w->done_at = KT_MAX(prev, s->now + 1 + kt_rng_below(&s->rng, 30));
+      w->hs = rd.hs;
+      w->n = rd.n_entries;
+      w->ents = rd.n_entries ? malloc(rd.n_entries * sizeof *w->ents) : NULL;
+      for (size_t i = 0; i < rd.n_entries; i++)
+        copy_entry(&w->ents[i], &rd.entries[i]);
+      nd->wq_n++;
+    }
+    for (size_t i = 0; i < rd.n_msgs; i++)
+      send_msg(s, &rd.msgs[i]);
+    for (size_t i = 0; i < rd.n_committed && !s->failed; i++) {
+      const struct kt_raft_entry *e = &rd.committed[i];
+      if (e->index != nd->applied + 1) {
+        sim_fail(s, "n%llu applies index %llu after %llu", (unsigned long long)nd->id,
+                 (unsigned long long)e->index, (unsigned long long)nd->applied);
+        break;
+      }
+      check_committed(s, nd, e, "applies");
+      nd->applied = e->index;
+    }
+    for (size_t i = 0; i < rd.n_reads && !s->failed; i++) {
+      s->st.reads++;
+      const struct kt_raft_read_state *rs = &rd.reads[i];
+      if (rs->index > nd->applied)
+        sim_fail(s, "n%llu read state index %llu above applied %llu", (unsigned long long)nd->id,
+                 (unsigned long long)rs->index, (unsigned long long)nd->applied);
+      for (size_t j = 0; j < s->rn; j++)
+        if (s->reads[j].ctx == rs->context && rs->index < s->reads[j].min_index)
+          sim_fail(s, "n%llu read ctx %llu at index %llu misses commit %llu made before it",
+                   (unsigned long long)nd->id, (unsigned long long)rs->context,
+                   (unsigned long long)rs->index, (unsigned long long)s->reads[j].min_index);
+    }
+    kt_raft_advance(nd->r);
+  }
+  if (!nd->alive || s->failed)
+    return;
+  /* every entry at or below commit is the committed one */
+  uint64_t c = kt_raft_commit(nd->r);
+  for (uint64_t i = nd->checked_commit + 1; i <= c && !s->failed; i++) {
+    const struct kt_raft_entry *e = kt_raft_entry_at(nd->r, i);
+    if (!e) {
+      sim_fail(s, "n%llu commit %llu beyond its log", (unsigned long long)nd->id,
+               (unsigned long long)c);
+      break;
+    }
+    check_committed(s, nd, e, "commits");
+  }
+  nd->checked_commit = KT_MAX(nd->checked_commit, c);
+  s->max_commit = KT_MAX(s->max_commit, c);
+}
+
+static void complete_writes(struct sim *s, struct sim_node *nd) {
+  size_t done = 0;
+  while (done < nd->wq_n && nd->wq[done].done_at <= s->now) {
+    struct disk_write *w = &nd->wq[done++];
+    if (w->n) {
+      uint64_t first = w->ents[0].index;
+      kt_assert(first >= 1 && first <= nd->dn + 1);
+      for (size_t i = first - 1; i < nd->dn; i++)
+        free(nd->dlog[i].data);
+      nd->dn = first - 1;
+      for (size_t i = 0; i < w->n; i++) {
+        GROW(nd->dlog, nd->dn, nd->dcap);
+        nd->dlog[nd->dn++] = w->ents[i]; /* takes the data */
+      }
+      free(w->ents);
+      w->ents = NULL;
+    }
+    nd->hs = w->hs;
+    if (w->n)
+      kt_raft_persisted(nd->r, nd->dlog[nd->dn - 1].term, nd->dlog[nd->dn - 1].index);
+    kt_raft_hs_persisted(nd->r, &w->hs);
+  }
+  if (done)
+    memmove(nd->wq, nd->wq + done, (nd->wq_n - done) * sizeof *nd->wq);
+  nd->wq_n -= done;
+}
+
+static void check_log_matching(struct sim *s) {
+  for (int a = 0; a < s->o.n; a++)
+    for (int b = a + 1; b < s->o.n; b++) {
+      struct sim_node *x = &s->nodes[a], *y = &s->nodes[b];
+      if (!x->alive || !y->alive)
+        continue;
+      uint64_t top = KT_MIN(kt_raft_last_index(x->r), kt_raft_last_index(y->r));
+      uint64_t i = top;
+      while (i > 0 && kt_raft_term_at(x->r, i) != kt_raft_term_at(y->r, i))
+        i--;
+      for (uint64_t j = i; j > 0; j--) {
+        const struct kt_raft_entry *e = kt_raft_entry_at(x->r, j), *f = kt_raft_entry_at(y->r, j);
+        if (!e || !f)
+          break;
+        if (e->term != f->term || e->len != f->len ||
+            (e->len && memcmp(e->data, f->data, e->len))) {
+          sim_fail(s, "log matching: n%llu and n%llu agree at %llu but differ at %llu",
+                   (unsigned long long)x->id, (unsigned long long)y->id, (unsigned long long)i,
+                   (unsigned long long)j);
+          return;
+        }
+      }
+    }
+}
+
+/* Log compaction without snapshots (next session): every member drops the
+ * entries every member has applied (a dead member counts its disk), so no
+ * one ever needs a compacted entry. Exercises the compaction point. */
+static void compact_logs(struct sim *s) {
+  uint64_t low = UINT64_MAX;
+  for (int i = 0; i < s->o.n; i++) {
+    struct sim_node *nd = &s->nodes[i];
+    low = KT_MIN(low, nd->alive ? kt_raft_applied(nd->r) : 0);
+  }
+  if (low < 2)
+    return;
+  low -= kt_rng_below(&s->rng, 2);
+  for (int i = 0; i < s->o.n; i++) {
+    struct sim_node *nd = &s->nodes[i];
+    if (nd->alive && low >= kt_raft_first_index(nd->r) && kt_raft_compact(nd->r, low) != 0)
+      sim_fail(s, "n%llu refused to compact to %llu", (unsigned long long)nd->id,
+               (unsigned long long)low);
+  }
+}
+
+static void propose(struct sim *s, struct sim_node *nd) {
+  char buf[32];
+  int len = snprintf(buf, sizeof buf, "p%llu", (unsigned long long)++s->next_prop);
+  uint64_t idx;
+  (void)kt_raft_propose(nd->r, buf, (uint32_t)len, &idx);
+}
+
+static void read_index(struct sim *s, struct sim_node *nd) {
+  uint64_t ctx = ++s->next_ctx;
+  if (kt_raft_read_index(nd->r, ctx) == 0) {
+    GROW(s->reads, s->rn, s->rcap);
+    s->reads[s->rn++] = (struct pending_read){ctx, s->max_commit};
+  }
+}
+
+/* One unit of simulated time. */
+static void sim_unit(struct sim *s, bool chaos) {
+  s->now++;
+  while (s->hn && s->heap[0].at <= s->now && !s->failed) {
+    struct net_msg nm = net_pop(s);
+    struct sim_node *to = node_of(s, nm.to);
+    if (to->alive) {
+      struct kt_raft_msg m;
+      struct kt_err e;
+      kt_arena_reset(&s->arena);
+      if (kt_raft_msg_decode(nm.p, nm.n, &s->arena, &m, &e) != 0)
+        sim_fail(s, "decode: %s", e.msg);
+      else
+        kt_raft_step(to->r, &m);
+      process_ready(s, to);
+    }
+    free(nm.p);
+  }
+  for (int i = 0; i < s->o.n && !s->failed; i++) {
+    struct sim_node *nd = &s->nodes[i];
+    if (!nd->alive) {
+      if (!chaos || s->now >= nd->restart_at) {
+        node_start(s, nd);
+        if (s->o.verbose)
+          printf("  t=%llu n%llu restart\n", (unsigned long long)s->now,
+                 (unsigned long long)nd->id);
+      } else {
+        continue;
+      }
+    }
+    complete_writes(s, nd);
+    if ((s->now + (uint64_t)i * 3) % 10 == 0)
+      kt_raft_tick(nd->r);
+    process_ready(s, nd);
+  }
+  if (s->now % 10 != 0 || s->failed)
+    return;
+  /* once per tick: clients and faults */
+  struct sim_node *nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->o.n)];
+  if (nd->alive && chance(s, 300)) {
+    propose(s, nd);
+    process_ready(s, nd);
+  }
+  nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->o.n)];
+  if (nd->alive && chance(s, 60)) {
+    read_index(s, nd);
+    process_ready(s, nd);
+  }
+  if (!chaos)
+    return;
+  if (chance(s, 15)) { /* new partition */
+    int groups = 1 + (int)kt_rng_below(&s->rng, 3);
+    for (int i = 0; i < s->o.n; i++)
+      s->nodes[i].group = (int)kt_rng_below(&s->rng, (uint64_t)groups);
+  } else if (chance(s, 8)) { /* a one-way cut */
+    uint64_t a = 1 + kt_rng_below(&s->rng, (uint64_t)s->o.n);
+    uint64_t b = 1 + kt_rng_below(&s->rng, (uint64_t)s->o.n);
+    s->oneway[a][b] = true;
+  } else if (chance(s, 20)) { /* heal */
+    for (int i = 0; i < s->o.n; i++)
+      s->nodes[i].group = 0;
+    memset(s->oneway, 0, sizeof s->oneway);
+  }
+  if (chance(s, 10)) { /* leadership transfer */
+    for (int i = 0; i < s->o.n; i++)
+      if (s->nodes[i].alive && kt_raft_role(s->nodes[i].r) == KT_RAFT_LEADER) {
+        uint64_t to = 1 + kt_rng_below(&s->rng, (uint64_t)s->o.n);
+        if (kt_raft_transfer_leader(s->nodes[i].r, to) == 0)
+          s->st.transfers++;
+        process_ready(s, &s->nodes[i]);
+        break;
+      }
+  }
+  if (s->o.crashes && chance(s, s->o.crash_x10 ? s->o.crash_x10 : 8)) {
+    nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->o.n)];
+    if (nd->alive)
+      node_crash(s, nd);
+  }
+  if ((s->now / 10) % 50 == 0)
+    check_log_matching(s);
+  if ((s->now / 10) % 100 == 0)
+    compact_logs(s);
+}
+
+static void sim_free(struct sim *s) {
+  for (int i = 0; i < s->o.n; i++) {
+    struct sim_node *nd = &s->nodes[i];
+    if (nd->r) {
+      for (size_t j = 0; j < nd->wq_n; j++)
+        free_write(&nd->wq[j]);
+      kt_raft_free(nd->r);
+    }
+    for (size_t j = 0; j < nd->dn; j++)
+      free(nd->dlog[j].data);
+    free(nd->dlog);
+    free(nd->wq);
+  }
+  for (size_t i = 0; i < s->hn; i++)
+    free(s->heap[i].p);
+  free(s->heap);
+  for (size_t i = 0; i < s->gn; i++)
+    free(s->g[i].data);
+  free(s->g);
+  free(s->leader_of);
+  free(s->reads);
+  kt_buf_free(&s->enc);
+  kt_arena_free(&s->arena);
+}
+
+/* Runs one seed. Returns 0 if every check held, else 1 with why filled. */
+static int sim_run(const struct sim_opts *o, struct sim_stats *st, char *why, size_t why_n) {
+  struct sim *s = calloc(1, sizeof *s);
+  kt_assert(s);
+  s->o = *o;
+  kt_assert(o->n >= 1 && o->n <= SIM_MAX_N);
+  kt_rng_seed(&s->rng, o->seed);
+  s->drop_pct = (uint32_t)kt_rng_below(&s->rng, 100);     /* 0..10% */
+  s->dup_pct = (uint32_t)kt_rng_below(&s->rng, 50);       /* 0..5% */
+  s->max_delay = 1 + (uint32_t)kt_rng_below(&s->rng, 30); /* up to 3 ticks */
+  s->pre_vote = kt_rng_below(&s->rng, 4) != 0;
+  s->check_quorum = kt_rng_below(&s->rng, 4) != 0;
+  for (int i = 0; i < o->n; i++) {
+    s->voters[i] = (uint64_t)i + 1;
+    s->nodes[i].id = (uint64_t)i + 1;
+  }
+  for (int i = 0; i < o->n; i++)
+    node_start(s, &s->nodes[i]);
+  uint64_t end = (uint64_t)o->ticks * 10;
+  while (s->now < end && !s->failed)
+    sim_unit(s, true);
+  if (!s->failed)
+    check_log_matching(s);
+  /* liveness: heal everything, then one proposal must reach every member */
+  for (int i = 0; i < o->n; i++)
+    s->nodes[i].group = 0;
+  memset(s->oneway, 0, sizeof s->oneway);
+  s->drop_pct = s->dup_pct = 0;
+  uint64_t heal = s->now, goal = 0;
+  while (!s->failed && s->now < heal + 10 * 400) {
+    sim_unit(s, false);
+    if (s->now % 10)
+      continue;
+    int lead = -1;
+    for (int i = 0; i < o->n; i++)
+      if (kt_raft_role(s->nodes[i].r) == KT_RAFT_LEADER)
+        lead = i;
+    if (lead < 0)
+      continue;
+    struct kt_raft *lr = s->nodes[lead].r;
+    if (!goal || kt_raft_term_at(lr, goal) == 0) {
+      char buf[32];
+      int len = snprintf(buf, sizeof buf, "final%llu", (unsigned long long)kt_raft_term(lr));
+      if (kt_raft_propose(lr, buf, (uint32_t)len, &goal) == 0)
+        process_ready(s, &s->nodes[lead]);
+      continue;
+    }
+    bool all = true;
+    for (int i = 0; i < o->n; i++)
+      all &= s->nodes[i].applied >= goal;
+    if (all)
+      break;
+  }
+  if (!s->failed) {
+    check_log_matching(s);
+    for (int i = 0; i < o->n && !s->failed; i++)
+      if (!goal || s->nodes[i].applied < goal)
+        sim_fail(s,
+                 "no progress after healing: n%d applied %llu, goal %llu (role %s term %llu "
+                 "commit %llu persisted %llu first %llu last %llu)",
+                 i + 1, (unsigned long long)s->nodes[i].applied, (unsigned long long)goal,
+                 kt_raft_role_name(kt_raft_role(s->nodes[i].r)),
+                 (unsigned long long)kt_raft_term(s->nodes[i].r),
+                 (unsigned long long)kt_raft_commit(s->nodes[i].r),
+                 (unsigned long long)kt_raft_persisted_index(s->nodes[i].r),
+                 (unsigned long long)kt_raft_first_index(s->nodes[i].r),
+                 (unsigned long long)kt_raft_last_index(s->nodes[i].r));
+  }
+  int rc = s->failed;
+  if (rc)
+    snprintf(why, why_n, "%s", s->why);
+  s->st.committed = s->gn;
+  if (st)
+    *st = s->st;
+  sim_free(s);
+  free(s);
+  return rc;
+}

@@ -1,0 +1,760 @@
+/* test/unit/raft_test.c — core/raft: elections, replication, flow control,
+ * persistence gating, ReadIndex, transfer, compaction, and the message codec.
+ *
+ * A tiny in-process cluster (struct cl) moves messages through the codec in
+ * FIFO order, persists at once unless a test holds a member's disk, and
+ * records each member's trace events as text the tests search. */
+#include <stdlib.h>
+
+#include "../../core/raft.h"
+#include "test.h"
+
+#define MAXN 5
+
+struct cl {
+  int n;
+  struct kt_raft *r[MAXN + 1]; /* by id, 1-based */
+  uint64_t voters[MAXN];
+  bool hold_disk[MAXN + 1];     /* do not report persistence */
+  bool cut[MAXN + 1][MAXN + 1]; /* drop messages from → to */
+  struct kt_buf q[4096];        /* encoded messages in flight */
+  int qh, qt;
+  struct kt_buf ev[MAXN + 1]; /* trace, one event per line */
+  uint64_t applied[MAXN + 1];
+  uint64_t reads[MAXN + 1][64], read_index[MAXN + 1][64];
+  int n_reads[MAXN + 1];
+  int sent[MAXN + 1][KT_RAFT_MSG_TYPE_MAX]; /* by sender and type */
+  int rejects;                              /* APP_RESP rejects seen */
+  uint32_t max_app_entries;                 /* most entries in one APP */
+  uint64_t hb_commit[MAXN + 1];             /* commit of the last heartbeat to */
+  /* last unreported write of a held member */
+  uint64_t pend_term[MAXN + 1], pend_index[MAXN + 1];
+  struct kt_raft_hard_state pend_hs[MAXN + 1];
+  struct kt_raft_msg last_msg; /* copy of the last message sent (no entries) */
+};
+
+static struct kt_raft_config cfg_for(struct cl *c, uint64_t id, bool pre_vote, bool cq) {
+  struct kt_raft_config cfg = {.id = id,
+                               .voters = c->voters,
+                               .n_voters = (size_t)c->n,
+                               .election_ticks = 10,
+                               .heartbeat_ticks = 1,
+                               .max_msg_bytes = 1 << 20,
+                               .max_inflight_msgs = 256,
+                               .pre_vote = pre_vote,
+                               .check_quorum = cq,
+                               .seed = 42};
+  return cfg;
+}
+
+static struct cl *cl_new(int n, bool pre_vote, bool cq) {
+  struct cl *c = calloc(1, sizeof *c);
+  c->n = n;
+  for (int i = 0; i < n; i++)
+    c->voters[i] = (uint64_t)i + 1;
+  for (int i = 1; i <= n; i++) {
+    struct kt_raft_config cfg = cfg_for(c, (uint64_t)i, pre_vote, cq);
+    kt_assert(kt_raft_new(&cfg, &c->r[i]) == 0);
+  }
+  return c;
+}
+
+static void cl_free(struct cl *c) {
+  for (int i = 1; i <= c->n; i++) {
+    kt_raft_free(c->r[i]);
+    kt_buf_free(&c->ev[i]);
+  }
+  for (size_t i = 0; i < KT_ARRAY_LEN(c->q); i++)
+    kt_buf_free(&c->q[i]);
+  free(c);
+}
+
+static bool has_event(struct cl *c, int i, const char *s) {
+  kt_buf_append(&c->ev[i], "", 1);
+  c->ev[i].len--;
+  return c->ev[i].p && strstr((const char *)c->ev[i].p, s) != NULL;
+}
+
+/* Takes every ready of member i: persist (unless held), send, apply. */
+static void cl_ready(struct cl *c, int i) {
+  struct kt_raft *r = c->r[i];
+  while (kt_raft_has_ready(r)) {
+    struct kt_raft_ready rd;
+    kt_raft_ready(r, &rd);
+    for (size_t k = 0; k < rd.n_events; k++) {
+      char b[128];
+      kt_raft_event_str(&rd.events[k], b, sizeof b);
+      kt_buf_append(&c->ev[i], b, strlen(b));
+      kt_buf_append(&c->ev[i], "\n", 1);
+    }
+    for (size_t k = 0; k < rd.n_msgs; k++) {
+      const struct kt_raft_msg *m = &rd.msgs[k];
+      c->sent[i][m->type]++;
+      c->last_msg = *m;
+      c->last_msg.entries = NULL;
+      if (m->type == KT_RAFT_MSG_APP_RESP && m->reject)
+        c->rejects++;
+      if (m->type == KT_RAFT_MSG_APP)
+        c->max_app_entries = KT_MAX(c->max_app_entries, m->n_entries);
+      if (m->type == KT_RAFT_MSG_HEARTBEAT)
+        c->hb_commit[m->to] = m->commit;
+      if (c->cut[m->from][m->to])
+        continue;
+      struct kt_buf *b = &c->q[c->qt++ % KT_ARRAY_LEN(c->q)];
+      kt_buf_reset(b);
+      kt_raft_msg_encode(m, b);
+    }
+    for (size_t k = 0; k < rd.n_committed; k++) {
+      kt_assert(rd.committed[k].index == c->applied[i] + 1);
+      c->applied[i] = rd.committed[k].index;
+    }
+    for (size_t k = 0; k < rd.n_reads && c->n_reads[i] < 64; k++) {
+      c->reads[i][c->n_reads[i]] = rd.reads[k].context;
+      c->read_index[i][c->n_reads[i]++] = rd.reads[k].index;
+    }
+    struct kt_raft_hard_state hs = rd.hs;
+    uint64_t lt = rd.n_entries ? rd.entries[rd.n_entries - 1].term : 0;
+    uint64_t li = rd.n_entries ? rd.entries[rd.n_entries - 1].index : 0;
+    kt_raft_advance(r);
+    if (c->hold_disk[i]) {
+      if (li) {
+        c->pend_term[i] = lt;
+        c->pend_index[i] = li;
+      }
+      c->pend_hs[i] = hs;
+    } else {
+      if (li)
+        kt_raft_persisted(r, lt, li);
+      kt_raft_hs_persisted(r, &hs);
+    }
+  }
+}
+
+/* Reports member i's held writes as durable. */
+static void cl_flush_disk(struct cl *c, int i) {
+  if (c->pend_index[i])
+    kt_raft_persisted(c->r[i], c->pend_term[i], c->pend_index[i]);
+  kt_raft_hs_persisted(c->r[i], &c->pend_hs[i]);
+  cl_ready(c, i);
+}
+
+static void cl_deliver(struct cl *c) {
+  for (int i = 1; i <= c->n; i++)
+    cl_ready(c, i);
+  struct kt_arena a = {0};
+  for (int guard = 0; guard < 100000 && c->qh != c->qt; guard++) {
+    struct kt_buf *b = &c->q[c->qh++ % KT_ARRAY_LEN(c->q)];
+    struct kt_raft_msg m;
+    struct kt_err e;
+    kt_arena_reset(&a);
+    kt_assert(kt_raft_msg_decode(b->p, b->len, &a, &m, &e) == 0);
+    if (c->cut[m.from][m.to])
+      continue;
+    kt_raft_step(c->r[m.to], &m);
+    cl_ready(c, (int)m.to);
+  }
+  kt_arena_free(&a);
+}
+
+static void cl_tick(struct cl *c, int i, int k) {
+  for (int j = 0; j < k; j++) {
+    kt_raft_tick(c->r[i]);
+    cl_deliver(c);
+  }
+}
+
+static void cl_tick_all(struct cl *c, int k) {
+  for (int j = 0; j < k; j++) {
+    for (int i = 1; i <= c->n; i++)
+      kt_raft_tick(c->r[i]);
+    cl_deliver(c);
+  }
+}
+
+static void cl_isolate(struct cl *c, int i, bool cut) {
+  for (int j = 1; j <= c->n; j++)
+    c->cut[i][j] = c->cut[j][i] = cut && i != j;
+}
+
+/* Makes member i leader while its own messages are cut: it campaigns (no
+ * pre-vote) and member 2 (or 1) grants by a message stepped in directly. */
+static void force_leader(struct cl *c, int i) {
+  for (int k = 0; k < 25 && kt_raft_role(c->r[i]) != KT_RAFT_CANDIDATE; k++)
+    cl_tick(c, i, 1);
+  kt_assert(kt_raft_role(c->r[i]) == KT_RAFT_CANDIDATE);
+  struct kt_raft_msg g = {.type = KT_RAFT_MSG_VOTE_RESP,
+                          .from = i == 2 ? 1 : 2,
+                          .to = (uint64_t)i,
+                          .term = kt_raft_term(c->r[i])};
+  kt_raft_step(c->r[i], &g);
+  cl_deliver(c);
+}
+
+static int cl_leader(struct cl *c) {
+  int l = 0;
+  for (int i = 1; i <= c->n; i++)
+    if (kt_raft_role(c->r[i]) == KT_RAFT_LEADER)
+      l = i;
+  return l;
+}
+
+static void cl_propose(struct cl *c, int i, const char *s) {
+  uint64_t idx;
+  kt_assert(kt_raft_propose(c->r[i], s, (uint32_t)strlen(s), &idx) == 0);
+  cl_deliver(c);
+}
+
+/* ------------------------------------------------------------ elections */
+
+TEST(raft_single_member_commits_only_after_persist) {
+  struct cl *c = cl_new(1, true, true);
+  c->hold_disk[1] = true;
+  cl_tick(c, 1, 25);
+  /* its own vote is not durable: still a candidate */
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_CANDIDATE);
+  cl_flush_disk(c, 1);
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_LEADER);
+  CHECK(has_event(c, 1, "became leader term=1 last=1"));
+  uint64_t idx;
+  CHECK_EQ(kt_raft_propose(c->r[1], "x", 1, &idx), 0);
+  CHECK_EQ(idx, 2);
+  cl_ready(c, 1);
+  CHECK_EQ(kt_raft_commit(c->r[1]), 0);
+  CHECK_EQ(c->applied[1], 0);
+  cl_flush_disk(c, 1);
+  CHECK_EQ(kt_raft_commit(c->r[1]), 2);
+  CHECK_EQ(c->applied[1], 2);
+  cl_free(c);
+}
+
+TEST(raft_elects_one_leader) {
+  for (int pv = 0; pv < 2; pv++) {
+    struct cl *c = cl_new(3, pv, true);
+    cl_tick(c, 1, 25);
+    CHECK_EQ(cl_leader(c), 1);
+    CHECK(has_event(c, 1, "became leader term=1"));
+    CHECK(has_event(c, 2, "leader term=1 id=1"));
+    CHECK_EQ(!!has_event(c, 1, "became pre-candidate term=0"), pv);
+    CHECK_EQ(kt_raft_leader(c->r[3]), 1);
+    /* the empty entry of the new term commits everywhere */
+    cl_tick_all(c, 3);
+    for (int i = 1; i <= 3; i++) {
+      CHECK_EQ(kt_raft_commit(c->r[i]), 1);
+      CHECK_EQ(c->applied[i], 1);
+    }
+    cl_free(c);
+  }
+}
+
+TEST(raft_vote_granted_only_after_persisted) {
+  struct cl *c = cl_new(3, false, false);
+  c->hold_disk[2] = c->hold_disk[3] = true;
+  cl_tick(c, 1, 25);
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_CANDIDATE);
+  CHECK_EQ(c->sent[2][KT_RAFT_MSG_VOTE_RESP], 0);
+  CHECK_EQ(c->sent[3][KT_RAFT_MSG_VOTE_RESP], 0);
+  CHECK_EQ(kt_raft_term(c->r[2]), kt_raft_term(c->r[1])); /* term and vote taken, unsent */
+  cl_flush_disk(c, 2);
+  CHECK_EQ(c->sent[2][KT_RAFT_MSG_VOTE_RESP], 1);
+  cl_deliver(c);
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_LEADER);
+  CHECK(has_event(c, 2, "vote granted"));
+  cl_free(c);
+}
+
+TEST(raft_prevote_keeps_isolated_term) {
+  for (int pv = 0; pv < 2; pv++) {
+    struct cl *c = cl_new(3, pv, true);
+    cl_tick(c, 1, 25);
+    CHECK_EQ(cl_leader(c), 1);
+    uint64_t t = kt_raft_term(c->r[1]);
+    cl_isolate(c, 3, true);
+    for (int k = 0; k < 100; k++)
+      cl_tick_all(c, 1);
+    if (pv)
+      CHECK_EQ(kt_raft_term(c->r[3]), t);
+    else
+      CHECK(kt_raft_term(c->r[3]) > t + 2);
+    cl_isolate(c, 3, false);
+    cl_tick_all(c, 30);
+    /* with pre-vote the rejoining member does not depose the leader */
+    if (pv) {
+      CHECK_EQ(cl_leader(c), 1);
+      CHECK_EQ(kt_raft_term(c->r[1]), t);
+    } else {
+      CHECK(kt_raft_term(c->r[1]) > t);
+    }
+    CHECK(cl_leader(c) != 0);
+    cl_free(c);
+  }
+}
+
+TEST(raft_check_quorum_steps_down) {
+  struct cl *c = cl_new(3, true, true);
+  cl_tick(c, 1, 25);
+  CHECK_EQ(cl_leader(c), 1);
+  cl_isolate(c, 1, true);
+  cl_tick(c, 1, 25);
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_FOLLOWER);
+  CHECK(has_event(c, 1, "step down term=1 reason=no-quorum"));
+  cl_free(c);
+}
+
+TEST(raft_higher_term_steps_down) {
+  struct cl *c = cl_new(3, false, false);
+  cl_tick(c, 1, 25);
+  CHECK_EQ(cl_leader(c), 1);
+  struct kt_raft_msg m = {.type = KT_RAFT_MSG_APP_RESP, .from = 2, .to = 1, .term = 7};
+  kt_raft_step(c->r[1], &m);
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_FOLLOWER);
+  CHECK_EQ(kt_raft_term(c->r[1]), 7);
+  cl_free(c);
+}
+
+TEST(raft_lease_ignores_disruptive_vote) {
+  struct cl *c = cl_new(3, false, true);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  CHECK_EQ(cl_leader(c), 1);
+  /* a follower in lease ignores a higher-term vote request */
+  struct kt_raft_msg v = {
+      .type = KT_RAFT_MSG_VOTE, .from = 3, .to = 2, .term = 9, .index = 100, .log_term = 9};
+  kt_raft_step(c->r[2], &v);
+  CHECK_EQ(kt_raft_term(c->r[2]), 1);
+  cl_free(c);
+}
+
+/* ------------------------------------------------------------ replication */
+
+TEST(raft_replicates_and_applies_everywhere) {
+  struct cl *c = cl_new(5, true, true);
+  cl_tick(c, 2, 25);
+  CHECK_EQ(cl_leader(c), 2);
+  char buf[16];
+  for (int k = 0; k < 50; k++) {
+    snprintf(buf, sizeof buf, "v%d", k);
+    cl_propose(c, 2, buf);
+  }
+  cl_tick_all(c, 2);
+  for (int i = 1; i <= 5; i++) {
+    CHECK_EQ(c->applied[i], 51);
+    const struct kt_raft_entry *e = kt_raft_entry_at(c->r[i], 51);
+    CHECK(e != NULL);
+    CHECK_BYTES(e->data, e->len, "v49");
+  }
+  cl_free(c);
+}
+
+TEST(raft_follower_forwards_proposals) {
+  struct cl *c = cl_new(3, true, true);
+  cl_tick(c, 1, 25);
+  uint64_t idx = 99;
+  CHECK_EQ(kt_raft_propose(c->r[3], "fw", 2, &idx), 0);
+  CHECK_EQ(idx, 0);
+  cl_deliver(c);
+  cl_tick_all(c, 2);
+  const struct kt_raft_entry *e = kt_raft_entry_at(c->r[3], 2);
+  CHECK(e != NULL);
+  CHECK_BYTES(e->data, e->len, "fw");
+  CHECK_EQ(c->applied[3], 2);
+  /* no leader known: refused */
+  struct cl *d = cl_new(3, true, true);
+  CHECK_EQ(kt_raft_propose(d->r[1], "x", 1, &idx), KT_ENOLEADER);
+  CHECK_EQ(kt_raft_read_index(d->r[1], 1), KT_ENOLEADER);
+  cl_free(d);
+  cl_free(c);
+}
+
+TEST(raft_ack_withheld_until_persisted) {
+  struct cl *c = cl_new(3, true, true);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  c->hold_disk[2] = c->hold_disk[3] = true;
+  int acks2 = c->sent[2][KT_RAFT_MSG_APP_RESP];
+  cl_propose(c, 1, "a");
+  CHECK_EQ(kt_raft_last_index(c->r[2]), 2);
+  CHECK_EQ(c->sent[2][KT_RAFT_MSG_APP_RESP], acks2);
+  CHECK_EQ(kt_raft_commit(c->r[1]), 1); /* leader persisted, followers not: no quorum */
+  cl_flush_disk(c, 2);
+  CHECK_EQ(c->sent[2][KT_RAFT_MSG_APP_RESP], acks2 + 1);
+  cl_deliver(c);
+  CHECK_EQ(kt_raft_commit(c->r[1]), 2);
+  cl_free(c);
+}
+
+TEST(raft_leader_counts_own_persisted_index) {
+  struct cl *c = cl_new(3, true, true);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  c->hold_disk[1] = c->hold_disk[2] = true;
+  cl_propose(c, 1, "a");
+  /* only member 3 persisted: 1 of 3 */
+  CHECK_EQ(kt_raft_commit(c->r[1]), 1);
+  cl_flush_disk(c, 1);
+  CHECK_EQ(kt_raft_commit(c->r[1]), 2);
+  CHECK_EQ(c->applied[1], 2);
+  cl_free(c);
+}
+
+TEST(raft_truncation_drops_stale_ack) {
+  /* follower 2 gets entries of term 1 it has not persisted; a term-2 leader
+   * overwrites them; the old durable report must not ack the new entries. */
+  struct cl *c = cl_new(3, false, false);
+  struct kt_raft *f = c->r[2];
+  uint8_t d = 'x';
+  struct kt_raft_entry e1[2] = {{1, 1, 0, 1, &d}, {1, 2, 0, 1, &d}};
+  struct kt_raft_msg app = {
+      .type = KT_RAFT_MSG_APP, .from = 1, .to = 2, .term = 1, .n_entries = 2, .entries = e1};
+  c->hold_disk[2] = true;
+  kt_raft_step(f, &app);
+  cl_ready(c, 2);
+  CHECK_EQ(c->sent[2][KT_RAFT_MSG_APP_RESP], 0);
+  struct kt_raft_entry e2[1] = {{2, 1, 0, 1, &d}};
+  struct kt_raft_msg app2 = {
+      .type = KT_RAFT_MSG_APP, .from = 3, .to = 2, .term = 2, .n_entries = 1, .entries = e2};
+  kt_raft_step(f, &app2);
+  cl_ready(c, 2);
+  CHECK(has_event(c, 2, "truncate term=2 from=1"));
+  kt_raft_persisted(f, 1, 2); /* the old write became durable: no longer our log */
+  kt_raft_hs_persisted(f, &c->pend_hs[2]);
+  cl_ready(c, 2);
+  CHECK_EQ(kt_raft_persisted_index(f), 0);
+  CHECK_EQ(c->sent[2][KT_RAFT_MSG_APP_RESP], 0);
+  kt_raft_persisted(f, 2, 1);
+  cl_ready(c, 2);
+  CHECK_EQ(c->sent[2][KT_RAFT_MSG_APP_RESP], 1);
+  CHECK_EQ(c->last_msg.to, 3);
+  CHECK_EQ(c->last_msg.index, 1);
+  CHECK_EQ(c->last_msg.term, 2);
+  cl_free(c);
+}
+
+static void restart_with_log(struct cl *c, int id, uint64_t term, const uint64_t *terms, int n) {
+  struct kt_raft_entry ents[256];
+  for (int i = 0; i < n; i++)
+    ents[i] = (struct kt_raft_entry){terms[i], (uint64_t)i + 1, 0, 0, NULL};
+  struct kt_raft_config cfg = cfg_for(c, (uint64_t)id, false, false);
+  cfg.hs.term = term;
+  cfg.entries = ents;
+  cfg.n_entries = (size_t)n;
+  kt_raft_free(c->r[id]);
+  kt_assert(kt_raft_new(&cfg, &c->r[id]) == 0);
+}
+
+TEST(raft_fast_backtracking) {
+  struct cl *c = cl_new(3, false, false);
+  uint64_t lead[100], div[150];
+  for (int i = 0; i < 100; i++)
+    lead[i] = i < 50 ? 1 : 3;
+  for (int i = 0; i < 150; i++)
+    div[i] = i < 50 ? 1 : 2;
+  restart_with_log(c, 1, 5, lead, 100);
+  restart_with_log(c, 2, 4, div, 150);
+  restart_with_log(c, 3, 5, lead, 100);
+  cl_tick(c, 1, 25);
+  CHECK_EQ(cl_leader(c), 1);
+  cl_tick_all(c, 3);
+  CHECK(c->rejects <= 2); /* one-by-one backtracking would take ~50 */
+  CHECK_EQ(kt_raft_last_index(c->r[2]), 101);
+  CHECK_EQ(kt_raft_term_at(c->r[2], 60), 3);
+  CHECK_EQ(kt_raft_commit(c->r[2]), 101);
+  cl_free(c);
+}
+
+TEST(raft_commits_only_current_term_entries) {
+  /* leader of term 3 with an uncommitted term-1 entry at 2 */
+  struct cl *c = cl_new(3, false, false);
+  uint64_t l[2] = {1, 1};
+  restart_with_log(c, 1, 2, l, 2);
+  restart_with_log(c, 2, 2, l, 1);
+  restart_with_log(c, 3, 2, l, 1);
+  c->cut[1][2] = c->cut[1][3] = true; /* hold appends; votes go as separate steps */
+  force_leader(c, 1);
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_LEADER);
+  CHECK_EQ(kt_raft_term(c->r[1]), 3);
+  struct kt_raft_msg ack = {
+      .type = KT_RAFT_MSG_APP_RESP, .from = 2, .to = 1, .term = 3, .index = 2};
+  kt_raft_step(c->r[1], &ack);
+  cl_ready(c, 1);
+  CHECK_EQ(kt_raft_commit(c->r[1]), 0); /* index 2 is of term 1: not directly */
+  ack.index = 3;
+  kt_raft_step(c->r[1], &ack);
+  cl_ready(c, 1);
+  CHECK_EQ(kt_raft_commit(c->r[1]), 3);
+  cl_free(c);
+}
+
+TEST(raft_batching_and_inflight_limits) {
+  struct cl *c = cl_new(3, false, false);
+  for (int i = 1; i <= 3; i++) {
+    kt_raft_free(c->r[i]);
+    struct kt_raft_config cfg = cfg_for(c, (uint64_t)i, false, false);
+    cfg.max_msg_bytes = 100;
+    cfg.max_inflight_msgs = 2;
+    kt_assert(kt_raft_new(&cfg, &c->r[i]) == 0);
+  }
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  CHECK_EQ(cl_leader(c), 1);
+  /* cut the leader's output, propose 10 × 40 bytes */
+  c->cut[1][2] = c->cut[1][3] = true;
+  int apps = c->sent[1][KT_RAFT_MSG_APP];
+  char v[41];
+  memset(v, 'v', 40);
+  v[40] = 0;
+  for (int k = 0; k < 10; k++)
+    cl_propose(c, 1, v);
+  /* replicate state: each proposal goes at once, but only 2 messages in
+   * flight per follower */
+  CHECK_EQ(c->sent[1][KT_RAFT_MSG_APP] - apps, 4);
+  CHECK_EQ(c->max_app_entries, 1);
+  c->cut[1][2] = c->cut[1][3] = false;
+  /* a stalled stream falls back to probing and then catches up */
+  cl_tick_all(c, 20);
+  for (int i = 1; i <= 3; i++)
+    CHECK_EQ(c->applied[i], 11);
+  CHECK(has_event(c, 1, "probe term=1 peer=2"));
+  CHECK_EQ(c->max_app_entries, 2); /* the catch-up: 2 × 40 B fit in 100 B, 3 do not */
+  cl_free(c);
+}
+
+TEST(raft_heartbeat_carries_commit) {
+  struct cl *c = cl_new(3, false, false);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  c->cut[1][3] = true;
+  cl_propose(c, 1, "a");
+  CHECK_EQ(kt_raft_commit(c->r[1]), 2);
+  CHECK_EQ(kt_raft_commit(c->r[3]), 1);
+  c->cut[1][3] = false;
+  cl_tick(c, 1, 1); /* heartbeat: 3 has not got the entry yet, commit capped by its match */
+  CHECK_EQ(c->hb_commit[3], 1);
+  CHECK_EQ(c->hb_commit[2], 2);
+  cl_tick(c, 1, 8); /* the lost APP: the stalled stream is probed again */
+  CHECK_EQ(c->hb_commit[3], 2);
+  CHECK_EQ(kt_raft_commit(c->r[3]), 2);
+  CHECK_EQ(c->applied[3], 2);
+  cl_free(c);
+}
+
+/* ------------------------------------------------------------ reads */
+
+TEST(raft_read_index_on_leader_waits_for_heartbeat_quorum) {
+  struct cl *c = cl_new(3, true, true);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  cl_propose(c, 1, "a");
+  cl_isolate(c, 1, true);
+  CHECK_EQ(kt_raft_read_index(c->r[1], 77), 0);
+  cl_deliver(c);
+  CHECK_EQ(c->n_reads[1], 0); /* no quorum confirmed leadership */
+  cl_isolate(c, 1, false);
+  cl_tick(c, 1, 1);
+  CHECK_EQ(c->n_reads[1], 1);
+  CHECK_EQ(c->reads[1][0], 77);
+  CHECK_EQ(c->read_index[1][0], 2);
+  cl_free(c);
+}
+
+TEST(raft_read_index_on_follower) {
+  struct cl *c = cl_new(3, true, true);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  c->cut[1][3] = true;
+  cl_propose(c, 1, "a");
+  c->cut[1][3] = false;
+  /* follower 3 has not applied index 2 yet: the read waits for it */
+  c->cut[1][3] = false;
+  CHECK_EQ(kt_raft_read_index(c->r[3], 5), 0);
+  cl_deliver(c);
+  CHECK_EQ(c->n_reads[3], 0);
+  cl_tick_all(c, 8);
+  CHECK_EQ(c->n_reads[3], 1);
+  CHECK_EQ(c->reads[3][0], 5);
+  CHECK_EQ(c->read_index[3][0], 2);
+  CHECK(c->applied[3] >= 2);
+  cl_free(c);
+}
+
+TEST(raft_read_index_waits_for_commit_in_term) {
+  struct cl *c = cl_new(3, false, false);
+  c->cut[1][2] = c->cut[1][3] = true;
+  force_leader(c, 1);
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_LEADER);
+  CHECK_EQ(kt_raft_read_index(c->r[1], 9), 0);
+  cl_deliver(c);
+  CHECK_EQ(c->n_reads[1], 0);
+  c->cut[1][2] = c->cut[1][3] = false;
+  cl_tick_all(c, 3);
+  CHECK_EQ(c->n_reads[1], 1);
+  CHECK_EQ(c->read_index[1][0], 1);
+  cl_free(c);
+}
+
+/* ------------------------------------------------------------ transfer, compaction */
+
+TEST(raft_leadership_transfer) {
+  struct cl *c = cl_new(3, true, true);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  cl_propose(c, 1, "a");
+  uint64_t t = kt_raft_term(c->r[1]);
+  CHECK_EQ(kt_raft_transfer_leader(c->r[1], 3), 0);
+  CHECK_EQ(kt_raft_propose(c->r[1], "b", 1, NULL), KT_EBUSY);
+  cl_deliver(c);
+  CHECK_EQ(cl_leader(c), 3);
+  CHECK_EQ(kt_raft_term(c->r[3]), t + 1);
+  CHECK(has_event(c, 1, "transfer leadership term=1 to=3"));
+  CHECK_EQ(kt_raft_transfer_leader(c->r[1], 2), KT_ENOLEADER);
+  CHECK_EQ(kt_raft_transfer_leader(c->r[3], 3), KT_EINVAL);
+  cl_free(c);
+}
+
+TEST(raft_compaction_and_snapshot_seam) {
+  struct cl *c = cl_new(3, false, false);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  cl_isolate(c, 3, true);
+  for (int k = 0; k < 10; k++)
+    cl_propose(c, 1, "x");
+  CHECK_EQ(c->applied[1], 11);
+  CHECK_EQ(kt_raft_compact(c->r[1], 12), KT_EINVAL); /* beyond applied */
+  CHECK_EQ(kt_raft_compact(c->r[1], 8), 0);
+  CHECK_EQ(kt_raft_first_index(c->r[1]), 9);
+  CHECK_EQ(kt_raft_term_at(c->r[1], 8), 1);
+  CHECK_EQ(kt_raft_term_at(c->r[1], 7), 0);
+  CHECK(kt_raft_entry_at(c->r[1], 8) == NULL);
+  CHECK_EQ(kt_raft_compact(c->r[1], 5), KT_EINVAL); /* already compacted */
+  cl_isolate(c, 3, false);
+  cl_tick_all(c, 5);
+  CHECK(has_event(c, 1, "need snapshot term=1 peer=3"));
+  CHECK_EQ(c->applied[2], 11);
+  cl_free(c);
+}
+
+TEST(raft_restart_from_persisted_state) {
+  struct cl *c = cl_new(1, false, false);
+  cl_tick(c, 1, 25);
+  cl_propose(c, 1, "a");
+  CHECK_EQ(c->applied[1], 2);
+  struct kt_raft_entry ents[2];
+  memcpy(ents, kt_raft_entry_at(c->r[1], 1), sizeof ents[0]);
+  memcpy(ents + 1, kt_raft_entry_at(c->r[1], 2), sizeof ents[0]);
+  struct kt_raft_config cfg = cfg_for(c, 1, false, false);
+  cfg.hs = (struct kt_raft_hard_state){kt_raft_term(c->r[1]), 1, 9 /* beyond log: capped */};
+  cfg.entries = ents;
+  cfg.n_entries = 2;
+  struct kt_raft *r2;
+  CHECK_EQ(kt_raft_new(&cfg, &r2), 0);
+  CHECK_EQ(kt_raft_commit(r2), 2);
+  CHECK_EQ(kt_raft_last_index(r2), 2);
+  struct kt_raft_ready rd;
+  kt_raft_ready(r2, &rd);
+  CHECK_EQ(rd.n_entries, 0);
+  CHECK_EQ(rd.n_committed, 2);
+  CHECK_BYTES(rd.committed[1].data, rd.committed[1].len, "a");
+  kt_raft_advance(r2);
+  kt_raft_free(r2);
+  /* bad configs */
+  uint64_t bad[2] = {1, 1};
+  cfg = cfg_for(c, 1, false, false);
+  cfg.voters = bad;
+  cfg.n_voters = 2;
+  CHECK_EQ(kt_raft_new(&cfg, &r2), KT_EINVAL);
+  cfg = cfg_for(c, 7, false, false);
+  CHECK_EQ(kt_raft_new(&cfg, &r2), KT_EINVAL);
+  cfg = cfg_for(c, 1, false, false);
+  cfg.election_ticks = 1;
+  CHECK_EQ(kt_raft_new(&cfg, &r2), KT_EINVAL);
+  cl_free(c);
+}
+
+/* ------------------------------------------------------------ codec */
+
+TEST(raft_msg_codec_roundtrip) {
+  uint8_t d[3] = {'a', 'b', 'c'};
+  struct kt_raft_entry es[2] = {{3, 10, 0, 3, d}, {3, 11, 1, 0, NULL}};
+  struct kt_raft_msg m = {.type = KT_RAFT_MSG_APP,
+                          .reject = true,
+                          .from = 1,
+                          .to = 2,
+                          .term = 3,
+                          .log_term = 2,
+                          .index = 9,
+                          .commit = 8,
+                          .hint = 7,
+                          .context = 0xdeadbeefcafeull,
+                          .n_entries = 2,
+                          .entries = es};
+  struct kt_buf b = {0};
+  kt_raft_msg_encode(&m, &b);
+  CHECK_EQ(b.len, KT_RAFT_MSG_HEADER_BYTES + 2 * KT_RAFT_ENTRY_HEADER_BYTES + 3);
+  struct kt_arena a = {0};
+  struct kt_raft_msg o;
+  struct kt_err e;
+  CHECK_EQ(kt_raft_msg_decode(b.p, b.len, &a, &o, &e), 0);
+  CHECK_EQ(o.type, KT_RAFT_MSG_APP);
+  CHECK(o.reject);
+  CHECK_EQ(o.from, 1);
+  CHECK_EQ(o.to, 2);
+  CHECK_EQ(o.term, 3);
+  CHECK_EQ(o.log_term, 2);
+  CHECK_EQ(o.index, 9);
+  CHECK_EQ(o.commit, 8);
+  CHECK_EQ(o.hint, 7);
+  CHECK_EQ(o.context, 0xdeadbeefcafeull);
+  CHECK_EQ(o.n_entries, 2);
+  CHECK_BYTES(o.entries[0].data, o.entries[0].len, "abc");
+  CHECK_EQ(o.entries[1].type, 1);
+  CHECK_EQ(o.entries[1].index, 11);
+  /* every truncation and one trailing byte are refused */
+  for (size_t n = 0; n < b.len; n++)
+    CHECK_EQ(kt_raft_msg_decode(b.p, n, &a, &o, &e), KT_EPROTO);
+  kt_buf_append(&b, "", 1);
+  CHECK_EQ(kt_raft_msg_decode(b.p, b.len, &a, &o, &e), KT_EPROTO);
+  CHECK(strstr(e.msg, "trailing") != NULL);
+  b.len--;
+  b.p[0] = 2;
+  CHECK_EQ(kt_raft_msg_decode(b.p, b.len, &a, &o, &e), KT_EPROTO);
+  b.p[0] = 1;
+  b.p[1] = KT_RAFT_MSG_TYPE_MAX;
+  CHECK_EQ(kt_raft_msg_decode(b.p, b.len, &a, &o, &e), KT_EPROTO);
+  b.p[1] = KT_RAFT_MSG_APP;
+  kt_put_u32be(b.p + 68, 0xffffffffu); /* absurd entry count */
+  CHECK_EQ(kt_raft_msg_decode(b.p, b.len, &a, &o, &e), KT_EPROTO);
+  kt_arena_free(&a);
+  kt_buf_free(&b);
+}
+
+TEST(raft_restart_after_compaction) {
+  /* the node restarts from a snapshot at 8 (term 1) and entries 9..11 */
+  struct cl *c = cl_new(1, false, false);
+  uint8_t d = 'z';
+  struct kt_raft_entry ents[3] = {{1, 9, 0, 1, &d}, {2, 10, 0, 1, &d}, {2, 11, 0, 0, NULL}};
+  struct kt_raft_config cfg = cfg_for(c, 1, false, false);
+  cfg.hs = (struct kt_raft_hard_state){2, 1, 10};
+  cfg.entries = ents;
+  cfg.n_entries = 3;
+  cfg.first_index = 9;
+  cfg.compacted_term = 1;
+  cfg.applied = 8;
+  struct kt_raft *r;
+  CHECK_EQ(kt_raft_new(&cfg, &r), 0);
+  CHECK_EQ(kt_raft_first_index(r), 9);
+  CHECK_EQ(kt_raft_term_at(r, 8), 1);
+  CHECK_EQ(kt_raft_term_at(r, 7), 0);
+  CHECK_EQ(kt_raft_applied(r), 8);
+  struct kt_raft_ready rd;
+  kt_raft_ready(r, &rd);
+  CHECK_EQ(rd.n_committed, 2); /* 9 and 10: commit 10 */
+  CHECK_EQ(rd.committed[0].index, 9);
+  kt_raft_advance(r);
+  CHECK_EQ(kt_raft_compact(r, 10), 0);
+  CHECK_EQ(kt_raft_compact(r, 11), KT_EINVAL); /* not applied */
+  /* entries newer than the hard state's term are refused */
+  cfg.hs.term = 1;
+  struct kt_raft *r2;
+  CHECK_EQ(kt_raft_new(&cfg, &r2), KT_EINVAL);
+  kt_raft_free(r);
+  cl_free(c);
+}
