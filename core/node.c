@@ -16,11 +16,15 @@
 #include "../snap/snap.h"
 #include "../wal/wal.h"
 #include "mvcc.h"
+#include "raft.h"
 
-/* WAL record types written by the node. */
+/* WAL record types written by the node (the record's index is the entry's). */
 enum {
-  REC_ENTRY = 2, /* term u64 BE | request body (msgpack, as a client frame body) */
+  REC_ENTRY = 2,     /* term u64 BE | entry type u8 | data (a client request body) */
+  REC_HARDSTATE = 3, /* term u64 | vote u64 | commit u64 (BE) */
 };
+#define ENTRY_HDR 9
+#define DEFER_MAX 65536 /* requests waiting for a leader */
 
 #define SNAP_SLICE_KEYS 256
 #define SNAP_MAX_INFLIGHT 16
@@ -28,12 +32,28 @@ enum {
 #define SNAP_KEEP 2
 #define META_MAGIC "KTMEMBER"
 
+/* A client write proposed to raft, waiting for its entry to be applied. */
 struct pending {
-  uint64_t seq;   /* WAL sequence of the entry */
-  uint64_t index; /* log index */
-  struct kt_conn *conn;
+  uint64_t index, term; /* the entry raft gave it */
+  struct kt_conn *conn; /* NULL for the member's own proposals */
   uint64_t req_id;
-  size_t body_len; /* payload bytes at the front of n->bodies, in order */
+};
+
+/* A WAL batch part whose durability raft waits for. */
+struct persisting {
+  uint64_t seq;         /* WAL sequence of its last record */
+  uint64_t term, index; /* last entry written (index 0: none) */
+  bool has_hs;
+  struct kt_raft_hard_state hs;
+};
+
+/* A request that arrived while there was no leader (or before this leader
+ * applied its first entry): run again once the member serves, or failed
+ * with ENOLEADER after two election timeouts. */
+struct deferred {
+  struct kt_conn *conn;
+  ev_tstamp since;
+  size_t len; /* body bytes in n->deferred_bodies, in order */
 };
 
 struct waiter { /* a physical compaction waiting for its slices */
@@ -52,16 +72,24 @@ struct kt_node {
   struct kt_arena arena;
   struct kt_buf scratch;
 
-  uint64_t term;
-  uint64_t last_index;    /* last index appended to the WAL */
-  uint64_t applied_index; /* last index applied to the store */
+  struct kt_raft *raft;
+  uint64_t applied_index, applied_term; /* last entry applied to the store */
+  uint64_t lead_index; /* first entry of our leadership: serve once applied */
+  uint64_t wal_last_index; /* index of the last entry appended to the WAL */
+  bool serving;        /* leader and lead_index applied */
 
-  /* In-flight writes, in index order: pend[pend_head..n_pend). Their WAL
-   * payloads sit in `bodies` from bodies_head on, in the same order. */
+  /* Proposed writes, in index order: pend[pend_head..n_pend). */
   struct pending *pend;
   size_t n_pend, cap_pend, pend_head;
-  struct kt_buf bodies;
-  size_t bodies_head;
+  /* WAL appends raft waits on, in order. */
+  struct persisting *pers;
+  size_t n_pers, cap_pers, pers_head;
+  /* Requests waiting for the member to serve. */
+  struct deferred *defer;
+  size_t n_defer, cap_defer, defer_head;
+  struct kt_buf defer_bodies;
+  size_t defer_bodies_head;
+  ev_timer tick_w;
 
   struct waiter *waiters;
   size_t n_waiters;
@@ -104,7 +132,7 @@ static void header_of(const struct kt_node *n, struct kt_header *h) {
   h->cluster_id = n->cluster_id;
   h->member_id = n->member_id;
   h->revision = kt_mvcc_revision(n->store);
-  h->raft_term = n->term;
+  h->raft_term = kt_raft_term(n->raft);
 }
 
 static void reply(struct kt_node *n, struct kt_conn *c, uint64_t id, uint8_t type,
@@ -169,25 +197,61 @@ static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_con
   }
 }
 
-/* Decode an ENTRY payload (term | body) and apply it. */
-static int apply_entry(struct kt_node *n, uint64_t index, const uint8_t *p, size_t len,
-                       struct kt_conn *c, uint64_t req_id, struct kt_err *e) {
-  if (len < 8)
-    return kt_err_set(e, KT_ECORRUPT, "entry %llu: payload of %zu bytes is too short",
-                      (unsigned long long)index, len);
-  uint64_t term = kt_get_u64be(p);
-  struct kt_req req;
-  struct kt_err de = {0};
-  kt_arena_reset(&n->arena);
-  if (kt_proto_decode_req(p + 8, len - 8, &n->arena, &req, &de))
-    return kt_err_set(e, KT_ECORRUPT, "entry %llu: undecodable request: %s",
-                      (unsigned long long)index, de.msg);
-  if (term > n->term)
-    n->term = term;
-  apply_req(n, &req, c, req_id);
-  n->applied_index = index;
-  n->log_bytes_since_snap += len;
-  return 0;
+/* A FIFO of structs with a head, grown or slid down in place. */
+#define FIFO_PUSH(arr, head, n, cap, item)                                                         \
+  do {                                                                                             \
+    if ((n) == (cap)) {                                                                            \
+      if ((head) > (n) / 2) {                                                                      \
+        memmove((arr), (arr) + (head), ((n) - (head)) * sizeof *(arr));                            \
+        (n) -= (head);                                                                             \
+        (head) = 0;                                                                                \
+      } else {                                                                                     \
+        (cap) = (cap) ? (cap) * 2 : 256;                                                           \
+        (arr) = realloc((arr), (cap) * sizeof *(arr));                                             \
+        kt_assert(arr);                                                                            \
+      }                                                                                            \
+    }                                                                                              \
+    (arr)[(n)++] = (item);                                                                         \
+  } while (0)
+
+/* Apply one committed entry; answer the client that proposed it, if it was
+ * ours and is still the entry raft gave it (else the outcome is unknown). */
+static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) {
+  struct kt_conn *c = NULL;
+  uint64_t req_id = 0;
+  while (n->pend_head < n->n_pend && n->pend[n->pend_head].index <= ent->index) {
+    struct pending *p = &n->pend[n->pend_head++];
+    if (p->index == ent->index && p->term == ent->term) {
+      c = p->conn;
+      req_id = p->req_id;
+    } else if (p->conn) {
+      /* Its entry was replaced after a leader change. */
+      kt_conn_send_error(p->conn, p->req_id, KT_EUNKNOWN,
+                         "request outcome unknown: its log entry was replaced (leader change)");
+      kt_conn_unref(p->conn);
+    }
+  }
+  if (n->pend_head == n->n_pend)
+    n->pend_head = n->n_pend = 0;
+  n->applied_index = ent->index;
+  n->applied_term = ent->term;
+  n->log_bytes_since_snap += ent->len;
+  if (ent->len) {
+    struct kt_req req;
+    struct kt_err de = {0};
+    kt_arena_reset(&n->arena);
+    if (kt_proto_decode_req(ent->data, ent->len, &n->arena, &req, &de)) {
+      /* Validated before it was proposed: this is a bug or a bad disk. */
+      char msg[400];
+      snprintf(msg, sizeof msg, "entry %llu: undecodable request: %s",
+               (unsigned long long)ent->index, de.msg);
+      fatal_stop(n, KT_ECORRUPT, msg);
+    } else {
+      apply_req(n, &req, c && kt_conn_open(c) ? c : NULL, req_id);
+    }
+  }
+  if (c)
+    kt_conn_unref(c);
 }
 
 /* ---- propose (the write path) ---- */
@@ -200,35 +264,30 @@ static void propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const
       kt_conn_send_error(c, req_id, n->wal_failed, n->wal_failed_msg);
     return;
   }
-  uint64_t index = n->last_index + 1;
-  kt_buf_reset(&n->scratch);
-  kt_buf_reserve(&n->scratch, 8 + body_len);
-  kt_put_u64be(n->scratch.p, n->term);
-  memcpy(n->scratch.p + 8, body, body_len);
-  n->scratch.len = 8 + body_len;
-  uint64_t seq;
-  int rc = kt_wal_append(n->wal, REC_ENTRY, index, n->scratch.p, n->scratch.len, &seq);
-  if (rc) {
+  uint64_t index = 0;
+  int rc = kt_raft_propose(n->raft, body, (uint32_t)body_len, &index);
+  if (rc || !index) { /* followers forward: the cluster issue wires that */
     if (c)
-      kt_conn_send_error(c, req_id, rc, "the write-ahead log refused the entry");
+      kt_conn_send_error(c, req_id, rc ? rc : KT_ENOLEADER, NULL);
     return;
-  }
-  n->last_index = index;
-  if (n->n_pend == n->cap_pend) {
-    if (n->pend_head > n->n_pend / 2) { /* slide down instead of growing */
-      memmove(n->pend, n->pend + n->pend_head, (n->n_pend - n->pend_head) * sizeof *n->pend);
-      n->n_pend -= n->pend_head;
-      n->pend_head = 0;
-    } else {
-      n->cap_pend = n->cap_pend ? n->cap_pend * 2 : 1024;
-      n->pend = realloc(n->pend, n->cap_pend * sizeof *n->pend);
-      kt_assert(n->pend);
-    }
   }
   if (c)
     kt_conn_ref(c);
-  n->pend[n->n_pend++] = (struct pending){seq, index, c, req_id, n->scratch.len};
-  kt_buf_append(&n->bodies, n->scratch.p, n->scratch.len);
+  struct pending p = {index, kt_raft_term(n->raft), c, req_id};
+  FIFO_PUSH(n->pend, n->pend_head, n->n_pend, n->cap_pend, p);
+}
+
+/* Keep a request for when the member serves (bounded). */
+static void defer_request(struct kt_node *n, struct kt_conn *c, uint64_t req_id,
+                          const uint8_t *body, size_t len) {
+  if (n->n_defer - n->defer_head >= DEFER_MAX) {
+    kt_conn_send_error(c, req_id, KT_ENOLEADER, "no leader (too many requests waiting)");
+    return;
+  }
+  kt_conn_ref(c);
+  struct deferred d = {c, ev_now(n->loop), len};
+  FIFO_PUSH(n->defer, n->defer_head, n->n_defer, n->cap_defer, d);
+  kt_buf_append(&n->defer_bodies, body, len);
 }
 
 static bool op_writes(const struct kt_request_op *op) {
@@ -279,9 +338,9 @@ static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
   s->version = (struct kt_bytes){(const uint8_t *)version, sizeof version - 1};
   s->db_size = (int64_t)kt_mvcc_size_bytes(n->store);
   s->db_size_in_use = s->db_size;
-  s->leader = n->member_id;
-  s->raft_index = n->last_index;
-  s->raft_term = n->term;
+  s->leader = kt_raft_leader(n->raft);
+  s->raft_index = kt_raft_last_index(n->raft);
+  s->raft_term = kt_raft_term(n->raft);
   s->raft_applied_index = n->applied_index;
   if (kt_mvcc_nospace(n->store)) {
     s->errors = &nospace;
@@ -303,6 +362,13 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
   int rc;
   if (n->stopping) {
     kt_conn_send_error(c, req->id, KT_ESTOPPED, "member is shutting down");
+    return;
+  }
+  /* Until this member leads and has applied its first entry, only status and
+   * serializable reads are answered; the rest waits (bounded). */
+  if (!n->serving && req->type != KT_MSG_STATUS &&
+      !(req->type == KT_MSG_RANGE && req->u.op.u.range.serializable)) {
+    defer_request(n, c, req->id, body, body_len);
     return;
   }
   switch (req->type) {
@@ -375,11 +441,7 @@ static void fail_pending(struct kt_node *n, int code, const char *msg) {
     }
   }
   n->pend_head = n->n_pend = 0;
-  kt_buf_reset(&n->bodies);
-  n->bodies_head = 0;
 }
-
-static void snap_maybe_start(struct kt_node *n);
 
 static void on_wal_synced(struct ev_loop *loop, ev_async *w, int revents) {
   (void)loop;
@@ -388,29 +450,17 @@ static void on_wal_synced(struct ev_loop *loop, ev_async *w, int revents) {
   uint64_t durable = 0;
   struct kt_err e = {0};
   int rc = kt_wal_poll(n->wal, &durable, &e);
-  /* Apply and answer everything that is durable, in log order. */
-  while (n->pend_head < n->n_pend && n->pend[n->pend_head].seq <= durable) {
-    struct pending *p = &n->pend[n->pend_head++];
-    struct kt_err ae = {0};
-    const uint8_t *payload = n->bodies.p + n->bodies_head;
-    n->bodies_head += p->body_len;
-    struct kt_conn *c = p->conn && kt_conn_open(p->conn) ? p->conn : NULL;
-    int arc = apply_entry(n, p->index, payload, p->body_len, c, p->req_id, &ae);
-    if (p->conn)
-      kt_conn_unref(p->conn);
-    if (arc) {
-      fatal_stop(n, KT_ECORRUPT, ae.msg); /* our own bytes: cannot happen */
-      return;
-    }
+  /* Tell raft what is durable; the next ready (end of this turn) commits,
+   * applies and answers. */
+  while (n->pers_head < n->n_pers && n->pers[n->pers_head].seq <= durable) {
+    struct persisting *p = &n->pers[n->pers_head++];
+    if (p->has_hs)
+      kt_raft_hs_persisted(n->raft, &p->hs);
+    if (p->index)
+      kt_raft_persisted(n->raft, p->term, p->index);
   }
-  if (n->pend_head == n->n_pend) {
-    n->pend_head = n->n_pend = 0;
-    kt_buf_reset(&n->bodies);
-    n->bodies_head = 0;
-  } else if (n->bodies_head > (1u << 20)) {
-    kt_buf_consume(&n->bodies, n->bodies_head);
-    n->bodies_head = 0;
-  }
+  if (n->pers_head == n->n_pers)
+    n->pers_head = n->n_pers = 0;
   if (rc) {
     if (rc == KT_ENOSPACE) {
       /* Disk full: what is not durable was not acknowledged; refuse writes
@@ -422,10 +472,144 @@ static void on_wal_synced(struct ev_loop *loop, ev_async *w, int revents) {
       fail_pending(n, KT_ENOSPACE, n->wal_failed_msg);
     } else {
       fatal_stop(n, rc, e.msg); /* a failed fdatasync stops the member */
-      return;
     }
   }
+}
+
+/* ---- the raft ready loop (end of each loop turn) ---- */
+
+static void snap_maybe_start(struct kt_node *n);
+static void run_deferred(struct kt_node *n);
+
+/* Hard state then entries, one batch: raft hears back in on_wal_synced. */
+static void persist_ready(struct kt_node *n, const struct kt_raft_ready *rd) {
+  if (n->wal_failed)
+    return;
+  struct persisting p = {0};
+  uint64_t seq = 0;
+  int rc = 0;
+  if (rd->hs_changed) {
+    uint8_t b[24];
+    kt_put_u64be(b, rd->hs.term);
+    kt_put_u64be(b + 8, rd->hs.vote);
+    kt_put_u64be(b + 16, rd->hs.commit);
+    /* indexed like the entry before it, so segment indexes never go down */
+    rc = kt_wal_append(n->wal, REC_HARDSTATE, n->wal_last_index, b, sizeof b, &seq);
+    p.has_hs = true;
+    p.hs = rd->hs;
+  }
+  for (size_t i = 0; i < rd->n_entries && !rc; i++) {
+    const struct kt_raft_entry *ent = &rd->entries[i];
+    kt_buf_reset(&n->scratch);
+    kt_buf_reserve(&n->scratch, ENTRY_HDR + ent->len);
+    kt_put_u64be(n->scratch.p, ent->term);
+    n->scratch.p[8] = ent->type;
+    if (ent->len)
+      memcpy(n->scratch.p + ENTRY_HDR, ent->data, ent->len);
+    rc = kt_wal_append(n->wal, REC_ENTRY, ent->index, n->scratch.p, ENTRY_HDR + ent->len, &seq);
+    p.term = ent->term;
+    p.index = n->wal_last_index = ent->index;
+  }
+  if (rc) {
+    fatal_stop(n, rc, "the write-ahead log refused an append");
+    return;
+  }
+  p.seq = seq;
+  FIFO_PUSH(n->pers, n->pers_head, n->n_pers, n->cap_pers, p);
+}
+
+static void raft_event(struct kt_node *n, const struct kt_raft_event *ev) {
+  char buf[160];
+  int level = KT_LOG_INFO;
+  switch (ev->type) {
+  case KT_RAFT_EV_COMMIT:
+  case KT_RAFT_EV_PROBE:
+  case KT_RAFT_EV_REPLICATE:
+  case KT_RAFT_EV_LEADER_KNOWN:
+    level = KT_LOG_DEBUG;
+    break;
+  case KT_RAFT_EV_BECAME_LEADER:
+    n->lead_index = ev->a;
+    break;
+  default:
+    break;
+  }
+  kt_log(level, "raft", "%s", kt_raft_event_str(ev, buf, sizeof buf));
+}
+
+static void process_ready(struct kt_node *n) {
+  while (!n->fatal && kt_raft_has_ready(n->raft)) {
+    struct kt_raft_ready rd;
+    kt_raft_ready(n->raft, &rd);
+    for (size_t i = 0; i < rd.n_events; i++)
+      raft_event(n, &rd.events[i]);
+    if (rd.hs_changed || rd.n_entries)
+      persist_ready(n, &rd);
+    /* rd.msgs: one member sends nothing (the peer transport comes with the
+     * cluster issue). */
+    for (size_t i = 0; i < rd.n_committed && !n->fatal; i++)
+      apply_committed(n, &rd.committed[i]);
+    bool was = n->serving;
+    n->serving = rd.role == KT_RAFT_LEADER && n->lead_index && n->applied_index >= n->lead_index;
+    if (n->serving && !was)
+      kt_log(KT_LOG_INFO, "node", "serving as leader term=%llu applied-index=%llu revision=%lld",
+             (unsigned long long)kt_raft_term(n->raft), (unsigned long long)n->applied_index,
+             (long long)kt_mvcc_revision(n->store));
+    kt_raft_advance(n->raft);
+  }
+  /* One member: nobody needs applied entries from raft's memory (the WAL
+   * and snapshots hold them). */
+  if (n->applied_index >= kt_raft_first_index(n->raft) + 1024)
+    kt_raft_compact(n->raft, n->applied_index);
+  if (n->serving && n->defer_head < n->n_defer)
+    run_deferred(n);
   snap_maybe_start(n);
+}
+
+static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, const uint8_t *body,
+                       size_t body_len);
+
+/* The member serves now: run what waited, in arrival order. */
+static void run_deferred(struct kt_node *n) {
+  while (n->serving && n->defer_head < n->n_defer) {
+    struct deferred d = n->defer[n->defer_head++];
+    const uint8_t *body = n->defer_bodies.p + n->defer_bodies_head;
+    n->defer_bodies_head += d.len;
+    struct kt_req req;
+    struct kt_err e = {0};
+    kt_arena_reset(&n->arena);
+    if (kt_conn_open(d.conn) && kt_proto_decode_req(body, d.len, &n->arena, &req, &e) == 0)
+      on_request(n, d.conn, &req, body, d.len);
+    kt_conn_unref(d.conn);
+  }
+  if (n->defer_head == n->n_defer) {
+    n->defer_head = n->n_defer = 0;
+    kt_buf_reset(&n->defer_bodies);
+    n->defer_bodies_head = 0;
+  }
+}
+
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)revents;
+  struct kt_node *n = w->data;
+  kt_raft_tick(n->raft);
+  /* Requests that waited two election timeouts for a leader fail. */
+  ev_tstamp limit = 2.0 * n->cfg.election_timeout_ms / 1000.0;
+  while (n->defer_head < n->n_defer && ev_now(loop) - n->defer[n->defer_head].since > limit) {
+    struct deferred *d = &n->defer[n->defer_head++];
+    const uint8_t *body = n->defer_bodies.p + n->defer_bodies_head;
+    n->defer_bodies_head += d->len;
+    uint8_t type;
+    uint64_t id = 0;
+    kt_proto_peek_id(body, d->len, &type, &id);
+    kt_conn_send_error(d->conn, id, KT_ENOLEADER, "no leader");
+    kt_conn_unref(d->conn);
+  }
+  if (n->defer_head == n->n_defer) {
+    n->defer_head = n->n_defer = 0;
+    kt_buf_reset(&n->defer_bodies);
+    n->defer_bodies_head = 0;
+  }
 }
 
 /* ---- snapshots ---- */
@@ -531,7 +715,7 @@ static void snap_maybe_start(struct kt_node *n) {
   char membership[1024];
   int ml;
   membership_blob(n, membership, sizeof membership, &ml);
-  meta.term = n->term;
+  meta.term = n->applied_term;
   meta.index = n->applied_index;
   meta.revision = kt_mvcc_revision(n->store);
   meta.compact_revision = kt_mvcc_compact_revision(n->store);
@@ -657,7 +841,8 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
   struct kt_node *n = w->data;
   if (background_pending(n))
     background_slice(n); /* one slice per turn even when never idle */
-  if (n->pend_head < n->n_pend) {
+  process_ready(n);
+  if (n->pers_head < n->n_pers) {
     int rc = kt_wal_flush(n->wal);
     if (rc && rc != KT_ENOSPACE)
       fatal_stop(n, rc, "write-ahead log failed");
@@ -775,8 +960,8 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
     kt_mvcc_restore_done(s, meta.revision, meta.compact_revision);
     kt_mvcc_free(n->store);
     n->store = s;
-    n->term = meta.term;
-    n->applied_index = n->last_index = n->last_snap_index = meta.index;
+    n->applied_term = meta.term;
+    n->applied_index = n->last_snap_index = meta.index;
     kt_log(KT_LOG_INFO, "snap",
            "recovered from snapshot file=%s index=%llu revision=%lld keys=%llu", list[i].name,
            (unsigned long long)meta.index, (long long)meta.revision,
@@ -792,8 +977,13 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
   return 0;
 }
 
+/* What the WAL holds after the snapshot: raft's restart state. */
 struct replay {
   struct kt_node *n;
+  struct kt_raft_hard_state hs;
+  struct kt_raft_entry *ents;
+  size_t n_ents, cap_ents;
+  struct kt_arena data;
   uint64_t first_seen;
   struct kt_err *e;
 };
@@ -801,22 +991,84 @@ struct replay {
 static int replay_rec(void *arg, const struct kt_wal_rec *rec) {
   struct replay *r = arg;
   struct kt_node *n = r->n;
+  if (rec->type == REC_HARDSTATE) {
+    if (rec->len != 24)
+      return kt_err_set(r->e, KT_ECORRUPT, "%s: hard state record of %u bytes", n->wal_dir,
+                        rec->len);
+    r->hs = (struct kt_raft_hard_state){kt_get_u64be(rec->payload),
+                                        kt_get_u64be(rec->payload + 8),
+                                        kt_get_u64be(rec->payload + 16)};
+    return 0;
+  }
   if (rec->type != REC_ENTRY)
     return 0;
+  if (rec->len < ENTRY_HDR)
+    return kt_err_set(r->e, KT_ECORRUPT, "%s: entry %llu of %u bytes is too short", n->wal_dir,
+                      (unsigned long long)rec->index, rec->len);
   if (!r->first_seen)
     r->first_seen = rec->index;
   if (rec->index <= n->applied_index)
     return 0; /* covered by the snapshot */
-  if (rec->index != n->applied_index + 1) {
-    kt_err_set(r->e, KT_ECORRUPT,
-               "%s: entry %llu follows %llu: entries are missing (no snapshot covers them)",
-               n->wal_dir, (unsigned long long)rec->index, (unsigned long long)n->applied_index);
-    return KT_ECORRUPT;
+  uint64_t first = n->applied_index + 1;
+  if (rec->index > first + r->n_ents)
+    return kt_err_set(r->e, KT_ECORRUPT,
+                      "%s: entry %llu follows %llu: entries are missing (no snapshot covers them)",
+                      n->wal_dir, (unsigned long long)rec->index,
+                      (unsigned long long)(first + r->n_ents - 1));
+  r->n_ents = rec->index - first; /* a rewritten index replaces the log from there */
+  if (r->n_ents == r->cap_ents) {
+    r->cap_ents = r->cap_ents ? r->cap_ents * 2 : 1024;
+    r->ents = realloc(r->ents, r->cap_ents * sizeof *r->ents);
+    kt_assert(r->ents);
   }
-  int rc = apply_entry(n, rec->index, rec->payload, rec->len, NULL, 0, r->e);
-  if (rc)
-    return rc;
-  n->last_index = rec->index;
+  uint32_t dlen = rec->len - ENTRY_HDR;
+  r->ents[r->n_ents++] = (struct kt_raft_entry){
+      .term = kt_get_u64be(rec->payload),
+      .index = rec->index,
+      .type = rec->payload[8],
+      .len = dlen,
+      .data = dlen ? kt_arena_dup(&r->data, rec->payload + ENTRY_HDR, dlen) : NULL};
+  return 0;
+}
+
+/* Raft from the snapshot and the WAL; one member campaigns at once (as
+ * etcd's initial-election-tick-advance). */
+static int start_raft(struct kt_node *n, struct replay *r, struct kt_err *e) {
+  uint64_t voters[1] = {n->member_id};
+  struct kt_raft_hard_state hs = r->hs;
+  if (hs.commit < n->applied_index) /* the snapshot outran the hard state's record */
+    hs.commit = n->applied_index;
+  if (hs.term < n->applied_term)
+    hs.term = n->applied_term;
+  if (r->n_ents && hs.commit > r->ents[r->n_ents - 1].index)
+    hs.commit = r->ents[r->n_ents - 1].index;
+  uint32_t hb = n->cfg.heartbeat_ms ? n->cfg.heartbeat_ms : 100;
+  uint32_t et = n->cfg.election_timeout_ms ? n->cfg.election_timeout_ms : 1000;
+  struct kt_raft_config rc = {.id = n->member_id,
+                              .voters = voters,
+                              .n_voters = 1,
+                              .election_ticks = et / hb > 1 ? et / hb : 2,
+                              .heartbeat_ticks = 1,
+                              .max_msg_bytes = 1u << 20,
+                              .max_inflight_msgs = 256,
+                              .max_inflight_bytes = 64u << 20,
+                              .pre_vote = true,
+                              .check_quorum = true,
+                              .seed = randombytes_random() | ((uint64_t)randombytes_random() << 32),
+                              .hs = hs,
+                              .entries = r->ents,
+                              .n_entries = r->n_ents,
+                              .first_index = n->applied_index + 1,
+                              .compacted_term = n->applied_term,
+                              .applied = n->applied_index};
+  int rc_ = kt_raft_new(&rc, &n->raft);
+  if (rc_)
+    return kt_err_set(e, rc_, "%s: the log does not make a valid raft state", n->wal_dir);
+  kt_log(KT_LOG_INFO, "node", "log recovered snapshot-index=%llu entries=%zu term=%llu commit=%llu",
+         (unsigned long long)n->applied_index, r->n_ents, (unsigned long long)hs.term,
+         (unsigned long long)hs.commit);
+  for (uint32_t i = 0; i < 2 * rc.election_ticks; i++)
+    kt_raft_tick(n->raft);
   return 0;
 }
 
@@ -826,7 +1078,6 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   kt_assert(n);
   n->loop = loop;
   n->cfg = *cfg;
-  n->term = 1;
   if (strlen(cfg->data_dir) > 3900) {
     free(n);
     return kt_err_set(e, KT_EINVAL, "--data-dir: path too long");
@@ -850,7 +1101,7 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   ev_async_start(loop, &n->snap_async);
   ev_unref(loop);
   struct kt_wal_opts wo = {.segment_bytes = cfg->wal_segment_bytes,
-                           .max_record_bytes = cfg->max_request_bytes + 64, /* term + body */
+                           .max_record_bytes = cfg->max_request_bytes + 64, /* hdr + body */
                            .first_index = n->applied_index + 1,
                            .notify = wal_notify,
                            .notify_arg = n};
@@ -860,6 +1111,8 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   if (rc) {
     if (!e->code)
       kt_err_set(e, rc, "%s: %s", n->wal_dir, kt_strerror(rc));
+    free(r.ents);
+    kt_arena_free(&r.data);
     goto fail;
   }
   if (r.first_seen > n->applied_index + 1) {
@@ -868,8 +1121,13 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
                     "entries are missing",
                     n->wal_dir, (unsigned long long)r.first_seen,
                     (unsigned long long)n->applied_index);
-    goto fail;
+  } else {
+    rc = start_raft(n, &r, e);
   }
+  free(r.ents);
+  kt_arena_free(&r.data);
+  if (rc)
+    goto fail;
   /* Physical compaction of a recovered compact entry goes on in slices. */
   ev_idle_init(&n->idle_w, on_idle);
   n->idle_w.data = n;
@@ -877,8 +1135,15 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
     ev_idle_start(loop, &n->idle_w);
   ev_prepare_init(&n->prepare_w, on_prepare);
   n->prepare_w.data = n;
+  ev_set_priority(&n->prepare_w, EV_MAXPRI); /* replies before the server flushes */
   ev_prepare_start(loop, &n->prepare_w);
   ev_unref(loop);
+  double tick = (cfg->heartbeat_ms ? cfg->heartbeat_ms : 100) / 1000.0;
+  ev_timer_init(&n->tick_w, on_tick, tick, tick);
+  n->tick_w.data = n;
+  ev_timer_start(loop, &n->tick_w);
+  ev_unref(loop);
+  process_ready(n); /* committed entries of the log: applied before serving */
 
   struct kt_server_config sc = {.max_request_bytes = cfg->max_request_bytes,
                                 .on_request = on_request,
@@ -888,7 +1153,7 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   n->server = kt_server_new(loop, &sc);
   start_auto_compaction(n);
   kt_log(KT_LOG_INFO, "node",
-         "member ready name=%s data-dir=%s cluster-id=%016llx member-id=%016llx applied-index=%llu "
+         "member started name=%s data-dir=%s cluster-id=%016llx member-id=%016llx applied-index=%llu "
          "revision=%lld keys=%llu",
          cfg->name, cfg->data_dir, (unsigned long long)n->cluster_id,
          (unsigned long long)n->member_id, (unsigned long long)n->applied_index,
@@ -896,6 +1161,8 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   *out = n;
   return 0;
 fail:
+  if (n->raft)
+    kt_raft_free(n->raft);
   if (n->wal)
     kt_wal_close(n->wal);
   if (ev_is_active(&n->wal_async)) {
@@ -919,7 +1186,7 @@ int kt_node_listen(struct kt_node *n, const char *host, int port, struct kt_err 
 /* ---- shutdown ---- */
 
 static void maybe_finish_shutdown(struct kt_node *n) {
-  if (n->pend_head < n->n_pend)
+  if (n->pend_head < n->n_pend || n->pers_head < n->n_pers)
     return; /* in-flight syncs finish first */
   if (kt_server_unsent(n->server))
     return; /* replies still going out (bounded by the stall cut) */
@@ -934,7 +1201,6 @@ void kt_node_shutdown(struct kt_node *n) {
   kt_server_stop_accepting(n->server);
   /* Keep the loop alive until the prepare watcher breaks it. */
   ev_ref(n->loop);
-  n->prepare_w.priority = 0;
 }
 
 int kt_node_fatal(const struct kt_node *n) { return n->fatal; }
@@ -946,6 +1212,15 @@ void kt_node_free(struct kt_node *n) {
     ev_ref(n->loop);
     ev_timer_stop(n->loop, &n->compact_w);
   }
+  if (ev_is_active(&n->tick_w)) {
+    ev_ref(n->loop);
+    ev_timer_stop(n->loop, &n->tick_w);
+  }
+  for (size_t i = n->defer_head; i < n->n_defer; i++)
+    kt_conn_unref(n->defer[i].conn);
+  free(n->defer);
+  kt_buf_free(&n->defer_bodies);
+  free(n->pers);
   kt_server_free(n->server);
   if (n->snap_w)
     kt_snap_writer_free(n->snap_w); /* removes the unfinished tmp file */
@@ -960,7 +1235,7 @@ void kt_node_free(struct kt_node *n) {
     kt_conn_unref(n->waiters[i].conn);
   free(n->waiters);
   free(n->pend);
-  kt_buf_free(&n->bodies);
+  kt_raft_free(n->raft);
   kt_buf_free(&n->scratch);
   kt_arena_free(&n->arena);
   kt_arena_free(&n->snap_arena);

@@ -79,6 +79,8 @@ int main(int argc, char **argv) {
       .snapshot_count = cfg.snapshot_count,
       .quota_bytes = cfg.quota_backend_bytes,
       .max_request_bytes = cfg.max_request_bytes,
+      .heartbeat_ms = cfg.heartbeat_interval_ms,
+      .election_timeout_ms = cfg.election_timeout_ms,
       .auto_compaction_revision_mode = cfg.auto_compaction_mode == KT_COMPACT_REVISION,
       .auto_compaction_retention_ms = cfg.auto_compaction_retention_ms,
       .auto_compaction_retention_revs = cfg.auto_compaction_retention_revs,

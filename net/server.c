@@ -397,6 +397,7 @@ struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_con
   s->accepting = true;
   ev_prepare_init(&s->flush_w, on_prepare);
   s->flush_w.data = s;
+  ev_set_priority(&s->flush_w, EV_MINPRI); /* after the node's prepare made replies */
   ev_prepare_start(loop, &s->flush_w);
   ev_timer_init(&s->stall_w, on_stall_timer, 1.0, 1.0);
   s->stall_w.data = s;
