@@ -3,15 +3,23 @@
  *
  * The node is the ONLY place that decides the order persist → apply → reply:
  *
- *   request ─check─► WAL append (entry = term | index | request body)
- *      ... end of loop turn: kt_wal_flush → sync thread: write + ONE fdatasync
- *   sync done (ev_async) ─► apply entries in index order to the store
- *                        ─► replies appended to their connections
- *      ... end of loop turn: one write() per connection.
+ *   request ─check─► kt_raft_propose (the body as the entry's data)
+ *   end of loop turn (ev_prepare): kt_raft_ready →
+ *      hard state + entries appended to the WAL (ENTRY = term | type | body,
+ *      HARDSTATE = term | vote | commit), then kt_wal_flush → sync thread:
+ *      write + ONE fdatasync for the whole batch
+ *   sync done (ev_async) → kt_raft_persisted / kt_raft_hs_persisted
+ *   next ready: committed entries → applied in index order to the store →
+ *      replies appended to their connections; the server's own prepare (lower
+ *      priority) then does one write() per connection.
  *
- * Reads (range, read-only txn, status) are answered at once from the applied
- * state. With one member "commit" is the local sync; the cluster issue puts
- * Raft between the WAL append and the apply without changing this path.
+ * One voter today: the member elects itself at start (ticks fast-forwarded)
+ * and serves once it has applied the first entry of its term, so a read after
+ * a restart sees every entry acknowledged before the crash; until then
+ * requests wait (bounded: two election timeouts, then "no leader"), except
+ * status and serializable reads. Reads are answered at once from the applied
+ * state while the member leads. The cluster issue adds the peer transport
+ * (rd.msgs), followers forwarding proposals and ReadIndex on the same path.
  *
  * Background work in slices (never a long stall of the loop): snapshots every
  * snapshot_count entries, once the log since the last snapshot is also at
@@ -21,8 +29,9 @@
  * compaction (kt_mvcc_compact_step), WAL/snapshot retention.
  *
  * Data dir: <data-dir>/member/wal/ (segments) and <data-dir>/member/snap/ (snapshots).
- * Recovery: newest snapshot that verifies (else the one before it), then WAL
- * records after its index. Two snapshots are kept and the WAL is purged only
+ * Recovery: newest snapshot that verifies (else the one before it), then the
+ * WAL records after its index become raft's restart state (hard state and
+ * log); raft hands the committed ones back to be applied before serving. Two snapshots are kept and the WAL is purged only
  * up to the older one, so a corrupt newest snapshot still recovers.
  */
 #ifndef KT_NODE_H
