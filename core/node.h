@@ -31,8 +31,9 @@
  * Data dir: <data-dir>/member/wal/ (segments) and <data-dir>/member/snap/ (snapshots).
  * Recovery: newest snapshot that verifies (else the one before it), then the
  * WAL records after its index become raft's restart state (hard state and
- * log); raft hands the committed ones back to be applied before serving. Two snapshots are kept and the WAL is purged only
- * up to the older one, so a corrupt newest snapshot still recovers.
+ * log); raft hands the committed ones back to be applied before serving.
+ * Two snapshots are kept and the WAL is purged only up to the older one, so a
+ * corrupt newest snapshot still recovers.
  */
 #ifndef KT_NODE_H
 #define KT_NODE_H
