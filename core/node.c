@@ -74,9 +74,9 @@ struct kt_node {
 
   struct kt_raft *raft;
   uint64_t applied_index, applied_term; /* last entry applied to the store */
-  uint64_t lead_index; /* first entry of our leadership: serve once applied */
-  uint64_t wal_last_index; /* index of the last entry appended to the WAL */
-  bool serving;        /* leader and lead_index applied */
+  uint64_t lead_index;                  /* first entry of our leadership: serve once applied */
+  uint64_t wal_last_index;              /* index of the last entry appended to the WAL */
+  bool serving;                         /* leader and lead_index applied */
 
   /* Proposed writes, in index order: pend[pend_head..n_pend). */
   struct pending *pend;
@@ -206,7 +206,7 @@ static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_con
         (n) -= (head);                                                                             \
         (head) = 0;                                                                                \
       } else {                                                                                     \
-        (cap) = (cap) ? (cap) * 2 : 256;                                                           \
+        (cap) = (cap) ? (cap)*2 : 256;                                                             \
         (arr) = realloc((arr), (cap) * sizeof *(arr));                                             \
         kt_assert(arr);                                                                            \
       }                                                                                            \
@@ -995,8 +995,7 @@ static int replay_rec(void *arg, const struct kt_wal_rec *rec) {
     if (rec->len != 24)
       return kt_err_set(r->e, KT_ECORRUPT, "%s: hard state record of %u bytes", n->wal_dir,
                         rec->len);
-    r->hs = (struct kt_raft_hard_state){kt_get_u64be(rec->payload),
-                                        kt_get_u64be(rec->payload + 8),
+    r->hs = (struct kt_raft_hard_state){kt_get_u64be(rec->payload), kt_get_u64be(rec->payload + 8),
                                         kt_get_u64be(rec->payload + 16)};
     return 0;
   }
@@ -1152,12 +1151,13 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
                                 .member_id = n->member_id};
   n->server = kt_server_new(loop, &sc);
   start_auto_compaction(n);
-  kt_log(KT_LOG_INFO, "node",
-         "member started name=%s data-dir=%s cluster-id=%016llx member-id=%016llx applied-index=%llu "
-         "revision=%lld keys=%llu",
-         cfg->name, cfg->data_dir, (unsigned long long)n->cluster_id,
-         (unsigned long long)n->member_id, (unsigned long long)n->applied_index,
-         (long long)kt_mvcc_revision(n->store), (unsigned long long)kt_mvcc_keys(n->store));
+  kt_log(
+      KT_LOG_INFO, "node",
+      "member started name=%s data-dir=%s cluster-id=%016llx member-id=%016llx applied-index=%llu "
+      "revision=%lld keys=%llu",
+      cfg->name, cfg->data_dir, (unsigned long long)n->cluster_id, (unsigned long long)n->member_id,
+      (unsigned long long)n->applied_index, (long long)kt_mvcc_revision(n->store),
+      (unsigned long long)kt_mvcc_keys(n->store));
   *out = n;
   return 0;
 fail:

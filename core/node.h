@@ -53,7 +53,7 @@ struct kt_node_config {
   uint64_t snapshot_count;
   uint64_t quota_bytes;
   uint32_t max_request_bytes;
-  uint64_t wal_segment_bytes; /* 0 = default */
+  uint64_t wal_segment_bytes;                 /* 0 = default */
   uint32_t heartbeat_ms, election_timeout_ms; /* raft timing; 0 = 100 / 1000 */
   /* Auto-compaction, as etcd's --auto-compaction-mode/-retention: periodic
    * keeps `retention_ms` of history (compacting to the revision current that
