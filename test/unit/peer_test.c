@@ -255,6 +255,57 @@ TEST(codec_round_trip_and_limits) {
   CHECK_EQ(kt_peer_parse_url(":80", host, sizeof host, &port, &e), KT_EINVAL);
 }
 
+static bool hex_is(const uint8_t *p, size_t n, const char *hex) {
+  char buf[512] = {0};
+  size_t o = 0;
+  for (size_t i = 0; i < n && o + 4 < sizeof buf; i++)
+    o += (size_t)snprintf(buf + o, sizeof buf - o, i ? " %02x" : "%02x", p[i]);
+  if (strcmp(buf, hex) != 0) {
+    fprintf(stderr, "got      %s\nexpected %s\n", buf, hex);
+    return false;
+  }
+  return true;
+}
+
+/* The examples of net/PEERS.md section 6, byte for byte. */
+TEST(peers_md_examples_are_exact) {
+  uint8_t b[KT_PEER_HELLO_BYTES];
+  struct kt_peer_hs h = {.kind = KT_PEER_HELLO,
+                         .version = KT_PEER_VERSION,
+                         .code = KT_PEER_CH_RAFT,
+                         .cluster_id = 0x1c2d3e4f5a6b7c8dull,
+                         .a = 0x8e9f0a1b2c3d4e5full,
+                         .b = 0x0102030405060708ull};
+  kt_peer_hs_encode(b, &h);
+  CHECK(hex_is(b, sizeof b,
+               "4b 54 50 48 01 00 00 00 1c 2d 3e 4f 5a 6b 7c 8d 8e 9f 0a 1b 2c 3d 4e 5f 01 02 "
+               "03 04 05 06 07 08"));
+  CHECK_EQ(kt_peer_hs_check(&h, 0x1c2d3e4f5a6b7c8dull, 0x0102030405060708ull, true), KT_PEER_OK);
+  CHECK_EQ(kt_peer_hs_check(&h, 0x99aabbccddeeff00ull, 0x0102030405060708ull, true),
+           KT_PEER_WRONG_CLUSTER);
+  struct kt_peer_hs ack = {.kind = KT_PEER_ACK,
+                           .version = KT_PEER_VERSION,
+                           .code = KT_PEER_OK,
+                           .cluster_id = 0x1c2d3e4f5a6b7c8dull,
+                           .a = 0x0102030405060708ull,
+                           .b = 0x8e9f0a1b2c3d4e5full};
+  kt_peer_hs_encode(b, &ack);
+  CHECK(hex_is(b, sizeof b,
+               "4b 54 50 41 01 00 00 00 1c 2d 3e 4f 5a 6b 7c 8d 01 02 03 04 05 06 07 08 8e 9f "
+               "0a 1b 2c 3d 4e 5f"));
+  ack.code = KT_PEER_WRONG_CLUSTER;
+  ack.cluster_id = 0x99aabbccddeeff00ull;
+  kt_peer_hs_encode(b, &ack);
+  CHECK(hex_is(b, sizeof b,
+               "4b 54 50 41 01 01 00 00 99 aa bb cc dd ee ff 00 01 02 03 04 05 06 07 08 8e 9f "
+               "0a 1b 2c 3d 4e 5f"));
+  CHECK_STR(kt_peer_status_name(KT_PEER_WRONG_CLUSTER), "wrong cluster");
+  uint8_t f[9];
+  kt_peer_frame_header(f, KT_PEER_CH_RAFT, 4);
+  memcpy(f + 5, "ping", 4);
+  CHECK(hex_is(f, sizeof f, "00 00 00 04 00 70 69 6e 67"));
+}
+
 #define N_MSGS 20000
 #define BATCH 500
 
@@ -817,4 +868,102 @@ TEST(membership_add_update_remove) {
   kt_peer_free(a.t);
   kt_peer_free(b.t);
   ev_loop_destroy(loop);
+}
+
+/* KT_WRITE_CORPUS=test/fuzz/corpus/peer_frame build/test/peer_test write_fuzz_corpus
+ * (re)writes the seeds of test/fuzz/peer_frame_fuzz.c; without the variable
+ * this test does nothing. */
+
+struct seed {
+  uint8_t b[512];
+  size_t n;
+};
+static void seed_hs(struct seed *s, uint8_t kind, uint8_t code, uint64_t cluster, uint64_t a,
+                    uint64_t b) {
+  struct kt_peer_hs h = {.kind = kind,
+                         .version = KT_PEER_VERSION,
+                         .code = code,
+                         .cluster_id = cluster,
+                         .a = a,
+                         .b = b};
+  kt_peer_hs_encode(s->b + s->n, &h);
+  s->n += KT_PEER_HELLO_BYTES;
+}
+static void seed_frame(struct seed *s, uint8_t ch, uint32_t len, const char *body) {
+  kt_peer_frame_header(s->b + s->n, ch, len);
+  s->n += KT_PEER_FRAME_HDR;
+  size_t bl = body ? strlen(body) : 0;
+  memcpy(s->b + s->n, body, bl);
+  s->n += bl;
+}
+static void seed_write(const char *dir, const char *name, const struct seed *s) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  if (f) {
+    fwrite(s->b, 1, s->n, f);
+    fclose(f);
+  }
+}
+
+TEST(write_fuzz_corpus) {
+  const char *dir = getenv("KT_WRITE_CORPUS");
+  if (!dir)
+    return;
+  struct seed s = {0};
+  seed_hs(&s, KT_PEER_HELLO, 0, 0xc1, 1, 2);
+  seed_write(dir, "hello_raft", &s);
+  seed_frame(&s, 0, 3, "abc");
+  seed_frame(&s, 0, 5, "hello");
+  seed_frame(&s, 1, 4, "snap");
+  seed_write(dir, "hello_then_frames", &s);
+  s.n -= 2; /* truncated last frame */
+  seed_write(dir, "frames_truncated", &s);
+  s = (struct seed){0};
+  seed_hs(&s, KT_PEER_HELLO, 1, 0xc1, 1, 2);
+  seed_frame(&s, 1, 0xffffffffu, NULL);
+  seed_write(dir, "frame_huge_length", &s);
+  s = (struct seed){0};
+  seed_hs(&s, KT_PEER_HELLO, 0, 0xc1, 1, 2);
+  seed_frame(&s, 0, 0, NULL);
+  seed_write(dir, "frame_zero_length", &s);
+  s = (struct seed){0};
+  seed_hs(&s, KT_PEER_HELLO, 0, 0xc1, 1, 2);
+  seed_frame(&s, 7, 1, "x");
+  seed_write(dir, "frame_bad_channel", &s);
+  s = (struct seed){0};
+  seed_hs(&s, KT_PEER_HELLO, 0, 0xc2, 1, 2);
+  seed_write(dir, "hello_other_cluster", &s);
+  s = (struct seed){0};
+  seed_hs(&s, KT_PEER_HELLO, 0, 0xc1, 1, 5);
+  seed_write(dir, "hello_other_member", &s);
+  s = (struct seed){0};
+  seed_hs(&s, KT_PEER_HELLO, 9, 0xc1, 1, 2);
+  seed_write(dir, "hello_bad_channel", &s);
+  s.b[4] = 2;
+  seed_write(dir, "hello_version2", &s);
+  s.b[6] = 1;
+  seed_write(dir, "hello_reserved_set", &s);
+  s = (struct seed){0};
+  seed_hs(&s, KT_PEER_HELLO, 0, 0xc1, 1, 2);
+  s.n = 20;
+  seed_write(dir, "hello_short", &s);
+  s = (struct seed){0};
+  seed_hs(&s, KT_PEER_ACK, KT_PEER_OK, 0xc1, 2, 1);
+  seed_write(dir, "ack_ok", &s);
+  s = (struct seed){0};
+  seed_hs(&s, KT_PEER_ACK, KT_PEER_WRONG_CLUSTER, 0xc2, 2, 1);
+  seed_write(dir, "ack_wrong_cluster", &s);
+  s = (struct seed){0};
+  memcpy(s.b, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27);
+  s.n = 27;
+  seed_write(dir, "http_request", &s);
+  const char *urls[] = {"127.0.0.1:2380", "http://[::1]:2380/", "https://host:0", "host:70000",
+                        "[::1]2380"};
+  const char *names[] = {"url_plain", "url_v6", "url_https", "url_bad_port", "url_bad_v6"};
+  for (size_t i = 0; i < KT_ARRAY_LEN(urls); i++) {
+    s.n = strlen(urls[i]);
+    memcpy(s.b, urls[i], s.n);
+    seed_write(dir, names[i], &s);
+  }
 }
