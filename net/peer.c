@@ -319,6 +319,8 @@ static void conn_queue(struct pconn *c, uint8_t channel, const void *msg, size_t
       c->out.cap = ncap;
     }
   }
+  if (!unsent(c))
+    c->last_progress = ev_now(c->t->loop); /* the stall clock starts with pending output */
   kt_peer_frame_header(c->out.p + c->out.len, channel, (uint32_t)len);
   memcpy(c->out.p + c->out.len + KT_PEER_FRAME_HDR, msg, len);
   c->out.len += need;
@@ -341,7 +343,7 @@ static void check_room(struct peer *p) {
 static bool conn_flush(struct pconn *c) {
   struct kt_peer_transport *t = c->t;
   while (unsent(c)) {
-    ssize_t w = write(c->fd, c->out.p + c->out_off, unsent(c));
+    ssize_t w = send(c->fd, c->out.p + c->out_off, unsent(c), MSG_NOSIGNAL);
     if (w > 0) {
       c->out_off += (size_t)w;
       c->last_progress = ev_now(t->loop);
@@ -543,7 +545,7 @@ static void acceptor_hello(struct pconn *c, const struct kt_peer_hs *h) {
            c->addr, kt_peer_status_name(st), (unsigned long long)t->cfg.member_id,
            (unsigned long long)t->cfg.cluster_id, (unsigned long long)h->a,
            (unsigned long long)h->cluster_id, (unsigned long long)h->b, h->version, h->code);
-    (void)!write(c->fd, buf, sizeof buf); /* best effort, then close */
+    (void)!send(c->fd, buf, sizeof buf, MSG_NOSIGNAL); /* best effort, then close */
     conn_close(c, NULL);
     return;
   }
@@ -771,12 +773,14 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     ev_idle_stop(loop, &t->kick_w);
   /* Deferred callbacks first: what they send goes out in this turn's write. */
   for (struct peer *p = t->peers; p; p = p->next) {
+    if (p->removed)
+      continue;
     if (p->unreachable_pending) {
       p->unreachable_pending = false;
       if (t->cfg.on_unreachable)
         t->cfg.on_unreachable(t->cfg.arg, p->id);
     }
-    if (p->room_pending && !p->removed) {
+    if (p->room_pending) {
       p->room_pending = false;
       if (t->cfg.on_snapshot_room)
         t->cfg.on_snapshot_room(t->cfg.arg, p->id);
@@ -817,7 +821,8 @@ static void on_stall(struct ev_loop *loop, ev_timer *w, int revents) {
       conn_close(c, "handshake timed out");
     c = next;
   }
-  free_dead(t);
+  /* Closed connections are freed by on_prepare: one may still be on the
+   * dirty list. */
 }
 
 /* ---- public API ---- */
