@@ -653,7 +653,13 @@ static void on_conn_readable(struct ev_loop *loop, ev_io *w, int revents) {
     if (l <= c->t->cfg.max_frame_bytes && KT_PEER_FRAME_HDR + (size_t)l > c->in.len)
       want = KT_MAX(want, KT_PEER_FRAME_HDR + (size_t)l - c->in.len);
   }
-  kt_buf_reserve(&c->in, want);
+  if (c->in.cap - c->in.len < want) { /* exact growth: one frame, not the next power of 2 */
+    size_t ncap = (c->in.len + want + 4095) & ~(size_t)4095;
+    uint8_t *np = realloc(c->in.p, ncap);
+    kt_assert(np);
+    c->in.p = np;
+    c->in.cap = ncap;
+  }
   ssize_t n = read(c->fd, c->in.p + c->in.len, c->dialed ? want : c->in.cap - c->in.len);
   if (n == 0) {
     conn_close(c, "closed by the remote");

@@ -38,7 +38,10 @@
  *    length, an unknown channel or a channel that does not match the
  *    connection, a bad HELLO, or any byte the acceptor sends after its ACK
  *    closes that connection only (logged). Each connection buffers at most one
- *    frame of input (max_frame_bytes + 5 bytes).
+ *    frame of input plus one read (max_frame_bytes + 5 + 256 KiB bytes).
+ *  - No authentication yet: any process that can reach the peer port and
+ *    knows the cluster and member ids is believed (the security layer of
+ *    design.md will wrap these connections).
  *  - Output with no write progress for stall_ms, or a handshake not done
  *    within stall_ms, closes the connection (then reconnect with backoff).
  *  - Frames queued in a turn leave at its end: the transport's ev_prepare

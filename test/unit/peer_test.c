@@ -967,3 +967,41 @@ TEST(write_fuzz_corpus) {
     seed_write(dir, names[i], &s);
   }
 }
+
+/* A callback may remove the very member whose message it is handling. */
+static struct kt_peer_transport *remove_from;
+static int removals;
+static void on_message_remove(void *arg, uint64_t from, const uint8_t *msg, size_t len) {
+  on_message(arg, from, msg, len);
+  if (len >= 8 && kt_get_u64be(msg) == 3) {
+    CHECK_EQ(kt_peer_remove(remove_from, from), 0);
+    removals++;
+  }
+}
+
+TEST(callback_removes_the_sender) {
+  log_reset();
+  struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+  struct member a = {.id = 1}, b = {.id = 2};
+  struct kt_peer_config ca = config_of(&a, CLUSTER), cb = config_of(&b, CLUSTER);
+  cb.on_message = on_message_remove;
+  CHECK_EQ(member_start(loop, &a, &ca, 0), 0);
+  CHECK_EQ(member_start(loop, &b, &cb, 0), 0);
+  remove_from = b.t;
+  removals = 0;
+  CHECK_EQ(add_peer(&a, 2, b.port), 0);
+  CHECK_EQ(add_peer(&b, 1, a.port), 0);
+  struct pair ab = {&a, 2};
+  CHECK(run_until(loop, connected, &ab, 5));
+  /* Ten frames in one write: B removes A at the fourth; the rest of that
+   * read is not delivered. */
+  for (uint64_t i = 0; i < 10; i++)
+    CHECK_EQ(send_seq(&a, 2, i, 0, 32), 0);
+  CHECK(run_until(loop, disconnected, &ab, 5));
+  CHECK_EQ(removals, 1);
+  CHECK_EQ(b.received[1], 4);
+  CHECK(!kt_peer_connected(b.t, 1));
+  kt_peer_free(a.t);
+  kt_peer_free(b.t);
+  ev_loop_destroy(loop);
+}
