@@ -11,6 +11,7 @@
 
 #include <sodium.h>
 
+#include "../net/peer.h"
 #include "../net/proto.h"
 #include "../net/server.h"
 #include "../snap/snap.h"
@@ -24,6 +25,10 @@ enum {
   REC_HARDSTATE = 3, /* term u64 | vote u64 | commit u64 (BE) */
 };
 #define ENTRY_HDR 9
+/* An entry's data: origin member id u64 | proposal seq u64 | request body.
+ * The member that proposed it answers its client when it applies it. */
+#define DATA_HDR 16
+#define READ_MAX 65536 /* linearizable reads waiting for their read index */
 #define DEFER_MAX 65536 /* requests waiting for a leader */
 
 #define SNAP_SLICE_KEYS 256
@@ -34,9 +39,18 @@ enum {
 
 /* A client write proposed to raft, waiting for its entry to be applied. */
 struct pending {
-  uint64_t index, term; /* the entry raft gave it */
+  uint64_t seq;         /* this member's proposal number (in the entry's data) */
+  ev_tstamp since;
   struct kt_conn *conn; /* NULL for the member's own proposals */
   uint64_t req_id;
+};
+
+/* A linearizable read waiting for its read index (several members). */
+struct read_wait {
+  struct kt_conn *conn;
+  uint64_t batch; /* the kt_raft_read_index ctx it rides on */
+  ev_tstamp since;
+  size_t len; /* body bytes in n->read_bodies, in order */
 };
 
 /* A WAL batch part whose durability raft waits for. */
@@ -66,6 +80,9 @@ struct kt_node {
   struct kt_node_config cfg;
   char member_dir[4096], wal_dir[4200], snap_dir[4200];
   uint64_t cluster_id, member_id;
+  struct kt_node_member members[KT_NODE_MAX_MEMBERS];
+  size_t n_members;
+  struct kt_peer_transport *peers; /* NULL with one member */
   struct kt_mvcc *store;
   struct kt_wal *wal;
   struct kt_server *server;
@@ -78,9 +95,19 @@ struct kt_node {
   uint64_t wal_last_index;              /* index of the last entry appended to the WAL */
   bool serving;                         /* leader and lead_index applied */
 
-  /* Proposed writes, in index order: pend[pend_head..n_pend). */
+  /* Proposed writes, in proposal order: pend[pend_head..n_pend). */
   struct pending *pend;
   size_t n_pend, cap_pend, pend_head;
+  uint64_t next_seq;
+  /* Linearizable reads (several members): batches of one loop turn share
+   * one read index; read_index_of[] maps a batch to its index once known. */
+  struct read_wait *reads;
+  size_t n_reads, cap_reads, reads_head;
+  struct kt_buf read_bodies;
+  size_t read_bodies_head;
+  uint64_t read_batch;   /* the batch new reads join */
+  bool read_batch_used;  /* it has reads: ask raft at the end of the turn */
+  uint64_t read_ready_batch, read_ready_index; /* newest batch with a known index */
   /* WAL appends raft waits on, in order. */
   struct persisting *pers;
   size_t n_pers, cap_pers, pers_head;
@@ -214,41 +241,48 @@ static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_con
     (arr)[(n)++] = (item);                                                                         \
   } while (0)
 
-/* Apply one committed entry; answer the client that proposed it, if it was
- * ours and is still the entry raft gave it (else the outcome is unknown). */
+/* Apply one committed entry; answer the client if this member proposed it.
+ * Proposals of ours older than it that never applied were lost (a leader
+ * change): their outcome is unknown. */
 static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) {
   struct kt_conn *c = NULL;
   uint64_t req_id = 0;
-  while (n->pend_head < n->n_pend && n->pend[n->pend_head].index <= ent->index) {
-    struct pending *p = &n->pend[n->pend_head++];
-    if (p->index == ent->index && p->term == ent->term) {
-      c = p->conn;
-      req_id = p->req_id;
-    } else if (p->conn) {
-      /* Its entry was replaced after a leader change. */
-      kt_conn_send_error(p->conn, p->req_id, KT_EUNKNOWN,
-                         "request outcome unknown: its log entry was replaced (leader change)");
-      kt_conn_unref(p->conn);
-    }
-  }
-  if (n->pend_head == n->n_pend)
-    n->pend_head = n->n_pend = 0;
   n->applied_index = ent->index;
   n->applied_term = ent->term;
   n->log_bytes_since_snap += ent->len;
-  if (ent->len) {
-    struct kt_req req;
-    struct kt_err de = {0};
-    kt_arena_reset(&n->arena);
-    if (kt_proto_decode_req(ent->data, ent->len, &n->arena, &req, &de)) {
-      /* Validated before it was proposed: this is a bug or a bad disk. */
-      char msg[400];
-      snprintf(msg, sizeof msg, "entry %llu: undecodable request: %s",
-               (unsigned long long)ent->index, de.msg);
-      fatal_stop(n, KT_ECORRUPT, msg);
-    } else {
-      apply_req(n, &req, c && kt_conn_open(c) ? c : NULL, req_id);
+  if (ent->len == 0)
+    return; /* a leader's empty entry */
+  if (ent->len < DATA_HDR) {
+    fatal_stop(n, KT_ECORRUPT, "committed entry shorter than its header");
+    return;
+  }
+  if (kt_get_u64be(ent->data) == n->member_id) {
+    uint64_t seq = kt_get_u64be(ent->data + 8);
+    while (n->pend_head < n->n_pend && n->pend[n->pend_head].seq <= seq) {
+      struct pending *p = &n->pend[n->pend_head++];
+      if (p->seq == seq) {
+        c = p->conn;
+        req_id = p->req_id;
+      } else if (p->conn) {
+        kt_conn_send_error(p->conn, p->req_id, KT_EUNKNOWN,
+                           "request outcome unknown: its proposal was lost (leader change)");
+        kt_conn_unref(p->conn);
+      }
     }
+    if (n->pend_head == n->n_pend)
+      n->pend_head = n->n_pend = 0;
+  }
+  struct kt_req req;
+  struct kt_err de = {0};
+  kt_arena_reset(&n->arena);
+  if (kt_proto_decode_req(ent->data + DATA_HDR, ent->len - DATA_HDR, &n->arena, &req, &de)) {
+    /* Validated before it was proposed: this is a bug or a bad disk. */
+    char msg[400];
+    snprintf(msg, sizeof msg, "entry %llu: undecodable request: %s",
+             (unsigned long long)ent->index, de.msg);
+    fatal_stop(n, KT_ECORRUPT, msg);
+  } else {
+    apply_req(n, &req, c && kt_conn_open(c) ? c : NULL, req_id);
   }
   if (c)
     kt_conn_unref(c);
@@ -256,7 +290,8 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
 
 /* ---- propose (the write path) ---- */
 
-/* c may be NULL for the member's own proposals (auto-compaction). */
+/* c may be NULL for the member's own proposals (auto-compaction). A
+ * follower's proposal is forwarded to the leader by raft. */
 static void propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
                     size_t body_len) {
   if (n->wal_failed) {
@@ -264,17 +299,37 @@ static void propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const
       kt_conn_send_error(c, req_id, n->wal_failed, n->wal_failed_msg);
     return;
   }
+  uint64_t seq = ++n->next_seq;
+  kt_buf_reset(&n->scratch);
+  kt_buf_reserve(&n->scratch, DATA_HDR + body_len);
+  kt_put_u64be(n->scratch.p, n->member_id);
+  kt_put_u64be(n->scratch.p + 8, seq);
+  memcpy(n->scratch.p + DATA_HDR, body, body_len);
   uint64_t index = 0;
-  int rc = kt_raft_propose(n->raft, body, (uint32_t)body_len, &index);
-  if (rc || !index) { /* followers forward: the cluster issue wires that */
+  int rc = kt_raft_propose(n->raft, n->scratch.p, (uint32_t)(DATA_HDR + body_len), &index);
+  if (rc) {
     if (c)
-      kt_conn_send_error(c, req_id, rc ? rc : KT_ENOLEADER, NULL);
+      kt_conn_send_error(c, req_id, rc, NULL);
     return;
   }
   if (c)
     kt_conn_ref(c);
-  struct pending p = {index, kt_raft_term(n->raft), c, req_id};
+  struct pending p = {seq, ev_now(n->loop), c, req_id};
   FIFO_PUSH(n->pend, n->pend_head, n->n_pend, n->cap_pend, p);
+}
+
+/* A linearizable read with several members: it waits for a read index. */
+static void read_enqueue(struct kt_node *n, struct kt_conn *c, uint64_t req_id,
+                         const uint8_t *body, size_t len) {
+  if (n->n_reads - n->reads_head >= READ_MAX) {
+    kt_conn_send_error(c, req_id, KT_EBUSY, "too many linearizable reads waiting");
+    return;
+  }
+  kt_conn_ref(c);
+  struct read_wait r = {c, n->read_batch, ev_now(n->loop), len};
+  FIFO_PUSH(n->reads, n->reads_head, n->n_reads, n->cap_reads, r);
+  kt_buf_append(&n->read_bodies, body, len);
+  n->read_batch_used = true;
 }
 
 /* Keep a request for when the member serves (bounded). */
@@ -881,39 +936,46 @@ static uint64_t hash_id(const char *a, const char *b, const char *c) {
   return v ? v : 1;
 }
 
-/* member/meta: "KTMEMBER" | cluster_id u64 | member_id u64, written once
- * (tmp + fsync + rename) when the member is created; a restart reads it and
- * ignores the --initial-* flags, as etcd does. */
-static int load_or_create_meta(struct kt_node *n, struct kt_err *e) {
-  char path[4200], tmp[4300];
-  snprintf(path, sizeof path, "%s/meta", n->member_dir);
-  uint8_t buf[24];
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ssize_t r = read(fd, buf, sizeof buf);
-    close(fd);
-    if (r != (ssize_t)sizeof buf || memcmp(buf, META_MAGIC, 8) != 0)
-      return kt_err_set(e, KT_ECORRUPT, "%s: not a ketch member file", path);
-    n->cluster_id = kt_get_u64be(buf + 8);
-    n->member_id = kt_get_u64be(buf + 16);
-    return 0;
+/* member/meta, written once (tmp + fsync + rename) when the member is
+ * created; a restart reads it and ignores the --initial-* flags, as etcd:
+ *   "KTMEMBER" | cluster_id u64 | member_id u64 | n u32 |
+ *   n × (id u64 | url_len u16 | url | name_len u16 | name)   (big-endian)
+ * Membership changes (the cluster issue) will move this into the log. */
+static int write_meta(struct kt_node *n, const char *path, struct kt_err *e) {
+  char tmp[4300];
+  struct kt_buf b = {0};
+  uint8_t x[8];
+  kt_buf_append(&b, META_MAGIC, 8);
+  kt_put_u64be(x, n->cluster_id);
+  kt_buf_append(&b, x, 8);
+  kt_put_u64be(x, n->member_id);
+  kt_buf_append(&b, x, 8);
+  kt_put_u32be(x, (uint32_t)n->n_members);
+  kt_buf_append(&b, x, 4);
+  for (size_t i = 0; i < n->n_members; i++) {
+    kt_put_u64be(x, n->members[i].id);
+    kt_buf_append(&b, x, 8);
+    const char *str[2] = {n->members[i].url, n->members[i].name};
+    for (int k = 0; k < 2; k++) {
+      size_t l = strlen(str[k]);
+      x[0] = (uint8_t)(l >> 8);
+      x[1] = (uint8_t)l;
+      kt_buf_append(&b, x, 2);
+      kt_buf_append(&b, str[k], l);
+    }
   }
-  if (errno != ENOENT)
-    return kt_err_set(e, KT_EIO, "%s: %s", path, strerror(errno));
-  n->cluster_id = hash_id("cluster", n->cfg.cluster_token, n->cfg.peer_urls);
-  n->member_id = hash_id("member", n->cfg.name, n->cfg.peer_urls);
-  memcpy(buf, META_MAGIC, 8);
-  kt_put_u64be(buf + 8, n->cluster_id);
-  kt_put_u64be(buf + 16, n->member_id);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0 || write(fd, buf, sizeof buf) != (ssize_t)sizeof buf || fsync(fd) < 0) {
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int rc = 0;
+  if (fd < 0 || write(fd, b.p, b.len) != (ssize_t)b.len || fsync(fd) < 0) {
     int er = errno;
-    if (fd >= 0)
-      close(fd);
-    return kt_err_set(e, er == ENOSPC ? KT_ENOSPACE : KT_EIO, "%s: %s", tmp, strerror(er));
+    rc = kt_err_set(e, er == ENOSPC ? KT_ENOSPACE : KT_EIO, "%s: %s", tmp, strerror(er));
   }
-  close(fd);
+  if (fd >= 0)
+    close(fd);
+  kt_buf_free(&b);
+  if (rc)
+    return rc;
   if (rename(tmp, path) < 0)
     return kt_err_set(e, KT_EIO, "rename %s: %s", tmp, strerror(errno));
   int dfd = open(n->member_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -922,6 +984,104 @@ static int load_or_create_meta(struct kt_node *n, struct kt_err *e) {
     close(dfd);
   }
   return 0;
+}
+
+static int read_meta(struct kt_node *n, const char *path, const uint8_t *p, size_t len,
+                     struct kt_err *e) {
+  if (len < 28 || memcmp(p, META_MAGIC, 8) != 0)
+    return kt_err_set(e, KT_ECORRUPT, "%s: not a ketch member file", path);
+  n->cluster_id = kt_get_u64be(p + 8);
+  n->member_id = kt_get_u64be(p + 16);
+  uint32_t cnt = kt_get_u32be(p + 24);
+  size_t off = 28;
+  if (cnt == 0 || cnt > KT_NODE_MAX_MEMBERS)
+    return kt_err_set(e, KT_ECORRUPT, "%s: %u members", path, cnt);
+  n->n_members = 0;
+  for (uint32_t i = 0; i < cnt; i++) {
+    struct kt_node_member *m = &n->members[n->n_members++];
+    if (off + 8 > len)
+      return kt_err_set(e, KT_ECORRUPT, "%s: truncated at member %u", path, i);
+    m->id = kt_get_u64be(p + off);
+    off += 8;
+    char *str[2] = {m->url, m->name};
+    size_t cap[2] = {sizeof m->url, sizeof m->name};
+    for (int k = 0; k < 2; k++) {
+      if (off + 2 > len)
+        return kt_err_set(e, KT_ECORRUPT, "%s: truncated at member %u", path, i);
+      size_t l = ((size_t)p[off] << 8) | p[off + 1];
+      off += 2;
+      if (l >= cap[k] || off + l > len)
+        return kt_err_set(e, KT_ECORRUPT, "%s: bad string at member %u", path, i);
+      memcpy(str[k], p + off, l);
+      str[k][l] = 0;
+      off += l;
+    }
+  }
+  return 0;
+}
+
+/* Member ids from the token and each member's name and first peer URL; the
+ * cluster id from the token and the sorted member ids: every member of a new
+ * cluster computes the same ones from the same --initial-cluster. */
+static int bootstrap_members(struct kt_node *n, struct kt_err *e) {
+  n->n_members = 0;
+  for (size_t i = 0; i < n->cfg.n_initial; i++) {
+    const struct kt_node_peer *pi = &n->cfg.initial[i];
+    bool seen = false;
+    for (size_t k = 0; k < n->n_members; k++)
+      seen |= !strcmp(n->members[k].name, pi->name);
+    if (seen)
+      continue; /* extra URLs of a member: the first one is dialled */
+    if (n->n_members == KT_NODE_MAX_MEMBERS)
+      return kt_err_set(e, KT_EINVAL, "--initial-cluster: more than %d members",
+                        KT_NODE_MAX_MEMBERS);
+    struct kt_node_member *m = &n->members[n->n_members++];
+    snprintf(m->name, sizeof m->name, "%s", pi->name);
+    snprintf(m->url, sizeof m->url, "%s", pi->url);
+    m->id = hash_id("member", n->cfg.cluster_token, pi->name);
+  }
+  uint64_t sorted[KT_NODE_MAX_MEMBERS];
+  for (size_t i = 0; i < n->n_members; i++)
+    sorted[i] = n->members[i].id;
+  for (size_t i = 1; i < n->n_members; i++)
+    for (size_t k = i; k > 0 && sorted[k - 1] > sorted[k]; k--) {
+      uint64_t t = sorted[k];
+      sorted[k] = sorted[k - 1];
+      sorted[k - 1] = t;
+    }
+  char ids[KT_NODE_MAX_MEMBERS * 17 + 1] = "";
+  for (size_t i = 0; i < n->n_members; i++)
+    snprintf(ids + 17 * i, sizeof ids - 17 * i, "%016llx,", (unsigned long long)sorted[i]);
+  n->cluster_id = hash_id("cluster", n->cfg.cluster_token, ids);
+  n->member_id = 0;
+  for (size_t i = 0; i < n->n_members; i++)
+    if (!strcmp(n->members[i].name, n->cfg.name))
+      n->member_id = n->members[i].id;
+  if (!n->member_id)
+    return kt_err_set(e, KT_EINVAL, "--initial-cluster has no member named \"%s\"", n->cfg.name);
+  return 0;
+}
+
+static int load_or_create_meta(struct kt_node *n, struct kt_err *e) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/meta", n->member_dir);
+  uint8_t buf[KT_NODE_MAX_MEMBERS * 600 + 64];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t r = read(fd, buf, sizeof buf);
+    close(fd);
+    if (r < 0)
+      return kt_err_set(e, KT_EIO, "%s: %s", path, strerror(errno));
+    return read_meta(n, path, buf, (size_t)r, e);
+  }
+  if (errno != ENOENT)
+    return kt_err_set(e, KT_EIO, "%s: %s", path, strerror(errno));
+  if (n->cfg.join_existing)
+    return kt_err_set(e, KT_EINVAL,
+                      "--initial-cluster-state=existing needs membership changes (member add), "
+                      "which come with the cluster issue");
+  int rc = bootstrap_members(n, e);
+  return rc ? rc : write_meta(n, path, e);
 }
 
 static int restore_rec(void *arg, const struct kt_kvrev *rec) {

@@ -44,6 +44,19 @@
 
 struct kt_node;
 
+#define KT_NODE_MAX_MEMBERS 16
+
+/* One name=url of --initial-cluster. */
+struct kt_node_peer {
+  const char *name, *url;
+};
+
+/* A member of the cluster, as the member file records it. */
+struct kt_node_member {
+  uint64_t id;
+  char name[128], url[256];
+};
+
 struct kt_node_config {
   const char *name;
   const char *data_dir;
@@ -55,6 +68,13 @@ struct kt_node_config {
   uint32_t max_request_bytes;
   uint64_t wal_segment_bytes;                 /* 0 = default */
   uint32_t heartbeat_ms, election_timeout_ms; /* raft timing; 0 = 100 / 1000 */
+  /* Bootstrap (read only when the data dir is new): --initial-cluster, and
+   * --initial-cluster-state existing. */
+  const struct kt_node_peer *initial;
+  size_t n_initial;
+  bool join_existing;
+  const char *listen_peer_host; /* --listen-peer-urls (first); NULL: no peer listener */
+  int listen_peer_port;
   /* Auto-compaction, as etcd's --auto-compaction-mode/-retention: periodic
    * keeps `retention_ms` of history (compacting to the revision current that
    * long ago, checked every retention/10, at least every second); revision
