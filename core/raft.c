@@ -1045,11 +1045,21 @@ int kt_raft_compact(struct kt_raft *r, uint64_t index) {
 
 static uint64_t apply_to(const struct kt_raft *r) { return KT_MIN(r->commit, r->persisted); }
 
+/* The hard state to persist. Its commit never covers entries of the batch it
+ * is written with (only entries handed out before): if that write tears after
+ * the hard state, the disk may still hold a stale tail the lost entries would
+ * have replaced, and a restart must not treat that tail as committed. */
+static struct kt_raft_hard_state hs_now(const struct kt_raft *r) {
+  struct kt_raft_hard_state hs = {r->term, r->vote, KT_MIN(r->commit, r->handed)};
+  return hs;
+}
+
 bool kt_raft_has_ready(const struct kt_raft *r) {
   if (r->out.n || r->events.n || r->read_hb_pending || r->handed < last_index(r) ||
       apply_to(r) > r->applied)
     return true;
-  if (r->given_hs.term != r->term || r->given_hs.vote != r->vote || r->given_hs.commit != r->commit)
+  struct kt_raft_hard_state hs = hs_now(r);
+  if (memcmp(&hs, &r->given_hs, sizeof hs) != 0)
     return true;
   for (size_t i = 0; i < r->rwait.n; i++)
     if (r->rwait.v[i].index <= apply_to(r))
@@ -1064,7 +1074,7 @@ void kt_raft_ready(struct kt_raft *r, struct kt_raft_ready *rd) {
   r->read_hb_pending = false;
   memset(rd, 0, sizeof *rd);
   r->in_ready = true;
-  struct kt_raft_hard_state hs = {r->term, r->vote, r->commit};
+  struct kt_raft_hard_state hs = hs_now(r);
   rd->hs = hs;
   rd->hs_changed = memcmp(&hs, &r->given_hs, sizeof hs) != 0;
   r->given_hs = hs;

@@ -14,7 +14,8 @@
  *   kt_raft_ready(&rd)  one batch: rd.hs + rd.entries to persist,
  *        │              rd.msgs to send, rd.committed to apply,
  *        │              rd.reads to release, rd.events to log/assert on
- *        ├─► persist rd.hs and rd.entries in ONE durable write (asynchronously,
+ *        ├─► persist rd.hs and rd.entries in ONE durable write, hs first (so a
+ *        │   torn write never keeps entries without their term; asynchronously,
  *        │   batches in order; an entry at or below the last written index
  *        │   replaces the log from there on); when durable:
  *        │   kt_raft_persisted(term, index) of its last entry and
@@ -142,7 +143,8 @@ const char *kt_raft_event_str(const struct kt_raft_event *ev, char *buf, size_t 
 
 /* One batch of work. Every pointer is raft's and valid until kt_raft_advance. */
 struct kt_raft_ready {
-  struct kt_raft_hard_state hs;
+  struct kt_raft_hard_state hs;  /* hs.commit may lag: it covers only entries
+                                    handed out in earlier batches */
   bool hs_changed;               /* persist hs (together with or after entries) */
   struct kt_raft_entry *entries; /* append to the log: may start below the last
                                     persisted index, which truncates from there */

@@ -758,3 +758,36 @@ TEST(raft_restart_after_compaction) {
   kt_raft_free(r);
   cl_free(c);
 }
+
+TEST(raft_hard_state_commit_never_covers_its_own_batch) {
+  /* if the write tears after the hard state, the entries that would have
+   * replaced a stale tail are lost: hs.commit must not reach them */
+  struct cl *c = cl_new(3, false, false);
+  struct kt_raft *f = c->r[2];
+  uint8_t d = 'x';
+  struct kt_raft_entry e[3] = {{1, 1, 0, 1, &d}, {1, 2, 0, 1, &d}, {1, 3, 0, 1, &d}};
+  struct kt_raft_msg app = {.type = KT_RAFT_MSG_APP,
+                            .from = 1,
+                            .to = 2,
+                            .term = 1,
+                            .commit = 3,
+                            .n_entries = 3,
+                            .entries = e};
+  kt_raft_step(f, &app);
+  CHECK_EQ(kt_raft_commit(f), 3);
+  struct kt_raft_ready rd;
+  kt_raft_ready(f, &rd);
+  CHECK_EQ(rd.n_entries, 3);
+  CHECK_EQ(rd.hs.term, 1);
+  CHECK_EQ(rd.hs.commit, 0);
+  CHECK_EQ(rd.n_committed, 0); /* not persisted yet */
+  kt_raft_advance(f);
+  kt_raft_persisted(f, 1, 3);
+  CHECK(kt_raft_has_ready(f));
+  kt_raft_ready(f, &rd);
+  CHECK(rd.hs_changed);
+  CHECK_EQ(rd.hs.commit, 3);
+  CHECK_EQ(rd.n_committed, 3);
+  kt_raft_advance(f);
+  cl_free(c);
+}
