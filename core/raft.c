@@ -642,6 +642,10 @@ static void check_reads(struct kt_raft *r) {
 
 static void leader_read(struct kt_raft *r, uint64_t from, uint64_t ctx) {
   struct pending_read p = {from, ctx, 0, 0};
+  if (kt_raft_test_bug == 4) { /* answers without confirming leadership */
+    read_done(r, from, ctx, r->commit);
+    return;
+  }
   if (term_at(r, r->commit) == r->term) {
     p.seq = ++r->read_seq;
     p.index = r->commit;

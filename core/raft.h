@@ -242,7 +242,8 @@ const char *kt_raft_msg_type_name(int type);
 
 /* Fault injection for the simulator's own test (never set in production):
  * 1 = ack appends before they are persisted, 2 = leader commits without a
- * quorum (its own persisted index), 3 = grant votes before persisting. */
+ * quorum (its own persisted index), 3 = grant votes before persisting,
+ * 4 = the leader answers ReadIndex without a heartbeat round. */
 extern int kt_raft_test_bug;
 
 /* ---- Wire format of a message (all integers big-endian) ----

@@ -117,3 +117,9 @@ TEST(sim_catches_vote_before_persist) {
     return;
   CHECK(bug_found(3, 3, 300));
 }
+
+TEST(sim_catches_read_without_quorum_check) {
+  if (env_u64("KT_SIM_SEED", 0))
+    return;
+  CHECK(bug_found(4, 3, 300));
+}
