@@ -54,6 +54,31 @@
  * compaction point; if it lacks that too, it is left in SNAPSHOT state and a
  * KT_RAFT_EV_NEED_SNAPSHOT event is emitted.
  *
+ * For the node (core/node.c), one loop turn, in this order:
+ *
+ *   feed: kt_raft_step for each decoded peer message, kt_raft_tick on the
+ *         heartbeat timer, kt_raft_propose / kt_raft_read_index for clients
+ *   while (kt_raft_has_ready(r)) {
+ *     kt_raft_ready(r, &rd);
+ *     WAL: append an hs record (if rd.hs_changed) then rd.entries; remember
+ *          (last entry term/index, rd.hs) for this write; flush at loop end
+ *     net: encode and queue rd.msgs per peer (kt_raft_msg_encode)
+ *     apply rd.committed to the store; a proposal of this member succeeded
+ *          iff the entry applied at its index has the term it was proposed
+ *          in (kt_raft_term() right after kt_raft_propose); any other entry
+ *          at that index means it is lost; timed out before its index is
+ *          applied: the outcome is unknown (EUNKNOWN), never success
+ *     answer rd.reads; log rd.events
+ *     kt_raft_advance(r);
+ *   }
+ *   sync done (ev_async): kt_raft_persisted + kt_raft_hs_persisted, then the
+ *   ready loop again (acks and votes released by the disk go out now)
+ *
+ * Proposals forwarded by a follower (propose returns index 0) and reads on a
+ * follower travel as messages that may be lost: the node times them out.
+ * Memory: entries stay here until kt_raft_compact; call it after applying
+ * (keeping a tail for slow followers, like etcd's 5000 catch-up entries).
+ *
  * Seams for later (types reserved, not implemented): snapshot send/install
  * (KT_RAFT_MSG_SNAP, PR_SNAPSHOT), membership changes (voters are fixed at
  * kt_raft_new; learners and one-at-a-time changes next: KT_RAFT_ENTRY_CONF).
