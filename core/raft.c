@@ -580,8 +580,8 @@ static void handle_append_resp(struct kt_raft *r, struct progress *pr,
   if (pr->next < m->index + 1)
     pr->next = m->index + 1;
   if (updated) {
-    if (pr->state == PR_PROBE)
-      pr_become_replicate(r, pr);
+    if (pr->state == PR_PROBE || (pr->state == PR_SNAPSHOT && pr->match + 1 >= r->first))
+      pr_become_replicate(r, pr); /* from SNAPSHOT: it caught up (installed one) */
     else if (pr->state == PR_REPLICATE)
       infl_free_to(r, pr, m->index);
     if (maybe_commit(r))
