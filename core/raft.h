@@ -14,7 +14,8 @@
  *   kt_raft_ready(&rd)  one batch: rd.hs + rd.entries to persist,
  *        │              rd.msgs to send, rd.committed to apply,
  *        │              rd.reads to release, rd.events to log/assert on
- *        ├─► persist rd.hs and rd.entries in ONE durable write (asynchronously,
+ *        ├─► persist rd.hs and rd.entries in ONE durable write, hs first (so a
+ *        │   torn write never keeps entries without their term; asynchronously,
  *        │   batches in order; an entry at or below the last written index
  *        │   replaces the log from there on); when durable:
  *        │   kt_raft_persisted(term, index) of its last entry and
@@ -52,6 +53,31 @@
  * them. A follower whose next entry is compacted is probed once at the
  * compaction point; if it lacks that too, it is left in SNAPSHOT state and a
  * KT_RAFT_EV_NEED_SNAPSHOT event is emitted.
+ *
+ * For the node (core/node.c), one loop turn, in this order:
+ *
+ *   feed: kt_raft_step for each decoded peer message, kt_raft_tick on the
+ *         heartbeat timer, kt_raft_propose / kt_raft_read_index for clients
+ *   while (kt_raft_has_ready(r)) {
+ *     kt_raft_ready(r, &rd);
+ *     WAL: append an hs record (if rd.hs_changed) then rd.entries; remember
+ *          (last entry term/index, rd.hs) for this write; flush at loop end
+ *     net: encode and queue rd.msgs per peer (kt_raft_msg_encode)
+ *     apply rd.committed to the store; a proposal of this member succeeded
+ *          iff the entry applied at its index has the term it was proposed
+ *          in (kt_raft_term() right after kt_raft_propose); any other entry
+ *          at that index means it is lost; timed out before its index is
+ *          applied: the outcome is unknown (EUNKNOWN), never success
+ *     answer rd.reads; log rd.events
+ *     kt_raft_advance(r);
+ *   }
+ *   sync done (ev_async): kt_raft_persisted + kt_raft_hs_persisted, then the
+ *   ready loop again (acks and votes released by the disk go out now)
+ *
+ * Proposals forwarded by a follower (propose returns index 0) and reads on a
+ * follower travel as messages that may be lost: the node times them out.
+ * Memory: entries stay here until kt_raft_compact; call it after applying
+ * (keeping a tail for slow followers, like etcd's 5000 catch-up entries).
  *
  * Seams for later (types reserved, not implemented): snapshot send/install
  * (KT_RAFT_MSG_SNAP, PR_SNAPSHOT), membership changes (voters are fixed at
@@ -142,7 +168,8 @@ const char *kt_raft_event_str(const struct kt_raft_event *ev, char *buf, size_t 
 
 /* One batch of work. Every pointer is raft's and valid until kt_raft_advance. */
 struct kt_raft_ready {
-  struct kt_raft_hard_state hs;
+  struct kt_raft_hard_state hs;  /* hs.commit may lag: it covers only entries
+                                    handed out in earlier batches */
   bool hs_changed;               /* persist hs (together with or after entries) */
   struct kt_raft_entry *entries; /* append to the log: may start below the last
                                     persisted index, which truncates from there */
@@ -240,7 +267,8 @@ const char *kt_raft_msg_type_name(int type);
 
 /* Fault injection for the simulator's own test (never set in production):
  * 1 = ack appends before they are persisted, 2 = leader commits without a
- * quorum (its own persisted index), 3 = grant votes before persisting. */
+ * quorum (its own persisted index), 3 = grant votes before persisting,
+ * 4 = the leader answers ReadIndex without a heartbeat round. */
 extern int kt_raft_test_bug;
 
 /* ---- Wire format of a message (all integers big-endian) ----

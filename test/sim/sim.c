@@ -8,7 +8,9 @@
  *     cut by partitions that form and heal at random
  *   - disk: a ready batch's entries + hard state become durable after a random
  *     delay, in order; only then is raft told (kt_raft_persisted). A crash
- *     loses every write not yet durable; the member restarts from its disk.
+ *     loses every write not yet durable, except that the write in progress
+ *     may be torn (its hard state and a prefix of its entries reach the disk
+ *     unreported); the member restarts from its disk.
  *   - clients propose entries and ask for ReadIndex reads on random members.
  * Checks, on every step: at most one leader per term; log matching; leader
  * completeness; committed entries never change (every (index, term, data)
@@ -214,7 +216,13 @@ static void free_write(struct disk_write *w) {
   free(w->ents);
 }
 
+static void disk_apply(struct sim_node *nd, struct disk_write *w, size_t n);
+
 static void node_crash(struct sim *s, struct sim_node *nd) {
+  /* a torn write: the write in progress reached the disk in part (its hard
+   * state first, then a prefix of its entries) without raft being told */
+  if (nd->wq_n && chance(s, 500))
+    disk_apply(nd, &nd->wq[0], (size_t)kt_rng_below(&s->rng, nd->wq[0].n + 1));
   for (size_t i = 0; i < nd->wq_n; i++)
     free_write(&nd->wq[i]);
   nd->wq_n = 0;
@@ -378,27 +386,33 @@ static void process_ready(struct sim *s, struct sim_node *nd) {
   s->max_commit = KT_MAX(s->max_commit, c);
 }
 
+/* Makes the first n entries of w (and its hard state, written first)
+ * durable on nd's disk; the entries' data moves to the disk. */
+static void disk_apply(struct sim_node *nd, struct disk_write *w, size_t n) {
+  nd->hs = w->hs;
+  if (n == 0)
+    return;
+  uint64_t first = w->ents[0].index;
+  kt_assert(first >= 1 && first <= nd->dn + 1);
+  for (size_t i = first - 1; i < nd->dn; i++)
+    free(nd->dlog[i].data);
+  nd->dn = first - 1;
+  for (size_t i = 0; i < n; i++) {
+    GROW(nd->dlog, nd->dn, nd->dcap);
+    nd->dlog[nd->dn++] = w->ents[i];
+    w->ents[i].data = NULL;
+  }
+}
+
 static void complete_writes(struct sim *s, struct sim_node *nd) {
   size_t done = 0;
   while (done < nd->wq_n && nd->wq[done].done_at <= s->now) {
     struct disk_write *w = &nd->wq[done++];
-    if (w->n) {
-      uint64_t first = w->ents[0].index;
-      kt_assert(first >= 1 && first <= nd->dn + 1);
-      for (size_t i = first - 1; i < nd->dn; i++)
-        free(nd->dlog[i].data);
-      nd->dn = first - 1;
-      for (size_t i = 0; i < w->n; i++) {
-        GROW(nd->dlog, nd->dn, nd->dcap);
-        nd->dlog[nd->dn++] = w->ents[i]; /* takes the data */
-      }
-      free(w->ents);
-      w->ents = NULL;
-    }
-    nd->hs = w->hs;
+    disk_apply(nd, w, w->n);
     if (w->n)
       kt_raft_persisted(nd->r, nd->dlog[nd->dn - 1].term, nd->dlog[nd->dn - 1].index);
     kt_raft_hs_persisted(nd->r, &w->hs);
+    free_write(w);
   }
   if (done)
     memmove(nd->wq, nd->wq + done, (nd->wq_n - done) * sizeof *nd->wq);

@@ -4,6 +4,7 @@
  *   KT_SIM_SEED=S      replay exactly one seed (both sizes), with the trace if
  *                      KT_SIM_VERBOSE=1
  *   KT_SIM_SEEDS=N     seeds per configuration (default below)
+ *   KT_SIM_BUG=B       run with injected bug B (see kt_raft_test_bug)
  * A failing seed prints "seed S n=N: why". */
 #include <stdlib.h>
 
@@ -20,6 +21,7 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, uint64_t first, 
                        int ticks) {
   int failures = 0;
   struct sim_stats tot = {0};
+  kt_raft_test_bug = (int)env_u64("KT_SIM_BUG", 0); /* demo: see the checkers fire */
   for (uint64_t seed = first; seed < first + count; seed++) {
     struct sim_opts o = {.seed = seed,
                          .n = n,
@@ -30,7 +32,12 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, uint64_t first, 
     struct sim_stats st;
     char why[512];
     if (sim_run(&o, &st, why, sizeof why)) {
-      printf("seed %llu n=%d crashes=%d: %s\n", (unsigned long long)seed, n, crashes, why);
+      printf("seed %llu n=%d crash_x10=%u: %s\n  replay: KT_SIM_SEED=%llu KT_SIM_VERBOSE=1 "
+             "build/test/raft_sim_test %s\n",
+             (unsigned long long)seed, n, crash_x10, why, (unsigned long long)seed,
+             n == 5      ? "sim_5_members"
+             : crash_x10 ? "sim_3_members_crashy"
+                         : "sim_3_members");
       if (++failures >= 5)
         break;
     }
@@ -116,4 +123,24 @@ TEST(sim_catches_vote_before_persist) {
   if (env_u64("KT_SIM_SEED", 0))
     return;
   CHECK(bug_found(3, 3, 300));
+}
+
+TEST(sim_catches_read_without_quorum_check) {
+  if (env_u64("KT_SIM_SEED", 0))
+    return;
+  CHECK(bug_found(4, 3, 300));
+}
+
+/* A seed replays exactly: two runs of one seed agree on every count. */
+TEST(sim_is_deterministic) {
+  struct sim_opts o = {.seed = 77, .n = 5, .ticks = 1500, .crashes = true, .crash_x10 = 20};
+  struct sim_stats a, b;
+  char why[512];
+  CHECK_EQ(sim_run(&o, &a, why, sizeof why), 0);
+  CHECK_EQ(sim_run(&o, &b, why, sizeof why), 0);
+  CHECK(memcmp(&a, &b, sizeof a) == 0);
+  CHECK(a.committed > 100 && a.elections > 0 && a.crashes > 0 && a.reads > 0);
+  o.seed = 78;
+  CHECK_EQ(sim_run(&o, &b, why, sizeof why), 0);
+  CHECK(memcmp(&a, &b, sizeof a) != 0);
 }

@@ -758,3 +758,81 @@ TEST(raft_restart_after_compaction) {
   kt_raft_free(r);
   cl_free(c);
 }
+
+TEST(raft_hard_state_commit_never_covers_its_own_batch) {
+  /* if the write tears after the hard state, the entries that would have
+   * replaced a stale tail are lost: hs.commit must not reach them */
+  struct cl *c = cl_new(3, false, false);
+  struct kt_raft *f = c->r[2];
+  uint8_t d = 'x';
+  struct kt_raft_entry e[3] = {{1, 1, 0, 1, &d}, {1, 2, 0, 1, &d}, {1, 3, 0, 1, &d}};
+  struct kt_raft_msg app = {.type = KT_RAFT_MSG_APP,
+                            .from = 1,
+                            .to = 2,
+                            .term = 1,
+                            .commit = 3,
+                            .n_entries = 3,
+                            .entries = e};
+  kt_raft_step(f, &app);
+  CHECK_EQ(kt_raft_commit(f), 3);
+  struct kt_raft_ready rd;
+  kt_raft_ready(f, &rd);
+  CHECK_EQ(rd.n_entries, 3);
+  CHECK_EQ(rd.hs.term, 1);
+  CHECK_EQ(rd.hs.commit, 0);
+  CHECK_EQ(rd.n_committed, 0); /* not persisted yet */
+  kt_raft_advance(f);
+  kt_raft_persisted(f, 1, 3);
+  CHECK(kt_raft_has_ready(f));
+  kt_raft_ready(f, &rd);
+  CHECK(rd.hs_changed);
+  CHECK_EQ(rd.hs.commit, 3);
+  CHECK_EQ(rd.n_committed, 3);
+  kt_raft_advance(f);
+  cl_free(c);
+}
+
+TEST(raft_stale_leader_learns_newer_term) {
+  struct cl *c = cl_new(3, true, true);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  CHECK_EQ(cl_leader(c), 1);
+  /* member 2 moved on to term 5 (as if a new leader was elected there) */
+  struct kt_raft_msg hb = {.type = KT_RAFT_MSG_HEARTBEAT, .from = 3, .to = 2, .term = 5};
+  kt_raft_step(c->r[2], &hb);
+  cl_ready(c, 2);
+  CHECK_EQ(kt_raft_term(c->r[2]), 5);
+  c->cut[3][1] = c->cut[1][3] = true;
+  cl_tick(c, 1, 1); /* the old leader's heartbeat to 2 is answered with term 5 */
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_FOLLOWER);
+  CHECK_EQ(kt_raft_term(c->r[1]), 5);
+  cl_free(c);
+}
+
+TEST(raft_duplicate_append_is_idempotent) {
+  struct cl *c = cl_new(3, false, false);
+  struct kt_raft *f = c->r[2];
+  uint8_t d = 'x';
+  struct kt_raft_entry e[3] = {{1, 1, 0, 1, &d}, {1, 2, 0, 1, &d}, {1, 3, 0, 1, &d}};
+  struct kt_raft_msg app = {
+      .type = KT_RAFT_MSG_APP, .from = 1, .to = 2, .term = 1, .n_entries = 3, .entries = e};
+  kt_raft_step(f, &app);
+  cl_ready(c, 2);
+  struct kt_raft_msg old = app; /* a delayed copy of an earlier, shorter APP */
+  old.n_entries = 1;
+  kt_raft_step(f, &old);
+  kt_raft_step(f, &app);
+  cl_ready(c, 2);
+  CHECK_EQ(kt_raft_last_index(f), 3);
+  CHECK(!has_event(c, 2, "truncate"));
+  CHECK_EQ(c->last_msg.type, KT_RAFT_MSG_APP_RESP);
+  CHECK_EQ(c->last_msg.index, 3);
+  /* entries that do not follow index are refused outright */
+  e[1].index = 7;
+  app.n_entries = 2;
+  int before = c->sent[2][KT_RAFT_MSG_APP_RESP];
+  kt_raft_step(f, &app);
+  cl_ready(c, 2);
+  CHECK_EQ(c->sent[2][KT_RAFT_MSG_APP_RESP], before);
+  cl_free(c);
+}
