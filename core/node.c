@@ -28,7 +28,8 @@ enum {
 /* An entry's data: origin member id u64 | proposal seq u64 | request body.
  * The member that proposed it answers its client when it applies it. */
 #define DATA_HDR 16
-#define READ_MAX 65536 /* linearizable reads waiting for their read index */
+#define READ_MAX 65536            /* linearizable reads waiting for their read index */
+#define RAFT_KEEP_ENTRIES 100000 /* applied entries kept for lagging followers */
 #define DEFER_MAX 65536 /* requests waiting for a leader */
 
 #define SNAP_SLICE_KEYS 256
@@ -47,7 +48,8 @@ struct pending {
 
 /* A linearizable read waiting for its read index (several members). */
 struct read_wait {
-  struct kt_conn *conn;
+  struct kt_conn *conn; /* NULL once answered with an error */
+  uint64_t req_id;
   uint64_t batch; /* the kt_raft_read_index ctx it rides on */
   ev_tstamp since;
   size_t len; /* body bytes in n->read_bodies, in order */
@@ -86,7 +88,7 @@ struct kt_node {
   struct kt_mvcc *store;
   struct kt_wal *wal;
   struct kt_server *server;
-  struct kt_arena arena;
+  struct kt_arena arena, msg_arena;
   struct kt_buf scratch;
 
   struct kt_raft *raft;
@@ -318,6 +320,13 @@ static void propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const
   FIFO_PUSH(n->pend, n->pend_head, n->n_pend, n->cap_pend, p);
 }
 
+/* Answer a waiting read with an error now; its slot is skipped later. */
+static void read_fail(struct read_wait *r, int code, const char *msg) {
+  kt_conn_send_error(r->conn, r->req_id, code, msg);
+  kt_conn_unref(r->conn);
+  r->conn = NULL;
+}
+
 /* A linearizable read with several members: it waits for a read index. */
 static void read_enqueue(struct kt_node *n, struct kt_conn *c, uint64_t req_id,
                          const uint8_t *body, size_t len) {
@@ -326,7 +335,7 @@ static void read_enqueue(struct kt_node *n, struct kt_conn *c, uint64_t req_id,
     return;
   }
   kt_conn_ref(c);
-  struct read_wait r = {c, n->read_batch, ev_now(n->loop), len};
+  struct read_wait r = {c, req_id, n->read_batch, ev_now(n->loop), len};
   FIFO_PUSH(n->reads, n->reads_head, n->n_reads, n->cap_reads, r);
   kt_buf_append(&n->read_bodies, body, len);
   n->read_batch_used = true;
@@ -394,6 +403,7 @@ static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
   s->db_size = (int64_t)kt_mvcc_size_bytes(n->store);
   s->db_size_in_use = s->db_size;
   s->leader = kt_raft_leader(n->raft);
+  s->is_learner = false;
   s->raft_index = kt_raft_last_index(n->raft);
   s->raft_term = kt_raft_term(n->raft);
   s->raft_applied_index = n->applied_index;
@@ -408,6 +418,25 @@ static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
   }
   kt_proto_encode_resp(out, &r);
   kt_conn_sent(c);
+}
+
+/* A range or a read-only txn, from the applied state. */
+static void serve_read(struct kt_node *n, struct kt_conn *c, const struct kt_req *req) {
+  struct kt_response_op res = {.type = req->type};
+  struct kt_err e = {0};
+  int rc;
+  kt_arena_reset(&n->arena);
+  if (req->type == KT_MSG_RANGE) {
+    rc = kt_mvcc_check(n->store, &req->u.op, &e);
+    if (!rc)
+      rc = kt_mvcc_range(n->store, &req->u.op.u.range, &n->arena, &res.u.range, &e);
+  } else {
+    rc = kt_mvcc_apply(n->store, &req->u.op, &n->arena, &res, &e);
+  }
+  if (rc)
+    reply_err(c, req->id, rc, &e);
+  else
+    reply(n, c, req->id, req->type, &res);
 }
 
 static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, const uint8_t *body,
@@ -427,18 +456,12 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
     return;
   }
   switch (req->type) {
-  case KT_MSG_RANGE: {
-    struct kt_response_op res = {.type = KT_OP_RANGE};
-    kt_arena_reset(&n->arena);
-    rc = kt_mvcc_check(n->store, &req->u.op, &e);
-    if (!rc)
-      rc = kt_mvcc_range(n->store, &req->u.op.u.range, &n->arena, &res.u.range, &e);
-    if (rc)
-      reply_err(c, req->id, rc, &e);
+  case KT_MSG_RANGE:
+    if (n->n_members > 1 && !req->u.op.u.range.serializable)
+      read_enqueue(n, c, req->id, body, body_len);
     else
-      reply(n, c, req->id, KT_MSG_RANGE, &res);
+      serve_read(n, c, req);
     return;
-  }
   case KT_MSG_PUT:
   case KT_MSG_DELETE:
   case KT_MSG_TXN:
@@ -450,14 +473,11 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
       return;
     }
     if (req->type == KT_MSG_TXN && !op_writes(&req->u.op)) {
-      /* A read-only txn changes nothing: answer from the applied state. */
-      struct kt_response_op res;
-      kt_arena_reset(&n->arena);
-      rc = kt_mvcc_apply(n->store, &req->u.op, &n->arena, &res, &e);
-      if (rc)
-        reply_err(c, req->id, rc, &e);
+      /* A read-only txn changes nothing: a read. */
+      if (n->n_members > 1)
+        read_enqueue(n, c, req->id, body, body_len);
       else
-        reply(n, c, req->id, KT_MSG_TXN, &res);
+        serve_read(n, c, req);
       return;
     }
     propose(n, c, req->id, body, body_len);
@@ -592,6 +612,44 @@ static void raft_event(struct kt_node *n, const struct kt_raft_event *ev) {
   kt_log(level, "raft", "%s", kt_raft_event_str(ev, buf, sizeof buf));
 }
 
+/* Reads whose batch has a read index that is applied. A later batch's
+ * index covers the earlier batches too. */
+static void serve_ready_reads(struct kt_node *n) {
+  while (n->reads_head < n->n_reads && n->reads[n->reads_head].batch <= n->read_ready_batch &&
+         n->applied_index >= n->read_ready_index) {
+    struct read_wait r = n->reads[n->reads_head++];
+    const uint8_t *body = n->read_bodies.p + n->read_bodies_head;
+    n->read_bodies_head += r.len;
+    struct kt_req req;
+    struct kt_err e = {0};
+    kt_arena_reset(&n->arena);
+    if (!r.conn)
+      continue; /* failed earlier */
+    if (kt_conn_open(r.conn) && kt_proto_decode_req(body, r.len, &n->arena, &req, &e) == 0)
+      serve_read(n, r.conn, &req);
+    kt_conn_unref(r.conn);
+  }
+  if (n->reads_head == n->n_reads) {
+    n->reads_head = n->n_reads = 0;
+    kt_buf_reset(&n->read_bodies);
+    n->read_bodies_head = 0;
+  }
+}
+
+/* The reads of this turn ask for one read index together. */
+static void request_read_index(struct kt_node *n) {
+  if (!n->read_batch_used)
+    return;
+  int rc = kt_raft_read_index(n->raft, n->read_batch);
+  if (rc) { /* no leader: this batch fails */
+    for (size_t i = n->reads_head; i < n->n_reads; i++)
+      if (n->reads[i].batch == n->read_batch && n->reads[i].conn)
+        read_fail(&n->reads[i], rc, "no leader");
+  }
+  n->read_batch++;
+  n->read_batch_used = false;
+}
+
 static void process_ready(struct kt_node *n) {
   while (!n->fatal && kt_raft_has_ready(n->raft)) {
     struct kt_raft_ready rd;
@@ -600,22 +658,38 @@ static void process_ready(struct kt_node *n) {
       raft_event(n, &rd.events[i]);
     if (rd.hs_changed || rd.n_entries)
       persist_ready(n, &rd);
-    /* rd.msgs: one member sends nothing (the peer transport comes with the
-     * cluster issue). */
+    /* The leader sends while its own write is in flight (raft held back
+     * what must wait for the disk). */
+    for (size_t i = 0; i < rd.n_msgs && n->peers; i++) {
+      kt_buf_reset(&n->scratch);
+      kt_raft_msg_encode(&rd.msgs[i], &n->scratch);
+      kt_peer_send(n->peers, rd.msgs[i].to, n->scratch.p, n->scratch.len);
+    }
     for (size_t i = 0; i < rd.n_committed && !n->fatal; i++)
       apply_committed(n, &rd.committed[i]);
+    for (size_t i = 0; i < rd.n_reads; i++)
+      if (rd.reads[i].context > n->read_ready_batch) {
+        n->read_ready_batch = rd.reads[i].context;
+        n->read_ready_index = rd.reads[i].index;
+      }
     bool was = n->serving;
-    n->serving = rd.role == KT_RAFT_LEADER && n->lead_index && n->applied_index >= n->lead_index;
+    if (rd.role == KT_RAFT_LEADER)
+      n->serving = n->lead_index && n->applied_index >= n->lead_index;
+    else
+      n->serving = rd.role == KT_RAFT_FOLLOWER && rd.leader != 0;
     if (n->serving && !was)
-      kt_log(KT_LOG_INFO, "node", "serving as leader term=%llu applied-index=%llu revision=%lld",
-             (unsigned long long)kt_raft_term(n->raft), (unsigned long long)n->applied_index,
-             (long long)kt_mvcc_revision(n->store));
+      kt_log(KT_LOG_INFO, "node", "serving as %s leader=%016llx term=%llu applied-index=%llu",
+             kt_raft_role_name(rd.role), (unsigned long long)rd.leader,
+             (unsigned long long)kt_raft_term(n->raft), (unsigned long long)n->applied_index);
     kt_raft_advance(n->raft);
   }
-  /* One member: nobody needs applied entries from raft's memory (the WAL
-   * and snapshots hold them). */
-  if (n->applied_index >= kt_raft_first_index(n->raft) + 1024)
-    kt_raft_compact(n->raft, n->applied_index);
+  /* Raft keeps applied entries in memory only for followers to catch up
+   * from: none with one member; a window of RAFT_KEEP_ENTRIES with several
+   * (further behind needs a snapshot install: the cluster issue). */
+  uint64_t keep = n->n_members > 1 ? RAFT_KEEP_ENTRIES : 0;
+  if (n->applied_index >= kt_raft_first_index(n->raft) + keep + 1024)
+    kt_raft_compact(n->raft, n->applied_index - keep);
+  serve_ready_reads(n);
   if (n->serving && n->defer_head < n->n_defer)
     run_deferred(n);
   snap_maybe_start(n);
@@ -664,6 +738,24 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
     n->defer_head = n->n_defer = 0;
     kt_buf_reset(&n->defer_bodies);
     n->defer_bodies_head = 0;
+  }
+  /* Reads whose read index never came (a lost message, a partition). */
+  while (n->reads_head < n->n_reads && ev_now(loop) - n->reads[n->reads_head].since > limit) {
+    struct read_wait *r = &n->reads[n->reads_head++];
+    n->read_bodies_head += r->len;
+    if (r->conn)
+      read_fail(r, KT_ETIMEOUT, "linearizable read timed out: no read index from the leader");
+  }
+  /* Writes not applied in etcd's request timeout (5 s + two election
+   * timeouts): the proposal may or may not commit later. */
+  ev_tstamp wlimit = 5.0 + limit;
+  while (n->pend_head < n->n_pend && ev_now(loop) - n->pend[n->pend_head].since > wlimit) {
+    struct pending *p = &n->pend[n->pend_head++];
+    if (p->conn) {
+      kt_conn_send_error(p->conn, p->req_id, KT_EUNKNOWN,
+                         "request outcome unknown: not committed within the request timeout");
+      kt_conn_unref(p->conn);
+    }
   }
 }
 
@@ -896,6 +988,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
   struct kt_node *n = w->data;
   if (background_pending(n))
     background_slice(n); /* one slice per turn even when never idle */
+  request_read_index(n);
   process_ready(n);
   if (n->pers_head < n->n_pers) {
     int rc = kt_wal_flush(n->wal);
@@ -1190,10 +1283,58 @@ static int replay_rec(void *arg, const struct kt_wal_rec *rec) {
   return 0;
 }
 
+/* ---- peers ---- */
+
+static void on_peer_message(void *arg, uint64_t from, const uint8_t *msg, size_t len) {
+  struct kt_node *n = arg;
+  struct kt_raft_msg m;
+  struct kt_err e = {0};
+  kt_arena_reset(&n->msg_arena);
+  if (kt_raft_msg_decode(msg, len, &n->msg_arena, &m, &e)) {
+    kt_log(KT_LOG_WARN, "peer", "undecodable raft message from %016llx: %s",
+           (unsigned long long)from, e.msg);
+    return;
+  }
+  if (m.from != from) {
+    kt_log(KT_LOG_WARN, "peer", "raft message from %016llx claims to be from %016llx",
+           (unsigned long long)from, (unsigned long long)m.from);
+    return;
+  }
+  kt_raft_step(n->raft, &m);
+}
+
+static int start_peers(struct kt_node *n, struct kt_err *e) {
+  if (n->n_members == 1)
+    return 0;
+  struct kt_peer_config pc = {.cluster_id = n->cluster_id,
+                              .member_id = n->member_id,
+                              .on_message = on_peer_message,
+                              .arg = n};
+  n->peers = kt_peer_new(n->loop, &pc);
+  for (size_t i = 0; i < n->n_members; i++) {
+    if (n->members[i].id == n->member_id)
+      continue;
+    int rc = kt_peer_add(n->peers, n->members[i].id, n->members[i].url, e);
+    if (rc)
+      return rc;
+  }
+  if (!n->cfg.listen_peer_host)
+    return kt_err_set(e, KT_EINVAL, "a cluster member needs --listen-peer-urls");
+  char url[300];
+  snprintf(url, sizeof url, strchr(n->cfg.listen_peer_host, ':') ? "[%s]:%d" : "%s:%d",
+           n->cfg.listen_peer_host, n->cfg.listen_peer_port);
+  int rc = kt_peer_listen(n->peers, url, e);
+  if (!rc)
+    kt_log(KT_LOG_INFO, "peer", "listening for peers url=%s members=%zu", url, n->n_members);
+  return rc;
+}
+
 /* Raft from the snapshot and the WAL; one member campaigns at once (as
  * etcd's initial-election-tick-advance). */
 static int start_raft(struct kt_node *n, struct replay *r, struct kt_err *e) {
-  uint64_t voters[1] = {n->member_id};
+  uint64_t voters[KT_NODE_MAX_MEMBERS];
+  for (size_t i = 0; i < n->n_members; i++)
+    voters[i] = n->members[i].id;
   struct kt_raft_hard_state hs = r->hs;
   if (hs.commit < n->applied_index) /* the snapshot outran the hard state's record */
     hs.commit = n->applied_index;
@@ -1205,7 +1346,7 @@ static int start_raft(struct kt_node *n, struct replay *r, struct kt_err *e) {
   uint32_t et = n->cfg.election_timeout_ms ? n->cfg.election_timeout_ms : 1000;
   struct kt_raft_config rc = {.id = n->member_id,
                               .voters = voters,
-                              .n_voters = 1,
+                              .n_voters = n->n_members,
                               .election_ticks = et / hb > 1 ? et / hb : 2,
                               .heartbeat_ticks = 1,
                               .max_msg_bytes = 1u << 20,
@@ -1226,8 +1367,9 @@ static int start_raft(struct kt_node *n, struct replay *r, struct kt_err *e) {
   kt_log(KT_LOG_INFO, "node", "log recovered snapshot-index=%llu entries=%zu term=%llu commit=%llu",
          (unsigned long long)n->applied_index, r->n_ents, (unsigned long long)hs.term,
          (unsigned long long)hs.commit);
-  for (uint32_t i = 0; i < 2 * rc.election_ticks; i++)
-    kt_raft_tick(n->raft);
+  if (n->n_members == 1) /* nobody to wait for: campaign at once */
+    for (uint32_t i = 0; i < 2 * rc.election_ticks; i++)
+      kt_raft_tick(n->raft);
   return 0;
 }
 
@@ -1302,6 +1444,8 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   n->tick_w.data = n;
   ev_timer_start(loop, &n->tick_w);
   ev_unref(loop);
+  if ((rc = start_peers(n, e)))
+    goto fail;
   process_ready(n); /* committed entries of the log: applied before serving */
 
   struct kt_server_config sc = {.max_request_bytes = cfg->max_request_bytes,
@@ -1321,6 +1465,8 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   *out = n;
   return 0;
 fail:
+  if (n->peers)
+    kt_peer_free(n->peers);
   if (n->raft)
     kt_raft_free(n->raft);
   if (n->wal)
@@ -1381,7 +1527,15 @@ void kt_node_free(struct kt_node *n) {
   free(n->defer);
   kt_buf_free(&n->defer_bodies);
   free(n->pers);
+  for (size_t i = n->reads_head; i < n->n_reads; i++)
+    if (n->reads[i].conn)
+      kt_conn_unref(n->reads[i].conn);
+  free(n->reads);
+  kt_buf_free(&n->read_bodies);
   kt_server_free(n->server);
+  if (n->peers)
+    kt_peer_free(n->peers);
+  kt_arena_free(&n->msg_arena);
   if (n->snap_w)
     kt_snap_writer_free(n->snap_w); /* removes the unfinished tmp file */
   struct kt_err e = {0};

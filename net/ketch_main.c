@@ -70,6 +70,11 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+  struct kt_node_peer initial[KT_NODE_MAX_MEMBERS * 4];
+  size_t n_initial = 0;
+  for (size_t i = 0; i < cfg.initial_cluster_n && n_initial < KT_ARRAY_LEN(initial); i++)
+    initial[n_initial++] = (struct kt_node_peer){cfg.initial_cluster_peers[i].name,
+                                                 cfg.initial_cluster_peers[i].url.raw};
   struct kt_node_config nc = {
       .name = cfg.name,
       .data_dir = cfg.data_dir,
@@ -79,6 +84,11 @@ int main(int argc, char **argv) {
       .snapshot_count = cfg.snapshot_count,
       .quota_bytes = cfg.quota_backend_bytes,
       .max_request_bytes = cfg.max_request_bytes,
+      .initial = initial,
+      .n_initial = n_initial,
+      .join_existing = cfg.initial_cluster_state == KT_CLUSTER_EXISTING,
+      .listen_peer_host = cfg.listen_peer_urls.n ? cfg.listen_peer_urls.v[0].host : NULL,
+      .listen_peer_port = cfg.listen_peer_urls.n ? cfg.listen_peer_urls.v[0].port : 0,
       .heartbeat_ms = cfg.heartbeat_interval_ms,
       .election_timeout_ms = cfg.election_timeout_ms,
       .auto_compaction_revision_mode = cfg.auto_compaction_mode == KT_COMPACT_REVISION,
