@@ -599,8 +599,8 @@ TEST(snapshot_stream_does_not_delay_small_messages) {
   /* Absolute bound, and relative to the stream: queued behind the stream
    * (an experiment that put the chunks on the raft channel) the worst small
    * message waited 106-117 ms of a 200-274 ms stream and this check failed;
-   * on its own channel, 1-13 ms
-   * unloaded, 20-70 ms with three ASan copies of this test in parallel. */
+   * on its own channel, 1-13 ms unloaded, 20-70 ms with three ASan copies of
+   * this test in parallel. */
   CHECK(b.max_latency_s < 0.2);
   CHECK(b.max_latency_s < 0.025 || b.max_latency_s < dt / 4);
   struct kt_peer_status st;
