@@ -193,7 +193,9 @@ int kt_peer_send(struct kt_peer_transport *t, uint64_t to, const void *msg, size
  * channel is not connected — in both cases nothing is queued and
  * on_snapshot_room(to) runs once the chunk size that was refused fits
  * (the channel being up and its queue at or below half its bound).
- * KT_ENOTFOUND, KT_EINVAL, KT_ETOOLARGE as kt_peer_send. */
+ * KT_ENOTFOUND and KT_EINVAL as kt_peer_send; KT_ETOOLARGE for a chunk over
+ * max_frame_bytes or over half of max_snapshot_queue_bytes (4 MiB by
+ * default: use chunks of 1 MiB or so). */
 int kt_peer_send_snapshot(struct kt_peer_transport *t, uint64_t to, const void *chunk, size_t len);
 /* Bytes of snapshot chunks that may be queued to `to` now (0 if down). */
 size_t kt_peer_snapshot_room(const struct kt_peer_transport *t, uint64_t to);

@@ -439,8 +439,8 @@ TEST(reconnect_after_remote_restarts_on_the_same_port) {
   uint64_t dd = st.dials - d0;
   fprintf(stderr, "# peer: %llu dials in 0.7 s while the remote was down, backoff now %u ms\n",
           (unsigned long long)dd, st.backoff_ms);
-  CHECK(dd >= 4 && dd <= 16);
-  CHECK(st.backoff_ms >= 400 && st.backoff_ms <= KT_PEER_BACKOFF_MAX_MS);
+  CHECK(dd >= 2 && dd <= 16);
+  CHECK(st.backoff_ms >= 200 && st.backoff_ms <= KT_PEER_BACKOFF_MAX_MS);
 
   /* B comes back on the same port: A reconnects by itself, messages resume. */
   memset(&b, 0, sizeof b);
@@ -452,7 +452,7 @@ TEST(reconnect_after_remote_restarts_on_the_same_port) {
   CHECK(run_until(loop, connected, &ab, 5));
   double took = ev_time() - t0;
   fprintf(stderr, "# peer: reconnected %.0f ms after the remote came back\n", took * 1000);
-  CHECK(took < KT_PEER_BACKOFF_MAX_MS / 1000.0 + 0.5);
+  CHECK(took < KT_PEER_BACKOFF_MAX_MS / 1000.0 + 1.5); /* one backoff step at most */
   b.next_seq[1] = seq;
   for (uint64_t i = 0; i < 100; i++, seq++)
     CHECK_EQ(send_seq(&a, 2, seq, 0, 32), 0);
@@ -596,7 +596,13 @@ TEST(snapshot_stream_does_not_delay_small_messages) {
           b.max_latency_s * 1000);
   CHECK(!b.out_of_order);
   CHECK(b.timed_msgs >= 10);
+  /* Absolute bound, and relative to the stream: queued behind the stream
+   * (an experiment that put the chunks on the raft channel) the worst small
+   * message waited 106-117 ms of a 200-274 ms stream and this check failed;
+   * on its own channel, 1-13 ms unloaded, 20-70 ms with three ASan copies of
+   * this test in parallel. */
   CHECK(b.max_latency_s < 0.2);
+  CHECK(b.max_latency_s < 0.025 || b.max_latency_s < dt / 4);
   struct kt_peer_status st;
   CHECK_EQ(kt_peer_status(a.t, 2, &st), 0);
   CHECK(st.snap_queue_bytes <= KT_PEER_SNAP_QUEUE_BYTES);
@@ -703,7 +709,7 @@ TEST(peer_that_never_reads_is_bounded_then_cut) {
           "# peer: never-reading peer: %d queued, %d dropped, queue %zu bytes (buffer %zu)\n",
           queued, dropped, st.queue_bytes, st.queue_alloc_bytes);
   CHECK(st.connected);
-  CHECK(dropped > 250 && queued + dropped == 400);
+  CHECK(dropped >= 150 && queued + dropped == 400); /* 4 MiB queue + kernel buffers */
   CHECK_EQ(st.msgs_dropped_full, dropped);
   CHECK_EQ(st.msgs_queued, queued);
   CHECK(st.queue_bytes <= ca.max_queue_bytes);
