@@ -28,9 +28,9 @@ enum {
 /* An entry's data: origin member id u64 | proposal seq u64 | request body.
  * The member that proposed it answers its client when it applies it. */
 #define DATA_HDR 16
-#define READ_MAX 65536            /* linearizable reads waiting for their read index */
+#define READ_MAX 65536           /* linearizable reads waiting for their read index */
 #define RAFT_KEEP_ENTRIES 100000 /* applied entries kept for lagging followers */
-#define DEFER_MAX 65536 /* requests waiting for a leader */
+#define DEFER_MAX 65536          /* requests waiting for a leader */
 
 #define SNAP_SLICE_KEYS 256
 #define SNAP_MAX_INFLIGHT 16
@@ -40,7 +40,7 @@ enum {
 
 /* A client write proposed to raft, waiting for its entry to be applied. */
 struct pending {
-  uint64_t seq;         /* this member's proposal number (in the entry's data) */
+  uint64_t seq; /* this member's proposal number (in the entry's data) */
   ev_tstamp since;
   struct kt_conn *conn; /* NULL for the member's own proposals */
   uint64_t req_id;
@@ -96,6 +96,7 @@ struct kt_node {
   uint64_t lead_index;                  /* first entry of our leadership: serve once applied */
   uint64_t wal_last_index;              /* index of the last entry appended to the WAL */
   bool serving;                         /* leader and lead_index applied */
+  uint64_t known_leader;                /* 0 during an election */
 
   /* Proposed writes, in proposal order: pend[pend_head..n_pend). */
   struct pending *pend;
@@ -107,8 +108,8 @@ struct kt_node {
   size_t n_reads, cap_reads, reads_head;
   struct kt_buf read_bodies;
   size_t read_bodies_head;
-  uint64_t read_batch;   /* the batch new reads join */
-  bool read_batch_used;  /* it has reads: ask raft at the end of the turn */
+  uint64_t read_batch;                         /* the batch new reads join */
+  bool read_batch_used;                        /* it has reads: ask raft at the end of the turn */
   uint64_t read_ready_batch, read_ready_index; /* newest batch with a known index */
   /* WAL appends raft waits on, in order. */
   struct persisting *pers;
@@ -280,8 +281,8 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
   if (kt_proto_decode_req(ent->data + DATA_HDR, ent->len - DATA_HDR, &n->arena, &req, &de)) {
     /* Validated before it was proposed: this is a bug or a bad disk. */
     char msg[400];
-    snprintf(msg, sizeof msg, "entry %llu: undecodable request: %s",
-             (unsigned long long)ent->index, de.msg);
+    snprintf(msg, sizeof msg, "entry %llu: undecodable request: %s", (unsigned long long)ent->index,
+             de.msg);
     fatal_stop(n, KT_ECORRUPT, msg);
   } else {
     apply_req(n, &req, c && kt_conn_open(c) ? c : NULL, req_id);
@@ -328,8 +329,8 @@ static void read_fail(struct read_wait *r, int code, const char *msg) {
 }
 
 /* A linearizable read with several members: it waits for a read index. */
-static void read_enqueue(struct kt_node *n, struct kt_conn *c, uint64_t req_id,
-                         const uint8_t *body, size_t len) {
+static void read_enqueue(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
+                         size_t len) {
   if (n->n_reads - n->reads_head >= READ_MAX) {
     kt_conn_send_error(c, req_id, KT_EBUSY, "too many linearizable reads waiting");
     return;
@@ -593,9 +594,25 @@ static void persist_ready(struct kt_node *n, const struct kt_raft_ready *rd) {
   FIFO_PUSH(n->pers, n->pers_head, n->n_pers, n->cap_pers, p);
 }
 
+static void fail_pending(struct kt_node *n, int code, const char *msg);
+
 static void raft_event(struct kt_node *n, const struct kt_raft_event *ev) {
   char buf[160];
   int level = KT_LOG_INFO;
+  uint64_t leader = n->known_leader;
+  if (ev->type == KT_RAFT_EV_BECAME_FOLLOWER || ev->type == KT_RAFT_EV_LEADER_KNOWN)
+    leader = ev->a;
+  else if (ev->type == KT_RAFT_EV_BECAME_LEADER)
+    leader = n->member_id;
+  else if (ev->type == KT_RAFT_EV_BECAME_PRE_CANDIDATE || ev->type == KT_RAFT_EV_BECAME_CANDIDATE)
+    leader = 0;
+  if (leader != n->known_leader) {
+    /* Proposals sent to (or made as) the old leader may or may not commit:
+     * their clients hear so now instead of at the request timeout. */
+    if (n->pend_head < n->n_pend)
+      fail_pending(n, KT_EUNKNOWN, "request outcome unknown: leader changed");
+    n->known_leader = leader;
+  }
   switch (ev->type) {
   case KT_RAFT_EV_COMMIT:
   case KT_RAFT_EV_PROBE:

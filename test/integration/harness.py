@@ -34,11 +34,12 @@ def free_port():
 
 
 class Member:
-    def __init__(self, data_dir=None, extra=(), name="m1", port=None, wait=True):
+    def __init__(self, data_dir=None, extra=(), name="m1", port=None, wait=True, peer_port=None):
         self.own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="ketch-it-")
         self.name = name
         self.port = port or free_port()
+        self.peer_port = peer_port
         self.extra = list(extra)
         self.proc = None
         self.log_path = os.path.join(tempfile.gettempdir(),
@@ -51,7 +52,7 @@ class Member:
 
     def start(self, wait=True):
         url = "http://127.0.0.1:%d" % self.port
-        peer = free_port()
+        peer = self.peer_port or free_port()
         args = [os.path.join(BIN, "ketch"), "--name", self.name,
                 "--data-dir", os.path.join(self.data_dir, "d"),
                 "--listen-client-urls", url, "--advertise-client-urls", url,

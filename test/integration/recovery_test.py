@@ -137,7 +137,7 @@ def test_corrupt_snapshot_falls_back_then_refuses():
         m.stop()
         # (the member may have taken a fresh snapshot after falling back)
         for p in glob.glob(os.path.join(snap_dir(m), "*.snap")):
-            corrupt(p)
+            os.truncate(p, os.path.getsize(p) // 2)  # (flipping twice would undo it)
         log = start_expect_failure(m)
         assert "snapshot" in log and "verif" in log, log[-800:]
     finally:
