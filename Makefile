@@ -36,6 +36,14 @@ KETCH_MAIN := net/ketch_main.c
 KETCHCTL_SRCS := $(wildcard tools/ketchctl/*.c)
 KETCHUTL_SRCS := $(wildcard tools/ketchutl/*.c)
 BENCH_SRCS := $(wildcard tools/bench/*.c)
+# The gRPC codec shared by ketch-bench's etcd target and the gRPC bridge: the
+# .proto files (etcd's wire contract) become C with protoc-c in the build.
+GRPC_SRCS := $(wildcard tools/grpc/*.c)
+PROTOS := $(wildcard tools/grpc/proto/*.proto)
+PROTO_C := $(patsubst tools/grpc/proto/%.proto,$(O)/gen/grpc/%.pb-c.c,$(PROTOS))
+GRPC_PKGS := libnghttp2 libprotobuf-c
+GRPC_CFLAGS = -I$(O)/gen/grpc $(shell pkg-config --cflags $(GRPC_PKGS) 2>/dev/null)
+GRPC_LIBS = $(shell pkg-config --libs $(GRPC_PKGS) 2>/dev/null)
 UNIT_TESTS := $(wildcard test/unit/*_test.c)
 FUZZ_TARGETS := $(wildcard test/fuzz/*_fuzz.c)
 PERF_SRCS := $(wildcard test/perf/*_perf.c)
@@ -60,7 +68,7 @@ UNIT_BINS := $(patsubst test/unit/%.c,$(O)/test/%,$(UNIT_TESTS))
 FUZZ_REPLAYS := $(patsubst test/fuzz/%_fuzz.c,$(O)/test/fuzz/%_replay,$(FUZZ_TARGETS))
 PERF_BINS := $(patsubst test/perf/%.c,$(O)/perf/%,$(PERF_SRCS))
 
-.PHONY: all deps run test asan fuzz perf clean format format-check
+.PHONY: all deps run test asan fuzz perf clean format format-check bench
 .SECONDARY:
 all: $(BINS) $(LIBS)
 
@@ -93,9 +101,16 @@ $(BINDIR)/ketchctl: $(call obj,$(KETCHCTL_SRCS)) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BINDIR)/ketch-bench: $(call obj,$(BENCH_SRCS)) $(LIBDIR)/libketch.a
+$(O)/gen/grpc/%.pb-c.c $(O)/gen/grpc/%.pb-c.h: tools/grpc/proto/%.proto
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	protoc-c --proto_path=tools/grpc/proto --c_out=$(O)/gen/grpc $<
+
+$(call obj,$(BENCH_SRCS) $(GRPC_SRCS) $(PROTO_C)): ALL_CFLAGS += $(GRPC_CFLAGS)
+$(call obj,$(BENCH_SRCS) $(GRPC_SRCS)): $(PROTO_C:.c=.h)
+
+$(BINDIR)/ketch-bench: $(call obj,$(BENCH_SRCS) $(GRPC_SRCS) $(PROTO_C)) $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS)
 
 $(BINDIR)/ketchutl: $(call obj,$(KETCHUTL_SRCS)) $(LIBKT)
 	@mkdir -p $(dir $@)
