@@ -154,6 +154,8 @@ extern const struct target target_ketch, target_etcd;
 struct bench_result {
   long issued, ok, errors;
   double seconds;
+  double cpu_s; /* this process's user + system CPU during the run: near
+                 * `seconds` means the generator itself is saturated */
   struct hist all, read, write;
   struct {
     const char *name;
@@ -174,5 +176,9 @@ void report_json(const struct bench_cfg *cfg, const struct bench_result *r);
 int floor_main(const struct bench_cfg *cfg, int argc, char **argv);   /* floor.c */
 int compare_main(const struct bench_cfg *cfg, int argc, char **argv); /* compare.c */
 uint64_t bench_now_ns(void);
+/* The floor (floor.c): count x (write 256 B + fdatasync) on a preallocated
+ * file in dir, and count loopback TCP round trips. 0, or -1 with err. */
+int floor_measure(const char *dir, int count, struct hist *fsync_h, struct hist *rtt_h, char *err,
+                  size_t err_len);
 
 #endif

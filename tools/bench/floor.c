@@ -109,6 +109,15 @@ static int rtt_loop(int count, struct hist *h, char *err, size_t err_len) {
   return rc;
 }
 
+int floor_measure(const char *dir, int count, struct hist *fsync_h, struct hist *rtt_h, char *err,
+                  size_t err_len) {
+  hist_reset(fsync_h);
+  hist_reset(rtt_h);
+  if (sync_loop(dir, count, fsync_h, err, err_len) || rtt_loop(count, rtt_h, err, err_len))
+    return -1;
+  return 0;
+}
+
 int floor_main(const struct bench_cfg *cfg, int argc, char **argv) {
   const char *dir = NULL;
   int count = 2000;
@@ -130,7 +139,7 @@ int floor_main(const struct bench_cfg *cfg, int argc, char **argv) {
   }
   static struct hist fs, rt;
   char err[512];
-  if (sync_loop(dir, count, &fs, err, sizeof err) || rtt_loop(count, &rt, err, sizeof err)) {
+  if (floor_measure(dir, count, &fs, &rt, err, sizeof err)) {
     fprintf(stderr, "ketch-bench floor: %s\n", err);
     return 1;
   }

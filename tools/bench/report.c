@@ -41,6 +41,8 @@ void report_text(const struct bench_cfg *cfg, const struct bench_result *r) {
     lat_text("\nWrites", &r->write, cfg->precise);
   }
   printf("\nRequests: %ld issued, %ld ok, %ld errors\n", r->issued, r->ok, r->errors);
+  printf("Generator CPU: %.2f s in %.2f s (%.0f%% of one core)\n", r->cpu_s, r->seconds,
+         r->seconds > 0 ? 100 * r->cpu_s / r->seconds : 0);
   for (int i = 0; i < r->n_err; i++)
     printf("  %s: %ld\n", r->err[i].name, r->err[i].n);
 }
@@ -62,10 +64,12 @@ void report_json(const struct bench_cfg *cfg, const struct bench_result *r) {
          cfg->conns, cfg->rate, cfg->total, cfg->duration_s, r->issued, r->ok, r->errors);
   for (int i = 0; i < r->n_err; i++)
     printf("%s\"%s\":%ld", i ? "," : "", r->err[i].name, r->err[i].n);
-  printf("},\"seconds\":%.4f,\"rps\":%.1f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,\"p99_ms\":%.4f,"
-         "\"p999_ms\":%.4f,\"max_ms\":%.4f,\"mean_ms\":%.4f,\"hist_rel_error\":%.5f,",
-         r->seconds, rps(r), hist_pct(h, 50) / 1e6, hist_pct(h, 90) / 1e6, hist_pct(h, 99) / 1e6,
-         hist_pct(h, 99.9) / 1e6, (double)h->max_ns / 1e6, hist_mean(h) / 1e6, HIST_REL_ERROR);
+  printf(
+      "},\"seconds\":%.6f,\"rps\":%.1f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,\"p99_ms\":%.4f,"
+      "\"p999_ms\":%.4f,\"max_ms\":%.4f,\"mean_ms\":%.4f,\"hist_rel_error\":%.5f,\"cpu_s\":%.3f,",
+      r->seconds, rps(r), hist_pct(h, 50) / 1e6, hist_pct(h, 90) / 1e6, hist_pct(h, 99) / 1e6,
+      hist_pct(h, 99.9) / 1e6, (double)h->max_ns / 1e6, hist_mean(h) / 1e6, HIST_REL_ERROR,
+      r->cpu_s);
   lat_json("latency", h);
   printf(",");
   lat_json("read", &r->read);

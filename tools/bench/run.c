@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "bench.h"
@@ -36,6 +37,13 @@ static struct run {
   long done;
   bool stop;
 } R;
+
+static double cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
 
 uint64_t bench_now_ns(void) {
   struct timespec ts;
@@ -155,6 +163,7 @@ int bench_run(const struct bench_cfg *cfg, struct bench_result *res, char *err, 
     R.idle[R.n_idle++] = cfg->clients - 1 - i;
   }
   R.t0 = bench_now_ns();
+  double cpu0 = cpu_s();
   R.end_ns = cfg->duration_s ? R.t0 + (uint64_t)(cfg->duration_s * 1e9) : 0;
   R.interval_ns = cfg->rate ? (uint64_t)(1e9 / cfg->rate) : 0;
   if (cfg->rate && !R.interval_ns)
@@ -205,6 +214,7 @@ int bench_run(const struct bench_cfg *cfg, struct bench_result *res, char *err, 
     }
   }
   res->seconds = (double)(bench_now_ns() - R.t0) / 1e9;
+  res->cpu_s = cpu_s() - cpu0;
 out:
   R.stop = true; /* requests canceled by close complete without issuing more */
   for (int i = 0; R.conns && i < nc; i++)
