@@ -5,6 +5,7 @@
 #   make asan       the same suite under ASan+UBSan (objects in build/asan)
 #   make fuzz F=wal_record SECONDS=60   run one libFuzzer target (clang)
 #   make deps       apt-get install the Debian packages that are missing
+#   make bench      ketch vs etcd, the standard suite (a few minutes) -> bench/
 # Out-of-tree builds: make O=/tmp/x puts objects, bin/ and lib/ under /tmp/x.
 
 O ?= build
@@ -134,6 +135,18 @@ perf: $(PERF_BINS)
 
 deps:
 	@sh test/deps.sh
+
+# The standard suite (a few minutes): ketch vs etcd, 1 member each, alternating
+# rounds; writes bench/results.json, bench/table.md and bench/throughput.svg.
+BENCH_WORKLOADS ?= put:1 put:16 put:64 put:256 range-l:64 range-s:64
+bench: deps all
+	@sh test/deps.sh bench
+	@mkdir -p bench
+	$(BINDIR)/ketch-bench compare --rounds 3 --run-seconds 3 --keys 100000 --out-dir bench \
+	  $(BENCH_WORKLOADS) > bench/table.md
+	@cat bench/table.md
+	gnuplot -e "datafile='bench/results.dat'; outfile='bench/throughput.svg'; \
+	  subtitle='$$(nproc) cores, $$(date -u +%Y-%m-%d)'" tools/bench/plot.gp
 
 test: deps
 	$(MAKE) all $(UNIT_BINS) $(FUZZ_REPLAYS)
