@@ -314,7 +314,8 @@ int kt_grpc_call(kt_grpc_client *c, const char *path, const uint8_t *msg, size_t
   sl->req[2] = (uint8_t)(len >> 16);
   sl->req[3] = (uint8_t)(len >> 8);
   sl->req[4] = (uint8_t)len;
-  memcpy(sl->req + 5, msg, len);
+  if (len)
+    memcpy(sl->req + 5, msg, len);
   sl->req_len = len + 5;
   sl->req_off = 0;
   sl->resp_len = 0;
