@@ -315,13 +315,10 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
       goto out;
     }
   }
-  /* the floor, on the disk of the data dirs */
+  /* the floor, on the disk of the data dirs: measured before every round
+   * (the disk's speed drifts with the other load), median of the rounds */
   static struct hist fs, rt;
-  if (floor_measure(tmpl, 1000, &fs, &rt, err, sizeof err)) {
-    fprintf(stderr, "ketch-bench compare: floor: %s\n", err);
-    goto out;
-  }
-  double floor_ms = (hist_pct(&fs, 50) + hist_pct(&rt, 50)) / 1e6;
+  double fs_p50[MAX_ROUNDS], rt_p50[MAX_ROUNDS];
   /* load the same keys into both */
   for (int t = T_ETCD; t >= T_KETCH; t--) {
     struct bench_cfg c;
@@ -342,7 +339,15 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   }
   char range_key[32];
   workload_key(range_key, 16, 1);
-  for (int round = 0; round < rounds; round++)
+  for (int round = 0; round < rounds; round++) {
+    if (floor_measure(tmpl, 500, &fs, &rt, err, sizeof err)) {
+      fprintf(stderr, "ketch-bench compare: floor: %s\n", err);
+      goto out;
+    }
+    fs_p50[round] = hist_pct(&fs, 50) / 1e6;
+    rt_p50[round] = hist_pct(&rt, 50) / 1e6;
+    fprintf(stderr, "compare: round %d/%d floor: fdatasync p50 %.3f ms, loopback rtt p50 %.3f ms\n",
+            round + 1, rounds, fs_p50[round], rt_p50[round]);
     for (int i = 0; i < n_wl; i++)
       for (int t = T_ETCD; t >= T_KETCH; t--) { /* A B: etcd, then ketch */
         struct wl *w = &wls[i];
@@ -373,6 +378,9 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
                 round + 1, rounds, w->name, t == T_ETCD ? "etcd" : "ketch", rps, w->p50[t][round],
                 w->p99[t][round], r.errors ? "  (errors!)" : "");
       }
+  }
+  double fsync_ms = median(fs_p50, rounds), rtt_ms = median(rt_p50, rounds);
+  double floor_ms = fsync_ms + rtt_ms;
   long rss[2] = {rss_kb(srv[T_KETCH].pid), rss_kb(srv[T_ETCD].pid)};
   for (int i = 0; i < n_wl; i++)
     for (int t = 0; t < 2; t++) {
@@ -404,8 +412,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
             "\"members\":1,\"floor\":{\"fdatasync_p50_ms\":%.4f,\"rtt_p50_ms\":%.4f,"
             "\"floor_ms\":%.4f},\"rss_kb\":{\"ketch\":%ld,\"etcd\":%ld},"
             "\"three_members\":\"not run: needs the cluster issue\",\"rows\":[",
-            date, ncpu, rounds, run_s, keys, hist_pct(&fs, 50) / 1e6, hist_pct(&rt, 50) / 1e6,
-            floor_ms, rss[T_KETCH], rss[T_ETCD]);
+            date, ncpu, rounds, run_s, keys, fsync_ms, rtt_ms, floor_ms, rss[T_KETCH], rss[T_ETCD]);
     for (int i = 0; i < n_wl; i++) {
       struct wl *w = &wls[i];
       fprintf(f,
@@ -431,7 +438,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   FILE *f = json ? stderr : stdout;
   fprintf(f,
           "\nketch vs etcd, 1 member each, same machine (%ld cores), one window, %d rounds of "
-          "%.0f s alternating, medians; %ld keys of 16 B with 256 B values loaded; %s\n\n",
+          "%g s alternating, medians; %ld keys of 16 B with 256 B values loaded; %s\n\n",
           ncpu, rounds, run_s, keys, date);
   fprintf(f, "| workload | etcd ops/s | ketch ops/s | ketch/etcd | aim | etcd p50 / p99 ms | "
              "ketch p50 / p99 ms |\n|---|---|---|---|---|---|---|\n");
@@ -448,16 +455,18 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
             w->errors[0] || w->errors[1] ? " (some requests failed: see stderr)" : "");
   }
   fprintf(f,
-          "\nfloor (this disk, this kernel): fdatasync p50 %.3f ms + loopback round trip p50 "
-          "%.3f ms = %.3f ms\n",
-          hist_pct(&fs, 50) / 1e6, hist_pct(&rt, 50) / 1e6, floor_ms);
+          "\nfloor (this disk, this kernel; median of the rounds): fdatasync p50 %.3f ms + "
+          "loopback round trip p50 %.3f ms = %.3f ms\n",
+          fsync_ms, rtt_ms, floor_ms);
   for (int i = 0; i < n_wl; i++)
     if (wls[i].workload == W_PUT && wls[i].clients == 1)
       fprintf(f, "single-client put p50: ketch %.3f ms = %.1fx the floor; etcd %.3f ms = %.1fx\n",
               wls[i].med_p50[T_KETCH], wls[i].med_p50[T_KETCH] / floor_ms, wls[i].med_p50[T_ETCD],
               wls[i].med_p50[T_ETCD] / floor_ms);
-  fprintf(f, "RSS at the end: ketch %.1f MB, etcd %.1f MB\n", (double)rss[T_KETCH] / 1024,
-          (double)rss[T_ETCD] / 1024);
+  fprintf(f,
+          "RSS at the end (keys loaded + every run's history, no compaction): ketch %.1f MB, "
+          "etcd %.1f MB\n",
+          (double)rss[T_KETCH] / 1024, (double)rss[T_ETCD] / 1024);
   fprintf(f, "3-member comparisons: not run (ketch needs the cluster issue first).\n");
   rc = 0;
 out:
