@@ -9,7 +9,9 @@
  * values), measures the disk + loopback floor, then runs every workload
  * alternately — etcd, ketch, etcd, ketch... — for --rounds rounds of
  * --run-seconds each, and prints per workload the medians and the ratio
- * ketch/etcd, with the issue's targets beside them. The same generator drives
+ * ketch/etcd, with the issue's targets beside them, the servers' CPU seconds
+ * per 100k requests; then RSS, data dir size, restart-to-serving time and
+ * RSS after the restart. The same generator drives
  * both (etcd through its v3 gRPC API, ketch through libketch).
  *
  * Workloads: put:C (C clients), range-l:C / range-s:C (one loaded key,
@@ -17,6 +19,7 @@
  * 1 for one client, else 16 (etcd's benchmark defaults in the anchors).
  */
 #include <errno.h>
+#include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -39,14 +42,16 @@ struct wl {
   int workload; /* W_* */
   int clients;
   bool serializable;
-  double rps[2][MAX_ROUNDS], p50[2][MAX_ROUNDS], p99[2][MAX_ROUNDS];
+  double rps[2][MAX_ROUNDS], p50[2][MAX_ROUNDS], p99[2][MAX_ROUNDS], cpu[2][MAX_ROUNDS];
   long errors[2];
-  double med_rps[2], med_p50[2], med_p99[2];
+  double med_rps[2], med_p50[2], med_p99[2], med_cpu[2]; /* cpu: server s per 100k requests */
 };
 
 struct server {
   pid_t pid;
-  int port;
+  int port, peer;
+  const char *bin;
+  char log[PATH_MAX + 16];
   char dir[PATH_MAX];
   char endpoint[64];
 };
@@ -90,6 +95,70 @@ static void stop(struct server *s) {
   kill(s->pid, SIGKILL);
   waitpid(s->pid, NULL, 0);
   s->pid = 0;
+}
+
+/* Starts (or restarts, on the same data dir) member m1 of a 1-member
+ * cluster: etcd's flags, which ketch shares. */
+static void start_server(struct server *s, int t) {
+  char cu[64], pu[64], ic[96];
+  snprintf(cu, sizeof cu, "http://127.0.0.1:%d", s->port);
+  snprintf(pu, sizeof pu, "http://127.0.0.1:%d", s->peer);
+  snprintf(ic, sizeof ic, "m1=%s", pu);
+  char *av[24];
+  int n = 0;
+  av[n++] = (char *)s->bin;
+  av[n++] = "--name";
+  av[n++] = "m1";
+  av[n++] = "--data-dir";
+  av[n++] = s->dir;
+  av[n++] = "--listen-client-urls";
+  av[n++] = cu;
+  av[n++] = "--advertise-client-urls";
+  av[n++] = cu;
+  av[n++] = "--listen-peer-urls";
+  av[n++] = pu;
+  av[n++] = "--initial-advertise-peer-urls";
+  av[n++] = pu;
+  if (t == T_ETCD) {
+    av[n++] = "--initial-cluster";
+    av[n++] = ic;
+  }
+  av[n++] = "--log-level";
+  av[n++] = t == T_ETCD ? "error" : "warn";
+  av[n] = NULL;
+  s->pid = spawn(av, s->log);
+}
+
+/* user + system CPU seconds of a process so far; -1 if unknown */
+static double proc_cpu_s(pid_t pid) {
+  char p[64], buf[1024];
+  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(p, "r");
+  if (!f)
+    return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *q = strrchr(buf, ')'); /* fields after the command name */
+  unsigned long ut = 0, st = 0;
+  if (!q || sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+    return -1;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static uint64_t dir_bytes;
+static int add_size(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)path, (void)ftw;
+  if (flag == FTW_F)
+    dir_bytes += (uint64_t)st->st_blocks * 512;
+  return 0;
+}
+
+/* Disk space used under dir (allocated blocks), bytes. */
+static uint64_t du_bytes(const char *dir) {
+  dir_bytes = 0;
+  nftw(dir, add_size, 16, FTW_PHYS);
+  return dir_bytes;
 }
 
 static long rss_kb(pid_t pid) {
@@ -138,7 +207,7 @@ static bool wait_ready(int target, const char *endpoint, pid_t pid, double timeo
     char err[256];
     if (!bench_run(&c, &r, err, sizeof err) && r.ok == 1)
       return true;
-    usleep(100000);
+    usleep(20000);
   }
   return false;
 }
@@ -274,41 +343,10 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     snprintf(s->dir, sizeof s->dir, "%.3900s/%s", tmpl, t == T_ETCD ? "etcd" : "ketch");
     snprintf(s->endpoint, sizeof s->endpoint, "127.0.0.1:%d", s->port);
     snprintf(log_path[t], sizeof log_path[t], "%s.log", s->dir);
-    char cu[64], pu[64], ic[96];
-    snprintf(cu, sizeof cu, "http://127.0.0.1:%d", s->port);
-    snprintf(pu, sizeof pu, "http://127.0.0.1:%d", peer);
-    snprintf(ic, sizeof ic, "m1=%s", pu);
-    if (t == T_ETCD) {
-      char *const av[] = {(char *)etcd_bin,
-                          "--name",
-                          "m1",
-                          "--data-dir",
-                          s->dir,
-                          "--listen-client-urls",
-                          cu,
-                          "--advertise-client-urls",
-                          cu,
-                          "--listen-peer-urls",
-                          pu,
-                          "--initial-advertise-peer-urls",
-                          pu,
-                          "--initial-cluster",
-                          ic,
-                          "--log-level",
-                          "error",
-                          NULL};
-      s->pid = spawn(av, log_path[t]);
-    } else {
-      char *const av[] = {ketch_bin, "--name",
-                          "m1",      "--data-dir",
-                          s->dir,    "--listen-client-urls",
-                          cu,        "--advertise-client-urls",
-                          cu,        "--listen-peer-urls",
-                          pu,        "--initial-advertise-peer-urls",
-                          pu,        "--log-level",
-                          "warn",    NULL};
-      s->pid = spawn(av, log_path[t]);
-    }
+    s->peer = peer;
+    s->bin = t == T_ETCD ? etcd_bin : ketch_bin;
+    snprintf(s->log, sizeof s->log, "%.4000s", log_path[t]);
+    start_server(s, t);
     if (s->pid < 0 || !wait_ready(t, s->endpoint, s->pid, 20)) {
       fprintf(stderr, "ketch-bench compare: %s did not start (see %s)\n",
               t == T_ETCD ? "etcd" : "ketch", log_path[t]);
@@ -364,7 +402,11 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
         c.txn_ops = 4;
         if (w->workload == W_RANGE)
           c.range_key = range_key;
-        if (bench_run(&c, &r, err, sizeof err)) {
+        double cpu0 = proc_cpu_s(srv[t].pid);
+        int brc = bench_run(&c, &r, err, sizeof err);
+        double cpu1 = proc_cpu_s(srv[t].pid);
+        w->cpu[t][round] = r.ok && cpu0 >= 0 && cpu1 >= 0 ? (cpu1 - cpu0) / (double)r.ok * 1e5 : 0;
+        if (brc) {
           fprintf(stderr, "ketch-bench compare: %s on %s: %s\n", w->name,
                   t == T_ETCD ? "etcd" : "ketch", err);
           goto out;
@@ -381,12 +423,28 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   }
   double fsync_ms = median(fs_p50, rounds), rtt_ms = median(rt_p50, rounds);
   double floor_ms = fsync_ms + rtt_ms;
-  long rss[2] = {rss_kb(srv[T_KETCH].pid), rss_kb(srv[T_ETCD].pid)};
+  /* resources: RSS now, data dir size, then restart-to-serving and RSS after it */
+  long rss[2] = {rss_kb(srv[T_KETCH].pid), rss_kb(srv[T_ETCD].pid)}, rss_restart[2];
+  double du_mb[2], restart_s[2];
+  for (int t = T_ETCD; t >= T_KETCH; t--) {
+    stop(&srv[t]);
+    du_mb[t] = (double)du_bytes(srv[t].dir) / 1048576.0;
+    uint64_t t0 = bench_now_ns();
+    start_server(&srv[t], t);
+    if (srv[t].pid < 0 || !wait_ready(t, srv[t].endpoint, srv[t].pid, 120)) {
+      fprintf(stderr, "ketch-bench compare: %s did not restart (see %s)\n",
+              t == T_ETCD ? "etcd" : "ketch", srv[t].log);
+      goto out;
+    }
+    restart_s[t] = (double)(bench_now_ns() - t0) / 1e9;
+    rss_restart[t] = rss_kb(srv[t].pid);
+  }
   for (int i = 0; i < n_wl; i++)
     for (int t = 0; t < 2; t++) {
       wls[i].med_rps[t] = median(wls[i].rps[t], rounds);
       wls[i].med_p50[t] = median(wls[i].p50[t], rounds);
       wls[i].med_p99[t] = median(wls[i].p99[t], rounds);
+      wls[i].med_cpu[t] = median(wls[i].cpu[t], rounds);
     }
   char date[64];
   time_t now = time(NULL);
@@ -411,17 +469,22 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
             "{\"date\":\"%s\",\"cpus\":%ld,\"rounds\":%d,\"run_seconds\":%.1f,\"keys\":%ld,"
             "\"members\":1,\"floor\":{\"fdatasync_p50_ms\":%.4f,\"rtt_p50_ms\":%.4f,"
             "\"floor_ms\":%.4f},\"rss_kb\":{\"ketch\":%ld,\"etcd\":%ld},"
+            "\"restart\":{\"ketch\":{\"seconds\":%.3f,\"rss_kb\":%ld,\"data_dir_mb\":%.1f},"
+            "\"etcd\":{\"seconds\":%.3f,\"rss_kb\":%ld,\"data_dir_mb\":%.1f}},"
             "\"three_members\":\"not run: needs the cluster issue\",\"rows\":[",
-            date, ncpu, rounds, run_s, keys, fsync_ms, rtt_ms, floor_ms, rss[T_KETCH], rss[T_ETCD]);
+            date, ncpu, rounds, run_s, keys, fsync_ms, rtt_ms, floor_ms, rss[T_KETCH], rss[T_ETCD],
+            restart_s[T_KETCH], rss_restart[T_KETCH], du_mb[T_KETCH], restart_s[T_ETCD],
+            rss_restart[T_ETCD], du_mb[T_ETCD]);
     for (int i = 0; i < n_wl; i++) {
       struct wl *w = &wls[i];
       fprintf(f,
               "%s{\"workload\":\"%s\",\"clients\":%d,\"etcd\":{\"rps\":%.1f,\"p50_ms\":%.4f,"
-              "\"p99_ms\":%.4f,\"errors\":%ld},\"ketch\":{\"rps\":%.1f,\"p50_ms\":%.4f,"
-              "\"p99_ms\":%.4f,\"errors\":%ld},\"ratio\":%.3f,\"aim\":%.0f}",
+              "\"p99_ms\":%.4f,\"errors\":%ld,\"server_cpu_s_per_100k\":%.3f},"
+              "\"ketch\":{\"rps\":%.1f,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"errors\":%ld,"
+              "\"server_cpu_s_per_100k\":%.3f},\"ratio\":%.3f,\"aim\":%.0f}",
               i ? "," : "", w->name, w->clients, w->med_rps[T_ETCD], w->med_p50[T_ETCD],
-              w->med_p99[T_ETCD], w->errors[T_ETCD], w->med_rps[T_KETCH], w->med_p50[T_KETCH],
-              w->med_p99[T_KETCH], w->errors[T_KETCH],
+              w->med_p99[T_ETCD], w->errors[T_ETCD], w->med_cpu[T_ETCD], w->med_rps[T_KETCH],
+              w->med_p50[T_KETCH], w->med_p99[T_KETCH], w->errors[T_KETCH], w->med_cpu[T_KETCH],
               w->med_rps[T_ETCD] > 0 ? w->med_rps[T_KETCH] / w->med_rps[T_ETCD] : 0, aim(w));
     }
     fprintf(f, "]}\n");
@@ -441,7 +504,8 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
           "%g s alternating, medians; %ld keys of 16 B with 256 B values loaded; %s\n\n",
           ncpu, rounds, run_s, keys, date);
   fprintf(f, "| workload | etcd ops/s | ketch ops/s | ketch/etcd | aim | etcd p50 / p99 ms | "
-             "ketch p50 / p99 ms |\n|---|---|---|---|---|---|---|\n");
+             "ketch p50 / p99 ms | server CPU s per 100k, etcd / ketch |\n"
+             "|---|---|---|---|---|---|---|---|\n");
   for (int i = 0; i < n_wl; i++) {
     struct wl *w = &wls[i];
     char title[96];
@@ -449,9 +513,10 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     char aimb[48] = "-";
     if (aim(w))
       snprintf(aimb, sizeof aimb, ">= %.0fx: %s", aim(w), ratio >= aim(w) ? "met" : "NOT MET");
-    fprintf(f, "| %s | %.0f | %.0f | %.2fx | %s | %.2f / %.2f | %.2f / %.2f |%s\n",
+    fprintf(f, "| %s | %.0f | %.0f | %.2fx | %s | %.2f / %.2f | %.2f / %.2f | %.1f / %.1f |%s\n",
             wl_title(w, title, sizeof title), w->med_rps[T_ETCD], w->med_rps[T_KETCH], ratio, aimb,
             w->med_p50[T_ETCD], w->med_p99[T_ETCD], w->med_p50[T_KETCH], w->med_p99[T_KETCH],
+            w->med_cpu[T_ETCD], w->med_cpu[T_KETCH],
             w->errors[0] || w->errors[1] ? " (some requests failed: see stderr)" : "");
   }
   fprintf(f,
@@ -467,6 +532,11 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
           "RSS at the end (keys loaded + every run's history, no compaction): ketch %.1f MB, "
           "etcd %.1f MB\n",
           (double)rss[T_KETCH] / 1024, (double)rss[T_ETCD] / 1024);
+  fprintf(f,
+          "data dir: ketch %.1f MB, etcd %.1f MB; restart to serving: ketch %.2f s, etcd %.2f s; "
+          "RSS after restart: ketch %.1f MB, etcd %.1f MB\n",
+          du_mb[T_KETCH], du_mb[T_ETCD], restart_s[T_KETCH], restart_s[T_ETCD],
+          (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
   fprintf(f, "3-member comparisons: not run (ketch needs the cluster issue first).\n");
   rc = 0;
 out:
