@@ -520,24 +520,24 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
             w->errors[0] || w->errors[1] ? " (some requests failed: see stderr)" : "");
   }
   fprintf(f,
-          "\nfloor (this disk, this kernel; median of the rounds): fdatasync p50 %.3f ms + "
+          "\n- floor (this disk, this kernel; median of the rounds): fdatasync p50 %.3f ms + "
           "loopback round trip p50 %.3f ms = %.3f ms\n",
           fsync_ms, rtt_ms, floor_ms);
   for (int i = 0; i < n_wl; i++)
     if (wls[i].workload == W_PUT && wls[i].clients == 1)
-      fprintf(f, "single-client put p50: ketch %.3f ms = %.1fx the floor; etcd %.3f ms = %.1fx\n",
+      fprintf(f, "- single-client put p50: ketch %.3f ms = %.1fx the floor; etcd %.3f ms = %.1fx\n",
               wls[i].med_p50[T_KETCH], wls[i].med_p50[T_KETCH] / floor_ms, wls[i].med_p50[T_ETCD],
               wls[i].med_p50[T_ETCD] / floor_ms);
   fprintf(f,
-          "RSS at the end (keys loaded + every run's history, no compaction): ketch %.1f MB, "
+          "- RSS at the end (keys loaded + every run's history, no compaction): ketch %.1f MB, "
           "etcd %.1f MB\n",
           (double)rss[T_KETCH] / 1024, (double)rss[T_ETCD] / 1024);
   fprintf(f,
-          "data dir: ketch %.1f MB, etcd %.1f MB; restart to serving: ketch %.2f s, etcd %.2f s; "
+          "- data dir: ketch %.1f MB, etcd %.1f MB; restart to serving: ketch %.2f s, etcd %.2f s; "
           "RSS after restart: ketch %.1f MB, etcd %.1f MB\n",
           du_mb[T_KETCH], du_mb[T_ETCD], restart_s[T_KETCH], restart_s[T_ETCD],
           (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
-  fprintf(f, "3-member comparisons: not run (ketch needs the cluster issue first).\n");
+  fprintf(f, "- 3-member comparisons: not run (ketch needs the cluster issue first).\n");
   rc = 0;
 out:
   stop(&srv[T_KETCH]);
