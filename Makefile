@@ -5,6 +5,7 @@
 #   make asan       the same suite under ASan+UBSan (objects in build/asan)
 #   make fuzz F=wal_record SECONDS=60   run one libFuzzer target (clang)
 #   make deps       apt-get install the Debian packages that are missing
+#   make bench      ketch vs etcd, the standard suite (a few minutes) -> bench/
 # Out-of-tree builds: make O=/tmp/x puts objects, bin/ and lib/ under /tmp/x.
 
 O ?= build
@@ -36,6 +37,14 @@ KETCH_MAIN := net/ketch_main.c
 KETCHCTL_SRCS := $(wildcard tools/ketchctl/*.c)
 KETCHUTL_SRCS := $(wildcard tools/ketchutl/*.c)
 BENCH_SRCS := $(wildcard tools/bench/*.c)
+# The gRPC codec shared by ketch-bench's etcd target and the gRPC bridge: the
+# .proto files (etcd's wire contract) become C with protoc-c in the build.
+GRPC_SRCS := $(wildcard tools/grpc/*.c)
+PROTOS := $(wildcard tools/grpc/proto/*.proto)
+PROTO_C := $(patsubst tools/grpc/proto/%.proto,$(O)/gen/grpc/%.pb-c.c,$(PROTOS))
+GRPC_PKGS := libnghttp2 libprotobuf-c
+GRPC_CFLAGS = -I$(O)/gen/grpc $(shell pkg-config --cflags $(GRPC_PKGS) 2>/dev/null)
+GRPC_LIBS = $(shell pkg-config --libs $(GRPC_PKGS) 2>/dev/null)
 UNIT_TESTS := $(wildcard test/unit/*_test.c)
 FUZZ_TARGETS := $(wildcard test/fuzz/*_fuzz.c)
 PERF_SRCS := $(wildcard test/perf/*_perf.c)
@@ -60,7 +69,7 @@ UNIT_BINS := $(patsubst test/unit/%.c,$(O)/test/%,$(UNIT_TESTS))
 FUZZ_REPLAYS := $(patsubst test/fuzz/%_fuzz.c,$(O)/test/fuzz/%_replay,$(FUZZ_TARGETS))
 PERF_BINS := $(patsubst test/perf/%.c,$(O)/perf/%,$(PERF_SRCS))
 
-.PHONY: all deps run test asan fuzz perf clean format format-check
+.PHONY: all deps run test asan fuzz perf clean format format-check bench
 .SECONDARY:
 all: $(BINS) $(LIBS)
 
@@ -93,9 +102,16 @@ $(BINDIR)/ketchctl: $(call obj,$(KETCHCTL_SRCS)) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BINDIR)/ketch-bench: $(call obj,$(BENCH_SRCS)) $(LIBDIR)/libketch.a
+$(O)/gen/grpc/%.pb-c.c $(O)/gen/grpc/%.pb-c.h: tools/grpc/proto/%.proto
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	protoc-c --proto_path=tools/grpc/proto --c_out=$(O)/gen/grpc $<
+
+$(call obj,$(BENCH_SRCS) $(GRPC_SRCS) $(PROTO_C)): ALL_CFLAGS += $(GRPC_CFLAGS)
+$(call obj,$(BENCH_SRCS) $(GRPC_SRCS)): $(PROTO_C:.c=.h)
+
+$(BINDIR)/ketch-bench: $(call obj,$(BENCH_SRCS) $(GRPC_SRCS) $(PROTO_C)) $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS)
 
 $(BINDIR)/ketchutl: $(call obj,$(KETCHUTL_SRCS)) $(LIBKT)
 	@mkdir -p $(dir $@)
@@ -119,6 +135,18 @@ perf: $(PERF_BINS)
 
 deps:
 	@sh test/deps.sh
+
+# The standard suite (a few minutes): ketch vs etcd, 1 member each, alternating
+# rounds; writes bench/results.json, bench/table.md and bench/throughput.svg.
+BENCH_WORKLOADS ?= put:1 put:16 put:64 put:256 range-l:64 range-s:64
+bench: deps all
+	@sh test/deps.sh bench
+	@mkdir -p bench
+	$(BINDIR)/ketch-bench compare --rounds 3 --run-seconds 3 --keys 100000 --out-dir bench \
+	  $(BENCH_WORKLOADS) > bench/table.md
+	@cat bench/table.md
+	gnuplot -e "datafile='bench/results.dat'; outfile='bench/throughput.svg'; \
+	  subtitle='$$(nproc) cores, $$(date -u +%Y-%m-%d)'" tools/bench/plot.gp
 
 test: deps
 	$(MAKE) all $(UNIT_BINS) $(FUZZ_REPLAYS)

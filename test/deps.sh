@@ -3,8 +3,10 @@
 # when everything is there). `sh test/deps.sh fuzz` adds the fuzzing toolchain.
 set -e
 PKGS="gcc make pkg-config libev-dev libmsgpack-dev libsodium-dev liblz4-dev libyaml-dev
-python3 python3-msgpack etcd-server etcd-client procps psmisc util-linux clang-format"
+python3 python3-msgpack etcd-server etcd-client procps psmisc util-linux clang-format
+libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler"
 [ "$1" = fuzz ] && PKGS="clang libclang-rt-14-dev"
+[ "$1" = bench ] && PKGS="gnuplot-nox"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

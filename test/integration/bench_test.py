@@ -1,0 +1,406 @@
+"""test/integration/bench_test.py — bin/ketch-bench against real servers.
+
+Every workload subcommand briefly against a real 1-member ketch: every request
+accounted for (ok + errors == issued == --total), the JSON fields present and
+sane (p50 <= p90 <= p99 <= p99.9 <= max, rps consistent with ok / seconds);
+--duration and open loop (--rate: the offered schedule is kept, and a server
+stalled with SIGSTOP is charged for every request it delayed — coordinated
+omission accounted for); the subcommands needing server features that do not
+exist yet refuse with exit 2; floor. Then the etcd target against a real etcd
+(Debian etcd-server) started here: put + range over etcd's gRPC API, counts
+right, and the values written through ketch-bench's gRPC path read back with
+Debian's etcdctl. Prints "ok NAME" / "FAIL NAME: why".
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import BIN, Member, free_port  # noqa: E402
+
+BENCH = os.path.join(BIN, "ketch-bench")
+failures = 0
+
+
+def report(name, why=None):
+    global failures
+    if why is None:
+        print("ok bench/" + name, flush=True)
+    else:
+        failures += 1
+        print("FAIL bench/%s: %s" % (name, why), flush=True)
+
+
+def run(args, timeout=60):
+    p = subprocess.run([BENCH] + args, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def bench_json(endpoint, args, glob=()):
+    rc, out, err = run(["--endpoints", endpoint, "--json"] + list(glob) + args)
+    if not out.strip():
+        raise AssertionError("no JSON (exit %d): %s" % (rc, err[-500:]))
+    return rc, json.loads(out)
+
+
+def sane(r, total=None, want_errors=0):
+    """Why r is not a sane, fully accounted result, or None."""
+    for f in ("target", "workload", "clients", "conns", "issued", "ok", "errors",
+              "errors_by_code", "seconds", "rps", "p50_ms", "p90_ms", "p99_ms", "p999_ms",
+              "max_ms", "latency", "read", "write", "hist_rel_error", "cpu_s"):
+        if f not in r:
+            return "field %s missing" % f
+    if r["ok"] + r["errors"] != r["issued"]:
+        return "ok %d + errors %d != issued %d" % (r["ok"], r["errors"], r["issued"])
+    if sum(r["errors_by_code"].values()) != r["errors"]:
+        return "errors_by_code %r do not sum to %d" % (r["errors_by_code"], r["errors"])
+    if total is not None and r["issued"] != total:
+        return "issued %d, want --total %d" % (r["issued"], total)
+    if r["errors"] != want_errors:
+        return "errors %r" % r["errors_by_code"]
+    if r["ok"]:
+        if not (0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["p999_ms"] <= r["max_ms"]):
+            return "percentiles out of order: %r" % r["latency"]
+        if abs(r["rps"] - r["ok"] / r["seconds"]) > 0.01 * r["rps"] + 1:
+            return "rps %.1f != ok/seconds %.1f" % (r["rps"], r["ok"] / r["seconds"])
+        if r["latency"]["n"] != r["ok"] or r["read"]["n"] + r["write"]["n"] != r["ok"]:
+            return "histogram counts %d / %d+%d != ok %d" % (
+                r["latency"]["n"], r["read"]["n"], r["write"]["n"], r["ok"])
+    return None
+
+
+def first(*conds):
+    """The message of the first (failed, message) pair whose failed is true."""
+    for failed, msg in conds:
+        if failed:
+            return msg
+    return None
+
+
+def check(name, fn):
+    try:
+        why = fn()
+    except Exception as e:  # noqa: BLE001
+        why = "%s: %s %s" % (type(e).__name__, e, traceback.format_exc().splitlines()[-3:])
+    report(name, why)
+
+
+def ketch_tests(m):
+    ep = m.endpoint
+    G = ["--clients", "16", "--conns", "4"]
+
+    def put():
+        rc, r = bench_json(ep, ["put", "--key-size", "16", "--val-size", "256",
+                                "--key-space-size", "500", "--sequential-keys"],
+                           G + ["--total", "3000"])
+        return sane(r, 3000) or first((rc, "exit %d" % rc),
+                                      (r["write"]["n"] != 3000, "write histogram"))
+    check("ketch/put", put)
+
+    def range_one():
+        rc, r = bench_json(ep, ["range", "0000000000000001", "--consistency", "s"],
+                           G + ["--total", "3000"])
+        return sane(r, 3000) or first((r["read"]["n"] != 3000, "read histogram"))
+    check("ketch/range-serializable", range_one)
+
+    def range_variants():
+        for args in (["range", "000000000000000", "--prefix", "--limit", "5"],
+                     ["range", "0000000000000001", "0000000000000100", "--consistency", "l"]):
+            rc, r = bench_json(ep, args, G + ["--total", "1000"])
+            why = sane(r, 1000)
+            if why:
+                return "%s: %s" % (" ".join(args), why)
+    check("ketch/range-prefix-limit-end", range_variants)
+
+    def txn_put():
+        rc, r = bench_json(ep, ["txn-put", "--txn-ops", "8", "--key-size", "16",
+                                "--key-space-size", "500"], G + ["--total", "1000"])
+        return sane(r, 1000)
+    check("ketch/txn-put", txn_put)
+
+    def txn_mixed():
+        rc, r = bench_json(ep, ["txn-mixed", "--rw-ratio", "3", "--key-size", "16",
+                                "--key-space-size", "500"], G + ["--total", "2000"])
+        why = sane(r, 2000)
+        if why:
+            return why
+        share = r["read"]["n"] / 2000.0  # rw-ratio 3: 3 reads per write
+        return None if 0.68 < share < 0.82 else "read share %.2f, want ~0.75" % share
+    check("ketch/txn-mixed", txn_mixed)
+
+    def mixed():
+        rc, r = bench_json(ep, ["mixed", "--read-ratio", "0.9", "--key-size", "16",
+                                "--key-space-size", "500"], G + ["--total", "2000"])
+        why = sane(r, 2000)
+        if why:
+            return why
+        share = r["read"]["n"] / 2000.0
+        return None if 0.85 < share < 0.95 else "read share %.2f, want ~0.9" % share
+    check("ketch/mixed", mixed)
+
+    def duration():
+        t = time.time()
+        rc, r = bench_json(ep, ["put"], ["--clients", "4", "--duration", "1"])
+        el = time.time() - t
+        return sane(r) or first((not 0.9 < r["seconds"] < 2.5, "ran %.2f s" % r["seconds"]),
+                                (el > 5, "took %.1f s" % el),
+                                (r["issued"] < 10, "issued only %d" % r["issued"]))
+    check("ketch/duration", duration)
+
+    def open_loop_rate():
+        rc, r = bench_json(ep, ["range", "k", "--consistency", "s"],
+                           ["--clients", "64", "--rate", "2000", "--duration", "1.5"])
+        why = sane(r)
+        if why:
+            return why
+        # the schedule: 1.5 s at 2000/s = 3000 requests, none more
+        return None if 2900 <= r["issued"] <= 3000 else "issued %d, want ~3000" % r["issued"]
+    check("ketch/open-loop-rate", open_loop_rate)
+
+    def coordinated_omission():
+        # open loop at 1000/s for 2 s; ketch is stopped (SIGSTOP) for 0.5 s in
+        # the middle. Requests scheduled during the stall waited up to 0.5 s:
+        # ~1/4 of all requests, so p90 must show hundreds of ms. (A closed
+        # loop with one client would see one slow request: p90 ~ 0.)
+        def stall():
+            time.sleep(0.7)
+            os.kill(m.proc.pid, signal.SIGSTOP)
+            time.sleep(0.5)
+            os.kill(m.proc.pid, signal.SIGCONT)
+        th = threading.Thread(target=stall)
+        th.start()
+        try:
+            rc, r = bench_json(ep, ["range", "k", "--consistency", "s"],
+                               ["--clients", "1000", "--rate", "1000", "--duration", "2"])
+        finally:
+            th.join()
+            os.kill(m.proc.pid, signal.SIGCONT)
+        why = sane(r)
+        if why:
+            return why
+        if r["p90_ms"] < 150:
+            return "p90 %.1f ms: the stall is not charged to the requests it delayed" % r["p90_ms"]
+        if r["max_ms"] < 400:
+            return "max %.1f ms, want ~500 (the stall)" % r["max_ms"]
+        return None
+    check("ketch/open-loop-coordinated-omission", coordinated_omission)
+
+    def text_report_and_progress():
+        rc, out, err = run(["--endpoints", ep, "--clients", "2", "--duration", "1.3", "put"])
+        if rc:
+            return "exit %d: %s" % (rc, err[-300:])
+        for part in ("Summary:", "Requests/sec:", "99.9% in", "Requests: ", "Generator CPU"):
+            if part not in out:
+                return "text report lacks %r" % part
+        if "ketch-bench: ketch put" not in err:
+            return "no progress line on stderr: %r" % err[-300:]
+        rc, out, err = run(["--endpoints", ep, "--json", "--total", "100", "put"])
+        return "progress line in --json mode: %r" % err if err.strip() else None
+    check("ketch/text-report-and-progress", text_report_and_progress)
+
+    def errors_counted():
+        # an empty key is refused by the server: every request an error, by code
+        rc, r = bench_json(ep, ["range", ""], ["--clients", "4", "--total", "200"])
+        why = sane(r, 200, want_errors=200)
+        if why:
+            return why
+        if r["errors_by_code"] != {"EKEYEMPTY": 200}:
+            return "errors_by_code %r" % r["errors_by_code"]
+        return None if rc == 1 else "exit %d with errors, want 1" % rc
+    check("ketch/errors-by-code", errors_counted)
+
+    def not_yet():
+        for cmd in ("watch", "watch-latency", "lease-keepalive", "lock"):
+            rc, out, err = run(["--endpoints", ep, cmd])
+            if rc != 2 or "not supported by this server yet" not in err or out:
+                return "%s: exit %d out %r err %r" % (cmd, rc, out, err)
+    check("ketch/unsupported-subcommands", not_yet)
+
+    def bad_flags():
+        for args in (["put", "--key-size", "0"], ["range"], ["range", "a", "--consistency", "x"],
+                     ["--clients", "-1", "put"], ["nope"]):
+            rc, out, err = run(["--endpoints", ep] + args)
+            if rc != 2:
+                return "%r: exit %d, want 2" % (args, rc)
+    check("ketch/bad-flags", bad_flags)
+
+    def floor():
+        d = tempfile.mkdtemp(prefix="ketch-bench-floor-")
+        try:
+            rc, out, err = run(["--json", "floor", "--data-dir", d, "--count", "200"])
+            r = json.loads(out)
+            if os.listdir(d):
+                return "left files: %r" % os.listdir(d)
+            if not (0 < r["fdatasync_p50_ms"] < 100 and 0 < r["rtt_p50_ms"] < 50):
+                return "implausible %r" % r
+            if abs(r["floor_ms"] - r["fdatasync_p50_ms"] - r["rtt_p50_ms"]) > 0.001:
+                return "floor != fsync + rtt: %r" % r
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    check("floor", floor)
+
+
+def start_etcd():
+    d = tempfile.mkdtemp(prefix="ketch-bench-etcd-")
+    cp, pp = free_port(), free_port()
+    log = open(os.path.join(d, "etcd.log"), "wb")
+    p = subprocess.Popen(
+        ["etcd", "--name", "e1", "--data-dir", os.path.join(d, "data"),
+         "--listen-client-urls", "http://127.0.0.1:%d" % cp,
+         "--advertise-client-urls", "http://127.0.0.1:%d" % cp,
+         "--listen-peer-urls", "http://127.0.0.1:%d" % pp,
+         "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % pp,
+         "--initial-cluster", "e1=http://127.0.0.1:%d" % pp, "--log-level", "error"],
+        stdout=log, stderr=subprocess.STDOUT)
+    ep = "127.0.0.1:%d" % cp
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        if etcdctl(ep, ["endpoint", "health"]).returncode == 0:
+            return p, d, ep
+        time.sleep(0.2)
+    p.kill()
+    raise RuntimeError("etcd did not become healthy")
+
+
+def etcdctl(ep, args):
+    env = dict(os.environ, ETCDCTL_API="3")
+    return subprocess.run(["etcdctl", "--endpoints", ep, "--dial-timeout", "2s",
+                           "--command-timeout", "5s"] + args,
+                          capture_output=True, text=True, timeout=20, env=env)
+
+
+def etcd_tests():
+    if not shutil.which("etcd") or not shutil.which("etcdctl"):
+        report("etcd", "etcd / etcdctl not installed (sh test/deps.sh)")
+        return
+    p, d, ep = start_etcd()
+    try:
+        def put():
+            rc, r = bench_json("etcd://" + ep, ["put", "--key-size", "16", "--val-size", "40",
+                                                "--key-space-size", "1000", "--sequential-keys"],
+                               ["--clients", "16", "--conns", "4", "--total", "2000"])
+            why = sane(r, 2000)
+            if why:
+                return why
+            if r["target"] != "etcd":
+                return "target %r" % r["target"]
+            # what ketch-bench wrote through gRPC, read with Debian's etcdctl
+            want = "".join(chr(ord("a") + i % 26) for i in range(40))
+            for k in (0, 1, 999):
+                key = "%016d" % k
+                out = etcdctl(ep, ["get", key, "--print-value-only"])
+                if out.stdout.strip() != want:
+                    return "etcdctl get %s: %r, want %r" % (key, out.stdout, want)
+            out = etcdctl(ep, ["get", "0000000000000000", "0000000000001000", "--limit", "1",
+                               "-w", "json"])
+            n = json.loads(out.stdout).get("count")
+            if n != 1000:
+                return "etcdctl counts %r keys, want 1000" % n
+            # 2000 puts + the store's start: the revision is 2001
+            rev = json.loads(out.stdout)["header"]["revision"]
+            return None if rev == 2001 else "revision %r, want 2001 (one per put)" % rev
+        check("etcd/put-readable-with-etcdctl", put)
+
+        def range_both():
+            for cons in ("l", "s"):
+                rc, r = bench_json(ep, ["range", "0000000000000001", "--consistency", cons],
+                                   ["--target", "etcd", "--clients", "16", "--conns", "4",
+                                    "--total", "1000"])
+                why = sane(r, 1000)
+                if why:
+                    return cons + ": " + why
+        check("etcd/range", range_both)
+
+        def txn_and_mixed():
+            for args in (["txn-put", "--txn-ops", "4", "--key-size", "16", "--key-space-size",
+                          "100"], ["mixed", "--key-size", "16", "--key-space-size", "100"],
+                         ["txn-mixed", "--key-size", "16", "--key-space-size", "100"]):
+                rc, r = bench_json("etcd://" + ep, args, ["--clients", "8", "--total", "300"])
+                why = sane(r, 300)
+                if why:
+                    return "%s: %s" % (args[0], why)
+        check("etcd/txn-put-mixed", txn_and_mixed)
+
+        def errors():
+            # an empty key: etcd refuses with INVALID_ARGUMENT ("key is not provided")
+            rc, r = bench_json("etcd://" + ep, ["range", ""], ["--clients", "4", "--total", "50"])
+            why = sane(r, 50, want_errors=50)
+            return why or first((r["errors_by_code"] != {"INVALID_ARGUMENT": 50},
+                                 "errors_by_code %r" % r["errors_by_code"]))
+        check("etcd/errors-by-grpc-status", errors)
+
+        def dead_server():
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            rc, out, err = run(["--endpoints", "etcd://" + ep, "--total", "10", "put"])
+            return None if rc == 1 and "connect" in err else "exit %d: %r" % (rc, err[-300:])
+        check("etcd/unreachable", dead_server)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def compare():
+    """`ketch-bench compare`, tiny: both servers started, loaded, alternated."""
+    out_dir = tempfile.mkdtemp(prefix="ketch-bench-cmp-")
+    tmp = tempfile.gettempdir()
+    before = set(d for d in os.listdir(tmp) if d.startswith("ketch-bench-compare-"))
+    try:
+        rc, out, err = run(["compare", "--rounds", "1", "--run-seconds", "0.3", "--keys", "500",
+                            "--json", "--out-dir", out_dir, "put:1", "range-s:4"], timeout=90)
+        if rc:
+            return "exit %d: %s" % (rc, err[-500:])
+        r = json.loads(out)
+        if json.load(open(os.path.join(out_dir, "results.json"))) != r:
+            return "results.json differs from stdout"
+        if [x["workload"] for x in r["rows"]] != ["put:1", "range-s:4"]:
+            return "rows %r" % r["rows"]
+        for x in r["rows"]:
+            if not (x["etcd"]["rps"] > 0 and x["ketch"]["rps"] > 0):
+                return "no throughput: %r" % x
+            if abs(x["ratio"] - x["ketch"]["rps"] / x["etcd"]["rps"]) > 0.01 * x["ratio"]:
+                return "ratio %r" % x
+            if x["etcd"]["errors"] or x["ketch"]["errors"]:
+                return "errors: %r" % x
+            if not (x["etcd"]["server_cpu_s_per_100k"] > 0 and x["ketch"]["server_cpu_s_per_100k"] > 0):
+                return "server CPU not measured: %r" % x
+        for t in ("ketch", "etcd"):
+            rs = r["restart"][t]
+            if not (0 < rs["seconds"] < 60 and rs["rss_kb"] > 0 and rs["data_dir_mb"] > 0):
+                return "restart figures %r" % r["restart"]
+        if "- 3-member comparisons: not run" not in err or "| put, 1 client |" not in err:
+            return "table / 3-member note missing on stderr: %r" % err[-800:]
+        if len(open(os.path.join(out_dir, "results.dat")).read().splitlines()) != 2:
+            return "results.dat"
+        left = [d for d in os.listdir(tmp) if d.startswith("ketch-bench-compare-")
+                and d not in before]
+        return "data dirs left behind: %r" % left if left else None
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def main():
+    m = Member(extra=["--log-level", "warn"])
+    try:
+        ketch_tests(m)
+    finally:
+        m.cleanup()
+    etcd_tests()
+    check("compare", compare)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:  # noqa: BLE001
+        report("harness", "%s: %s" % (type(e).__name__, e))
+    sys.exit(1 if failures else 0)

@@ -1,0 +1,184 @@
+/* tools/bench/bench.h — ketch-bench, the load generator, shaped like etcd's
+ * tools/benchmark (same global flags and subcommands), with two targets that
+ * share one generator: ketch's native protocol (libketch) and etcd's v3 gRPC
+ * API (tools/grpc), so one command measures both.
+ *
+ * Files: options.c (flags → struct bench_cfg), workload.c (the next request
+ * of each workload), hist.c (latency histogram), target_ketch.c /
+ * target_etcd.c (submit a request, poll integration), run.c (the loop:
+ * closed or open loop, progress line), report.c (text and JSON), floor.c
+ * (the disk + loopback floor), compare.c (ketch vs etcd side by side).
+ *
+ * Data flow of a run: one ppoll() over every connection's fd → the target's
+ * process() → completion callbacks record the latency (from the send time in
+ * closed loop, from the SCHEDULED send time in open loop, so coordinated
+ * omission is accounted for) and count ok / errors by code → the next
+ * request is issued. Single-threaded.
+ *
+ * Invariants: every request issued completes exactly once (ok or an error
+ * code), so ok + errors == issued at the end of a run; no request is issued
+ * beyond --total; no latency is recorded for an error.
+ */
+#ifndef KT_BENCH_H
+#define KT_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- histogram (hist.c) ----
+ * HdrHistogram-style: values (ns) below 2^HIST_SUB_BITS are exact; above, each
+ * power-of-two range has 2^(HIST_SUB_BITS-1) linear sub-buckets. A percentile
+ * is reported as its bucket's midpoint, so its relative error is at most
+ * HIST_REL_ERROR; min and max are exact. Values above 2^40 ns (18 min) are
+ * clamped into the top bucket. */
+#define HIST_SUB_BITS 8
+#define HIST_HALF (1 << (HIST_SUB_BITS - 1))
+#define HIST_MAX_EXP 40
+#define HIST_BUCKETS ((1 << HIST_SUB_BITS) + (HIST_MAX_EXP - HIST_SUB_BITS) * HIST_HALF)
+#define HIST_REL_ERROR (1.0 / (2 * HIST_HALF)) /* 0.39% */
+
+struct hist {
+  uint64_t n, min_ns, max_ns;
+  double sum, sumsq;
+  uint64_t b[HIST_BUCKETS];
+};
+
+void hist_reset(struct hist *h);
+void hist_add(struct hist *h, uint64_t ns);
+void hist_merge(struct hist *into, const struct hist *from);
+/* The p-th percentile (0 < p <= 100) in ns; 0 for an empty histogram. */
+double hist_pct(const struct hist *h, double p);
+double hist_mean(const struct hist *h);
+double hist_stddev(const struct hist *h);
+
+/* ---- configuration (options.c) ---- */
+enum {
+  W_PUT,
+  W_RANGE,
+  W_TXN_PUT,
+  W_TXN_MIXED,
+  W_MIXED,
+};
+enum { T_KETCH, T_ETCD };
+
+#define BENCH_MAX_TXN_OPS 128
+#define BENCH_MAX_KEY 1024
+
+struct bench_cfg {
+  int target; /* T_KETCH / T_ETCD */
+  const char *endpoints;
+  int conns, clients;
+  long total;        /* requests; 0 = until duration */
+  double duration_s; /* 0 = until total */
+  double rate;       /* requests/s; 0 = closed loop */
+  bool precise, json, progress, progress_set;
+  int timeout_ms;
+  int workload; /* W_* */
+  const char *workload_name;
+  /* put, txn-put, mixed */
+  int key_size, val_size;
+  long key_space;
+  bool sequential;
+  int txn_ops;
+  double rw_ratio, read_ratio;
+  /* range */
+  const char *range_key, *range_end;
+  bool serializable, prefix;
+  long limit;
+};
+
+void cfg_defaults(struct bench_cfg *cfg);
+void usage(int status);
+/* Parses argv[i..] options of a workload subcommand (and global ones given
+ * after it) into cfg. Exits 2 with a message on a bad flag. */
+void parse_workload(struct bench_cfg *cfg, const char *name, int argc, char **argv);
+
+/* ---- one request (workload.c) ---- */
+enum { OP_PUT, OP_RANGE, OP_TXN };
+struct bench_kv {
+  const char *key;
+  size_t key_len;
+};
+struct bench_op {
+  int kind;
+  bool is_read; /* for the read / write split of mixed workloads */
+  /* OP_PUT: key, val; OP_RANGE: key, end, limit, serializable;
+   * OP_TXN: n_puts puts of keys[] = val, or (n_puts == 0) one range of key */
+  const char *key, *end;
+  size_t key_len, end_len;
+  const char *val;
+  size_t val_len;
+  long limit;
+  bool serializable;
+  int n_puts;
+  struct bench_kv keys[BENCH_MAX_TXN_OPS];
+};
+
+struct workload_state {
+  uint64_t seq, rng;
+  char *val;
+  char keybuf[BENCH_MAX_TXN_OPS][BENCH_MAX_KEY + 1];
+  char endbuf[BENCH_MAX_KEY + 1];
+};
+int workload_init(struct workload_state *w, const struct bench_cfg *cfg);
+void workload_free(struct workload_state *w);
+/* Fills *op with the next request; pointers stay valid until the next call. */
+void workload_next(struct workload_state *w, const struct bench_cfg *cfg, struct bench_op *op);
+/* Key number k formatted as the workload's key (zero-padded decimal). */
+size_t workload_key(char *out, int key_size, uint64_t k);
+
+/* ---- targets (target_ketch.c, target_etcd.c) ---- */
+/* A target completes every accepted request exactly once by calling
+ * bench_done(arg, err) (run.c): err is NULL for success, else a static error
+ * name ("ETIMEOUT", "UNAVAILABLE"). */
+void bench_done(void *arg, const char *err);
+struct target {
+  const char *name;
+  int (*open)(void **conn, const char *endpoints, int max_outstanding, int timeout_ms, char *err,
+              size_t err_len);
+  void (*close)(void *conn);
+  /* 0 = accepted (bench_done runs later, never from inside submit); else
+   * *err_name says why and bench_done will not run. */
+  int (*submit)(void *conn, const struct bench_op *op, int timeout_ms, void *arg,
+                const char **err_name);
+  int (*fd)(const void *conn);
+  short (*events)(const void *conn);
+  int (*timeout_ms)(const void *conn);
+  void (*process)(void *conn);
+};
+extern const struct target target_ketch, target_etcd;
+
+/* ---- a run (run.c) ---- */
+#define BENCH_MAX_ERR_KINDS 32
+struct bench_result {
+  long issued, ok, errors;
+  double seconds;
+  double cpu_s; /* this process's user + system CPU during the run: near
+                 * `seconds` means the generator itself is saturated */
+  struct hist all, read, write;
+  struct {
+    const char *name;
+    long n;
+  } err[BENCH_MAX_ERR_KINDS];
+  int n_err;
+};
+/* Runs cfg's workload. Returns 0, or 1 with err filled (could not connect).
+ * The result is filled either way (counts of what ran). */
+int bench_run(const struct bench_cfg *cfg, struct bench_result *res, char *err, size_t err_len);
+
+/* ---- output (report.c) ---- */
+void report_text(const struct bench_cfg *cfg, const struct bench_result *r);
+void report_json(const struct bench_cfg *cfg, const struct bench_result *r);
+
+/* ---- other subcommands ---- */
+/* argv[0] is the subcommand; cfg holds the global flags given before it. */
+int floor_main(const struct bench_cfg *cfg, int argc, char **argv);   /* floor.c */
+int compare_main(const struct bench_cfg *cfg, int argc, char **argv); /* compare.c */
+uint64_t bench_now_ns(void);
+/* The floor (floor.c): count x (write 256 B + fdatasync) on a preallocated
+ * file in dir, and count loopback TCP round trips. 0, or -1 with err. */
+int floor_measure(const char *dir, int count, struct hist *fsync_h, struct hist *rtt_h, char *err,
+                  size_t err_len);
+
+#endif

@@ -1,0 +1,550 @@
+/* tools/bench/compare.c — `ketch-bench compare`: ketch vs etcd, side by side,
+ * in one run on this machine.
+ *
+ * Starts a fresh 1-member etcd (Debian etcd-server, `etcd` on PATH or --etcd)
+ * and a fresh 1-member ketch (bin/ketch next to this binary, or --ketch) on
+ * free loopback ports with fresh data dirs (under --data-dir-base, default
+ * $TMPDIR or /tmp: the same disk for both; both fsync every batch by
+ * default), loads the same keys into both (--keys, 16-byte keys, 256-byte
+ * values), measures the disk + loopback floor, then runs every workload
+ * alternately — etcd, ketch, etcd, ketch... — for --rounds rounds of
+ * --run-seconds each, and prints per workload the medians and the ratio
+ * ketch/etcd, with the issue's targets beside them, the servers' CPU seconds
+ * per 100k requests; then RSS, data dir size, restart-to-serving time and
+ * RSS after the restart. The same generator drives
+ * both (etcd through its v3 gRPC API, ketch through libketch).
+ *
+ * Workloads: put:C (C clients), range-l:C / range-s:C (one loaded key,
+ * linearizable / serializable), txn-put:C, mixed:C (90% reads). Connections:
+ * 1 for one client, else 16 (etcd's benchmark defaults in the anchors).
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+#define MAX_WL 16
+#define MAX_ROUNDS 15
+
+struct wl {
+  char name[32];
+  int workload; /* W_* */
+  int clients;
+  bool serializable;
+  double rps[2][MAX_ROUNDS], p50[2][MAX_ROUNDS], p99[2][MAX_ROUNDS], cpu[2][MAX_ROUNDS];
+  long errors[2];
+  double med_rps[2], med_p50[2], med_p99[2], med_cpu[2]; /* cpu: server s per 100k requests */
+};
+
+struct server {
+  pid_t pid;
+  int port, peer;
+  const char *bin;
+  char log[PATH_MAX + 16];
+  char dir[PATH_MAX];
+  char endpoint[64];
+};
+
+static int free_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t l = sizeof a;
+  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) ||
+      getsockname(s, (struct sockaddr *)&a, &l))
+    return -1;
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+static pid_t spawn(char *const argv[], const char *log_path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE *f = freopen(log_path, "a", stdout);
+    if (f)
+      dup2(fileno(stdout), 2);
+    setpgid(0, 0); /* our ^C does not reach it: we stop it ourselves */
+    execvp(argv[0], argv);
+    fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+static void stop(struct server *s) {
+  if (s->pid <= 0)
+    return;
+  kill(s->pid, SIGTERM);
+  for (int i = 0; i < 50; i++) {
+    if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
+      s->pid = 0;
+      return;
+    }
+    usleep(100000);
+  }
+  kill(s->pid, SIGKILL);
+  waitpid(s->pid, NULL, 0);
+  s->pid = 0;
+}
+
+/* Starts (or restarts, on the same data dir) member m1 of a 1-member
+ * cluster: etcd's flags, which ketch shares. */
+static void start_server(struct server *s, int t) {
+  char cu[64], pu[64], ic[96];
+  snprintf(cu, sizeof cu, "http://127.0.0.1:%d", s->port);
+  snprintf(pu, sizeof pu, "http://127.0.0.1:%d", s->peer);
+  snprintf(ic, sizeof ic, "m1=%s", pu);
+  char *av[24];
+  int n = 0;
+  av[n++] = (char *)s->bin;
+  av[n++] = "--name";
+  av[n++] = "m1";
+  av[n++] = "--data-dir";
+  av[n++] = s->dir;
+  av[n++] = "--listen-client-urls";
+  av[n++] = cu;
+  av[n++] = "--advertise-client-urls";
+  av[n++] = cu;
+  av[n++] = "--listen-peer-urls";
+  av[n++] = pu;
+  av[n++] = "--initial-advertise-peer-urls";
+  av[n++] = pu;
+  if (t == T_ETCD) {
+    av[n++] = "--initial-cluster";
+    av[n++] = ic;
+  }
+  av[n++] = "--log-level";
+  av[n++] = t == T_ETCD ? "error" : "warn";
+  av[n] = NULL;
+  s->pid = spawn(av, s->log);
+}
+
+/* user + system CPU seconds of a process so far; -1 if unknown */
+static double proc_cpu_s(pid_t pid) {
+  char p[64], buf[1024];
+  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(p, "r");
+  if (!f)
+    return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *q = strrchr(buf, ')'); /* fields after the command name */
+  unsigned long ut = 0, st = 0;
+  if (!q || sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+    return -1;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static uint64_t dir_bytes;
+static int add_size(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)path, (void)ftw;
+  if (flag == FTW_F)
+    dir_bytes += (uint64_t)st->st_blocks * 512;
+  return 0;
+}
+
+/* Disk space used under dir (allocated blocks), bytes. */
+static uint64_t du_bytes(const char *dir) {
+  dir_bytes = 0;
+  nftw(dir, add_size, 16, FTW_PHYS);
+  return dir_bytes;
+}
+
+static long rss_kb(pid_t pid) {
+  char p[64], line[256];
+  snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(p, "r");
+  long kb = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmRSS:", 6))
+      kb = atol(line + 6);
+  if (f)
+    fclose(f);
+  return kb;
+}
+
+static void rm_rf(const char *dir) {
+  char cmd[PATH_MAX + 32];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd)) {
+  }
+}
+
+static void base_cfg(struct bench_cfg *c, int target, const char *endpoint) {
+  cfg_defaults(c);
+  c->target = target;
+  c->endpoints = endpoint;
+  c->key_size = 16;
+  c->val_size = 256;
+  c->timeout_ms = 10000;
+}
+
+/* Is the server answering a linearizable range? Waits at most timeout_s. */
+static bool wait_ready(int target, const char *endpoint, pid_t pid, double timeout_s) {
+  static struct bench_result r;
+  uint64_t end = bench_now_ns() + (uint64_t)(timeout_s * 1e9);
+  while (bench_now_ns() < end) {
+    if (waitpid(pid, NULL, WNOHANG) == pid)
+      return false;
+    struct bench_cfg c;
+    base_cfg(&c, target, endpoint);
+    c.workload = W_RANGE;
+    c.workload_name = "range";
+    c.range_key = "ready";
+    c.total = 1;
+    c.timeout_ms = 1000;
+    char err[256];
+    if (!bench_run(&c, &r, err, sizeof err) && r.ok == 1)
+      return true;
+    usleep(20000);
+  }
+  return false;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n) {
+  double t[MAX_ROUNDS];
+  memcpy(t, v, (size_t)n * sizeof *v);
+  qsort(t, (size_t)n, sizeof *t, cmp_double);
+  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+static int parse_wl(const char *s, struct wl *w) {
+  memset(w, 0, sizeof *w);
+  const char *colon = strchr(s, ':');
+  int clients = colon ? atoi(colon + 1) : 64;
+  size_t n = colon ? (size_t)(colon - s) : strlen(s);
+  if (clients < 1 || clients > 4096)
+    return -1;
+  w->clients = clients;
+  if (n == 3 && !strncmp(s, "put", 3))
+    w->workload = W_PUT;
+  else if (n == 7 && !strncmp(s, "range-l", 7))
+    w->workload = W_RANGE;
+  else if (n == 7 && !strncmp(s, "range-s", 7))
+    w->workload = W_RANGE, w->serializable = true;
+  else if (n == 7 && !strncmp(s, "txn-put", 7))
+    w->workload = W_TXN_PUT;
+  else if (n == 5 && !strncmp(s, "mixed", 5))
+    w->workload = W_MIXED;
+  else
+    return -1;
+  snprintf(w->name, sizeof w->name, "%.*s:%d", (int)n, s, clients);
+  return 0;
+}
+
+static const char *wl_title(const struct wl *w, char *buf, size_t len) {
+  static const char *const kinds[] = {"put", "range 1 key", "txn-put", "txn-mixed",
+                                      "mixed 90% read"};
+  snprintf(buf, len, "%s%s, %d client%s", kinds[w->workload],
+           w->workload == W_RANGE ? (w->serializable ? " serializable" : " linearizable") : "",
+           w->clients, w->clients == 1 ? "" : "s");
+  return buf;
+}
+
+/* The issue's aim for a workload's throughput ratio, 0 = none stated. */
+static double aim(const struct wl *w) {
+  if (w->workload == W_PUT)
+    return 10;
+  if (w->workload == W_RANGE)
+    return 20;
+  return 0;
+}
+
+static void usage_compare(void) {
+  fprintf(stderr, "usage: ketch-bench compare [--rounds N] [--run-seconds S] [--keys N] [--json]\n"
+                  "         [--out-dir DIR] [--ketch PATH] [--etcd PATH] [--data-dir-base DIR]\n"
+                  "         [WORKLOAD...]   (put:C range-l:C range-s:C txn-put:C mixed:C;\n"
+                  "         default put:1 put:16 put:64 put:256 range-l:64 range-s:64)\n");
+  exit(2);
+}
+
+int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
+  int rounds = 3;
+  double run_s = 3;
+  long keys = 100000;
+  bool json = gcfg->json;
+  const char *out_dir = NULL, *etcd_bin = "etcd", *base = getenv("TMPDIR");
+  char ketch_bin[PATH_MAX] = "";
+  static struct wl wls[MAX_WL];
+  int n_wl = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool more = i + 1 < argc;
+    if (!strcmp(a, "--rounds") && more)
+      rounds = atoi(argv[++i]);
+    else if (!strcmp(a, "--run-seconds") && more)
+      run_s = atof(argv[++i]);
+    else if (!strcmp(a, "--keys") && more)
+      keys = atol(argv[++i]);
+    else if (!strcmp(a, "--json"))
+      json = true;
+    else if (!strcmp(a, "--out-dir") && more)
+      out_dir = argv[++i];
+    else if (!strcmp(a, "--etcd") && more)
+      etcd_bin = argv[++i];
+    else if (!strcmp(a, "--ketch") && more)
+      snprintf(ketch_bin, sizeof ketch_bin, "%s", argv[++i]);
+    else if (!strcmp(a, "--data-dir-base") && more)
+      base = argv[++i];
+    else if (a[0] != '-' && n_wl < MAX_WL && !parse_wl(a, &wls[n_wl]))
+      n_wl++;
+    else
+      usage_compare();
+  }
+  if (rounds < 1 || rounds > MAX_ROUNDS || !(run_s > 0) || keys < 1)
+    usage_compare();
+  if (!n_wl) {
+    static const char *const def[] = {"put:1",   "put:16",     "put:64",
+                                      "put:256", "range-l:64", "range-s:64"};
+    for (int i = 0; i < 6; i++)
+      parse_wl(def[i], &wls[n_wl++]);
+  }
+  if (!ketch_bin[0]) {
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash)
+      *slash = 0;
+    snprintf(ketch_bin, sizeof ketch_bin, "%.*s/ketch", (int)(sizeof ketch_bin - 8), self);
+  }
+  if (!base)
+    base = "/tmp";
+  struct server srv[2] = {{0}, {0}}; /* [T_KETCH], [T_ETCD] */
+  char tmpl[PATH_MAX];
+  snprintf(tmpl, sizeof tmpl, "%s/ketch-bench-compare-XXXXXX", base);
+  if (!mkdtemp(tmpl)) {
+    fprintf(stderr, "ketch-bench compare: mkdtemp %s: %s\n", tmpl, strerror(errno));
+    return 1;
+  }
+  int rc = 1;
+  static struct bench_result r;
+  char err[512], log_path[2][PATH_MAX + 16];
+  for (int t = 0; t < 2; t++) {
+    struct server *s = &srv[t];
+    s->port = free_port();
+    int peer = free_port();
+    snprintf(s->dir, sizeof s->dir, "%.3900s/%s", tmpl, t == T_ETCD ? "etcd" : "ketch");
+    snprintf(s->endpoint, sizeof s->endpoint, "127.0.0.1:%d", s->port);
+    snprintf(log_path[t], sizeof log_path[t], "%s.log", s->dir);
+    s->peer = peer;
+    s->bin = t == T_ETCD ? etcd_bin : ketch_bin;
+    snprintf(s->log, sizeof s->log, "%.4000s", log_path[t]);
+    start_server(s, t);
+    if (s->pid < 0 || !wait_ready(t, s->endpoint, s->pid, 20)) {
+      fprintf(stderr, "ketch-bench compare: %s did not start (see %s)\n",
+              t == T_ETCD ? "etcd" : "ketch", log_path[t]);
+      goto out;
+    }
+  }
+  /* the floor, on the disk of the data dirs: measured before every round
+   * (the disk's speed drifts with the other load), median of the rounds */
+  static struct hist fs, rt;
+  double fs_p50[MAX_ROUNDS], rt_p50[MAX_ROUNDS];
+  /* load the same keys into both */
+  for (int t = T_ETCD; t >= T_KETCH; t--) {
+    struct bench_cfg c;
+    base_cfg(&c, t, srv[t].endpoint);
+    c.workload = W_PUT;
+    c.workload_name = "put";
+    c.clients = 64;
+    c.conns = 16;
+    c.total = keys;
+    c.key_space = keys;
+    c.sequential = true;
+    fprintf(stderr, "compare: loading %ld keys into %s\n", keys, t == T_ETCD ? "etcd" : "ketch");
+    if (bench_run(&c, &r, err, sizeof err) || r.errors) {
+      fprintf(stderr, "ketch-bench compare: loading %s: %s (%ld errors)\n",
+              t == T_ETCD ? "etcd" : "ketch", err, r.errors);
+      goto out;
+    }
+  }
+  char range_key[32];
+  workload_key(range_key, 16, 1);
+  for (int round = 0; round < rounds; round++) {
+    if (floor_measure(tmpl, 500, &fs, &rt, err, sizeof err)) {
+      fprintf(stderr, "ketch-bench compare: floor: %s\n", err);
+      goto out;
+    }
+    fs_p50[round] = hist_pct(&fs, 50) / 1e6;
+    rt_p50[round] = hist_pct(&rt, 50) / 1e6;
+    fprintf(stderr, "compare: round %d/%d floor: fdatasync p50 %.3f ms, loopback rtt p50 %.3f ms\n",
+            round + 1, rounds, fs_p50[round], rt_p50[round]);
+    for (int i = 0; i < n_wl; i++)
+      for (int t = T_ETCD; t >= T_KETCH; t--) { /* A B: etcd, then ketch */
+        struct wl *w = &wls[i];
+        struct bench_cfg c;
+        base_cfg(&c, t, srv[t].endpoint);
+        c.workload = w->workload;
+        c.workload_name = w->name;
+        c.clients = w->clients;
+        c.conns = w->clients == 1 ? 1 : 16;
+        c.duration_s = run_s;
+        c.key_space = keys;
+        c.serializable = w->serializable;
+        c.read_ratio = 0.9;
+        c.txn_ops = 4;
+        if (w->workload == W_RANGE)
+          c.range_key = range_key;
+        double cpu0 = proc_cpu_s(srv[t].pid);
+        int brc = bench_run(&c, &r, err, sizeof err);
+        double cpu1 = proc_cpu_s(srv[t].pid);
+        w->cpu[t][round] = r.ok && cpu0 >= 0 && cpu1 >= 0 ? (cpu1 - cpu0) / (double)r.ok * 1e5 : 0;
+        if (brc) {
+          fprintf(stderr, "ketch-bench compare: %s on %s: %s\n", w->name,
+                  t == T_ETCD ? "etcd" : "ketch", err);
+          goto out;
+        }
+        double rps = r.seconds > 0 ? (double)r.ok / r.seconds : 0;
+        w->rps[t][round] = rps;
+        w->p50[t][round] = hist_pct(&r.all, 50) / 1e6;
+        w->p99[t][round] = hist_pct(&r.all, 99) / 1e6;
+        w->errors[t] += r.errors;
+        fprintf(stderr, "compare: round %d/%d %-12s %-5s %9.0f/s  p50 %7.3f ms  p99 %7.3f ms%s\n",
+                round + 1, rounds, w->name, t == T_ETCD ? "etcd" : "ketch", rps, w->p50[t][round],
+                w->p99[t][round], r.errors ? "  (errors!)" : "");
+      }
+  }
+  double fsync_ms = median(fs_p50, rounds), rtt_ms = median(rt_p50, rounds);
+  double floor_ms = fsync_ms + rtt_ms;
+  /* resources: RSS now, data dir size, then restart-to-serving and RSS after it */
+  long rss[2] = {rss_kb(srv[T_KETCH].pid), rss_kb(srv[T_ETCD].pid)}, rss_restart[2];
+  double du_mb[2], restart_s[2];
+  for (int t = T_ETCD; t >= T_KETCH; t--) {
+    stop(&srv[t]);
+    du_mb[t] = (double)du_bytes(srv[t].dir) / 1048576.0;
+    uint64_t t0 = bench_now_ns();
+    start_server(&srv[t], t);
+    if (srv[t].pid < 0 || !wait_ready(t, srv[t].endpoint, srv[t].pid, 120)) {
+      fprintf(stderr, "ketch-bench compare: %s did not restart (see %s)\n",
+              t == T_ETCD ? "etcd" : "ketch", srv[t].log);
+      goto out;
+    }
+    restart_s[t] = (double)(bench_now_ns() - t0) / 1e9;
+    rss_restart[t] = rss_kb(srv[t].pid);
+  }
+  for (int i = 0; i < n_wl; i++)
+    for (int t = 0; t < 2; t++) {
+      wls[i].med_rps[t] = median(wls[i].rps[t], rounds);
+      wls[i].med_p50[t] = median(wls[i].p50[t], rounds);
+      wls[i].med_p99[t] = median(wls[i].p99[t], rounds);
+      wls[i].med_cpu[t] = median(wls[i].cpu[t], rounds);
+    }
+  char date[64];
+  time_t now = time(NULL);
+  strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  FILE *outs[3] = {NULL, NULL, NULL};
+  char path[PATH_MAX + 32];
+  if (out_dir) {
+    mkdir(out_dir, 0755);
+    snprintf(path, sizeof path, "%s/results.json", out_dir);
+    outs[1] = fopen(path, "w");
+    snprintf(path, sizeof path, "%s/results.dat", out_dir);
+    outs[2] = fopen(path, "w");
+  }
+  if (json)
+    outs[0] = stdout;
+  for (int o = 0; o < 2; o++) {
+    FILE *f = outs[o];
+    if (!f)
+      continue;
+    fprintf(f,
+            "{\"date\":\"%s\",\"cpus\":%ld,\"rounds\":%d,\"run_seconds\":%.1f,\"keys\":%ld,"
+            "\"members\":1,\"floor\":{\"fdatasync_p50_ms\":%.4f,\"rtt_p50_ms\":%.4f,"
+            "\"floor_ms\":%.4f},\"rss_kb\":{\"ketch\":%ld,\"etcd\":%ld},"
+            "\"restart\":{\"ketch\":{\"seconds\":%.3f,\"rss_kb\":%ld,\"data_dir_mb\":%.1f},"
+            "\"etcd\":{\"seconds\":%.3f,\"rss_kb\":%ld,\"data_dir_mb\":%.1f}},"
+            "\"three_members\":\"not run: needs the cluster issue\",\"rows\":[",
+            date, ncpu, rounds, run_s, keys, fsync_ms, rtt_ms, floor_ms, rss[T_KETCH], rss[T_ETCD],
+            restart_s[T_KETCH], rss_restart[T_KETCH], du_mb[T_KETCH], restart_s[T_ETCD],
+            rss_restart[T_ETCD], du_mb[T_ETCD]);
+    for (int i = 0; i < n_wl; i++) {
+      struct wl *w = &wls[i];
+      fprintf(f,
+              "%s{\"workload\":\"%s\",\"clients\":%d,\"etcd\":{\"rps\":%.1f,\"p50_ms\":%.4f,"
+              "\"p99_ms\":%.4f,\"errors\":%ld,\"server_cpu_s_per_100k\":%.3f},"
+              "\"ketch\":{\"rps\":%.1f,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"errors\":%ld,"
+              "\"server_cpu_s_per_100k\":%.3f},\"ratio\":%.3f,\"aim\":%.0f}",
+              i ? "," : "", w->name, w->clients, w->med_rps[T_ETCD], w->med_p50[T_ETCD],
+              w->med_p99[T_ETCD], w->errors[T_ETCD], w->med_cpu[T_ETCD], w->med_rps[T_KETCH],
+              w->med_p50[T_KETCH], w->med_p99[T_KETCH], w->errors[T_KETCH], w->med_cpu[T_KETCH],
+              w->med_rps[T_ETCD] > 0 ? w->med_rps[T_KETCH] / w->med_rps[T_ETCD] : 0, aim(w));
+    }
+    fprintf(f, "]}\n");
+  }
+  if (outs[2]) { /* for gnuplot: name clients etcd_rps ketch_rps etcd_p99 ketch_p99 */
+    for (int i = 0; i < n_wl; i++)
+      fprintf(outs[2], "\"%s\" %d %.1f %.1f %.4f %.4f\n", wls[i].name, wls[i].clients,
+              wls[i].med_rps[T_ETCD], wls[i].med_rps[T_KETCH], wls[i].med_p99[T_ETCD],
+              wls[i].med_p99[T_KETCH]);
+  }
+  for (int o = 1; o < 3; o++)
+    if (outs[o])
+      fclose(outs[o]);
+  FILE *f = json ? stderr : stdout;
+  fprintf(f,
+          "\nketch vs etcd, 1 member each, same machine (%ld cores), one window, %d rounds of "
+          "%g s alternating, medians; %ld keys of 16 B with 256 B values loaded; %s\n\n",
+          ncpu, rounds, run_s, keys, date);
+  fprintf(f, "| workload | etcd ops/s | ketch ops/s | ketch/etcd | aim | etcd p50 / p99 ms | "
+             "ketch p50 / p99 ms | server CPU s per 100k, etcd / ketch |\n"
+             "|---|---|---|---|---|---|---|---|\n");
+  for (int i = 0; i < n_wl; i++) {
+    struct wl *w = &wls[i];
+    char title[96];
+    double ratio = w->med_rps[T_ETCD] > 0 ? w->med_rps[T_KETCH] / w->med_rps[T_ETCD] : 0;
+    char aimb[48] = "-";
+    if (aim(w))
+      snprintf(aimb, sizeof aimb, ">= %.0fx: %s", aim(w), ratio >= aim(w) ? "met" : "NOT MET");
+    fprintf(f, "| %s | %.0f | %.0f | %.2fx | %s | %.2f / %.2f | %.2f / %.2f | %.1f / %.1f |%s\n",
+            wl_title(w, title, sizeof title), w->med_rps[T_ETCD], w->med_rps[T_KETCH], ratio, aimb,
+            w->med_p50[T_ETCD], w->med_p99[T_ETCD], w->med_p50[T_KETCH], w->med_p99[T_KETCH],
+            w->med_cpu[T_ETCD], w->med_cpu[T_KETCH],
+            w->errors[0] || w->errors[1] ? " (some requests failed: see stderr)" : "");
+  }
+  fprintf(f,
+          "\n- floor (this disk, this kernel; median of the rounds): fdatasync p50 %.3f ms + "
+          "loopback round trip p50 %.3f ms = %.3f ms\n",
+          fsync_ms, rtt_ms, floor_ms);
+  for (int i = 0; i < n_wl; i++)
+    if (wls[i].workload == W_PUT && wls[i].clients == 1)
+      fprintf(f, "- single-client put p50: ketch %.3f ms = %.1fx the floor; etcd %.3f ms = %.1fx\n",
+              wls[i].med_p50[T_KETCH], wls[i].med_p50[T_KETCH] / floor_ms, wls[i].med_p50[T_ETCD],
+              wls[i].med_p50[T_ETCD] / floor_ms);
+  fprintf(f,
+          "- RSS at the end (keys loaded + every run's history, no compaction): ketch %.1f MB, "
+          "etcd %.1f MB\n",
+          (double)rss[T_KETCH] / 1024, (double)rss[T_ETCD] / 1024);
+  fprintf(f,
+          "- data dir: ketch %.1f MB, etcd %.1f MB; restart to serving: ketch %.2f s, etcd %.2f s; "
+          "RSS after restart: ketch %.1f MB, etcd %.1f MB\n",
+          du_mb[T_KETCH], du_mb[T_ETCD], restart_s[T_KETCH], restart_s[T_ETCD],
+          (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
+  fprintf(f, "- 3-member comparisons: not run (ketch needs the cluster issue first).\n");
+  rc = 0;
+out:
+  stop(&srv[T_KETCH]);
+  stop(&srv[T_ETCD]);
+  if (!rc)
+    rm_rf(tmpl);
+  else
+    fprintf(stderr, "ketch-bench compare: data dirs and logs kept in %s\n", tmpl);
+  return rc;
+}

@@ -1,0 +1,266 @@
+/* tools/bench/options.c — command-line flags → struct bench_cfg.
+ * Global flags may come before the subcommand or after it; the subcommand's
+ * positional arguments (range KEY [END]) anywhere after it. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+void cfg_defaults(struct bench_cfg *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->target = T_KETCH;
+  cfg->conns = 1;
+  cfg->clients = 1;
+  cfg->timeout_ms = 30000;
+  cfg->key_size = 8;
+  cfg->val_size = 8;
+  cfg->key_space = 1;
+  cfg->txn_ops = 1;
+  cfg->rw_ratio = 1;
+  cfg->read_ratio = 0.5;
+}
+
+void usage(int status) {
+  fprintf(
+      status ? stderr : stdout,
+      "usage: ketch-bench [global flags] COMMAND [flags]\n"
+      "global flags (etcd benchmark's):\n"
+      "  --endpoints E      comma-separated host:port (default 127.0.0.1:2479 for ketch,\n"
+      "                     127.0.0.1:2379 for etcd); an etcd:// prefix selects --target etcd\n"
+      "  --target T         ketch (native protocol, libketch) or etcd (v3 gRPC API)\n"
+      "  --conns N          connections (default 1)   --clients N  concurrent requests (1)\n"
+      "  --total N          requests (default 10000 unless --duration)\n"
+      "  --duration S       run for S seconds (with --total: whichever ends first)\n"
+      "  --rate R           open loop: R requests/s on a fixed schedule; latency from the\n"
+      "                     scheduled send time (coordinated omission accounted for)\n"
+      "  --precise          full precision in the text report\n"
+      "  --json             one JSON object on stdout   --progress  progress line even with "
+      "--json\n"
+      "  --timeout-ms N     per-request deadline (default 30000)\n"
+      "commands:\n"
+      "  put       [--key-size N] [--val-size N] [--key-space-size N] [--sequential-keys]\n"
+      "  range KEY [END] [--consistency l|s] [--limit N] [--prefix]\n"
+      "  txn-put   [--txn-ops N] [--key-size --val-size --key-space-size]\n"
+      "  txn-mixed [--rw-ratio R] [--consistency l|s] [--key-size --val-size --key-space-size]\n"
+      "  mixed     [--read-ratio F] [--consistency l|s] [--key-size --val-size --key-space-size]\n"
+      "  floor     --data-dir DIR [--count N]   fdatasync + loopback round-trip floor\n"
+      "  compare   [--rounds N] [--run-seconds S] [--keys N] [--json] [--out-dir D] [WORKLOAD...]\n"
+      "  watch, watch-latency, lease-keepalive, lock: not supported by this server yet\n");
+  exit(status);
+}
+
+enum {
+  O_EP = 1,
+  O_TARGET,
+  O_CONNS,
+  O_CLIENTS,
+  O_TOTAL,
+  O_DURATION,
+  O_RATE,
+  O_PRECISE,
+  O_JSON,
+  O_PROGRESS,
+  O_TIMEOUT,
+  O_KS,
+  O_VS,
+  O_KSP,
+  O_SEQ,
+  O_CONS,
+  O_LIMIT,
+  O_PREFIX,
+  O_TXN_OPS,
+  O_RW,
+  O_READ,
+  O_HELP,
+};
+
+static const struct option opts[] = {{"endpoints", 1, 0, O_EP},
+                                     {"target", 1, 0, O_TARGET},
+                                     {"conns", 1, 0, O_CONNS},
+                                     {"clients", 1, 0, O_CLIENTS},
+                                     {"total", 1, 0, O_TOTAL},
+                                     {"duration", 1, 0, O_DURATION},
+                                     {"rate", 1, 0, O_RATE},
+                                     {"precise", 0, 0, O_PRECISE},
+                                     {"json", 0, 0, O_JSON},
+                                     {"progress", 0, 0, O_PROGRESS},
+                                     {"timeout-ms", 1, 0, O_TIMEOUT},
+                                     {"key-size", 1, 0, O_KS},
+                                     {"val-size", 1, 0, O_VS},
+                                     {"key-space-size", 1, 0, O_KSP},
+                                     {"sequential-keys", 0, 0, O_SEQ},
+                                     {"consistency", 1, 0, O_CONS},
+                                     {"limit", 1, 0, O_LIMIT},
+                                     {"prefix", 0, 0, O_PREFIX},
+                                     {"txn-ops", 1, 0, O_TXN_OPS},
+                                     {"rw-ratio", 1, 0, O_RW},
+                                     {"read-ratio", 1, 0, O_READ},
+                                     {"help", 0, 0, O_HELP},
+                                     {0, 0, 0, 0}};
+
+static long num(const char *flag, const char *s, long lo, long hi) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || v < lo || v > hi) {
+    fprintf(stderr, "ketch-bench: --%s %s: expected an integer in [%ld, %ld]\n", flag, s, lo, hi);
+    exit(2);
+  }
+  return v;
+}
+
+static double fnum(const char *flag, const char *s, double lo, double hi) {
+  char *end;
+  double v = strtod(s, &end);
+  if (!*s || *end || !(v >= lo && v <= hi)) {
+    fprintf(stderr, "ketch-bench: --%s %s: expected a number in [%g, %g]\n", flag, s, lo, hi);
+    exit(2);
+  }
+  return v;
+}
+
+/* One flag. Returns 0, or -1 for an unknown one. */
+static int apply(struct bench_cfg *c, int o, const char *arg) {
+  switch (o) {
+  case O_EP:
+    c->endpoints = arg;
+    if (!strncmp(arg, "etcd://", 7)) {
+      c->target = T_ETCD;
+      c->endpoints = arg + 7;
+    }
+    break;
+  case O_TARGET:
+    if (!strcmp(arg, "ketch"))
+      c->target = T_KETCH;
+    else if (!strcmp(arg, "etcd"))
+      c->target = T_ETCD;
+    else {
+      fprintf(stderr, "ketch-bench: --target %s: expected ketch or etcd\n", arg);
+      exit(2);
+    }
+    break;
+  case O_CONNS:
+    c->conns = (int)num("conns", arg, 1, 1024);
+    break;
+  case O_CLIENTS:
+    c->clients = (int)num("clients", arg, 1, 100000);
+    break;
+  case O_TOTAL:
+    c->total = num("total", arg, 1, 1000000000000L);
+    break;
+  case O_DURATION:
+    c->duration_s = fnum("duration", arg, 0.001, 1e6);
+    break;
+  case O_RATE:
+    c->rate = fnum("rate", arg, 0.001, 1e9);
+    break;
+  case O_PRECISE:
+    c->precise = true;
+    break;
+  case O_JSON:
+    c->json = true;
+    break;
+  case O_PROGRESS:
+    c->progress_set = true;
+    break;
+  case O_TIMEOUT:
+    c->timeout_ms = (int)num("timeout-ms", arg, 1, 3600000);
+    break;
+  case O_KS:
+    c->key_size = (int)num("key-size", arg, 1, BENCH_MAX_KEY);
+    break;
+  case O_VS:
+    c->val_size = (int)num("val-size", arg, 0, 64 << 20);
+    break;
+  case O_KSP:
+    c->key_space = num("key-space-size", arg, 1, 1000000000000L);
+    break;
+  case O_SEQ:
+    c->sequential = true;
+    break;
+  case O_CONS:
+    if (strcmp(arg, "l") && strcmp(arg, "s")) {
+      fprintf(stderr, "ketch-bench: --consistency %s: expected l or s\n", arg);
+      exit(2);
+    }
+    c->serializable = arg[0] == 's';
+    break;
+  case O_LIMIT:
+    c->limit = num("limit", arg, 0, 1000000000000L);
+    break;
+  case O_PREFIX:
+    c->prefix = true;
+    break;
+  case O_TXN_OPS:
+    c->txn_ops = (int)num("txn-ops", arg, 1, BENCH_MAX_TXN_OPS);
+    break;
+  case O_RW:
+    c->rw_ratio = fnum("rw-ratio", arg, 0, 1e6);
+    break;
+  case O_READ:
+    c->read_ratio = fnum("read-ratio", arg, 0, 1);
+    break;
+  case O_HELP:
+    usage(0);
+    break;
+  default:
+    return -1;
+  }
+  return 0;
+}
+
+/* Global flags before the subcommand: returns the index of the subcommand. */
+int parse_globals(struct bench_cfg *cfg, int argc, char **argv);
+int parse_globals(struct bench_cfg *cfg, int argc, char **argv) {
+  int o;
+  optind = 1;
+  while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1)
+    if (apply(cfg, o, optarg))
+      usage(2);
+  return optind;
+}
+
+void parse_workload(struct bench_cfg *cfg, const char *name, int argc, char **argv) {
+  static const char *const names[] = {"put", "range", "txn-put", "txn-mixed", "mixed"};
+  cfg->workload = -1;
+  for (int i = 0; i < 5; i++)
+    if (!strcmp(name, names[i]))
+      cfg->workload = i, cfg->workload_name = names[i];
+  if (cfg->workload < 0)
+    usage(2);
+  int o;
+  optind = 0; /* GNU: full reinit (permutation state); argv[0] is the subcommand */
+  while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1)
+    if (apply(cfg, o, optarg))
+      usage(2);
+  int npos = argc - optind;
+  if (cfg->workload == W_RANGE) {
+    if (npos < 1 || npos > 2) {
+      fprintf(stderr, "ketch-bench: range needs KEY [END]\n");
+      exit(2);
+    }
+    cfg->range_key = argv[optind];
+    cfg->range_end = npos == 2 ? argv[optind + 1] : NULL;
+    if (cfg->prefix && cfg->range_end) {
+      fprintf(stderr, "ketch-bench: range: --prefix and END exclude each other\n");
+      exit(2);
+    }
+  } else if (npos) {
+    fprintf(stderr, "ketch-bench: %s: unexpected argument %s\n", name, argv[optind]);
+    exit(2);
+  }
+  if (cfg->workload == W_TXN_PUT && cfg->txn_ops > cfg->key_space) {
+    fprintf(stderr,
+            "ketch-bench: txn-put: --txn-ops %d needs --key-space-size >= it (distinct keys)\n",
+            cfg->txn_ops);
+    exit(2);
+  }
+  if (!cfg->total && !cfg->duration_s)
+    cfg->total = 10000;
+  if (!cfg->endpoints)
+    cfg->endpoints = cfg->target == T_ETCD ? "127.0.0.1:2379" : "127.0.0.1:2479";
+  if (cfg->conns > cfg->clients)
+    cfg->conns = cfg->clients;
+  cfg->progress = cfg->progress_set || !cfg->json;
+}

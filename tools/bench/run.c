@@ -1,0 +1,229 @@
+/* tools/bench/run.c — one run: connections, clients, the loop.
+ *
+ * Closed loop (no --rate): each of --clients keeps one request outstanding;
+ * its latency runs from the submit. Open loop (--rate R): request i is due at
+ * t0 + i/R; it is sent when due by an idle client (a request due while every
+ * client is busy waits for one) and its latency runs from the time it was due,
+ * so a stalled server is charged for the requests it delayed (no coordinated
+ * omission). --clients bounds the requests in flight in both modes.
+ * The run ends when no request may be issued any more (--total reached or
+ * --duration passed) and every issued request has completed. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "bench.h"
+
+struct client {
+  int conn;
+  uint64_t start_ns;
+  bool is_read;
+};
+
+static struct run {
+  const struct bench_cfg *cfg;
+  const struct target *t;
+  struct bench_result *res;
+  void **conns;
+  struct client *clients;
+  int *idle, n_idle;
+  struct workload_state w;
+  struct bench_op op;
+  uint64_t t0, end_ns, interval_ns;
+  long done;
+  bool stop;
+} R;
+
+static double cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+uint64_t bench_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void count_error(const char *name) {
+  struct bench_result *r = R.res;
+  r->errors++;
+  for (int i = 0; i < r->n_err; i++)
+    if (!strcmp(r->err[i].name, name)) {
+      r->err[i].n++;
+      return;
+    }
+  int i = r->n_err < BENCH_MAX_ERR_KINDS ? r->n_err++ : BENCH_MAX_ERR_KINDS - 1;
+  if (i == BENCH_MAX_ERR_KINDS - 1 && r->err[i].name && strcmp(r->err[i].name, "OTHER"))
+    name = "OTHER";
+  r->err[i].name = name;
+  r->err[i].n++;
+}
+
+/* May another request be issued now? */
+static bool may_issue(uint64_t now) {
+  if (R.stop)
+    return false;
+  if (R.cfg->total && R.res->issued >= R.cfg->total)
+    return false;
+  if (R.end_ns && now >= R.end_ns)
+    return false;
+  return true;
+}
+
+/* Issues the next request on client id, its latency counted from start_ns.
+ * On an immediate refusal the request is counted as done with that error and
+ * the client goes back to the idle list (no recursion). */
+static void issue(int id, uint64_t start_ns) {
+  struct client *c = &R.clients[id];
+  workload_next(&R.w, R.cfg, &R.op);
+  c->start_ns = start_ns;
+  c->is_read = R.op.is_read;
+  R.res->issued++;
+  const char *err = NULL;
+  if (R.t->submit(R.conns[c->conn], &R.op, R.cfg->timeout_ms, c, &err)) {
+    R.done++;
+    count_error(err ? err : "SUBMIT");
+    R.idle[R.n_idle++] = id;
+  }
+}
+
+void bench_done(void *arg, const char *err) {
+  struct client *c = arg;
+  uint64_t now = bench_now_ns();
+  R.done++;
+  if (err) {
+    count_error(err);
+  } else {
+    uint64_t lat = now > c->start_ns ? now - c->start_ns : 0;
+    R.res->ok++;
+    hist_add(&R.res->all, lat);
+    hist_add(c->is_read ? &R.res->read : &R.res->write, lat);
+  }
+  int id = (int)(c - R.clients);
+  if (!R.cfg->rate && may_issue(now))
+    issue(id, bench_now_ns());
+  else
+    R.idle[R.n_idle++] = id;
+}
+
+/* Open loop: the send time of request i. */
+static uint64_t due_ns(long i) { return R.t0 + (uint64_t)i * R.interval_ns; }
+
+static void issue_idle(uint64_t now) {
+  if (!R.cfg->rate) {
+    while (R.n_idle && may_issue(now))
+      issue(R.idle[--R.n_idle], now);
+    return;
+  }
+  while (R.n_idle && may_issue(now)) {
+    uint64_t due = due_ns(R.res->issued);
+    if (due > now)
+      break;
+    if (R.end_ns && due >= R.end_ns) {
+      R.stop = true;
+      break;
+    }
+    issue(R.idle[--R.n_idle], due);
+  }
+}
+
+int bench_run(const struct bench_cfg *cfg, struct bench_result *res, char *err, size_t err_len) {
+  memset(res, 0, sizeof *res);
+  memset(&R, 0, sizeof R);
+  R.cfg = cfg;
+  R.res = res;
+  R.t = cfg->target == T_ETCD ? &target_etcd : &target_ketch;
+  int nc = cfg->conns < cfg->clients ? cfg->conns : cfg->clients;
+  int per_conn = (cfg->clients + nc - 1) / nc + 16;
+  R.conns = calloc((size_t)nc, sizeof *R.conns);
+  R.clients = calloc((size_t)cfg->clients, sizeof *R.clients);
+  R.idle = calloc((size_t)cfg->clients, sizeof *R.idle);
+  struct pollfd *pf = calloc((size_t)nc, sizeof *pf);
+  int rc = 0;
+  if (!R.conns || !R.clients || !R.idle || !pf || workload_init(&R.w, cfg)) {
+    snprintf(err, err_len, "out of memory");
+    rc = 1;
+    goto out;
+  }
+  for (int i = 0; i < nc; i++)
+    if (R.t->open(&R.conns[i], cfg->endpoints, per_conn, cfg->timeout_ms, err, err_len)) {
+      R.conns[i] = NULL;
+      rc = 1;
+      goto out;
+    }
+  for (int i = 0; i < cfg->clients; i++) {
+    R.clients[i].conn = i % nc;
+    R.idle[R.n_idle++] = cfg->clients - 1 - i;
+  }
+  R.t0 = bench_now_ns();
+  double cpu0 = cpu_s();
+  R.end_ns = cfg->duration_s ? R.t0 + (uint64_t)(cfg->duration_s * 1e9) : 0;
+  R.interval_ns = cfg->rate ? (uint64_t)(1e9 / cfg->rate) : 0;
+  if (cfg->rate && !R.interval_ns)
+    R.interval_ns = 1;
+  uint64_t next_progress = R.t0 + 1000000000ull, last_done_ns = R.t0;
+  long last_done = 0;
+  for (;;) {
+    uint64_t now = bench_now_ns();
+    issue_idle(now);
+    if (R.done == res->issued && !may_issue(now))
+      break;
+    /* how long to sleep: the targets' deadlines, the next due request, the
+     * end of the run, the next progress line */
+    int64_t wait_ns = 100000000; /* 100 ms at most */
+    for (int i = 0; i < nc; i++) {
+      pf[i] = (struct pollfd){R.t->fd(R.conns[i]), R.t->events(R.conns[i]), 0};
+      int t = R.t->timeout_ms(R.conns[i]);
+      if (t >= 0 && (int64_t)t * 1000000 < wait_ns)
+        wait_ns = (int64_t)t * 1000000;
+    }
+    if (cfg->rate && R.n_idle && may_issue(now)) {
+      uint64_t due = due_ns(res->issued);
+      int64_t d = due > now ? (int64_t)(due - now) : 0;
+      if (d < wait_ns)
+        wait_ns = d;
+    }
+    if (R.end_ns && R.end_ns > now && (int64_t)(R.end_ns - now) < wait_ns)
+      wait_ns = (int64_t)(R.end_ns - now);
+    if (cfg->progress && (int64_t)(next_progress - now) < wait_ns)
+      wait_ns = next_progress > now ? (int64_t)(next_progress - now) : 0;
+    struct timespec ts = {wait_ns / 1000000000, wait_ns % 1000000000};
+    if (ppoll(pf, (nfds_t)nc, &ts, NULL) < 0 && errno != EINTR) {
+      snprintf(err, err_len, "poll: %s", strerror(errno));
+      rc = 1;
+      break;
+    }
+    for (int i = 0; i < nc; i++)
+      R.t->process(R.conns[i]);
+    now = bench_now_ns();
+    if (cfg->progress && now >= next_progress) {
+      double dt = (double)(now - last_done_ns) / 1e9;
+      fprintf(stderr, "ketch-bench: %s %s %5.1fs  done %ld%s%ld  %.0f/s  errors %ld\n", R.t->name,
+              cfg->workload_name, (double)(now - R.t0) / 1e9, R.done, cfg->total ? "/" : "",
+              cfg->total ? cfg->total : 0L, (double)(R.done - last_done) / dt, res->errors);
+      last_done = R.done;
+      last_done_ns = now;
+      next_progress = now + 1000000000ull;
+    }
+  }
+  res->seconds = (double)(bench_now_ns() - R.t0) / 1e9;
+  res->cpu_s = cpu_s() - cpu0;
+out:
+  R.stop = true; /* requests canceled by close complete without issuing more */
+  for (int i = 0; R.conns && i < nc; i++)
+    if (R.conns[i])
+      R.t->close(R.conns[i]);
+  free(R.conns);
+  free(R.clients);
+  free(R.idle);
+  free(pf);
+  workload_free(&R.w);
+  return rc;
+}

@@ -1,0 +1,79 @@
+/* tools/bench/target_ketch.c — the native target: one libketch handle per
+ * connection (pipelined), requests built from a bench_op. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../../client/ketch.h"
+#include "bench.h"
+
+static int k_open(void **conn, const char *endpoints, int max_outstanding, int timeout_ms,
+                  char *err, size_t err_len) {
+  ketch_options o;
+  ketch_options_init(&o);
+  o.max_outstanding = max_outstanding;
+  o.request_timeout_ms = timeout_ms;
+  ketch_client *c;
+  if (ketch_open(&c, endpoints, &o, err, err_len))
+    return -1;
+  *conn = c;
+  return 0;
+}
+
+static void k_close(void *conn) { ketch_close(conn); }
+
+static void on_result(void *arg, int err, const ketch_result *res) {
+  (void)res;
+  bench_done(arg, err ? ketch_errname(err) : NULL);
+}
+
+static ketch_range_req range_of(const struct bench_op *op) {
+  ketch_range_req r = {.key = op->key,
+                       .key_len = op->key_len,
+                       .range_end = op->end,
+                       .range_end_len = op->end_len,
+                       .limit = op->limit,
+                       .serializable = op->serializable};
+  return r;
+}
+
+static int k_submit(void *conn, const struct bench_op *op, int timeout_ms, void *arg,
+                    const char **err_name) {
+  (void)timeout_ms; /* the handle's request_timeout_ms */
+  ketch_client *c = conn;
+  int rc = KETCH_EINVAL;
+  if (op->kind == OP_PUT) {
+    ketch_put_req r = {
+        .key = op->key, .key_len = op->key_len, .value = op->val, .value_len = op->val_len};
+    rc = ketch_put_async(c, &r, on_result, arg);
+  } else if (op->kind == OP_RANGE) {
+    ketch_range_req r = range_of(op);
+    rc = ketch_range_async(c, &r, on_result, arg);
+  } else if (op->kind == OP_TXN) {
+    ketch_op ops[BENCH_MAX_TXN_OPS];
+    size_t n = 0;
+    if (op->n_puts) {
+      for (int i = 0; i < op->n_puts; i++) {
+        ketch_put_req p = {.key = op->keys[i].key,
+                           .key_len = op->keys[i].key_len,
+                           .value = op->val,
+                           .value_len = op->val_len};
+        ops[n++] = ketch_op_put(p);
+      }
+    } else {
+      ops[n++] = ketch_op_range(range_of(op));
+    }
+    ketch_txn_req t = {.success = ops, .n_success = n};
+    rc = ketch_txn_async(c, &t, on_result, arg);
+  }
+  if (rc)
+    *err_name = ketch_errname(rc);
+  return rc;
+}
+
+static int k_fd(const void *conn) { return ketch_fd(conn); }
+static short k_events(const void *conn) { return ketch_events(conn); }
+static int k_timeout_ms(const void *conn) { return ketch_timeout_ms(conn); }
+static void k_process(void *conn) { ketch_process(conn); }
+
+const struct target target_ketch = {"ketch", k_open,   k_close,      k_submit,
+                                    k_fd,    k_events, k_timeout_ms, k_process};

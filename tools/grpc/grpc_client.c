@@ -1,0 +1,464 @@
+/* tools/grpc/grpc_client.c — see grpc_client.h. */
+#include "grpc_client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <nghttp2/nghttp2.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct slot {
+  kt_grpc_client *c;
+  kt_grpc_cb cb;
+  void *arg;
+  int32_t stream_id;
+  bool in_use, completed;
+  uint8_t *req; /* prefix + message */
+  size_t req_len, req_off, req_cap;
+  uint8_t *resp;
+  size_t resp_len, resp_cap;
+  int status; /* grpc-status, -1 until seen */
+  int http_status;
+  char message[256];
+  uint64_t deadline_ms; /* 0 = none */
+  int next_free;
+};
+
+struct kt_grpc_client {
+  int fd;
+  bool dead;
+  nghttp2_session *s;
+  char authority[128];
+  struct slot *slots;
+  int n_slots, free_head;
+  size_t pending;
+  uint8_t *out;
+  size_t out_len, out_off, out_cap;
+  uint64_t next_deadline_ms;
+};
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static bool grow(uint8_t **p, size_t *cap, size_t need) {
+  if (need <= *cap)
+    return true;
+  size_t n = *cap ? *cap : 256;
+  while (n < need)
+    n *= 2;
+  uint8_t *q = realloc(*p, n);
+  if (!q)
+    return false;
+  *p = q;
+  *cap = n;
+  return true;
+}
+
+static void slot_release(kt_grpc_client *c, struct slot *sl) {
+  sl->in_use = false;
+  sl->next_free = c->free_head;
+  c->free_head = (int)(sl - c->slots);
+}
+
+/* Runs the callback once; the slot stays in use until its stream closes. */
+static void slot_complete(struct slot *sl, int status, const char *message, const uint8_t *msg,
+                          size_t len) {
+  if (sl->completed)
+    return;
+  sl->completed = true;
+  sl->c->pending--;
+  sl->cb(sl->arg, status, message ? message : "", msg, len);
+}
+
+/* ---- nghttp2 callbacks ---- */
+
+static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+                         nghttp2_data_source *src, void *user) {
+  (void)s, (void)id, (void)user;
+  struct slot *sl = src->ptr;
+  size_t n = sl->req_len - sl->req_off;
+  if (n > len)
+    n = len;
+  memcpy(buf, sl->req + sl->req_off, n);
+  sl->req_off += n;
+  if (sl->req_off == sl->req_len)
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+  return (ssize_t)n;
+}
+
+static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+                     void *user) {
+  (void)flags, (void)user;
+  struct slot *sl = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+  if (!sl)
+    return 0;
+  if (namelen == 11 && !memcmp(name, "grpc-status", 11)) {
+    int v = 0;
+    for (size_t i = 0; i < valuelen && i < 4; i++)
+      v = v * 10 + (value[i] >= '0' && value[i] <= '9' ? value[i] - '0' : 0);
+    sl->status = v;
+  } else if (namelen == 12 && !memcmp(name, "grpc-message", 12)) {
+    size_t n = valuelen < sizeof sl->message - 1 ? valuelen : sizeof sl->message - 1;
+    /* percent-decoding (gRPC escapes non-printable bytes) */
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (value[i] == '%' && i + 2 < valuelen) {
+        char hex[3] = {(char)value[i + 1], (char)value[i + 2], 0};
+        sl->message[o++] = (char)strtol(hex, NULL, 16);
+        i += 2;
+      } else {
+        sl->message[o++] = (char)value[i];
+      }
+    }
+    sl->message[o] = 0;
+  } else if (namelen == 7 && !memcmp(name, ":status", 7)) {
+    int v = 0;
+    for (size_t i = 0; i < valuelen && i < 3; i++)
+      v = v * 10 + (value[i] - '0');
+    sl->http_status = v;
+  }
+  return 0;
+}
+
+static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
+                   void *user) {
+  (void)flags, (void)user;
+  struct slot *sl = nghttp2_session_get_stream_user_data(s, id);
+  if (!sl || sl->completed)
+    return 0;
+  if (sl->resp_len + len > KT_GRPC_MAX_MSG + 5 ||
+      !grow(&sl->resp, &sl->resp_cap, sl->resp_len + len)) {
+    slot_complete(sl, KT_GRPC_RESOURCE_EXHAUSTED, "response too large", NULL, 0);
+    nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+    return 0;
+  }
+  memcpy(sl->resp + sl->resp_len, data, len);
+  sl->resp_len += len;
+  return 0;
+}
+
+static int on_close(nghttp2_session *s, int32_t id, uint32_t error_code, void *user) {
+  kt_grpc_client *c = user;
+  struct slot *sl = nghttp2_session_get_stream_user_data(s, id);
+  if (!sl)
+    return 0;
+  if (!sl->completed) {
+    if (sl->status < 0) {
+      char m[96];
+      if (sl->http_status && sl->http_status != 200) {
+        snprintf(m, sizeof m, "HTTP status %d", sl->http_status);
+        slot_complete(sl, sl->http_status == 503 ? KT_GRPC_UNAVAILABLE : KT_GRPC_UNKNOWN, m, NULL,
+                      0);
+      } else {
+        snprintf(m, sizeof m, "stream closed without grpc-status (h2 error %u)", error_code);
+        slot_complete(sl,
+                      error_code == NGHTTP2_REFUSED_STREAM ? KT_GRPC_UNAVAILABLE : KT_GRPC_INTERNAL,
+                      m, NULL, 0);
+      }
+    } else if (sl->status != 0) {
+      slot_complete(sl, sl->status, sl->message, NULL, 0);
+    } else {
+      const uint8_t *msg = NULL;
+      size_t n = 0;
+      long used = kt_grpc_frame_parse(sl->resp, sl->resp_len, KT_GRPC_MAX_MSG, &msg, &n);
+      if (used <= 0 || (size_t)used != sl->resp_len)
+        slot_complete(sl, KT_GRPC_INTERNAL, "malformed gRPC response body", NULL, 0);
+      else
+        slot_complete(sl, KT_GRPC_OK, "", msg, n);
+    }
+  }
+  slot_release(c, sl);
+  return 0;
+}
+
+/* ---- connection ---- */
+
+int kt_grpc_open(kt_grpc_client **out, const char *host_port, int max_outstanding, int timeout_ms,
+                 char *err, size_t err_len) {
+  *out = NULL;
+  char host[128];
+  const char *colon = strrchr(host_port, ':');
+  if (!colon || (size_t)(colon - host_port) >= sizeof host) {
+    snprintf(err, err_len, "%s: expected host:port", host_port);
+    return -1;
+  }
+  memcpy(host, host_port, (size_t)(colon - host_port));
+  host[colon - host_port] = 0;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+  int rc = getaddrinfo(host, colon + 1, &hints, &ai);
+  if (rc) {
+    snprintf(err, err_len, "%s: %s", host_port, gai_strerror(rc));
+    return -1;
+  }
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    freeaddrinfo(ai);
+    snprintf(err, err_len, "socket: %s", strerror(errno));
+    return -1;
+  }
+  rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+  freeaddrinfo(ai);
+  if (rc && errno == EINPROGRESS) {
+    struct pollfd p = {fd, POLLOUT, 0};
+    int e = 0;
+    socklen_t el = sizeof e;
+    if (poll(&p, 1, timeout_ms) != 1) {
+      e = ETIMEDOUT;
+    } else {
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el);
+    }
+    errno = e;
+    rc = e ? -1 : 0;
+  }
+  if (rc) {
+    snprintf(err, err_len, "%s: connect: %s", host_port, strerror(errno));
+    close(fd);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+
+  kt_grpc_client *c = calloc(1, sizeof *c);
+  if (!c || max_outstanding < 1)
+    goto oom;
+  c->fd = fd;
+  snprintf(c->authority, sizeof c->authority, "%s", host_port);
+  c->n_slots = max_outstanding;
+  c->slots = calloc((size_t)max_outstanding, sizeof *c->slots);
+  if (!c->slots)
+    goto oom;
+  for (int i = 0; i < max_outstanding; i++) {
+    c->slots[i].c = c;
+    c->slots[i].next_free = i + 1 < max_outstanding ? i + 1 : -1;
+  }
+  c->free_head = 0;
+  nghttp2_session_callbacks *cbs;
+  if (nghttp2_session_callbacks_new(&cbs))
+    goto oom;
+  nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_close);
+  rc = nghttp2_session_client_new(&c->s, cbs, c);
+  nghttp2_session_callbacks_del(cbs);
+  if (rc)
+    goto oom;
+  nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+                                 {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 24}};
+  nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, 2);
+  nghttp2_session_set_local_window_size(c->s, NGHTTP2_FLAG_NONE, 0, 1 << 28);
+  *out = c;
+  kt_grpc_process(c); /* sends the preface */
+  return 0;
+oom:
+  snprintf(err, err_len, "out of memory");
+  if (c) {
+    free(c->slots);
+    free(c);
+  }
+  close(fd);
+  return -1;
+}
+
+static void fail_all(kt_grpc_client *c, int status, const char *why) {
+  for (int i = 0; i < c->n_slots; i++)
+    if (c->slots[i].in_use && !c->slots[i].completed)
+      slot_complete(&c->slots[i], status, why, NULL, 0);
+}
+
+static void conn_lost(kt_grpc_client *c, const char *why) {
+  if (c->dead)
+    return;
+  c->dead = true;
+  fail_all(c, KT_GRPC_UNAVAILABLE, why);
+}
+
+void kt_grpc_close(kt_grpc_client *c) {
+  if (!c)
+    return;
+  fail_all(c, KT_GRPC_CANCELLED, "client closed");
+  nghttp2_session_del(c->s);
+  for (int i = 0; i < c->n_slots; i++) {
+    free(c->slots[i].req);
+    free(c->slots[i].resp);
+  }
+  free(c->slots);
+  free(c->out);
+  close(c->fd);
+  free(c);
+}
+
+int kt_grpc_call(kt_grpc_client *c, const char *path, const uint8_t *msg, size_t len,
+                 int timeout_ms, kt_grpc_cb cb, void *arg) {
+  if (c->dead)
+    return KT_GRPC_UNAVAILABLE;
+  if (c->free_head < 0)
+    return KT_GRPC_RESOURCE_EXHAUSTED;
+  struct slot *sl = &c->slots[c->free_head];
+  if (!grow(&sl->req, &sl->req_cap, len + 5))
+    return KT_GRPC_RESOURCE_EXHAUSTED;
+  sl->req[0] = 0;
+  sl->req[1] = (uint8_t)(len >> 24);
+  sl->req[2] = (uint8_t)(len >> 16);
+  sl->req[3] = (uint8_t)(len >> 8);
+  sl->req[4] = (uint8_t)len;
+  if (len)
+    memcpy(sl->req + 5, msg, len);
+  sl->req_len = len + 5;
+  sl->req_off = 0;
+  sl->resp_len = 0;
+  sl->status = -1;
+  sl->http_status = 0;
+  sl->message[0] = 0;
+  sl->cb = cb;
+  sl->arg = arg;
+  sl->completed = false;
+  char tmo[24];
+  int nh = 7;
+#define NV(n, v)                                                                                   \
+  {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_COPY_NAME}
+  nghttp2_nv hdrs[] = {NV(":method", "POST"),
+                       NV(":scheme", "http"),
+                       NV(":path", path),
+                       NV(":authority", c->authority),
+                       NV("content-type", "application/grpc"),
+                       NV("te", "trailers"),
+                       NV("user-agent", "ketch-bench"),
+                       NV("grpc-timeout", tmo)};
+#undef NV
+  if (timeout_ms > 0) {
+    snprintf(tmo, sizeof tmo, "%dm", timeout_ms);
+    hdrs[7].valuelen = strlen(tmo);
+    nh = 8;
+    sl->deadline_ms = now_ms() + (uint64_t)timeout_ms;
+    if (!c->next_deadline_ms || sl->deadline_ms < c->next_deadline_ms)
+      c->next_deadline_ms = sl->deadline_ms;
+  } else {
+    sl->deadline_ms = 0;
+  }
+  nghttp2_data_provider dp = {.source.ptr = sl, .read_callback = read_body};
+  int32_t id = nghttp2_submit_request(c->s, NULL, hdrs, (size_t)nh, &dp, sl);
+  if (id < 0)
+    return KT_GRPC_INTERNAL;
+  sl->stream_id = id;
+  sl->in_use = true;
+  c->free_head = sl->next_free;
+  c->pending++;
+  return 0;
+}
+
+int kt_grpc_fd(const kt_grpc_client *c) { return c->dead ? -1 : c->fd; }
+
+short kt_grpc_events(const kt_grpc_client *c) {
+  if (c->dead)
+    return 0;
+  short ev = POLLIN;
+  if (c->out_off < c->out_len || nghttp2_session_want_write(c->s))
+    ev |= POLLOUT;
+  return ev;
+}
+
+int kt_grpc_timeout_ms(const kt_grpc_client *c) {
+  if (c->dead)
+    return -1;
+  if (nghttp2_session_want_write(c->s))
+    return 0;
+  if (!c->next_deadline_ms || !c->pending)
+    return -1;
+  uint64_t now = now_ms();
+  return c->next_deadline_ms <= now ? 0 : (int)(c->next_deadline_ms - now);
+}
+
+size_t kt_grpc_pending(const kt_grpc_client *c) { return c->pending; }
+
+static void expire(kt_grpc_client *c) {
+  uint64_t now = now_ms(), next = 0;
+  if (!c->next_deadline_ms || now < c->next_deadline_ms)
+    return;
+  for (int i = 0; i < c->n_slots; i++) {
+    struct slot *sl = &c->slots[i];
+    if (!sl->in_use || sl->completed || !sl->deadline_ms)
+      continue;
+    if (sl->deadline_ms <= now) {
+      nghttp2_submit_rst_stream(c->s, NGHTTP2_FLAG_NONE, sl->stream_id, NGHTTP2_CANCEL);
+      slot_complete(sl, KT_GRPC_DEADLINE_EXCEEDED, "deadline exceeded", NULL, 0);
+    } else if (!next || sl->deadline_ms < next) {
+      next = sl->deadline_ms;
+    }
+  }
+  c->next_deadline_ms = next;
+}
+
+static int flush(kt_grpc_client *c) {
+  for (;;) {
+    if (c->out_off == c->out_len) {
+      c->out_off = c->out_len = 0;
+      const uint8_t *p;
+      ssize_t n;
+      while ((n = nghttp2_session_mem_send(c->s, &p)) > 0) {
+        if (!grow(&c->out, &c->out_cap, c->out_len + (size_t)n))
+          return -1;
+        memcpy(c->out + c->out_len, p, (size_t)n);
+        c->out_len += (size_t)n;
+        if (c->out_len >= 256 * 1024)
+          break;
+      }
+      if (n < 0)
+        return -1;
+      if (!c->out_len)
+        return 0;
+    }
+    ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+    if (w < 0)
+      return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+    c->out_off += (size_t)w;
+  }
+}
+
+int kt_grpc_process(kt_grpc_client *c) {
+  if (c->dead)
+    return KT_GRPC_UNAVAILABLE;
+  uint8_t buf[65536];
+  for (int round = 0; round < 16; round++) {
+    ssize_t n = read(c->fd, buf, sizeof buf);
+    if (n == 0) {
+      conn_lost(c, "connection closed by server");
+      return KT_GRPC_UNAVAILABLE;
+    }
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        break;
+      conn_lost(c, strerror(errno));
+      return KT_GRPC_UNAVAILABLE;
+    }
+    ssize_t r = nghttp2_session_mem_recv(c->s, buf, (size_t)n);
+    if (r < 0) {
+      conn_lost(c, nghttp2_strerror((int)r));
+      return KT_GRPC_UNAVAILABLE;
+    }
+    if ((size_t)n < sizeof buf)
+      break;
+  }
+  expire(c);
+  if (flush(c)) {
+    conn_lost(c, "write failed");
+    return KT_GRPC_UNAVAILABLE;
+  }
+  if (!nghttp2_session_want_read(c->s) && !nghttp2_session_want_write(c->s) && !c->pending) {
+    conn_lost(c, "HTTP/2 session ended (GOAWAY)");
+    return KT_GRPC_UNAVAILABLE;
+  }
+  return 0;
+}
