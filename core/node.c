@@ -97,6 +97,7 @@ struct kt_node {
   uint64_t wal_last_index;              /* index of the last entry appended to the WAL */
   bool serving;                         /* leader and lead_index applied */
   uint64_t known_leader;                /* 0 during an election */
+  struct kt_raft_hard_state hs_synced;  /* last hard state appended with a sync */
 
   /* Proposed writes, in proposal order: pend[pend_head..n_pend). */
   struct pending *pend;
@@ -564,6 +565,12 @@ static void persist_ready(struct kt_node *n, const struct kt_raft_ready *rd) {
   struct persisting p = {0};
   uint64_t seq = 0;
   int rc = 0;
+  /* A hard state that only moves the commit index needs no sync of its own
+   * (as etcd's MustSync): raft can always learn the commit again, and it
+   * waits only for term and vote. Its record rides with the next batch. */
+  bool must_sync =
+      rd->n_entries ||
+      (rd->hs_changed && (rd->hs.term != n->hs_synced.term || rd->hs.vote != n->hs_synced.vote));
   if (rd->hs_changed) {
     uint8_t b[24];
     kt_put_u64be(b, rd->hs.term);
@@ -590,6 +597,10 @@ static void persist_ready(struct kt_node *n, const struct kt_raft_ready *rd) {
     fatal_stop(n, rc, "the write-ahead log refused an append");
     return;
   }
+  if (!must_sync)
+    return;
+  if (rd->hs_changed)
+    n->hs_synced = rd->hs;
   p.seq = seq;
   FIFO_PUSH(n->pers, n->pers_head, n->n_pers, n->cap_pers, p);
 }
