@@ -570,6 +570,7 @@ static void handle_append_resp(struct kt_raft *r, struct progress *pr,
   }
   if (m->index > last_index(r))
     return; /* acks more than we ever sent: ignore */
+  bool was_paused = pr_paused(r, pr);
   bool updated = false;
   if (pr->match < m->index) {
     pr->match = m->index;
@@ -586,8 +587,9 @@ static void handle_append_resp(struct kt_raft *r, struct progress *pr,
       infl_free_to(r, pr, m->index);
     if (maybe_commit(r))
       bcast_append(r);
-    else
-      send_append_all(r, pr, false);
+    else /* a follower that was paused missed the commit broadcast: an
+          * empty append tells it (as etcd's sendAppend after oldPaused) */
+      send_append_all(r, pr, was_paused);
     if (r->transferee == pr->id && pr->match == last_index(r)) {
       struct kt_raft_msg t = {.type = KT_RAFT_MSG_TIMEOUT_NOW, .to = pr->id};
       send(r, t);
