@@ -40,6 +40,7 @@ BENCH_SRCS := $(wildcard tools/bench/*.c)
 # The gRPC codec shared by ketch-bench's etcd target and the gRPC bridge: the
 # .proto files (etcd's wire contract) become C with protoc-c in the build.
 GRPC_SRCS := $(wildcard tools/grpc/*.c)
+BRIDGE_SRCS := $(wildcard tools/grpc-bridge/*.c)
 PROTOS := $(wildcard tools/grpc/proto/*.proto)
 PROTO_C := $(patsubst tools/grpc/proto/%.proto,$(O)/gen/grpc/%.pb-c.c,$(PROTOS))
 GRPC_PKGS := libnghttp2 libprotobuf-c
@@ -63,6 +64,9 @@ BINS += $(BINDIR)/ketchutl
 endif
 ifneq ($(BENCH_SRCS),)
 BINS += $(BINDIR)/ketch-bench
+endif
+ifneq ($(BRIDGE_SRCS),)
+BINS += $(BINDIR)/ketch-grpc
 endif
 LIBS := $(LIBDIR)/libketch.a $(LIBDIR)/libketch.so $(LIBDIR)/ketch.pc
 UNIT_BINS := $(patsubst test/unit/%.c,$(O)/test/%,$(UNIT_TESTS))
@@ -106,10 +110,15 @@ $(O)/gen/grpc/%.pb-c.c $(O)/gen/grpc/%.pb-c.h: tools/grpc/proto/%.proto
 	@mkdir -p $(dir $@)
 	protoc-c --proto_path=tools/grpc/proto --c_out=$(O)/gen/grpc $<
 
-$(call obj,$(BENCH_SRCS) $(GRPC_SRCS) $(PROTO_C)): ALL_CFLAGS += $(GRPC_CFLAGS)
-$(call obj,$(BENCH_SRCS) $(GRPC_SRCS)): $(PROTO_C:.c=.h)
+$(call obj,$(BENCH_SRCS) $(BRIDGE_SRCS) $(GRPC_SRCS) $(PROTO_C)): ALL_CFLAGS += $(GRPC_CFLAGS)
+$(call obj,$(BENCH_SRCS) $(BRIDGE_SRCS) $(GRPC_SRCS)): $(PROTO_C:.c=.h)
 
 $(BINDIR)/ketch-bench: $(call obj,$(BENCH_SRCS) $(GRPC_SRCS) $(PROTO_C)) $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS)
+
+# The gRPC bridge (etcd's v3 API in front of ketch), tools/grpc-bridge/.
+$(BINDIR)/ketch-grpc: $(call obj,$(BRIDGE_SRCS) tools/grpc/grpc_frame.c $(PROTO_C)) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS)
 

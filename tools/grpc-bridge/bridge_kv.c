@@ -1,0 +1,591 @@
+/* tools/grpc-bridge/bridge_kv.c — etcd's KV service (and Maintenance.Status)
+ * mapped onto libketch: protobuf requests to ketch requests, ketch results to
+ * protobuf responses, ketch errors to etcd's gRPC statuses (see bridge.h). */
+#include "bridge.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../grpc/grpc_client.h"
+#include "kv.pb-c.h"
+#include "rpc.pb-c.h"
+
+#define MAX_TXN_OPS 128 /* etcd's --max-txn-ops default */
+#define MAX_TXN_DEPTH 8
+
+/* ---- the one error table: ketch code -> gRPC code + etcd's message ----
+ * From etcd's api/v3rpc/rpctypes/error.go (3.4). */
+static const struct {
+  int ketch, grpc;
+  const char *msg;
+} errors[] = {
+    {KETCH_EKEYEMPTY, KT_GRPC_INVALID_ARGUMENT, "etcdserver: key is not provided"},
+    {KETCH_ETOOLARGE, KT_GRPC_INVALID_ARGUMENT, "etcdserver: request is too large"},
+    {KETCH_ETOOMANYOPS, KT_GRPC_INVALID_ARGUMENT, "etcdserver: too many operations in txn request"},
+    {KETCH_EDUPKEY, KT_GRPC_INVALID_ARGUMENT, "etcdserver: duplicate key given in txn request"},
+    {KETCH_ECOMPACTED, KT_GRPC_OUT_OF_RANGE,
+     "etcdserver: mvcc: required revision has been compacted"},
+    {KETCH_EFUTUREREV, KT_GRPC_OUT_OF_RANGE,
+     "etcdserver: mvcc: required revision is a future revision"},
+    {KETCH_ENOSPACE, KT_GRPC_RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded"},
+    {KETCH_ELEASENOTFOUND, KT_GRPC_NOT_FOUND, "etcdserver: requested lease not found"},
+    {KETCH_ELEASEEXISTS, KT_GRPC_FAILED_PRECONDITION, "etcdserver: lease already exists"},
+    {KETCH_ENOLEADER, KT_GRPC_UNAVAILABLE, "etcdserver: no leader"},
+    {KETCH_ETIMEOUT, KT_GRPC_UNAVAILABLE, "etcdserver: request timed out"},
+    {KETCH_EUNKNOWN, KT_GRPC_UNAVAILABLE,
+     "etcdserver: request timed out, possibly due to previous leader failure"},
+    {KETCH_EBUSY, KT_GRPC_RESOURCE_EXHAUSTED, "etcdserver: too many requests"},
+    {KETCH_EUNAVAILABLE, KT_GRPC_UNAVAILABLE, NULL},
+    {KETCH_ECLOSED, KT_GRPC_UNAVAILABLE, NULL},
+    {KETCH_ESTOPPED, KT_GRPC_UNAVAILABLE, "etcdserver: server stopped"},
+    {KETCH_EINVAL, KT_GRPC_INVALID_ARGUMENT, NULL},
+    {KETCH_EUNSUPPORTED, KT_GRPC_UNIMPLEMENTED, NULL},
+    {KETCH_ECORRUPT, KT_GRPC_DATA_LOSS, "etcdserver: corrupt cluster"},
+    {KETCH_ENOTFOUND, KT_GRPC_NOT_FOUND, NULL},
+};
+
+const char *kt_bridge_error(int ketch_err, const char *detail, int *grpc_status) {
+  for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
+    if (errors[i].ketch == ketch_err) {
+      *grpc_status = errors[i].grpc;
+      if (errors[i].msg)
+        return errors[i].msg;
+      return detail && *detail ? detail : ketch_strerror(ketch_err);
+    }
+  }
+  *grpc_status = KT_GRPC_UNKNOWN;
+  return detail && *detail ? detail : ketch_strerror(ketch_err);
+}
+
+/* ---- methods ---- */
+
+enum { M_RANGE, M_PUT, M_DELETE, M_TXN, M_COMPACT, M_STATUS, M_N };
+static const char *const method_paths[M_N] = {
+    "/etcdserverpb.KV/Range", "/etcdserverpb.KV/Put",     "/etcdserverpb.KV/DeleteRange",
+    "/etcdserverpb.KV/Txn",   "/etcdserverpb.KV/Compact", "/etcdserverpb.Maintenance/Status",
+};
+static const char *const etcd_services[] = {
+    "etcdserverpb.KV",          "etcdserverpb.Watch", "etcdserverpb.Lease", "etcdserverpb.Cluster",
+    "etcdserverpb.Maintenance", "etcdserverpb.Auth",  "v3lockpb.Lock",      "v3electionpb.Election",
+};
+
+static int method_index(const char *path) {
+  for (int i = 0; i < M_N; i++)
+    if (strcmp(path, method_paths[i]) == 0)
+      return i;
+  return -1;
+}
+
+int kt_bridge_method(const char *path, char *msg, size_t msg_len) {
+  if (method_index(path) >= 0)
+    return KT_BRIDGE_UNARY;
+  const char *svc = path[0] == '/' ? path + 1 : path;
+  const char *slash = strchr(svc, '/');
+  size_t svc_len = slash ? (size_t)(slash - svc) : strlen(svc);
+  const char *meth = slash ? slash + 1 : "";
+  for (size_t i = 0; i < sizeof etcd_services / sizeof etcd_services[0]; i++) {
+    if (strlen(etcd_services[i]) == svc_len && memcmp(svc, etcd_services[i], svc_len) == 0) {
+      snprintf(msg, msg_len,
+               "ketch-grpc: %.*s/%.64s is not implemented (served: KV and Maintenance/Status)",
+               (int)svc_len, svc, meth);
+      return KT_BRIDGE_UNIMPLEMENTED;
+    }
+  }
+  snprintf(msg, msg_len, "unknown service %.*s", (int)(svc_len > 200 ? 200 : svc_len), svc);
+  return KT_BRIDGE_UNKNOWN;
+}
+
+/* ---- a bump arena for building requests and responses ---- */
+
+struct arena {
+  struct chunk {
+    struct chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+  } * head;
+  bool oom;
+};
+
+static void *ar_alloc(struct arena *a, size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  if (!a->head || a->head->cap - a->head->used < n) {
+    size_t cap = n > 16384 ? n : 16384;
+    struct chunk *c = malloc(sizeof *c + cap);
+    if (!c) {
+      a->oom = true;
+      return NULL;
+    }
+    c->next = a->head;
+    c->used = 0;
+    c->cap = cap;
+    a->head = c;
+  }
+  void *p = a->head->data + a->head->used;
+  a->head->used += n;
+  memset(p, 0, n);
+  return p;
+}
+
+static void ar_free(struct arena *a) {
+  while (a->head) {
+    struct chunk *c = a->head;
+    a->head = c->next;
+    free(c);
+  }
+}
+
+/* ---- requests: protobuf -> libketch (validated as etcd's v3rpc does) ---- */
+
+static int conv_range(const Etcdserverpb__RangeRequest *r, ketch_range_req *o) {
+  if (r->key.len == 0)
+    return KETCH_EKEYEMPTY;
+  memset(o, 0, sizeof *o);
+  o->key = r->key.data;
+  o->key_len = r->key.len;
+  o->range_end = r->range_end.data;
+  o->range_end_len = r->range_end.len;
+  o->limit = r->limit;
+  o->revision = r->revision;
+  o->sort_order = (int)r->sort_order;
+  o->sort_target = (int)r->sort_target;
+  o->serializable = r->serializable;
+  o->keys_only = r->keys_only;
+  o->count_only = r->count_only;
+  o->min_mod_revision = r->min_mod_revision;
+  o->max_mod_revision = r->max_mod_revision;
+  o->min_create_revision = r->min_create_revision;
+  o->max_create_revision = r->max_create_revision;
+  return 0;
+}
+
+/* etcd's own messages for the two put checks that have no ketch code. */
+static const char *put_check_msg;
+
+static int conv_put(const Etcdserverpb__PutRequest *r, ketch_put_req *o) {
+  if (r->key.len == 0)
+    return KETCH_EKEYEMPTY;
+  if (r->ignore_value && r->value.len != 0) {
+    put_check_msg = "etcdserver: value is provided";
+    return KETCH_EINVAL;
+  }
+  if (r->ignore_lease && r->lease != 0) {
+    put_check_msg = "etcdserver: lease is provided";
+    return KETCH_EINVAL;
+  }
+  memset(o, 0, sizeof *o);
+  o->key = r->key.data;
+  o->key_len = r->key.len;
+  o->value = r->value.data;
+  o->value_len = r->value.len;
+  o->lease = r->lease;
+  o->prev_kv = r->prev_kv;
+  o->ignore_value = r->ignore_value;
+  o->ignore_lease = r->ignore_lease;
+  return 0;
+}
+
+static int conv_delete(const Etcdserverpb__DeleteRangeRequest *r, ketch_delete_req *o) {
+  if (r->key.len == 0)
+    return KETCH_EKEYEMPTY;
+  memset(o, 0, sizeof *o);
+  o->key = r->key.data;
+  o->key_len = r->key.len;
+  o->range_end = r->range_end.data;
+  o->range_end_len = r->range_end.len;
+  o->prev_kv = r->prev_kv;
+  return 0;
+}
+
+static int conv_txn(struct arena *a, const Etcdserverpb__TxnRequest *r, ketch_txn_req *o,
+                    int depth);
+
+static int conv_ops(struct arena *a, Etcdserverpb__RequestOp *const *in, size_t n,
+                    const ketch_op **out, int depth) {
+  ketch_op *ops = ar_alloc(a, (n ? n : 1) * sizeof *ops);
+  if (!ops)
+    return KETCH_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    const Etcdserverpb__RequestOp *op = in[i];
+    int err;
+    switch (op->request_case) {
+    case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE:
+      ops[i].type = KETCH_OP_RANGE;
+      err = conv_range(op->request_range, &ops[i].range);
+      break;
+    case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT:
+      ops[i].type = KETCH_OP_PUT;
+      err = conv_put(op->request_put, &ops[i].put);
+      break;
+    case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE:
+      ops[i].type = KETCH_OP_DELETE;
+      err = conv_delete(op->request_delete_range, &ops[i].del);
+      break;
+    case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_TXN:
+      ops[i].type = KETCH_OP_TXN;
+      err = conv_txn(a, op->request_txn, &ops[i].txn, depth + 1);
+      break;
+    default:
+      err = KETCH_EINVAL;
+      break;
+    }
+    if (err)
+      return err;
+  }
+  *out = ops;
+  return 0;
+}
+
+static int conv_txn(struct arena *a, const Etcdserverpb__TxnRequest *r, ketch_txn_req *o,
+                    int depth) {
+  if (depth > MAX_TXN_DEPTH)
+    return KETCH_EINVAL;
+  if (r->n_compare > MAX_TXN_OPS || r->n_success > MAX_TXN_OPS || r->n_failure > MAX_TXN_OPS)
+    return KETCH_ETOOMANYOPS;
+  memset(o, 0, sizeof *o);
+  ketch_compare *cmp = ar_alloc(a, (r->n_compare ? r->n_compare : 1) * sizeof *cmp);
+  if (!cmp)
+    return KETCH_ENOMEM;
+  for (size_t i = 0; i < r->n_compare; i++) {
+    const Etcdserverpb__Compare *c = r->compare[i];
+    cmp[i].result = (int)c->result;
+    cmp[i].target = (int)c->target;
+    cmp[i].key = c->key.data;
+    cmp[i].key_len = c->key.len;
+    cmp[i].range_end = c->range_end.data;
+    cmp[i].range_end_len = c->range_end.len;
+    switch (c->target_union_case) {
+    case ETCDSERVERPB__COMPARE__TARGET_UNION_VERSION:
+      cmp[i].int_value = c->version;
+      break;
+    case ETCDSERVERPB__COMPARE__TARGET_UNION_CREATE_REVISION:
+      cmp[i].int_value = c->create_revision;
+      break;
+    case ETCDSERVERPB__COMPARE__TARGET_UNION_MOD_REVISION:
+      cmp[i].int_value = c->mod_revision;
+      break;
+    case ETCDSERVERPB__COMPARE__TARGET_UNION_LEASE:
+      cmp[i].int_value = c->lease;
+      break;
+    case ETCDSERVERPB__COMPARE__TARGET_UNION_VALUE:
+      cmp[i].value = c->value.data;
+      cmp[i].value_len = c->value.len;
+      break;
+    default:
+      break;
+    }
+  }
+  o->compare = cmp;
+  o->n_compare = r->n_compare;
+  int err = conv_ops(a, r->success, r->n_success, &o->success, depth);
+  if (!err)
+    err = conv_ops(a, r->failure, r->n_failure, &o->failure, depth);
+  o->n_success = r->n_success;
+  o->n_failure = r->n_failure;
+  return err;
+}
+
+/* ---- responses: libketch -> protobuf ---- */
+
+static Etcdserverpb__ResponseHeader *mk_header(struct arena *a, const ketch_header *h, bool full) {
+  Etcdserverpb__ResponseHeader *o = ar_alloc(a, sizeof *o);
+  if (!o)
+    return NULL;
+  etcdserverpb__response_header__init(o);
+  o->revision = h->revision;
+  if (full) {
+    o->cluster_id = h->cluster_id;
+    o->member_id = h->member_id;
+    o->raft_term = h->raft_term;
+  }
+  return o;
+}
+
+static Mvccpb__KeyValue **mk_kvs(struct arena *a, const ketch_kv *kv, size_t n) {
+  Mvccpb__KeyValue **v = ar_alloc(a, (n ? n : 1) * sizeof *v);
+  Mvccpb__KeyValue *o = ar_alloc(a, (n ? n : 1) * sizeof *o);
+  if (!v || !o)
+    return NULL;
+  for (size_t i = 0; i < n; i++) {
+    mvccpb__key_value__init(&o[i]);
+    o[i].key.data = (uint8_t *)kv[i].key;
+    o[i].key.len = kv[i].key_len;
+    o[i].value.data = (uint8_t *)kv[i].value;
+    o[i].value.len = kv[i].value_len;
+    o[i].create_revision = kv[i].create_revision;
+    o[i].mod_revision = kv[i].mod_revision;
+    o[i].version = kv[i].version;
+    o[i].lease = kv[i].lease;
+    v[i] = &o[i];
+  }
+  return v;
+}
+
+static Etcdserverpb__RangeResponse *mk_range(struct arena *a, Etcdserverpb__ResponseHeader *h,
+                                             const ketch_range_result *r) {
+  Etcdserverpb__RangeResponse *o = ar_alloc(a, sizeof *o);
+  if (!o)
+    return NULL;
+  etcdserverpb__range_response__init(o);
+  o->header = h;
+  o->kvs = mk_kvs(a, r->kvs, r->n_kvs);
+  o->n_kvs = r->n_kvs;
+  o->more = r->more;
+  o->count = r->count;
+  return o;
+}
+
+static Etcdserverpb__PutResponse *mk_put(struct arena *a, Etcdserverpb__ResponseHeader *h,
+                                         const ketch_put_result *r) {
+  Etcdserverpb__PutResponse *o = ar_alloc(a, sizeof *o);
+  if (!o)
+    return NULL;
+  etcdserverpb__put_response__init(o);
+  o->header = h;
+  if (r->prev_kv) {
+    Mvccpb__KeyValue **v = mk_kvs(a, r->prev_kv, 1);
+    o->prev_kv = v ? v[0] : NULL;
+  }
+  return o;
+}
+
+static Etcdserverpb__DeleteRangeResponse *
+mk_delete(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_delete_result *r) {
+  Etcdserverpb__DeleteRangeResponse *o = ar_alloc(a, sizeof *o);
+  if (!o)
+    return NULL;
+  etcdserverpb__delete_range_response__init(o);
+  o->header = h;
+  o->deleted = r->deleted;
+  o->prev_kvs = mk_kvs(a, r->prev_kvs, r->n_prev_kvs);
+  o->n_prev_kvs = r->n_prev_kvs;
+  return o;
+}
+
+static Etcdserverpb__TxnResponse *mk_txn(struct arena *a, Etcdserverpb__ResponseHeader *h,
+                                         const ketch_header *kh, const ketch_txn_result *r) {
+  Etcdserverpb__TxnResponse *o = ar_alloc(a, sizeof *o);
+  Etcdserverpb__ResponseOp **v = ar_alloc(a, (r->n_responses ? r->n_responses : 1) * sizeof *v);
+  if (!o || !v)
+    return NULL;
+  etcdserverpb__txn_response__init(o);
+  o->header = h;
+  o->succeeded = r->succeeded;
+  o->responses = v;
+  o->n_responses = r->n_responses;
+  for (size_t i = 0; i < r->n_responses; i++) {
+    const ketch_op_result *x = &r->responses[i];
+    Etcdserverpb__ResponseOp *op = ar_alloc(a, sizeof *op);
+    if (!op)
+      return NULL;
+    etcdserverpb__response_op__init(op);
+    v[i] = op;
+    /* Nested responses carry a header with only the revision, as etcd's. */
+    Etcdserverpb__ResponseHeader *sub = mk_header(a, kh, false);
+    switch (x->type) {
+    case KETCH_OP_RANGE:
+      op->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_RANGE;
+      op->response_range = mk_range(a, sub, &x->range);
+      break;
+    case KETCH_OP_PUT:
+      op->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_PUT;
+      op->response_put = mk_put(a, sub, &x->put);
+      break;
+    case KETCH_OP_DELETE:
+      op->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_DELETE_RANGE;
+      op->response_delete_range = mk_delete(a, sub, &x->del);
+      break;
+    case KETCH_OP_TXN:
+      op->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_TXN;
+      op->response_txn = mk_txn(a, sub, kh, &x->txn);
+      break;
+    default:
+      break;
+    }
+  }
+  return o;
+}
+
+/* ---- one call ---- */
+
+struct call {
+  int method;
+  kt_bridge_done done;
+  void *arg;
+};
+
+static void finish_msg(kt_bridge_done done, void *arg, const ProtobufCMessage *m) {
+  size_t n = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = malloc(5 + n);
+  if (!buf) {
+    done(arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
+    return;
+  }
+  buf[0] = 0;
+  buf[1] = (uint8_t)(n >> 24);
+  buf[2] = (uint8_t)(n >> 16);
+  buf[3] = (uint8_t)(n >> 8);
+  buf[4] = (uint8_t)n;
+  protobuf_c_message_pack(m, buf + 5);
+  done(arg, KT_GRPC_OK, "", buf, 5 + n);
+}
+
+static void fail(kt_bridge_done done, void *arg, int err, const char *detail) {
+  int st;
+  const char *m = kt_bridge_error(err, detail, &st);
+  done(arg, st, m, NULL, 0);
+}
+
+static void on_result(void *arg, int err, const ketch_result *res) {
+  struct call *c = arg;
+  kt_bridge_done done = c->done;
+  void *darg = c->arg;
+  int method = c->method;
+  free(c);
+  if (err) {
+    fail(done, darg, err, res->message);
+    return;
+  }
+  struct arena a = {0};
+  Etcdserverpb__ResponseHeader *h = mk_header(&a, &res->header, true);
+  const ProtobufCMessage *m = NULL;
+  switch (method) {
+  case M_RANGE:
+    m = (const ProtobufCMessage *)mk_range(&a, h, &res->range);
+    break;
+  case M_PUT:
+    m = (const ProtobufCMessage *)mk_put(&a, h, &res->put);
+    break;
+  case M_DELETE:
+    m = (const ProtobufCMessage *)mk_delete(&a, h, &res->del);
+    break;
+  case M_TXN:
+    m = (const ProtobufCMessage *)mk_txn(&a, h, &res->header, &res->txn);
+    break;
+  case M_COMPACT: {
+    Etcdserverpb__CompactionResponse *o = ar_alloc(&a, sizeof *o);
+    if (o) {
+      etcdserverpb__compaction_response__init(o);
+      o->header = h;
+    }
+    m = (const ProtobufCMessage *)o;
+    break;
+  }
+  case M_STATUS: {
+    Etcdserverpb__StatusResponse *o = ar_alloc(&a, sizeof *o);
+    if (o) {
+      const ketch_status_result *s = &res->status;
+      etcdserverpb__status_response__init(o);
+      o->header = h;
+      o->version = (char *)(s->version ? s->version : "");
+      o->dbsize = s->db_size;
+      o->dbsizeinuse = s->db_size_in_use;
+      o->leader = s->leader;
+      o->raftindex = s->raft_index;
+      o->raftterm = s->raft_term;
+      o->raftappliedindex = s->raft_applied_index;
+      o->islearner = s->is_learner;
+      o->errors = (char **)s->errors;
+      o->n_errors = s->n_errors;
+    }
+    m = (const ProtobufCMessage *)o;
+    break;
+  }
+  }
+  if (!m || a.oom)
+    done(darg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
+  else
+    finish_msg(done, darg, m);
+  ar_free(&a);
+}
+
+void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size_t len,
+                    size_t max_request_bytes, kt_bridge_done done, void *arg) {
+  int method = method_index(path);
+  if (method < 0) {
+    char m[256];
+    kt_bridge_method(path, m, sizeof m);
+    done(arg, KT_GRPC_UNIMPLEMENTED, m, NULL, 0);
+    return;
+  }
+  if (method != M_RANGE && method != M_STATUS && len > max_request_bytes) {
+    fail(done, arg, KETCH_ETOOLARGE, NULL);
+    return;
+  }
+  struct call *c = malloc(sizeof *c);
+  if (!c) {
+    done(arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
+    return;
+  }
+  c->method = method;
+  c->done = done;
+  c->arg = arg;
+  struct arena a = {0};
+  ProtobufCMessage *req = NULL;
+  int err = 0;
+  put_check_msg = NULL;
+  switch (method) {
+  case M_RANGE: {
+    Etcdserverpb__RangeRequest *r = etcdserverpb__range_request__unpack(NULL, len, msg);
+    ketch_range_req q;
+    req = (ProtobufCMessage *)r;
+    if (r && !(err = conv_range(r, &q)))
+      err = ketch_range_async(kc, &q, on_result, c);
+    break;
+  }
+  case M_PUT: {
+    Etcdserverpb__PutRequest *r = etcdserverpb__put_request__unpack(NULL, len, msg);
+    ketch_put_req q;
+    req = (ProtobufCMessage *)r;
+    if (r && !(err = conv_put(r, &q)))
+      err = ketch_put_async(kc, &q, on_result, c);
+    break;
+  }
+  case M_DELETE: {
+    Etcdserverpb__DeleteRangeRequest *r =
+        etcdserverpb__delete_range_request__unpack(NULL, len, msg);
+    ketch_delete_req q;
+    req = (ProtobufCMessage *)r;
+    if (r && !(err = conv_delete(r, &q)))
+      err = ketch_delete_async(kc, &q, on_result, c);
+    break;
+  }
+  case M_TXN: {
+    Etcdserverpb__TxnRequest *r = etcdserverpb__txn_request__unpack(NULL, len, msg);
+    ketch_txn_req q;
+    req = (ProtobufCMessage *)r;
+    if (r && !(err = conv_txn(&a, r, &q, 0)))
+      err = ketch_txn_async(kc, &q, on_result, c);
+    break;
+  }
+  case M_COMPACT: {
+    Etcdserverpb__CompactionRequest *r = etcdserverpb__compaction_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r)
+      err = ketch_compact_async(kc, r->revision, r->physical, on_result, c);
+    break;
+  }
+  case M_STATUS: {
+    Etcdserverpb__StatusRequest *r = etcdserverpb__status_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r)
+      err = ketch_status_async(kc, on_result, c);
+    break;
+  }
+  }
+  const char *detail = put_check_msg;
+  ar_free(&a);
+  if (req)
+    protobuf_c_message_free_unpacked(req, NULL);
+  if (!req) {
+    free(c);
+    done(arg, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf", NULL, 0);
+  } else if (err) {
+    free(c);
+    if (detail)
+      done(arg, KT_GRPC_INVALID_ARGUMENT, detail, NULL, 0);
+    else
+      fail(done, arg, err, NULL);
+  }
+}
