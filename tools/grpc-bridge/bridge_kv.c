@@ -43,7 +43,7 @@ static const struct {
     {KETCH_EINVAL, KT_GRPC_INVALID_ARGUMENT, NULL},
     {KETCH_EUNSUPPORTED, KT_GRPC_UNIMPLEMENTED, NULL},
     {KETCH_ECORRUPT, KT_GRPC_DATA_LOSS, "etcdserver: corrupt cluster"},
-    {KETCH_ENOTFOUND, KT_GRPC_NOT_FOUND, NULL},
+    {KETCH_ENOTFOUND, KT_GRPC_INVALID_ARGUMENT, "etcdserver: key not found"},
 };
 
 const char *kt_bridge_error(int ketch_err, const char *detail, int *grpc_status) {
@@ -363,8 +363,28 @@ mk_delete(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_delete_r
   return o;
 }
 
+/* Nested responses carry etcd's sub-headers: only a revision, the one etcd's
+ * write txn reports at that point — a range sees begin+1 once the txn has
+ * changed something, a put is at begin+1, a delete at begin+1 if it or an
+ * earlier op changed something; a nested txn's header is empty. `begin` is
+ * the revision before the txn. */
+struct txn_walk {
+  int64_t begin;
+  bool changed;
+};
+
+static bool txn_changes(const ketch_txn_result *r) {
+  for (size_t i = 0; i < r->n_responses; i++) {
+    const ketch_op_result *x = &r->responses[i];
+    if (x->type == KETCH_OP_PUT || (x->type == KETCH_OP_DELETE && x->del.deleted > 0) ||
+        (x->type == KETCH_OP_TXN && txn_changes(&x->txn)))
+      return true;
+  }
+  return false;
+}
+
 static Etcdserverpb__TxnResponse *mk_txn(struct arena *a, Etcdserverpb__ResponseHeader *h,
-                                         const ketch_header *kh, const ketch_txn_result *r) {
+                                         struct txn_walk *w, const ketch_txn_result *r) {
   Etcdserverpb__TxnResponse *o = ar_alloc(a, sizeof *o);
   Etcdserverpb__ResponseOp **v = ar_alloc(a, (r->n_responses ? r->n_responses : 1) * sizeof *v);
   if (!o || !v)
@@ -377,28 +397,32 @@ static Etcdserverpb__TxnResponse *mk_txn(struct arena *a, Etcdserverpb__Response
   for (size_t i = 0; i < r->n_responses; i++) {
     const ketch_op_result *x = &r->responses[i];
     Etcdserverpb__ResponseOp *op = ar_alloc(a, sizeof *op);
+    ketch_header kh = {0};
     if (!op)
       return NULL;
     etcdserverpb__response_op__init(op);
     v[i] = op;
-    /* Nested responses carry a header with only the revision, as etcd's. */
-    Etcdserverpb__ResponseHeader *sub = mk_header(a, kh, false);
     switch (x->type) {
     case KETCH_OP_RANGE:
+      kh.revision = w->begin + (w->changed ? 1 : 0);
       op->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_RANGE;
-      op->response_range = mk_range(a, sub, &x->range);
+      op->response_range = mk_range(a, mk_header(a, &kh, false), &x->range);
       break;
     case KETCH_OP_PUT:
+      w->changed = true;
+      kh.revision = w->begin + 1;
       op->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_PUT;
-      op->response_put = mk_put(a, sub, &x->put);
+      op->response_put = mk_put(a, mk_header(a, &kh, false), &x->put);
       break;
     case KETCH_OP_DELETE:
+      w->changed = w->changed || x->del.deleted > 0;
+      kh.revision = w->begin + (w->changed ? 1 : 0);
       op->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_DELETE_RANGE;
-      op->response_delete_range = mk_delete(a, sub, &x->del);
+      op->response_delete_range = mk_delete(a, mk_header(a, &kh, false), &x->del);
       break;
     case KETCH_OP_TXN:
       op->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_TXN;
-      op->response_txn = mk_txn(a, sub, kh, &x->txn);
+      op->response_txn = mk_txn(a, mk_header(a, &kh, false), w, &x->txn);
       break;
     default:
       break;
@@ -460,9 +484,13 @@ static void on_result(void *arg, int err, const ketch_result *res) {
   case M_DELETE:
     m = (const ProtobufCMessage *)mk_delete(&a, h, &res->del);
     break;
-  case M_TXN:
-    m = (const ProtobufCMessage *)mk_txn(&a, h, &res->header, &res->txn);
+  case M_TXN: {
+    struct txn_walk w = {res->header.revision, false};
+    if (txn_changes(&res->txn))
+      w.begin--;
+    m = (const ProtobufCMessage *)mk_txn(&a, h, &w, &res->txn);
     break;
+  }
   case M_COMPACT: {
     Etcdserverpb__CompactionResponse *o = ar_alloc(&a, sizeof *o);
     if (o) {

@@ -1,0 +1,384 @@
+"""ketch-grpc with real etcd clients: the same etcdctl 3.4 command sequence runs
+against a 3-member ketch cluster behind bin/ketch-grpc and against a real etcd
+3.4 (Debian etcd-server) started here; outputs (stdout, stderr, exit codes) are
+compared after normalizing what legitimately differs (cluster/member ids, raft
+term and index, versions, sizes, log timestamps). Nothing is compared with
+expectations written by hand, except where only the bridge is involved
+(UNIMPLEMENTED services, bad bytes on the port, concurrent load)."""
+import base64
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from harness import BIN, STATUS, Conn, Member, ServerError, free_port, run_tests
+
+TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]
+ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+
+
+def wait_port(port, proc, what, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %s" % (what, proc.returncode))
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("%s did not listen on %d" % (what, port))
+
+
+class Env:
+    """3 ketch members + ketch-grpc, and one etcd, all on free ports."""
+
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="ketch-grpc-it-")
+        self.members, self.procs = [], []
+        ports = [(free_port(), free_port()) for _ in range(3)]
+        ic = ",".join("n%d=http://127.0.0.1:%d" % (i, ports[i][1]) for i in range(3))
+        self.members = [Member(name="n%d" % i, port=ports[i][0], peer_port=ports[i][1], wait=False,
+                               extra=["--initial-cluster", ic, "--initial-cluster-token", "grpc-it"]
+                               + TIMING) for i in range(3)]
+        for m in self.members:
+            m.wait_ready()
+        self.wait_leader()
+        self.grpc_port = free_port()
+        eps = ",".join(m.endpoint for m in self.members)
+        self.bridge_log = open(os.path.join(self.tmp, "bridge.log"), "wb")
+        self.bridge = subprocess.Popen(
+            [os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % self.grpc_port,
+             "--endpoints", eps], stdout=self.bridge_log, stderr=subprocess.STDOUT)
+        self.procs.append(self.bridge)
+        wait_port(self.grpc_port, self.bridge, "ketch-grpc")
+        self.etcd_port, etcd_peer = free_port(), free_port()
+        self.etcd_log = open(os.path.join(self.tmp, "etcd.log"), "wb")
+        peer = "http://127.0.0.1:%d" % etcd_peer
+        client = "http://127.0.0.1:%d" % self.etcd_port
+        self.etcd = subprocess.Popen(
+            [ETCD, "--name", "e0", "--data-dir", os.path.join(self.tmp, "etcd"),
+             "--listen-client-urls", client, "--advertise-client-urls", client,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", "e0=" + peer, "--log-outputs", "stderr"],
+            stdout=self.etcd_log, stderr=subprocess.STDOUT)
+        self.procs.append(self.etcd)
+        wait_port(self.etcd_port, self.etcd, "etcd")
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            if self.ctl(self.etcd_port, ["endpoint", "health"])[0] == 0:
+                break
+            time.sleep(0.1)
+
+    def wait_leader(self, timeout=10):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            leaders = set()
+            for m in self.members:
+                try:
+                    c = Conn(m.port, timeout=2)
+                    leaders.add(c.call(STATUS, {}).get("leader", 0))
+                    c.close()
+                except (OSError, ServerError, ConnectionError):
+                    leaders.add(0)
+            if len(leaders) == 1 and 0 not in leaders:
+                return
+            time.sleep(0.05)
+        raise AssertionError("no ketch leader")
+
+    def ctl(self, port, args, stdin=None, timeout=20):
+        env = dict(os.environ, ETCDCTL_API="3")
+        p = subprocess.run([ETCDCTL, "--endpoints", "127.0.0.1:%d" % port] + args, input=stdin,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                           timeout=timeout)
+        return p.returncode, p.stdout, p.stderr
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for m in self.members:
+            m.cleanup()
+        self.bridge_log.close()
+        self.etcd_log.close()
+        with open(os.path.join(self.tmp, "bridge.log"), "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        if "Sanitizer" in text or "runtime error" in text:
+            raise AssertionError("sanitizer report in ketch-grpc's log:\n" + text[-4000:])
+
+    def bridge_alive(self):
+        assert self.bridge.poll() is None, "ketch-grpc exited with %s" % self.bridge.returncode
+
+
+ENV = None
+
+
+def env():
+    global ENV
+    if ENV is None:
+        ENV = Env()
+    return ENV
+
+
+# ---- normalization: only what legitimately differs between two servers ----
+
+VOLATILE = {"cluster_id", "member_id", "raft_term", "leader", "raftIndex", "raftTerm",
+            "raftAppliedIndex", "dbSize", "dbSizeInUse", "version", "Endpoint"}
+
+
+def norm_json(x):
+    if isinstance(x, dict):
+        return {k: ("*" if k in VOLATILE else norm_json(v)) for k, v in x.items()}
+    if isinstance(x, list):
+        return [norm_json(v) for v in x]
+    return x
+
+
+FIELD_RE = re.compile(r'^"(ClusterID|MemberID|RaftTerm)" : \d+$', re.M)
+ENDPOINT_RE = re.compile(r"127\.0\.0\.1:\d+")
+
+
+def norm_text(b):
+    out = []
+    for line in b.decode("utf-8", "replace").splitlines():
+        s = line.strip()
+        if s.startswith('{"level":'):  # clientv3's retry warnings (timestamps, targets)
+            continue
+        if s.startswith("{") or s.startswith("["):
+            try:
+                out.append(json.dumps(norm_json(json.loads(s)), sort_keys=True))
+                continue
+            except ValueError:
+                pass
+        line = FIELD_RE.sub(lambda m: '"%s" : *' % m.group(1), line)
+        out.append(ENDPOINT_RE.sub("EP", line))
+    return "\n".join(out)
+
+
+def compare(cmds):
+    """Runs each (args, stdin) against etcd, then ketch-grpc; all must match."""
+    e = env()
+    diffs = []
+    for args, stdin in cmds:
+        want = e.ctl(e.etcd_port, args, stdin)
+        assert b"USAGE:" not in want[2] + want[1], "etcdctl refused %r: fix the test" % args
+        got = e.ctl(e.grpc_port, args, stdin)
+        w = (want[0], norm_text(want[1]), norm_text(want[2]))
+        g = (got[0], norm_text(got[1]), norm_text(got[2]))
+        if w != g:
+            diffs.append("etcdctl %s:\n  etcd:  %r\n  ketch: %r" % (" ".join(args)[:200], w, g))
+    e.bridge_alive()
+    assert not diffs, "%d of %d differ:\n%s" % (len(diffs), len(cmds), "\n".join(diffs))
+
+
+def c(*args, stdin=None):
+    return (list(args), stdin.encode() if isinstance(stdin, str) else stdin)
+
+
+# ---- the tests ----
+
+def test_put_get_del_same_as_etcd():
+    compare([
+        c("put", "a", "1"), c("put", "b", "2"), c("put", "c", "3", "--prev-kv"),
+        c("put", "a", "10", "--prev-kv"), c("put", "ab", "20", "-w", "json"),
+        c("put", "abc", "30"), c("put", "b", "22", "--prev-kv", "-w", "json"),
+        c("get", "a"), c("get", "a", "-w", "json"), c("get", "nope"), c("get", "nope", "-w", "json"),
+        c("get", "a", "--prefix"), c("get", "a", "--prefix", "--keys-only"),
+        c("get", "a", "--prefix", "--limit", "1", "-w", "json"),
+        c("get", "a", "--from-key", "--limit", "2"),
+        c("get", "a", "--from-key", "--limit", "2", "-w", "json"),
+        c("get", "", "--prefix"), c("get", "", "--from-key", "-w", "json"),
+        c("get", "a", "c"), c("get", "a", "c", "-w", "json"),
+        c("get", "a", "--prefix", "--sort-by=VALUE", "--order=DESCEND"),
+        c("get", "a", "--prefix", "--sort-by=CREATE", "--order=ASCEND", "-w", "json"),
+        c("get", "", "--prefix", "--sort-by=MODIFY", "--order=DESCEND"),
+        c("get", "", "--prefix", "--sort-by=VERSION", "--order=DESCEND", "--limit", "3"),
+        c("get", "", "--prefix", "--order=DESCEND"),
+        c("get", "a", "--prefix", "--sort-by=KEY"),
+        c("get", "a", "--rev", "2"), c("get", "a", "--rev", "2", "-w", "json"),
+        c("get", "b", "--rev", "3", "-w", "fields"),
+        c("get", "a", "--print-value-only"), c("get", "a", "--prefix", "--print-value-only"),
+        c("get", "a", "-w", "fields"), c("get", "a", "--prefix", "-w", "simple"),
+        c("get", "a", "--prefix", "--consistency=s"),
+        c("put", "k", "--ignore-value"), c("put", "a", "--ignore-value", "-w", "json"),
+        c("get", "a", "-w", "json"),
+        c("del", "nope"), c("del", "b", "--prev-kv"), c("del", "ab", "--prefix", "-w", "json"),
+        c("put", "x1", "1"), c("put", "x2", "2"), c("put", "x3", "3"),
+        c("del", "x2", "--from-key", "--prev-kv", "-w", "json"),
+        c("del", "a", "c", "--prev-kv"),
+        c("get", "", "--prefix", "-w", "json"),
+    ])
+
+
+TXN_OK = """mod("c") > "0"
+value("c") = "3"
+
+put t1 v1
+get c
+del nope
+
+put t2 v2
+
+"""
+TXN_FAIL = """version("c") = "5"
+create("c") < "100"
+
+put t3 v3
+
+get c --prefix
+put t4 v4 --prev-kv
+
+"""
+TXN_DUP = """
+
+put d 1
+put d 2
+
+
+"""
+TXN_MANY = "\n" + "".join("put m%d v\n" % i for i in range(129)) + "\n\n"
+
+
+def test_txn_same_as_etcd():
+    compare([
+        c("put", "c", "3"),
+        c("txn", "-i", stdin=TXN_OK), c("txn", "-i", "-w", "json", stdin=TXN_OK),
+        c("txn", "-i", stdin=TXN_FAIL), c("txn", "-i", "-w", "json", stdin=TXN_FAIL),
+        c("txn", "-i", stdin=TXN_DUP), c("txn", "-i", stdin=TXN_MANY),
+        c("get", "t", "--prefix", "-w", "json"),
+    ])
+
+
+def test_compaction_and_errors_same_as_etcd():
+    e = env()
+    tmp = os.path.join(e.tmp, "values")
+    os.makedirs(tmp, exist_ok=True)
+    big = b"v" * (1600 * 1024)  # above --max-request-bytes (1.5 MiB), under gRPC's limit
+    huge = b"v" * (2 << 20)    # 2 MiB: above clientv3's send limit
+    compare([
+        c("put", "r", "1"), c("put", "r", "2"), c("put", "r", "3"),
+        c("get", "", "--prefix", "--limit", "1", "--keys-only", "-w", "json"),
+        c("compaction", "3"), c("compaction", "3"), c("compaction", "100000"),
+        c("get", "r", "--rev", "2"), c("get", "r", "--rev", "100000"),
+        c("get", "r", "--rev", "3", "-w", "json"),
+        c("put", "", "x"), c("get", ""), c("del", ""),
+        c("put", "big", stdin=big), c("put", "huge", stdin=huge), c("get", "big"),
+        c("put", "lk", "v", "--lease=1234"),
+        c("put", "k", "v", "--ignore-lease", "--lease=5"),
+        c("compaction", "--physical", "4"),
+        c("get", "", "--prefix", "--keys-only"),
+    ])
+
+
+def test_endpoint_status_same_as_etcd():
+    compare([c("endpoint", "status", "-w", "json")])
+    e = env()
+    rc, out, _ = e.ctl(e.grpc_port, ["endpoint", "status", "-w", "json"])
+    st = json.loads(out)[0]["Status"]
+    assert rc == 0 and st["leader"] != 0 and st["raftIndex"] > 0 and st["header"]["revision"] > 0, st
+
+
+def test_unimplemented_services():
+    e = env()
+    for args in (["lease", "grant", "10"], ["member", "list"], ["alarm", "list"],
+                 ["lock", "l", "true"]):
+        rc, out, err = e.ctl(e.grpc_port, args, timeout=15)
+        text = (out + err).decode()
+        assert rc != 0 and "Unimplemented" in text and "not implemented" in text, (args, rc, text)
+    e.bridge_alive()
+
+
+def test_concurrent_etcdctl():
+    e = env()
+    n = 48
+
+    def put(i):
+        return e.ctl(e.grpc_port, ["put", "conc/%03d" % i, "v%d" % i])
+
+    with ThreadPoolExecutor(max_workers=12) as ex:
+        res = list(ex.map(put, range(n)))
+    bad = [r for r in res if r[0] != 0 or r[1].strip() != b"OK"]
+    assert not bad, bad[:3]
+    rc, out, _ = e.ctl(e.grpc_port, ["get", "conc/", "--prefix", "--limit", "1", "-w", "json"])
+    assert rc == 0 and json.loads(out)["count"] == n, out
+    # Many concurrent streams on one HTTP/2 connection: ketch-bench's etcd target.
+    p = subprocess.run([os.path.join(BIN, "ketch-bench"), "--target", "etcd", "--endpoints",
+                        "127.0.0.1:%d" % e.grpc_port, "--clients", "64", "--total", "3000",
+                        "--json", "put", "--key-space-size", "1000"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(p.stdout)
+    assert r["ok"] == 3000 and r["errors"] == 0, r
+    e.bridge_alive()
+
+
+def test_bad_input_leaves_bridge_serving():
+    e = env()
+    for payload in (os.urandom(4096), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + os.urandom(512)):
+        s = socket.create_connection(("127.0.0.1", e.grpc_port), timeout=5)
+        try:
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+            while s.recv(65536):
+                pass
+        except OSError:
+            pass
+        s.close()
+    # A connection that sends half a preface and goes quiet does not block others.
+    idle = socket.create_connection(("127.0.0.1", e.grpc_port), timeout=5)
+    idle.sendall(b"PRI * HTTP/2.0\r\n")
+    rc, out, err = e.ctl(e.grpc_port, ["put", "after-bad", "ok"])
+    assert rc == 0 and out.strip() == b"OK", (rc, out, err)
+    rc, out, _ = e.ctl(e.grpc_port, ["get", "after-bad", "--print-value-only"])
+    assert rc == 0 and out.strip() == b"ok", out
+    idle.close()
+    e.bridge_alive()
+
+
+def test_python_etcd3():
+    try:
+        import etcd3  # Debian python3-etcd3 (grpcio); optional
+    except Exception:  # noqa
+        print("# python3-etcd3 not installed: skipped")
+        return
+    e = env()
+    cl = etcd3.client(host="127.0.0.1", port=e.grpc_port, timeout=10)
+    cl.put("py/k", "v1")
+    v, meta = cl.get("py/k")
+    assert v == b"v1" and meta.version == 1, (v, meta)
+    ok, _ = cl.transaction(compare=[cl.transactions.value("py/k") == "v1"],
+                           success=[cl.transactions.put("py/k", "v2")], failure=[])
+    assert ok and cl.get("py/k")[0] == b"v2"
+    assert cl.delete("py/k") and cl.get("py/k")[0] is None
+
+
+def teardown():
+    global ENV
+    if ENV is not None:
+        e, ENV = ENV, None
+        e.close()
+
+
+def test_shutdown_clean():
+    """ketch-grpc is still up after everything, and its log is sanitizer-clean."""
+    if ENV is not None:
+        ENV.bridge_alive()
+    teardown()
+
+
+if __name__ == "__main__":
+    import atexit
+    atexit.register(teardown)
+    run_tests([test_put_get_del_same_as_etcd, test_txn_same_as_etcd,
+               test_compaction_and_errors_same_as_etcd, test_endpoint_status_same_as_etcd,
+               test_unimplemented_services, test_concurrent_etcdctl,
+               test_bad_input_leaves_bridge_serving, test_python_etcd3, test_shutdown_clean])
