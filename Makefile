@@ -5,7 +5,6 @@
 #   make asan       the same suite under ASan+UBSan (objects in build/asan)
 #   make fuzz F=wal_record SECONDS=60   run one libFuzzer target (clang)
 #   make sim-soak SEEDS=20000           the cluster simulation over more seeds
-#   make bench      ketch vs etcd side by side (bench/results.json, bench/throughput.svg)
 #   make deps       apt-get install the Debian packages that are missing
 #   make bench      ketch vs etcd, the standard suite (a few minutes) -> bench/
 # Out-of-tree builds: make O=/tmp/x puts objects, bin/ and lib/ under /tmp/x.
