@@ -51,4 +51,8 @@ void kt_bridge_call(ketch_client *c, const char *path, const uint8_t *msg, size_
  * `detail` (may be NULL) is used for errors etcd has no fixed message for. */
 const char *kt_bridge_error(int ketch_err, const char *detail, int *grpc_status);
 
+/* The milliseconds of a grpc-timeout header value (1-8 ASCII digits and a
+ * unit H M S m u n, rounded up), or -1 if it is malformed. Pure. */
+int64_t kt_bridge_parse_timeout(const uint8_t *v, size_t n);
+
 #endif

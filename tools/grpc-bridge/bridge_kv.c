@@ -59,6 +59,33 @@ const char *kt_bridge_error(int ketch_err, const char *detail, int *grpc_status)
   return detail && *detail ? detail : ketch_strerror(ketch_err);
 }
 
+int64_t kt_bridge_parse_timeout(const uint8_t *v, size_t n) {
+  if (n < 2 || n > 9)
+    return -1;
+  int64_t x = 0;
+  for (size_t i = 0; i + 1 < n; i++) {
+    if (v[i] < '0' || v[i] > '9')
+      return -1;
+    x = x * 10 + (v[i] - '0');
+  }
+  switch (v[n - 1]) {
+  case 'H':
+    return x * 3600000;
+  case 'M':
+    return x * 60000;
+  case 'S':
+    return x * 1000;
+  case 'm':
+    return x;
+  case 'u':
+    return (x + 999) / 1000;
+  case 'n':
+    return (x + 999999) / 1000000;
+  default:
+    return -1;
+  }
+}
+
 /* ---- methods ---- */
 
 enum { M_RANGE, M_PUT, M_DELETE, M_TXN, M_COMPACT, M_STATUS, M_N };

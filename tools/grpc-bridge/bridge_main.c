@@ -327,33 +327,6 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
   return 0;
 }
 
-static int64_t parse_grpc_timeout(const uint8_t *v, size_t n) {
-  if (n < 2 || n > 9)
-    return -1;
-  int64_t x = 0;
-  for (size_t i = 0; i + 1 < n; i++) {
-    if (v[i] < '0' || v[i] > '9')
-      return -1;
-    x = x * 10 + (v[i] - '0');
-  }
-  switch (v[n - 1]) {
-  case 'H':
-    return x * 3600000;
-  case 'M':
-    return x * 60000;
-  case 'S':
-    return x * 1000;
-  case 'm':
-    return x;
-  case 'u':
-    return (x + 999) / 1000;
-  case 'n':
-    return (x + 999999) / 1000000;
-  default:
-    return -1;
-  }
-}
-
 static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
                      const uint8_t *value, size_t vlen, uint8_t flags, void *user) {
   (void)flags;
@@ -373,7 +346,7 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
   } else if (nlen == 12 && memcmp(name, "content-type", 12) == 0) {
     st->not_grpc = !(vlen >= 16 && memcmp(value, "application/grpc", 16) == 0);
   } else if (nlen == 12 && memcmp(name, "grpc-timeout", 12) == 0) {
-    st->timeout_ms = parse_grpc_timeout(value, vlen);
+    st->timeout_ms = kt_bridge_parse_timeout(value, vlen);
   }
   return 0;
 }
