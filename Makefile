@@ -137,6 +137,13 @@ $(O)/test/fuzz/%_replay: $(O)/obj/test/fuzz/%_fuzz.o $(O)/obj/test/fuzz/replay_m
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The bridge's request decoder needs the generated protos and protobuf-c.
+$(O)/obj/test/fuzz/grpc_bridge_fuzz.o: ALL_CFLAGS += $(GRPC_CFLAGS)
+$(O)/obj/test/fuzz/grpc_bridge_fuzz.o: $(PROTO_C:.c=.h) $(PROTO_C)
+$(O)/test/fuzz/grpc_bridge_replay: $(O)/obj/test/fuzz/grpc_bridge_fuzz.o $(O)/obj/test/fuzz/replay_main.o $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS)
+
 # Micro-benchmarks of single modules (store apply rate, snapshot speed...).
 $(O)/perf/%_perf: $(O)/obj/test/perf/%_perf.o $(LIBKT)
 	@mkdir -p $(dir $@)
@@ -178,9 +185,10 @@ SECONDS ?= 60
 fuzz: deps
 	@sh test/deps.sh fuzz
 	@mkdir -p build/fuzz
-	clang -std=c11 -D_GNU_SOURCE -DKT_VERSION='"$(VERSION)"' -g -O1 -fsanitize=fuzzer,address,undefined $(shell pkg-config --cflags $(PKGS)) \
+	$(MAKE) $(PROTO_C)
+	clang -std=c11 -D_GNU_SOURCE -DKT_VERSION='"$(VERSION)"' -g -O1 -fsanitize=fuzzer,address,undefined $(shell pkg-config --cflags $(PKGS)) $(GRPC_CFLAGS) \
 	  test/fuzz/$(F)_fuzz.c $(filter-out %_main.c,$(SERVER_SRCS)) $(filter-out client/example.c,$(wildcard client/*.c)) \
-	  -o build/fuzz/$(F) $(LDLIBS)
+	  -o build/fuzz/$(F) $(LDLIBS) $(GRPC_LIBS)
 	mkdir -p build/fuzz/$(F)-corpus
 	build/fuzz/$(F) -max_total_time=$(SECONDS) build/fuzz/$(F)-corpus test/fuzz/corpus/$(F)
 
