@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -345,13 +346,65 @@ def test_bad_input_leaves_bridge_serving():
     e.bridge_alive()
 
 
+def h2_unary_end_time(port, path, msg, timeout_hdr, limit_s=10):
+    """A minimal HTTP/2 client by hand (no h2 library on Debian's default
+    python): one unary call with a grpc-timeout header; returns the seconds
+    until the server ended the stream (HEADERS or DATA with END_STREAM)."""
+    def frame(typ, flags, sid, payload):
+        return struct.pack(">I", len(payload))[1:] + bytes([typ, flags]) + struct.pack(">I", sid) + payload
+
+    def lit(name, value):  # HPACK literal without indexing, new name, no Huffman
+        return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+    hdrs = b"".join(lit(n, v) for n, v in [
+        (b":method", b"POST"), (b":scheme", b"http"), (b":path", path),
+        (b":authority", b"127.0.0.1"), (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"), (b"grpc-timeout", timeout_hdr)])
+    body = b"\x00" + struct.pack(">I", len(msg)) + msg
+    s = socket.create_connection(("127.0.0.1", port), timeout=limit_s)
+    t0 = time.time()
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"") +
+              frame(1, 4, 1, hdrs) + frame(0, 1, 1, body))
+    buf = b""
+    try:
+        while time.time() - t0 < limit_s:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise AssertionError("connection closed before the stream ended")
+            buf += chunk
+            while len(buf) >= 9:
+                n = int.from_bytes(buf[:3], "big")
+                if len(buf) < 9 + n:
+                    break
+                typ, flags, sid = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff
+                buf = buf[9 + n:]
+                if typ == 4 and not flags & 1:
+                    s.sendall(frame(4, 1, 0, b""))  # SETTINGS ACK
+                if sid == 1 and typ in (0, 1) and flags & 1:
+                    return time.time() - t0
+                if sid == 1 and typ == 3:
+                    raise AssertionError("stream reset")
+    finally:
+        s.close()
+    raise AssertionError("stream did not end within %ds" % limit_s)
+
+
 def test_quorum_loss_then_recovery():
-    """Two of three members frozen: a put gets etcd's UNAVAILABLE error (not a
+    """All members frozen: grpc-timeout ends the call. Two of three frozen: a put
+    gets etcd's UNAVAILABLE error (not a
     hang, not a bridge crash); thawed, the same bridge serves writes again."""
     e = env()
-    stopped = e.members[1:]
-    for m in stopped:
+    # Every member frozen: nothing answers, yet grpc-timeout is honoured — the
+    # bridge ends the call at 1 s, long before libketch's own 5 s deadline.
+    for m in e.members:
         m.proc.send_signal(signal.SIGSTOP)
+    try:
+        put = b"\x0a\x02dl\x12\x01v"  # PutRequest{key: "dl", value: "v"}
+        took = h2_unary_end_time(e.grpc_port, b"/etcdserverpb.KV/Put", put, b"1000m")
+        assert 0.9 < took < 3.0, took
+    finally:
+        e.members[0].proc.send_signal(signal.SIGCONT)
+    stopped = e.members[1:]
     try:
         t0 = time.time()
         rc, out, err = e.ctl(e.grpc_port, ["put", "q", "1", "--command-timeout=20s"], timeout=30)
