@@ -102,6 +102,13 @@ class Env:
         return p.returncode, p.stdout, p.stderr
 
     def close(self):
+        rc = None
+        if self.bridge.poll() is None:  # a clean stop, so LeakSanitizer runs too
+            self.bridge.terminate()
+            try:
+                rc = self.bridge.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
@@ -115,6 +122,8 @@ class Env:
         shutil.rmtree(self.tmp, ignore_errors=True)
         if "Sanitizer" in text or "runtime error" in text:
             raise AssertionError("sanitizer report in ketch-grpc's log:\n" + text[-4000:])
+        if rc != 0:
+            raise AssertionError("ketch-grpc did not stop cleanly on SIGTERM (%r): %s" % (rc, text[-2000:]))
 
     def bridge_alive(self):
         assert self.bridge.poll() is None, "ketch-grpc exited with %s" % self.bridge.returncode
