@@ -145,6 +145,8 @@ struct kt_node {
   ev_async wal_async, snap_async;
   ev_prepare prepare_w;
   ev_idle idle_w;
+  /* Client URLs each member published (members[i]), comma-separated. */
+  char member_client_urls[KT_NODE_MAX_MEMBERS][512];
   /* A MOVE_LEADER waiting for the transferee to lead (one at a time). */
   struct {
     struct kt_conn *conn; /* NULL: none */
@@ -192,6 +194,8 @@ static void reply_err(struct kt_conn *c, uint64_t id, int code, const struct kt_
 
 /* ---- apply (log order) ---- */
 
+static void apply_publish(struct kt_node *n, const struct kt_member_publish_req *p);
+
 static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_conn *c,
                       uint64_t req_id) {
   struct kt_err e = {0};
@@ -229,6 +233,9 @@ static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_con
     } else {
       reply(n, c, req_id, KT_MSG_COMPACT, NULL);
     }
+    return;
+  case KT_MSG_MEMBER_PUBLISH:
+    apply_publish(n, &req->u.publish);
     return;
   default:
     kt_log(KT_LOG_WARN, "node", "entry of unexpected type %u ignored", req->type);
@@ -471,8 +478,50 @@ static uint32_t split_urls(struct kt_arena *a, const char *list, struct kt_bytes
   return k;
 }
 
-/* Members sorted by id, as etcd lists them. Client URLs are known only for
- * this member (PROTOCOL.md 7.10): the others' are empty. */
+/* A member's published client URLs (etcd's publish): every member records
+ * them when the entry applies. Not in snapshots: a member that recovers from
+ * a snapshot past the others' entries shows them empty until they publish
+ * again (each time they start serving: start, leader change). */
+static void apply_publish(struct kt_node *n, const struct kt_member_publish_req *p) {
+  for (size_t i = 0; i < n->n_members; i++) {
+    if (n->members[i].id != p->member_id)
+      continue;
+    char *o = n->member_client_urls[i];
+    size_t len = 0, cap = sizeof n->member_client_urls[i];
+    o[0] = 0;
+    for (uint32_t k = 0; k < p->n_client_urls; k++) {
+      int w = snprintf(o + len, cap - len, "%s%.*s", k ? "," : "", (int)p->client_urls[k].n,
+                       (const char *)p->client_urls[k].p);
+      if (w < 0 || (size_t)w >= cap - len) {
+        o[len] = 0; /* the URLs that fit */
+        break;
+      }
+      len += (size_t)w;
+    }
+    return;
+  }
+}
+
+/* The member's own client URLs go to every member through the log, once each
+ * time it starts serving (the entry is small; a lost proposal is retried at
+ * the next leader change). */
+static void publish_self(struct kt_node *n) {
+  if (n->n_members < 2 || !n->cfg.client_urls || n->wal_failed)
+    return;
+  kt_arena_reset(&n->arena);
+  struct kt_req req = {.type = KT_MSG_MEMBER_PUBLISH};
+  req.u.publish.member_id = n->member_id;
+  req.u.publish.n_client_urls =
+      split_urls(&n->arena, n->cfg.client_urls, &req.u.publish.client_urls);
+  struct kt_buf body = {0};
+  kt_proto_encode_req_body(&body, &req);
+  propose(n, NULL, 0, body.p, body.len);
+  kt_buf_free(&body);
+}
+
+/* Members sorted by id, as etcd lists them, with the client URLs each one
+ * published (this member's own from its config); the header has no
+ * revision, as etcd's cluster calls. */
 static void answer_member_list(struct kt_node *n, struct kt_conn *c, uint64_t id) {
   struct kt_buf *out = kt_conn_out(c);
   if (!out)
@@ -480,6 +529,7 @@ static void answer_member_list(struct kt_node *n, struct kt_conn *c, uint64_t id
   kt_arena_reset(&n->arena);
   struct kt_resp r = {.type = KT_MSG_MEMBER_LIST, .id = id};
   header_of(n, &r.header);
+  r.header.revision = 0;
   size_t nm = n->n_members ? n->n_members : 1;
   struct kt_member_info *ms = kt_arena_alloc(&n->arena, nm * sizeof *ms);
   memset(ms, 0, nm * sizeof *ms);
@@ -492,8 +542,8 @@ static void answer_member_list(struct kt_node *n, struct kt_conn *c, uint64_t id
     m->name = (struct kt_bytes){(const uint8_t *)name, (uint32_t)strlen(name)};
     m->n_peer_urls =
         split_urls(&n->arena, self || !src ? n->cfg.peer_urls : src->url, &m->peer_urls);
-    if (self)
-      m->n_client_urls = split_urls(&n->arena, n->cfg.client_urls, &m->client_urls);
+    m->n_client_urls = split_urls(&n->arena, self ? n->cfg.client_urls : n->member_client_urls[i],
+                                  &m->client_urls);
   }
   for (size_t i = 1; i < nm; i++)
     for (size_t k = i; k > 0 && ms[k - 1].id > ms[k].id; k--) {
@@ -840,11 +890,14 @@ static void process_ready(struct kt_node *n) {
       n->serving = n->lead_index && n->applied_index >= n->lead_index;
     else
       n->serving = rd.role == KT_RAFT_FOLLOWER && rd.leader != 0;
+    bool publish = n->serving && !was;
     if (n->serving && !was)
       kt_log(KT_LOG_INFO, "node", "serving as %s leader=%016llx term=%llu applied-index=%llu",
              kt_raft_role_name(rd.role), (unsigned long long)rd.leader,
              (unsigned long long)kt_raft_term(n->raft), (unsigned long long)n->applied_index);
     kt_raft_advance(n->raft);
+    if (publish)
+      publish_self(n);
   }
   /* Raft keeps applied entries in memory only for followers to catch up
    * from: none with one member; a window of RAFT_KEEP_ENTRIES with several

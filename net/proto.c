@@ -42,6 +42,8 @@ const char *kt_proto_type_name(int type) {
     return "member_list";
   case KT_MSG_MOVE_LEADER:
     return "move_leader";
+  case KT_MSG_MEMBER_PUBLISH:
+    return "member_publish";
   case KT_MSG_ERROR:
     return "error";
   default:
@@ -761,6 +763,23 @@ static int dec_finish(struct dec *d) {
   return 0;
 }
 
+/* An array of strings (URLs). */
+static int dec_text_list(struct dec *d, const char *field, struct kt_bytes **out, uint32_t *n_out) {
+  uint32_t n;
+  int rc = rd_arr(d, field, &n);
+  if (rc)
+    return rc;
+  *out = n ? kt_arena_alloc(d->a, n * sizeof **out) : NULL;
+  *n_out = n;
+  for (uint32_t j = 0; j < n; j++) {
+    path_push(d, field, j);
+    if ((rc = rd_bytes(d, NULL, &(*out)[j])))
+      return rc;
+    path_pop(d);
+  }
+  return 0;
+}
+
 int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_req *req,
                         struct kt_err *e) {
   struct dec d = {.p = body, .end = body + len, .a = a, .e = e};
@@ -827,6 +846,25 @@ int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, str
       if ((rc = rd_key(&d, &k)))
         return rc;
       rc = skip(&d, 0);
+      if (rc)
+        return rc;
+    }
+    break;
+  case KT_MSG_MEMBER_PUBLISH:
+    path_push(&d, "member_publish", -1);
+    if ((rc = rd_map(&d, "payload", &nf)))
+      return rc;
+    while (nf--) {
+      struct kt_bytes k;
+      if ((rc = rd_key(&d, &k)))
+        return rc;
+      if (KEY("member_id"))
+        rc = rd_u64(&d, "member_id", UINT64_MAX, &req->u.publish.member_id);
+      else if (KEY("client_urls"))
+        rc = dec_text_list(&d, "client_urls", &req->u.publish.client_urls,
+                           &req->u.publish.n_client_urls);
+      else
+        rc = skip(&d, 0);
       if (rc)
         return rc;
     }
@@ -1098,23 +1136,6 @@ static int dec_status_resp(struct dec *d, struct kt_status_resp *s, struct kt_he
       rc = skip(d, 0);
     if (rc)
       return rc;
-  }
-  return 0;
-}
-
-/* An array of strings (URLs). */
-static int dec_text_list(struct dec *d, const char *field, struct kt_bytes **out, uint32_t *n_out) {
-  uint32_t n;
-  int rc = rd_arr(d, field, &n);
-  if (rc)
-    return rc;
-  *out = n ? kt_arena_alloc(d->a, n * sizeof **out) : NULL;
-  *n_out = n;
-  for (uint32_t j = 0; j < n; j++) {
-    path_push(d, field, j);
-    if ((rc = rd_bytes(d, NULL, &(*out)[j])))
-      return rc;
-    path_pop(d);
   }
   return 0;
 }
@@ -1569,6 +1590,16 @@ static void enc_op(struct enc *w, const struct kt_request_op *op) {
   map_end(w, &m);
 }
 
+static void f_text_list(struct enc *w, struct map *m, const char *f, const struct kt_bytes *v,
+                        uint32_t n) {
+  if (!n)
+    return;
+  name(w, m, f);
+  msgpack_pack_array(&w->pk, n);
+  for (uint32_t i = 0; i < n; i++)
+    pack_text(w, v[i]);
+}
+
 static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t id) {
   struct enc w;
   enc_init(&w, out);
@@ -1604,6 +1635,13 @@ static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t 
   case KT_MSG_STATUS:
   case KT_MSG_MEMBER_LIST: {
     struct map m = map_begin(&w);
+    map_end(&w, &m);
+    break;
+  }
+  case KT_MSG_MEMBER_PUBLISH: {
+    struct map m = map_begin(&w);
+    f_u64(&w, &m, "member_id", req->u.publish.member_id);
+    f_text_list(&w, &m, "client_urls", req->u.publish.client_urls, req->u.publish.n_client_urls);
     map_end(&w, &m);
     break;
   }
@@ -1709,16 +1747,6 @@ static void enc_resp_op(struct enc *w, const struct kt_response_op *op, const st
     kt_assert(!"unknown op type");
   }
   map_end(w, &m);
-}
-
-static void f_text_list(struct enc *w, struct map *m, const char *f, const struct kt_bytes *v,
-                        uint32_t n) {
-  if (!n)
-    return;
-  name(w, m, f);
-  msgpack_pack_array(&w->pk, n);
-  for (uint32_t i = 0; i < n; i++)
-    pack_text(w, v[i]);
 }
 
 static size_t member_list_size(const struct kt_member_list_resp *r) {
