@@ -476,6 +476,22 @@ static struct flag compaction_flags[] = {
     {0},
 };
 
+/* member add / update: accepted so that the refusal is the clear one */
+static const char *member_peer_urls;
+static bool member_learner;
+static struct flag member_add_flags[] = {
+    {"learner", 0, FT_BOOL, "false", "indicates if the new member is raft learner",
+     &member_learner, false},
+    {"peer-urls", 0, FT_STR, "", "comma separated peer URLs for the new member.",
+     &member_peer_urls, false},
+    {0},
+};
+static struct flag member_update_flags[] = {
+    {"peer-urls", 0, FT_STR, "", "comma separated peer URLs for the updated member.",
+     &member_peer_urls, false},
+    {0},
+};
+
 static const char put_long[] =
     "\nPuts the given key into the store.\n\n"
     "When <value> begins with '-', <value> is interpreted as a flag.\n"
@@ -507,18 +523,19 @@ static const struct cmd commands[] = {
      run_get},
     {"help", "help [command]", "Help about any command", NULL, NULL, NULL},
     {"member add", "member add <memberName> [options]", "Adds a member into the cluster", NULL,
-     NULL, run_member_change},
+     member_add_flags, run_member_change},
     {"member list", "member list", "Lists all members in the cluster",
      "When --write-out is set to simple, this command prints out comma-separated member lists for "
      "each endpoint.\nThe items in the lists are ID, Status, Name, Peer Addrs, Client Addrs, Is "
      "Learner.\n",
      NULL, run_member_list},
     {"member promote", "member promote <memberID>", "Promotes a non-voting member in the cluster",
-     NULL, NULL, run_member_change},
+     "\nPromotes a non-voting learner member to a voting one in the cluster.\n", NULL,
+     run_member_change},
     {"member remove", "member remove <memberID>", "Removes a member from the cluster", NULL, NULL,
      run_member_change},
     {"member update", "member update <memberID> [options]", "Updates a member in the cluster", NULL,
-     NULL, run_member_change},
+     member_update_flags, run_member_change},
     {"move-leader", "move-leader <transferee-member-id>",
      "Transfers leadership to another ketch cluster member.", NULL, NULL, run_move_leader},
     {"put", "put [options] <key> <value> (<value> can also be given from stdin)",
