@@ -4,6 +4,7 @@
 #   make test       install what is missing, build, run every test ("N passed, M failed")
 #   make asan       the same suite under ASan+UBSan (objects in build/asan)
 #   make fuzz F=wal_record SECONDS=60   run one libFuzzer target (clang)
+#   make sim-soak SEEDS=20000           the cluster simulation over more seeds
 #   make deps       apt-get install the Debian packages that are missing
 #   make bench      ketch vs etcd, the standard suite (a few minutes) -> bench/
 # Out-of-tree builds: make O=/tmp/x puts objects, bin/ and lib/ under /tmp/x.
@@ -69,7 +70,7 @@ UNIT_BINS := $(patsubst test/unit/%.c,$(O)/test/%,$(UNIT_TESTS))
 FUZZ_REPLAYS := $(patsubst test/fuzz/%_fuzz.c,$(O)/test/fuzz/%_replay,$(FUZZ_TARGETS))
 PERF_BINS := $(patsubst test/perf/%.c,$(O)/perf/%,$(PERF_SRCS))
 
-.PHONY: all deps run test asan fuzz perf clean format format-check bench
+.PHONY: all deps run test asan fuzz perf sim-soak clean format format-check bench
 .SECONDARY:
 all: $(BINS) $(LIBS)
 
@@ -132,6 +133,11 @@ $(O)/perf/%_perf: $(O)/obj/test/perf/%_perf.o $(LIBKT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 perf: $(PERF_BINS)
+
+# The deterministic cluster simulation over as many seeds as you give it.
+SEEDS ?= 20000
+sim-soak: $(O)/test/raft_sim_test
+	KT_SIM_SEEDS=$(SEEDS) $(O)/test/raft_sim_test
 
 deps:
 	@sh test/deps.sh

@@ -1,6 +1,8 @@
 /* net/peer.c — see peer.h; wire format in net/PEERS.md. */
 #include "peer.h"
 
+#include "sock.h"
+
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -727,11 +729,10 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
   (void)revents;
   struct kt_peer_transport *t = w->data;
   for (int i = 0; i < 64; i++) {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    int fd = accept4(t->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    char addr[64];
+    int fd = kt_sock_accept(t->listen_fd, addr, sizeof addr);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      if (fd == -2)
         kt_log(KT_LOG_WARN, "peer", "accept failed: %s", strerror(errno));
       return;
     }
@@ -744,10 +745,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
     set_sockopts(fd, t->cfg.stall_ms);
     struct pconn *c = conn_new(t, fd, false);
     c->state = S_HANDSHAKE;
-    char host[48] = "?", port[8] = "?";
-    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port,
-                NI_NUMERICHOST | NI_NUMERICSERV);
-    snprintf(c->addr, sizeof c->addr, "%s:%s", host, port);
+    snprintf(c->addr, sizeof c->addr, "%s", addr);
     c->next = t->accepted;
     if (t->accepted)
       t->accepted->prev = c;
@@ -889,33 +887,10 @@ int kt_peer_listen(struct kt_peer_transport *t, const char *url, struct kt_err *
     return kt_err_set(e, KT_EINVAL, "listen %s: the peer transport already listens", url);
   if (kt_peer_parse_url(url, host, sizeof host, &port, e))
     return KT_EINVAL;
-  struct addrinfo hints = {
-      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-  struct addrinfo *ai = NULL;
-  char ps[16];
-  snprintf(ps, sizeof ps, "%d", port);
-  int rc = getaddrinfo(host, ps, &hints, &ai);
-  if (rc)
-    return kt_err_set(e, KT_EINVAL, "listen %s: %s", url, gai_strerror(rc));
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    freeaddrinfo(ai);
-    return kt_err_set(e, KT_EIO, "listen %s: socket: %s", url, strerror(errno));
-  }
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 128) < 0) {
-    int er = errno;
-    close(fd);
-    freeaddrinfo(ai);
-    return kt_err_set(e, KT_EIO, "listen %s: %s", url, strerror(er));
-  }
-  freeaddrinfo(ai);
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-  getsockname(fd, (struct sockaddr *)&ss, &sl);
-  t->listen_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                                            : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  int fd = kt_sock_listen(host, port, 128, e);
+  if (fd < 0)
+    return e->code;
+  t->listen_port = kt_sock_port(fd);
   t->listen_fd = fd;
   ev_io_init(&t->listen_w, on_accept, fd, EV_READ);
   t->listen_w.data = t;

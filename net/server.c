@@ -1,6 +1,8 @@
 /* net/server.c — see server.h. */
 #include "server.h"
 
+#include "sock.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -352,11 +354,10 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
   struct kt_listener *l = w->data;
   struct kt_server *s = l->srv;
   for (int i = 0; i < 64; i++) {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    char peer[64];
+    int fd = kt_sock_accept(l->fd, peer, sizeof peer);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      if (fd == -2)
         kt_log(KT_LOG_WARN, "server", "accept failed: %s", strerror(errno));
       return;
     }
@@ -373,10 +374,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
     c->fd = fd;
     c->refs = 1;
     c->last_progress = ev_now(loop);
-    char host[48] = "?", port[8] = "?";
-    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port,
-                NI_NUMERICHOST | NI_NUMERICSERV);
-    snprintf(c->peer, sizeof c->peer, "%s:%s", host, port);
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
     ev_io_init(&c->rio, on_readable, fd, EV_READ);
     ev_io_init(&c->wio, on_writable, fd, EV_WRITE);
     c->rio.data = c->wio.data = c;
@@ -407,28 +405,9 @@ struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_con
 }
 
 int kt_server_listen(struct kt_server *s, const char *host, int port, struct kt_err *e) {
-  struct addrinfo hints = {
-      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-  struct addrinfo *ai = NULL;
-  char ps[16];
-  snprintf(ps, sizeof ps, "%d", port);
-  int rc = getaddrinfo(host, ps, &hints, &ai);
-  if (rc)
-    return kt_err_set(e, KT_EINVAL, "listen %s:%d: %s", host, port, gai_strerror(rc));
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    freeaddrinfo(ai);
-    return kt_err_set(e, KT_EIO, "listen %s:%d: socket: %s", host, port, strerror(errno));
-  }
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 1024) < 0) {
-    int er = errno;
-    close(fd);
-    freeaddrinfo(ai);
-    return kt_err_set(e, KT_EIO, "listen %s:%d: %s", host, port, strerror(er));
-  }
-  freeaddrinfo(ai);
+  int fd = kt_sock_listen(host, port, 1024, e);
+  if (fd < 0)
+    return e->code;
   struct kt_listener *l = calloc(1, sizeof *l);
   kt_assert(l);
   l->fd = fd;

@@ -1,0 +1,24 @@
+/* net/sock.h — the socket chores the client server and the peer transport
+ * share: a listening socket, and accepting one connection with its address. */
+#ifndef KT_SOCK_H
+#define KT_SOCK_H
+
+#include <stddef.h>
+
+#include "../core/base.h"
+
+/* A non-blocking, close-on-exec TCP socket listening on host:port (numeric
+ * or a name; SO_REUSEADDR). Returns the fd, or -1 with e filled: EINVAL for
+ * an address that does not resolve, EIO otherwise; messages start with
+ * "listen host:port". */
+int kt_sock_listen(const char *host, int port, int backlog, struct kt_err *e);
+
+/* Accept one pending connection on listening fd lfd: returns the new
+ * non-blocking, close-on-exec fd and writes "host:port" of the other end to
+ * peer; -1 when none is waiting; -2 on another error (errno set). */
+int kt_sock_accept(int lfd, char *peer, size_t peer_len);
+
+/* The port a socket is bound to, or -1. */
+int kt_sock_port(int fd);
+
+#endif
