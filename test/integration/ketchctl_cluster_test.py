@@ -119,6 +119,10 @@ class Cluster:
             time.sleep(0.1)
         raise RuntimeError("%s cluster not ready: %s | %s" % (self.kind, last, self.logtail()))
 
+    def leader_of(self, i):
+        rc, out, _ = self.run(["endpoint", "status", "-w", "json"], eps=[self.eps[i]])
+        return json.loads(out)[0]["Status"]["leader"] if rc == 0 else None
+
     def leader(self):
         rc, out, _ = self.run(["endpoint", "status", "-w", "json"])
         st = json.loads(out)
@@ -365,6 +369,45 @@ def move_leader_cases():
         compare("move-leader/put-after-m%d" % i, ["put", "after-move", "v%d" % i], eps=[i])
 
 
+def move_leader_to_dead_member():
+    """A transferee that is down: the transfer times out with etcd's text, and
+    the cluster keeps its leader and takes writes afterwards."""
+    el = E.ids[E.leader()]
+    dead = next(n for n in NAMES if n != el)
+    kl = K.ids[K.leader()]
+    if kl != el:
+        return report("move-leader/dead-transferee", "the sides lead with %s and %s" % (el, kl))
+    i = NAMES.index(dead)
+    for side in (E, K):
+        side.procs[i].kill()
+        side.procs[i].wait()
+    live = [j for j in range(3) if j != i]
+    eid = next(x for x, n in E.ids.items() if n == dead)
+    kid = next(x for x, n in K.ids.items() if n == dead)
+    t0 = time.time()
+    er = E.run(["move-leader", "%x" % eid, "--command-timeout", "3s"], eps=[E.eps[j] for j in live])
+    t1 = time.time()
+    kr = K.run(["move-leader", "%x" % kid, "--command-timeout", "3s"], eps=[K.eps[j] for j in live])
+    t2 = time.time()
+    ee, ke = E.norm(strip_warn(er[2])), K.norm(strip_warn(kr[2]))
+    if (er[0], er[1], ee) != (kr[0], kr[1], ke):
+        return report("move-leader/dead-transferee", "etcdctl %r (%.1fs), ketchctl %r (%.1fs)" %
+                      ((er[0], er[1], ee), t1 - t0, (kr[0], kr[1], ke), t2 - t1))
+    report("move-leader/dead-transferee")
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        rc, out, err = K.run(["put", "after-dead-move", "x", "--command-timeout", "1s"],
+                             eps=[K.eps[live[0]]])
+        if rc == 0:
+            break
+        time.sleep(0.1)
+    if rc != 0:
+        return report("move-leader/writes-after-dead-transferee", "put: %d %r %r" % (rc, out, err))
+    if K.ids.get(K.leader_of(live[0])) != kl:
+        return report("move-leader/writes-after-dead-transferee", "the leader changed")
+    report("move-leader/writes-after-dead-transferee")
+
+
 def ketch_only_membership_changes():
     for args in (["member", "add", "m3", "--peer-urls=http://127.0.0.1:1"],
                  ["member", "remove", "1234"], ["member", "update", "1234"],
@@ -419,6 +462,7 @@ def cases():
     c("endpoint-health/cluster-table", ["endpoint", "health", "--cluster", "-w", "table"],
       how="table")
     ketch_only_membership_changes()
+    move_leader_to_dead_member()  # last: it kills a member on each side
 
 
 if __name__ == "__main__":
