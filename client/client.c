@@ -319,6 +319,41 @@ static void op_out(struct kt_arena *a, ketch_op_result *o, const struct kt_respo
   }
 }
 
+static const char *const *urls_out(struct kt_arena *a, const struct kt_bytes *u, uint32_t n) {
+  if (!n)
+    return NULL;
+  const char **o = kt_arena_alloc(a, sizeof *o * n);
+  for (uint32_t i = 0; i < n; i++)
+    o[i] = dup_str(a, u[i].p, u[i].n);
+  return o;
+}
+
+static void member_list_out(struct kt_arena *a, ketch_member_list_result *o,
+                            const struct kt_member_list_resp *l) {
+  ketch_member *ms = l->n_members ? kt_arena_alloc(a, sizeof *ms * l->n_members) : NULL;
+  for (uint32_t i = 0; i < l->n_members; i++) {
+    const struct kt_member_info *m = &l->members[i];
+    ms[i] = (ketch_member){.id = m->id,
+                           .name = dup_str(a, m->name.p, m->name.n),
+                           .peer_urls = urls_out(a, m->peer_urls, m->n_peer_urls),
+                           .n_peer_urls = m->n_peer_urls,
+                           .client_urls = urls_out(a, m->client_urls, m->n_client_urls),
+                           .n_client_urls = m->n_client_urls,
+                           .is_learner = m->is_learner};
+  }
+  o->members = ms;
+  o->n_members = l->n_members;
+}
+
+static const char *const *dup_strs(struct kt_arena *a, const char *const *v, size_t n) {
+  if (!n)
+    return NULL;
+  const char **o = kt_arena_alloc(a, sizeof *o * n);
+  for (size_t i = 0; i < n; i++)
+    o[i] = dup_str(a, v[i], strlen(v[i]));
+  return o;
+}
+
 /* Builds the public result of resp (or of an error when err != 0) in arena a.
  * copy: duplicate every byte string (the result outlives the input buffer). */
 static void result_build(struct kt_arena *a, ketch_result *res, uint8_t type, int err,
@@ -333,7 +368,9 @@ static void result_build(struct kt_arena *a, ketch_result *res, uint8_t type, in
   res->header.member_id = resp->header.member_id;
   res->header.revision = resp->header.revision;
   res->header.raft_term = resp->header.raft_term;
-  if (type == KETCH_OP_STATUS) {
+  if (type == KETCH_OP_MEMBER_LIST) {
+    member_list_out(a, &res->member_list, &resp->u.member_list);
+  } else if (type == KETCH_OP_STATUS) {
     const struct kt_status_resp *s = &resp->u.status;
     ketch_status_result *o = &res->status;
     o->version = dup_str(a, s->version.p, s->version.n);
@@ -427,7 +464,19 @@ ketch_result *ketch_result_dup(const ketch_result *res) {
   d->message = dup_str(a, res->message, strlen(res->message));
   if (res->err)
     return d;
-  if (res->type == KETCH_OP_STATUS) {
+  if (res->type == KETCH_OP_MEMBER_LIST) {
+    size_t n = res->member_list.n_members;
+    ketch_member *ms = n ? kt_arena_alloc(a, sizeof *ms * n) : NULL;
+    for (size_t i = 0; i < n; i++) {
+      const ketch_member *m = &res->member_list.members[i];
+      ms[i] = *m;
+      ms[i].name = dup_str(a, m->name, strlen(m->name));
+      ms[i].peer_urls = dup_strs(a, m->peer_urls, m->n_peer_urls);
+      ms[i].client_urls = dup_strs(a, m->client_urls, m->n_client_urls);
+    }
+    d->member_list.members = ms;
+    d->member_list.n_members = n;
+  } else if (res->type == KETCH_OP_STATUS) {
     d->status = res->status;
     d->status.version = dup_str(a, res->status.version, strlen(res->status.version));
     if (res->status.n_errors) {
@@ -1171,6 +1220,22 @@ static int submit_status(ketch_client *c, bool keep, ketch_cb cb, void *arg) {
   return submit(c, &r, true, keep, cb, arg);
 }
 
+static int submit_member_list(ketch_client *c, bool keep, ketch_cb cb, void *arg) {
+  struct kt_req r;
+  memset(&r, 0, sizeof r);
+  r.type = KT_MSG_MEMBER_LIST;
+  return submit(c, &r, true, keep, cb, arg);
+}
+
+static int submit_move_leader(ketch_client *c, uint64_t target_id, bool keep, ketch_cb cb,
+                              void *arg) {
+  struct kt_req r;
+  memset(&r, 0, sizeof r);
+  r.type = KT_MSG_MOVE_LEADER;
+  r.u.move_leader.target_id = target_id;
+  return submit(c, &r, false, keep, cb, arg);
+}
+
 int ketch_get_async(ketch_client *c, const void *key, size_t key_len, ketch_cb cb, void *arg) {
   ketch_range_req q;
   memset(&q, 0, sizeof q);
@@ -1195,6 +1260,12 @@ int ketch_compact_async(ketch_client *c, int64_t revision, bool physical, ketch_
 }
 int ketch_status_async(ketch_client *c, ketch_cb cb, void *arg) {
   return submit_status(c, false, cb, arg);
+}
+int ketch_member_list_async(ketch_client *c, ketch_cb cb, void *arg) {
+  return submit_member_list(c, false, cb, arg);
+}
+int ketch_move_leader_async(ketch_client *c, uint64_t target_id, ketch_cb cb, void *arg) {
+  return submit_move_leader(c, target_id, false, cb, arg);
 }
 
 /* ---- synchronous calls: submit with keep, then run until done ---- */
@@ -1280,6 +1351,16 @@ int ketch_status(ketch_client *c, ketch_result **out) {
   SYNC_GUARD(c);
   struct waiter w = {0};
   return sync_finish(c, submit_status(c, true, sync_cb, &w), &w, out);
+}
+int ketch_member_list(ketch_client *c, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct waiter w = {0};
+  return sync_finish(c, submit_member_list(c, true, sync_cb, &w), &w, out);
+}
+int ketch_move_leader(ketch_client *c, uint64_t target_id, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct waiter w = {0};
+  return sync_finish(c, submit_move_leader(c, target_id, true, sync_cb, &w), &w, out);
 }
 
 /* ---- open / close ---- */

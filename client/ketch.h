@@ -127,6 +127,8 @@ enum {
   KETCH_OP_TXN = 4,
   KETCH_OP_COMPACT = 5,
   KETCH_OP_STATUS = 6,
+  KETCH_OP_MEMBER_LIST = 32,
+  KETCH_OP_MOVE_LEADER = 44,
 };
 
 enum { KETCH_SORT_NONE = 0, KETCH_SORT_ASCEND = 1, KETCH_SORT_DESCEND = 2 };
@@ -319,6 +321,24 @@ typedef struct ketch_status_result {
   size_t n_errors;
 } ketch_status_result;
 
+/* One member of the cluster (etcd's Member). Strings are NUL-terminated.
+ * client_urls is empty for a member whose client URLs the answering member
+ * does not know: today only the answering member lists its own. */
+typedef struct ketch_member {
+  uint64_t id;
+  const char *name;
+  const char *const *peer_urls; /* n_peer_urls */
+  size_t n_peer_urls;
+  const char *const *client_urls; /* n_client_urls */
+  size_t n_client_urls;
+  bool is_learner;
+} ketch_member;
+
+typedef struct ketch_member_list_result {
+  const ketch_member *members; /* sorted by id, as etcd */
+  size_t n_members;
+} ketch_member_list_result;
+
 /* The result of one request. `type` says which union member is filled.
  * When err != 0 the header and the union are zero and `message` explains. */
 typedef struct ketch_result {
@@ -331,7 +351,8 @@ typedef struct ketch_result {
     ketch_put_result put;
     ketch_delete_result del;
     ketch_txn_result txn;
-    ketch_status_result status; /* compact has only the header */
+    ketch_status_result status; /* compact and move_leader have only the header */
+    ketch_member_list_result member_list;
   };
 } ketch_result;
 
@@ -413,6 +434,17 @@ int ketch_txn(ketch_client *c, const ketch_txn_req *req, ketch_result **out);
 int ketch_compact(ketch_client *c, int64_t revision, bool physical, ketch_result **out);
 /* Status of the connected member (version, db size, leader, raft index/term). */
 int ketch_status(ketch_client *c, ketch_result **out);
+/* The cluster's members as the connected member knows them (etcd's
+ * MemberList: answered locally, even without a leader). *out->member_list. */
+int ketch_member_list(ketch_client *c, ketch_result **out);
+/* Hands leadership to member `target_id` (etcd's MoveLeader). Must reach the
+ * leader: any other member answers KETCH_EINVAL "not leader" (find the
+ * leader with ketch_status first). Completes once the target leads (result
+ * with only the header), or with KETCH_EINVAL "bad leader transferee" (not a
+ * voting member), KETCH_ETIMEOUT "request timed out, leader transfer took too
+ * long" (two election timeouts passed), KETCH_EBUSY (a transfer is already
+ * running). Never retried on another endpoint once sent (KETCH_EUNKNOWN). */
+int ketch_move_leader(ketch_client *c, uint64_t target_id, ketch_result **out);
 
 /* ---- asynchronous calls ----
  * `cb` runs exactly once per accepted request, from inside ketch_process(),
@@ -440,6 +472,8 @@ int ketch_delete_async(ketch_client *c, const ketch_delete_req *req, ketch_cb cb
 int ketch_txn_async(ketch_client *c, const ketch_txn_req *req, ketch_cb cb, void *arg);
 int ketch_compact_async(ketch_client *c, int64_t revision, bool physical, ketch_cb cb, void *arg);
 int ketch_status_async(ketch_client *c, ketch_cb cb, void *arg);
+int ketch_member_list_async(ketch_client *c, ketch_cb cb, void *arg);
+int ketch_move_leader_async(ketch_client *c, uint64_t target_id, ketch_cb cb, void *arg);
 
 /* ---- event-loop integration ----
  * Typical loop (poll; libev/libuv/epoll are the same idea):

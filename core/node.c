@@ -145,6 +145,15 @@ struct kt_node {
   ev_async wal_async, snap_async;
   ev_prepare prepare_w;
   ev_idle idle_w;
+  /* Client URLs each member published (members[i]), comma-separated. */
+  char member_client_urls[KT_NODE_MAX_MEMBERS][512];
+  /* A MOVE_LEADER waiting for the transferee to lead (one at a time). */
+  struct {
+    struct kt_conn *conn; /* NULL: none */
+    uint64_t req_id, target;
+    ev_tstamp since;
+  } move;
+
   bool stopping;
   int wal_failed; /* KT_ENOSPACE: writes refused, reads go on */
   char wal_failed_msg[512];
@@ -185,6 +194,8 @@ static void reply_err(struct kt_conn *c, uint64_t id, int code, const struct kt_
 
 /* ---- apply (log order) ---- */
 
+static void apply_publish(struct kt_node *n, const struct kt_member_publish_req *p);
+
 static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_conn *c,
                       uint64_t req_id) {
   struct kt_err e = {0};
@@ -222,6 +233,9 @@ static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_con
     } else {
       reply(n, c, req_id, KT_MSG_COMPACT, NULL);
     }
+    return;
+  case KT_MSG_MEMBER_PUBLISH:
+    apply_publish(n, &req->u.publish);
     return;
   default:
     kt_log(KT_LOG_WARN, "node", "entry of unexpected type %u ignored", req->type);
@@ -441,6 +455,169 @@ static void serve_read(struct kt_node *n, struct kt_conn *c, const struct kt_req
     reply(n, c, req->id, req->type, &res);
 }
 
+/* ---- member list and leadership transfer (etcd MemberList, MoveLeader) ---- */
+
+/* Splits a comma-separated URL list into arena-allocated bytes. */
+static uint32_t split_urls(struct kt_arena *a, const char *list, struct kt_bytes **out) {
+  uint32_t n = 0;
+  *out = NULL;
+  if (!list || !*list)
+    return 0;
+  for (const char *p = list; p; p = strchr(p, ','), p = p ? p + 1 : NULL)
+    n++;
+  struct kt_bytes *v = kt_arena_alloc(a, n * sizeof *v);
+  uint32_t k = 0;
+  for (const char *p = list; p && k < n;) {
+    const char *c = strchr(p, ',');
+    size_t len = c ? (size_t)(c - p) : strlen(p);
+    if (len)
+      v[k++] = (struct kt_bytes){(const uint8_t *)p, (uint32_t)len};
+    p = c ? c + 1 : NULL;
+  }
+  *out = v;
+  return k;
+}
+
+/* A member's published client URLs (etcd's publish): every member records
+ * them when the entry applies. Not in snapshots: a member that recovers from
+ * a snapshot past the others' entries shows them empty until they publish
+ * again (each time they start serving: start, leader change). */
+static void apply_publish(struct kt_node *n, const struct kt_member_publish_req *p) {
+  for (size_t i = 0; i < n->n_members; i++) {
+    if (n->members[i].id != p->member_id)
+      continue;
+    char *o = n->member_client_urls[i];
+    size_t len = 0, cap = sizeof n->member_client_urls[i];
+    o[0] = 0;
+    for (uint32_t k = 0; k < p->n_client_urls; k++) {
+      int w = snprintf(o + len, cap - len, "%s%.*s", k ? "," : "", (int)p->client_urls[k].n,
+                       (const char *)p->client_urls[k].p);
+      if (w < 0 || (size_t)w >= cap - len) {
+        o[len] = 0; /* the URLs that fit */
+        break;
+      }
+      len += (size_t)w;
+    }
+    return;
+  }
+}
+
+/* The member's own client URLs go to every member through the log, once each
+ * time it starts serving (the entry is small; a lost proposal is retried at
+ * the next leader change). */
+static void publish_self(struct kt_node *n) {
+  if (n->n_members < 2 || !n->cfg.client_urls || n->wal_failed)
+    return;
+  kt_arena_reset(&n->arena);
+  struct kt_req req = {.type = KT_MSG_MEMBER_PUBLISH};
+  req.u.publish.member_id = n->member_id;
+  req.u.publish.n_client_urls =
+      split_urls(&n->arena, n->cfg.client_urls, &req.u.publish.client_urls);
+  struct kt_buf body = {0};
+  kt_proto_encode_req_body(&body, &req);
+  propose(n, NULL, 0, body.p, body.len);
+  kt_buf_free(&body);
+}
+
+/* Members sorted by id, as etcd lists them, with the client URLs each one
+ * published (this member's own from its config); the header has no
+ * revision, as etcd's cluster calls. */
+static void answer_member_list(struct kt_node *n, struct kt_conn *c, uint64_t id) {
+  struct kt_buf *out = kt_conn_out(c);
+  if (!out)
+    return;
+  kt_arena_reset(&n->arena);
+  struct kt_resp r = {.type = KT_MSG_MEMBER_LIST, .id = id};
+  header_of(n, &r.header);
+  r.header.revision = 0;
+  size_t nm = n->n_members ? n->n_members : 1;
+  struct kt_member_info *ms = kt_arena_alloc(&n->arena, nm * sizeof *ms);
+  memset(ms, 0, nm * sizeof *ms);
+  for (size_t i = 0; i < nm; i++) {
+    struct kt_member_info *m = &ms[i];
+    const struct kt_node_member *src = n->n_members ? &n->members[i] : NULL;
+    m->id = src ? src->id : n->member_id;
+    bool self = m->id == n->member_id;
+    const char *name = src ? src->name : n->cfg.name;
+    m->name = (struct kt_bytes){(const uint8_t *)name, (uint32_t)strlen(name)};
+    m->n_peer_urls =
+        split_urls(&n->arena, self || !src ? n->cfg.peer_urls : src->url, &m->peer_urls);
+    m->n_client_urls = split_urls(&n->arena, self ? n->cfg.client_urls : n->member_client_urls[i],
+                                  &m->client_urls);
+  }
+  for (size_t i = 1; i < nm; i++)
+    for (size_t k = i; k > 0 && ms[k - 1].id > ms[k].id; k--) {
+      struct kt_member_info t = ms[k];
+      ms[k] = ms[k - 1];
+      ms[k - 1] = t;
+    }
+  r.u.member_list = (struct kt_member_list_resp){ms, (uint32_t)nm};
+  kt_proto_encode_resp(out, &r);
+  kt_conn_sent(c);
+}
+
+static void move_answer(struct kt_node *n, int code, const char *msg) {
+  struct kt_conn *c = n->move.conn;
+  n->move.conn = NULL;
+  if (code) {
+    kt_conn_send_error(c, n->move.req_id, code, msg);
+  } else {
+    struct kt_buf *out = kt_conn_out(c);
+    if (out) {
+      struct kt_resp r = {.type = KT_MSG_MOVE_LEADER, .id = n->move.req_id};
+      header_of(n, &r.header);
+      kt_proto_encode_resp(out, &r);
+      kt_conn_sent(c);
+    }
+  }
+  kt_conn_unref(c);
+}
+
+/* etcd: only the leader moves leadership ("not leader" elsewhere); the
+ * answer comes once the transferee is known to lead, or after two election
+ * timeouts ("request timed out, leader transfer took too long"). */
+static void move_leader(struct kt_node *n, struct kt_conn *c, uint64_t id, uint64_t target) {
+  bool member = false;
+  for (size_t i = 0; i < n->n_members; i++)
+    member |= n->members[i].id == target;
+  if (!n->n_members)
+    member = target == n->member_id;
+  if (kt_raft_role(n->raft) != KT_RAFT_LEADER) {
+    kt_conn_send_error(c, id, KT_EINVAL, "not leader");
+    return;
+  }
+  if (!member) {
+    kt_conn_send_error(c, id, KT_EINVAL, "bad leader transferee");
+    return;
+  }
+  if (n->move.conn) {
+    kt_conn_send_error(c, id, KT_EBUSY, "a leader transfer is already in progress");
+    return;
+  }
+  kt_conn_ref(c);
+  n->move.conn = c;
+  n->move.req_id = id;
+  n->move.target = target;
+  n->move.since = ev_now(n->loop);
+  if (target == n->member_id) {
+    move_answer(n, 0, NULL);
+    return;
+  }
+  int rc = kt_raft_transfer_leader(n->raft, target);
+  if (rc)
+    move_answer(n, rc, rc == KT_EINVAL ? "bad leader transferee" : kt_strerror(rc));
+}
+
+/* After each ready batch and each tick: the transfer is done or timed out. */
+static void move_check(struct kt_node *n) {
+  if (!n->move.conn)
+    return;
+  if (n->known_leader == n->move.target)
+    move_answer(n, 0, NULL);
+  else if (ev_now(n->loop) - n->move.since > 2.0 * n->cfg.election_timeout_ms / 1000.0)
+    move_answer(n, KT_ETIMEOUT, "request timed out, leader transfer took too long");
+}
+
 static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, const uint8_t *body,
                        size_t body_len) {
   struct kt_node *n = arg;
@@ -448,6 +625,14 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
   int rc;
   if (n->stopping) {
     kt_conn_send_error(c, req->id, KT_ESTOPPED, "member is shutting down");
+    return;
+  }
+  if (req->type == KT_MSG_MEMBER_LIST) {
+    answer_member_list(n, c, req->id);
+    return;
+  }
+  if (req->type == KT_MSG_MOVE_LEADER) {
+    move_leader(n, c, req->id, req->u.move_leader.target_id);
     return;
   }
   /* Until this member leads and has applied its first entry, only status and
@@ -705,11 +890,14 @@ static void process_ready(struct kt_node *n) {
       n->serving = n->lead_index && n->applied_index >= n->lead_index;
     else
       n->serving = rd.role == KT_RAFT_FOLLOWER && rd.leader != 0;
+    bool publish = n->serving && !was;
     if (n->serving && !was)
       kt_log(KT_LOG_INFO, "node", "serving as %s leader=%016llx term=%llu applied-index=%llu",
              kt_raft_role_name(rd.role), (unsigned long long)rd.leader,
              (unsigned long long)kt_raft_term(n->raft), (unsigned long long)n->applied_index);
     kt_raft_advance(n->raft);
+    if (publish)
+      publish_self(n);
   }
   /* Raft keeps applied entries in memory only for followers to catch up
    * from: none with one member; a window of RAFT_KEEP_ENTRIES with several
@@ -718,6 +906,7 @@ static void process_ready(struct kt_node *n) {
   if (n->applied_index >= kt_raft_first_index(n->raft) + keep + 1024)
     kt_raft_compact(n->raft, n->applied_index - keep);
   serve_ready_reads(n);
+  move_check(n);
   if (n->serving && n->defer_head < n->n_defer)
     run_deferred(n);
   snap_maybe_start(n);
@@ -750,6 +939,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
   (void)revents;
   struct kt_node *n = w->data;
   kt_raft_tick(n->raft);
+  move_check(n);
   /* Requests that waited two election timeouts for a leader fail. */
   ev_tstamp limit = 2.0 * n->cfg.election_timeout_ms / 1000.0;
   while (n->defer_head < n->n_defer && ev_now(loop) - n->defer[n->defer_head].since > limit) {
@@ -1550,6 +1740,8 @@ void kt_node_free(struct kt_node *n) {
     ev_ref(n->loop);
     ev_timer_stop(n->loop, &n->tick_w);
   }
+  if (n->move.conn)
+    kt_conn_unref(n->move.conn);
   for (size_t i = n->defer_head; i < n->n_defer; i++)
     kt_conn_unref(n->defer[i].conn);
   free(n->defer);

@@ -38,6 +38,12 @@ const char *kt_proto_type_name(int type) {
     return "compact";
   case KT_MSG_STATUS:
     return "status";
+  case KT_MSG_MEMBER_LIST:
+    return "member_list";
+  case KT_MSG_MOVE_LEADER:
+    return "move_leader";
+  case KT_MSG_MEMBER_PUBLISH:
+    return "member_publish";
   case KT_MSG_ERROR:
     return "error";
   default:
@@ -757,6 +763,23 @@ static int dec_finish(struct dec *d) {
   return 0;
 }
 
+/* An array of strings (URLs). */
+static int dec_text_list(struct dec *d, const char *field, struct kt_bytes **out, uint32_t *n_out) {
+  uint32_t n;
+  int rc = rd_arr(d, field, &n);
+  if (rc)
+    return rc;
+  *out = n ? kt_arena_alloc(d->a, n * sizeof **out) : NULL;
+  *n_out = n;
+  for (uint32_t j = 0; j < n; j++) {
+    path_push(d, field, j);
+    if ((rc = rd_bytes(d, NULL, &(*out)[j])))
+      return rc;
+    path_pop(d);
+  }
+  return 0;
+}
+
 int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_req *req,
                         struct kt_err *e) {
   struct dec d = {.p = body, .end = body + len, .a = a, .e = e};
@@ -814,7 +837,8 @@ int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, str
     }
     break;
   case KT_MSG_STATUS:
-    path_push(&d, "status", -1);
+  case KT_MSG_MEMBER_LIST:
+    path_push(&d, kt_proto_type_name((int)rawtype), -1);
     if ((rc = rd_map(&d, "payload", &nf)))
       return rc;
     while (nf--) {
@@ -822,6 +846,41 @@ int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, str
       if ((rc = rd_key(&d, &k)))
         return rc;
       rc = skip(&d, 0);
+      if (rc)
+        return rc;
+    }
+    break;
+  case KT_MSG_MEMBER_PUBLISH:
+    path_push(&d, "member_publish", -1);
+    if ((rc = rd_map(&d, "payload", &nf)))
+      return rc;
+    while (nf--) {
+      struct kt_bytes k;
+      if ((rc = rd_key(&d, &k)))
+        return rc;
+      if (KEY("member_id"))
+        rc = rd_u64(&d, "member_id", UINT64_MAX, &req->u.publish.member_id);
+      else if (KEY("client_urls"))
+        rc = dec_text_list(&d, "client_urls", &req->u.publish.client_urls,
+                           &req->u.publish.n_client_urls);
+      else
+        rc = skip(&d, 0);
+      if (rc)
+        return rc;
+    }
+    break;
+  case KT_MSG_MOVE_LEADER:
+    path_push(&d, "move_leader", -1);
+    if ((rc = rd_map(&d, "payload", &nf)))
+      return rc;
+    while (nf--) {
+      struct kt_bytes k;
+      if ((rc = rd_key(&d, &k)))
+        return rc;
+      if (KEY("target_id"))
+        rc = rd_u64(&d, "target_id", UINT64_MAX, &req->u.move_leader.target_id);
+      else
+        rc = skip(&d, 0);
       if (rc)
         return rc;
     }
@@ -1081,6 +1140,65 @@ static int dec_status_resp(struct dec *d, struct kt_status_resp *s, struct kt_he
   return 0;
 }
 
+static int dec_member(struct dec *d, struct kt_member_info *m) {
+  uint32_t nf;
+  int rc = rd_map(d, NULL, &nf);
+  if (rc)
+    return rc;
+  while (nf--) {
+    struct kt_bytes k;
+    if ((rc = rd_key(d, &k)))
+      return rc;
+    if (KEY("id"))
+      rc = rd_u64(d, "id", UINT64_MAX, &m->id);
+    else if (KEY("name"))
+      rc = rd_bytes(d, "name", &m->name);
+    else if (KEY("peer_urls"))
+      rc = dec_text_list(d, "peer_urls", &m->peer_urls, &m->n_peer_urls);
+    else if (KEY("client_urls"))
+      rc = dec_text_list(d, "client_urls", &m->client_urls, &m->n_client_urls);
+    else if (KEY("is_learner"))
+      rc = rd_bool(d, "is_learner", &m->is_learner);
+    else
+      rc = skip(d, 0);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+static int dec_member_list_resp(struct dec *d, struct kt_member_list_resp *r, struct kt_header *h) {
+  uint32_t nf;
+  int rc = rd_map(d, "payload", &nf);
+  if (rc)
+    return rc;
+  while (nf--) {
+    struct kt_bytes k;
+    if ((rc = rd_key(d, &k)))
+      return rc;
+    if (KEY("header"))
+      rc = dec_header(d, h);
+    else if (KEY("members")) {
+      uint32_t n;
+      if ((rc = rd_arr(d, "members", &n)))
+        return rc;
+      r->members = n ? kt_arena_alloc(d->a, n * sizeof *r->members) : NULL;
+      if (n)
+        memset(r->members, 0, n * sizeof *r->members);
+      r->n_members = n;
+      for (uint32_t j = 0; j < n && !rc; j++) {
+        path_push(d, "members", j);
+        if (!(rc = dec_member(d, &r->members[j])))
+          path_pop(d);
+      }
+    } else
+      rc = skip(d, 0);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
 int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_resp *resp,
                          struct kt_err *e) {
   struct dec d = {.p = body, .end = body + len, .a = a, .e = e};
@@ -1127,8 +1245,14 @@ int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, st
     if ((rc = dec_resp_op_payload(&d, (uint8_t)rawtype, &resp->u.op, &resp->header, 0)))
       return rc;
     break;
+  case KT_MSG_MEMBER_LIST:
+    path_push(&d, "member_list", -1);
+    if ((rc = dec_member_list_resp(&d, &resp->u.member_list, &resp->header)))
+      return rc;
+    break;
   case KT_MSG_COMPACT:
-    path_push(&d, "compact", -1);
+  case KT_MSG_MOVE_LEADER:
+    path_push(&d, kt_proto_type_name((int)rawtype), -1);
     if ((rc = rd_map(&d, "payload", &nf)))
       return rc;
     while (nf--) {
@@ -1466,6 +1590,16 @@ static void enc_op(struct enc *w, const struct kt_request_op *op) {
   map_end(w, &m);
 }
 
+static void f_text_list(struct enc *w, struct map *m, const char *f, const struct kt_bytes *v,
+                        uint32_t n) {
+  if (!n)
+    return;
+  name(w, m, f);
+  msgpack_pack_array(&w->pk, n);
+  for (uint32_t i = 0; i < n; i++)
+    pack_text(w, v[i]);
+}
+
 static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t id) {
   struct enc w;
   enc_init(&w, out);
@@ -1498,8 +1632,22 @@ static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t 
     map_end(&w, &m);
     break;
   }
-  case KT_MSG_STATUS: {
+  case KT_MSG_STATUS:
+  case KT_MSG_MEMBER_LIST: {
     struct map m = map_begin(&w);
+    map_end(&w, &m);
+    break;
+  }
+  case KT_MSG_MEMBER_PUBLISH: {
+    struct map m = map_begin(&w);
+    f_u64(&w, &m, "member_id", req->u.publish.member_id);
+    f_text_list(&w, &m, "client_urls", req->u.publish.client_urls, req->u.publish.n_client_urls);
+    map_end(&w, &m);
+    break;
+  }
+  case KT_MSG_MOVE_LEADER: {
+    struct map m = map_begin(&w);
+    f_u64(&w, &m, "target_id", req->u.move_leader.target_id);
     map_end(&w, &m);
     break;
   }
@@ -1601,6 +1749,19 @@ static void enc_resp_op(struct enc *w, const struct kt_response_op *op, const st
   map_end(w, &m);
 }
 
+static size_t member_list_size(const struct kt_member_list_resp *r) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < r->n_members; i++) {
+    const struct kt_member_info *m = &r->members[i];
+    n += 64 + m->name.n;
+    for (uint32_t j = 0; j < m->n_peer_urls; j++)
+      n += 5 + m->peer_urls[j].n;
+    for (uint32_t j = 0; j < m->n_client_urls; j++)
+      n += 5 + m->client_urls[j].n;
+  }
+  return n;
+}
+
 void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
   size_t off = frame_begin(out);
   struct enc w;
@@ -1608,6 +1769,8 @@ void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
   size_t est = 96;
   if (resp->type >= KT_MSG_RANGE && resp->type <= KT_MSG_TXN)
     est += resp_op_size(&resp->u.op);
+  else if (resp->type == KT_MSG_MEMBER_LIST)
+    est += member_list_size(&resp->u.member_list);
   kt_buf_reserve(out, est);
   envelope(&w, resp->type, resp->id);
   struct map m;
@@ -1631,10 +1794,32 @@ void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
     enc_resp_op(&w, &resp->u.op, &resp->header);
     break;
   case KT_MSG_COMPACT:
+  case KT_MSG_MOVE_LEADER:
     m = map_begin(&w);
     f_header(&w, &m, &resp->header);
     map_end(&w, &m);
     break;
+  case KT_MSG_MEMBER_LIST: {
+    const struct kt_member_list_resp *l = &resp->u.member_list;
+    m = map_begin(&w);
+    f_header(&w, &m, &resp->header);
+    if (l->n_members) {
+      name(&w, &m, "members");
+      msgpack_pack_array(&w.pk, l->n_members);
+      for (uint32_t i = 0; i < l->n_members; i++) {
+        const struct kt_member_info *x = &l->members[i];
+        struct map mm = map_begin(&w);
+        f_u64(&w, &mm, "id", x->id);
+        f_text(&w, &mm, "name", x->name);
+        f_text_list(&w, &mm, "peer_urls", x->peer_urls, x->n_peer_urls);
+        f_text_list(&w, &mm, "client_urls", x->client_urls, x->n_client_urls);
+        f_bool(&w, &mm, "is_learner", x->is_learner);
+        map_end(&w, &mm);
+      }
+    }
+    map_end(&w, &m);
+    break;
+  }
   case KT_MSG_STATUS: {
     const struct kt_status_resp *s = &resp->u.status;
     m = map_begin(&w);

@@ -42,13 +42,16 @@ enum kt_msg_type {
   KT_MSG_TXN = 4,
   KT_MSG_COMPACT = 5,
   KT_MSG_STATUS = 6,
+  KT_MSG_MEMBER_LIST = 32,    /* etcd Cluster.MemberList */
+  KT_MSG_MEMBER_PUBLISH = 39, /* member -> cluster, only inside WAL entries */
+  KT_MSG_MOVE_LEADER = 44,    /* etcd Maintenance.MoveLeader */
   /* Reserved for later messages (PROTOCOL.md "Type numbers"); decoders answer
    * them EUNSUPPORTED until they are specified. */
   KT_MSG_RESERVED_WATCH_FIRST = 16,  /* 16..23 watch */
   KT_MSG_RESERVED_LEASE_FIRST = 24,  /* 24..31 lease */
-  KT_MSG_RESERVED_MEMBER_FIRST = 32, /* 32..39 cluster membership */
+  KT_MSG_RESERVED_MEMBER_FIRST = 33, /* 33..38 member add/remove/update/promote */
   KT_MSG_RESERVED_ALARM_FIRST = 40,  /* 40..43 alarm */
-  KT_MSG_RESERVED_MAINT_FIRST = 44,  /* 44..55 maintenance */
+  KT_MSG_RESERVED_MAINT_FIRST = 45,  /* 45..55 maintenance */
   KT_MSG_RESERVED_AUTH_FIRST = 56,   /* 56..79 auth */
   KT_MSG_ERROR = 127,
 };
@@ -94,6 +97,34 @@ struct kt_status_resp {
   uint32_t n_errors;
 };
 
+/* One member of MEMBER_LIST (etcd's etcdserverpb.Member). client_urls is
+ * empty for a member whose client URLs this member does not know
+ * (PROTOCOL.md 7.10). */
+struct kt_member_info {
+  uint64_t id;
+  struct kt_bytes name;
+  struct kt_bytes *peer_urls, *client_urls;
+  uint32_t n_peer_urls, n_client_urls;
+  bool is_learner;
+};
+
+struct kt_member_list_resp {
+  struct kt_member_info *members;
+  uint32_t n_members;
+};
+
+/* A member's attributes, proposed by the member itself once it serves (etcd's
+ * publish): every member learns its client URLs when the entry applies. */
+struct kt_member_publish_req {
+  uint64_t member_id;
+  struct kt_bytes *client_urls;
+  uint32_t n_client_urls;
+};
+
+struct kt_move_leader_req {
+  uint64_t target_id; /* the member to hand leadership to */
+};
+
 struct kt_error_msg {
   uint32_t code; /* KT_E* */
   struct kt_bytes message;
@@ -107,6 +138,8 @@ struct kt_req {
     struct kt_hello_req hello;
     struct kt_request_op op; /* RANGE, PUT, DELETE, TXN: op.type == type */
     struct kt_compact_req compact;
+    struct kt_move_leader_req move_leader;
+    struct kt_member_publish_req publish;
   } u;
 };
 
@@ -120,6 +153,7 @@ struct kt_resp {
     struct kt_hello_resp hello;
     struct kt_response_op op; /* RANGE, PUT, DELETE, TXN */
     struct kt_status_resp status;
+    struct kt_member_list_resp member_list; /* MOVE_LEADER has only the header */
     struct kt_error_msg error;
   } u;
 };
@@ -136,12 +170,12 @@ struct kt_resp {
 int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_req *req,
                         struct kt_err *e);
 /* Append a whole frame (length prefix + body) for req to out. req must be
- * well-formed (type HELLO..STATUS, op.type == type for KV types): anything
- * else is a caller bug (kt_assert). */
+ * well-formed (type HELLO..STATUS, MEMBER_LIST, MEMBER_PUBLISH or MOVE_LEADER, op.type == type for
+ * KV types): anything else is a caller bug (kt_assert). */
 void kt_proto_encode_req(struct kt_buf *out, const struct kt_req *req);
 
-/* Decode a response body; errors as kt_proto_decode_req (types HELLO..STATUS
- * and ERROR). */
+/* Decode a response body; errors as kt_proto_decode_req (types HELLO..STATUS,
+ * MEMBER_LIST, MOVE_LEADER and ERROR). */
 int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_resp *resp,
                          struct kt_err *e);
 void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp);

@@ -1142,3 +1142,52 @@ TEST(failover_to_dead_endpoints_with_callbacks_submitting) {
   CHECK_EQ(ketch_pending(c), 0);
   ketch_close(c);
 }
+
+/* ---- member list and move-leader (a single member) ---- */
+
+TEST(member_list_and_move_leader_on_one_member) {
+  ketch_client *c = open_or_null(shared_ep(), NULL);
+  CHECK(c != NULL);
+  ketch_result *r;
+  CHECK_EQ(ketch_member_list(c, &r), 0);
+  CHECK_EQ(r->type, KETCH_OP_MEMBER_LIST);
+  CHECK_EQ(r->header.revision, 0); /* etcd's cluster calls carry none */
+  CHECK_EQ(r->member_list.n_members, 1);
+  const ketch_member *m = &r->member_list.members[0];
+  CHECK(m->id == ketch_member_id(c));
+  CHECK_STR(m->name, "default");
+  CHECK_EQ(m->n_peer_urls, 1);
+  CHECK(strncmp(m->peer_urls[0], "http://127.0.0.1:", 17) == 0);
+  CHECK_EQ(m->n_client_urls, 1);
+  char url[80];
+  snprintf(url, sizeof url, "http://%s", shared.ep);
+  CHECK_STR(m->client_urls[0], url);
+  CHECK(!m->is_learner);
+  uint64_t self = m->id;
+  ketch_result_free(r);
+  /* moving leadership to the leader itself succeeds at once (etcd) */
+  CHECK_EQ(ketch_move_leader(c, self, &r), 0);
+  CHECK_EQ(r->type, KETCH_OP_MOVE_LEADER);
+  CHECK(r->header.member_id == self);
+  ketch_result_free(r);
+  CHECK_EQ(ketch_move_leader(c, self ^ 1, &r), KETCH_EINVAL);
+  CHECK(r == NULL);
+  CHECK_STR(ketch_errmsg(c), "bad leader transferee");
+  /* async + dup: the kept copy outlives the library's buffers */
+  n_kept = 0;
+  CHECK_EQ(ketch_member_list_async(c, keep_cb, (void *)0), 0);
+  CHECK_EQ(ketch_move_leader_async(c, self, keep_cb, (void *)1), 0);
+  CHECK_EQ(ketch_run(c, 5000), 0);
+  for (int i = 0; i < 20; i++)
+    CHECK_EQ(put_s(c, "ml/zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "yyyyyyyyyyyyyyyyyyyyyyyy", NULL),
+             0);
+  ketch_close(c);
+  CHECK_EQ(n_kept, 2);
+  CHECK_EQ(kept[0]->member_list.n_members, 1);
+  CHECK_STR(kept[0]->member_list.members[0].name, "default");
+  CHECK_STR(kept[0]->member_list.members[0].client_urls[0], url);
+  CHECK_EQ(kept[1]->err, 0);
+  CHECK_EQ(kept[1]->type, KETCH_OP_MOVE_LEADER);
+  for (int i = 0; i < 2; i++)
+    ketch_result_free(kept[i]);
+}

@@ -76,7 +76,19 @@ static bool req_eq(const struct kt_req *a, const struct kt_req *b) {
     return a->u.compact.revision == b->u.compact.revision &&
            a->u.compact.physical == b->u.compact.physical;
   case KT_MSG_STATUS:
+  case KT_MSG_MEMBER_LIST:
     return true;
+  case KT_MSG_MOVE_LEADER:
+    return a->u.move_leader.target_id == b->u.move_leader.target_id;
+  case KT_MSG_MEMBER_PUBLISH: {
+    const struct kt_member_publish_req *x = &a->u.publish, *y = &b->u.publish;
+    if (x->member_id != y->member_id || x->n_client_urls != y->n_client_urls)
+      return false;
+    for (uint32_t i = 0; i < x->n_client_urls; i++)
+      if (!beq(x->client_urls[i], y->client_urls[i]))
+        return false;
+    return true;
+  }
   default:
     return op_eq(&a->u.op, &b->u.op);
   }
@@ -149,6 +161,26 @@ static bool resp_eq(const struct kt_resp *a, const struct kt_resp *b) {
   }
   case KT_MSG_ERROR:
     return a->u.error.code == b->u.error.code && beq(a->u.error.message, b->u.error.message);
+  case KT_MSG_MOVE_LEADER:
+    return true;
+  case KT_MSG_MEMBER_LIST: {
+    const struct kt_member_list_resp *x = &a->u.member_list, *y = &b->u.member_list;
+    if (x->n_members != y->n_members)
+      return false;
+    for (uint32_t i = 0; i < x->n_members; i++) {
+      const struct kt_member_info *m = &x->members[i], *k = &y->members[i];
+      if (m->id != k->id || !beq(m->name, k->name) || m->is_learner != k->is_learner ||
+          m->n_peer_urls != k->n_peer_urls || m->n_client_urls != k->n_client_urls)
+        return false;
+      for (uint32_t j = 0; j < m->n_peer_urls; j++)
+        if (!beq(m->peer_urls[j], k->peer_urls[j]))
+          return false;
+      for (uint32_t j = 0; j < m->n_client_urls; j++)
+        if (!beq(m->client_urls[j], k->client_urls[j]))
+          return false;
+    }
+    return true;
+  }
   default:
     return rop_eq(&a->u.op, &b->u.op);
   }
@@ -408,8 +440,9 @@ TEST(responses_round_trip_all_fields) {
 }
 
 TEST(responses_round_trip_no_fields) {
-  uint8_t types[] = {KT_MSG_HELLO, KT_MSG_RANGE,   KT_MSG_PUT,    KT_MSG_DELETE,
-                     KT_MSG_TXN,   KT_MSG_COMPACT, KT_MSG_STATUS, KT_MSG_ERROR};
+  uint8_t types[] = {KT_MSG_HELLO,       KT_MSG_RANGE,      KT_MSG_PUT,    KT_MSG_DELETE,
+                     KT_MSG_TXN,         KT_MSG_COMPACT,    KT_MSG_STATUS, KT_MSG_ERROR,
+                     KT_MSG_MEMBER_LIST, KT_MSG_MOVE_LEADER};
   for (size_t i = 0; i < KT_ARRAY_LEN(types); i++) {
     struct kt_resp r = {.type = types[i]};
     if (types[i] >= KT_MSG_RANGE && types[i] <= KT_MSG_TXN)
@@ -1240,6 +1273,20 @@ TEST(write_fuzz_corpus) {
   r = (struct kt_req){.type = KT_MSG_COMPACT, .id = 6};
   r.u.compact = (struct kt_compact_req){.revision = 99, .physical = true};
   seed_req(dir, "req_compact", &r);
+  static const uint8_t more[] = {KT_MSG_MEMBER_LIST, KT_MSG_MOVE_LEADER, KT_MSG_MEMBER_PUBLISH};
+  for (size_t i = 0; i < KT_ARRAY_LEN(more); i++) {
+    char name[40];
+    snprintf(name, sizeof name, "req_%s_empty", kt_proto_type_name(more[i]));
+    r = (struct kt_req){.type = more[i], .id = 1100 + i};
+    seed_req(dir, name, &r);
+  }
+  r = (struct kt_req){.type = KT_MSG_MOVE_LEADER, .id = 12};
+  r.u.move_leader.target_id = 0x8e9f0a1b2c3d4e5full;
+  seed_req(dir, "req_move_leader", &r);
+  struct kt_bytes seed_urls[2] = {B("http://127.0.0.1:2479"), B("http://[::1]:2479")};
+  r = (struct kt_req){.type = KT_MSG_MEMBER_PUBLISH, .id = 0};
+  r.u.publish = (struct kt_member_publish_req){7, seed_urls, 2};
+  seed_req(dir, "req_member_publish", &r);
   for (uint8_t t = KT_MSG_HELLO; t <= KT_MSG_STATUS; t++) {
     char name[32];
     snprintf(name, sizeof name, "req_%s_empty", kt_proto_type_name(t));
@@ -1292,6 +1339,21 @@ TEST(write_fuzz_corpus) {
                                        .errors = errs,
                                        .n_errors = 1};
   seed_resp(dir, "resp_status", &s);
+  struct kt_bytes murls[2] = {B("http://127.0.0.1:2480"), B("http://127.0.0.1:2580")};
+  struct kt_member_info minfo[2] = {
+      {.id = 42, .name = B("m0"), .peer_urls = murls, .n_peer_urls = 2},
+      {.id = 43,
+       .name = B("m1"),
+       .peer_urls = murls + 1,
+       .n_peer_urls = 1,
+       .client_urls = murls,
+       .n_client_urls = 1,
+       .is_learner = true}};
+  s = (struct kt_resp){.type = KT_MSG_MEMBER_LIST, .id = 9, .header = h};
+  s.u.member_list = (struct kt_member_list_resp){minfo, 2};
+  seed_resp(dir, "resp_member_list", &s);
+  s = (struct kt_resp){.type = KT_MSG_MOVE_LEADER, .id = 10, .header = h};
+  seed_resp(dir, "resp_move_leader", &s);
   struct kt_buf b = {0};
   kt_proto_encode_error(&b, 8, KT_ECOMPACTED, kt_strerror(KT_ECOMPACTED));
   write_seed(dir, "resp_error", b.p, b.len);
@@ -1384,4 +1446,125 @@ TEST(response_errors_name_the_path) {
   CHECK_STR(e.msg, "status.header.cluster_id: integer out of range");
   kt_buf_free(&r.b);
   kt_arena_reset(&arena);
+}
+
+/* PROTOCOL.md 11: the MOVE_LEADER and MEMBER_LIST examples */
+#define MOVE_LEADER_HEX                                                                            \
+  "00 00 00 17 93 2c 09 81 a9 74 61 72 67 65 74 5f 69 64 cf 8e 9f 0a 1b 2c 3d 4e "                 \
+  "5f"
+#define MEMBER_LIST_HEX                                                                            \
+  "00 00 00 80 93 20 0a 82 a6 68 65 61 64 65 72 94 cf 1c 2d 3e 4f 5a 6b 7c 8d cf "                 \
+  "8e 9f 0a 1b 2c 3d 4e 5f 00 02 a7 6d 65 6d 62 65 72 73 91 84 a2 69 64 cf 8e 9f "                 \
+  "0a 1b 2c 3d 4e 5f a4 6e 61 6d 65 a2 6d 31 a9 70 65 65 72 5f 75 72 6c 73 91 b4 "                 \
+  "68 74 74 70 3a 2f 2f 31 30 2e 30 2e 30 2e 31 3a 32 34 38 30 ab 63 6c 69 65 6e "                 \
+  "74 5f 75 72 6c 73 91 b4 68 74 74 70 3a 2f 2f 31 30 2e 30 2e 30 2e 31 3a 32 34 "                 \
+  "37 39"
+/* ---- cluster messages: MEMBER_LIST, MOVE_LEADER, MEMBER_PUBLISH ---- */
+
+TEST(member_messages_round_trip) {
+  struct kt_req q = {.type = KT_MSG_MEMBER_LIST, .id = 1};
+  CHECK(rt_req(&q));
+  q = (struct kt_req){.type = KT_MSG_MOVE_LEADER, .id = 2};
+  q.u.move_leader.target_id = UINT64_MAX;
+  CHECK(rt_req(&q));
+  q.u.move_leader.target_id = 0;
+  CHECK(rt_req(&q));
+  struct kt_bytes urls[3] = {B("http://127.0.0.1:2479"), B("http://10.0.0.1:2479"), B("")};
+  q = (struct kt_req){.type = KT_MSG_MEMBER_PUBLISH, .id = 3};
+  q.u.publish = (struct kt_member_publish_req){0xabcdef, urls, 3};
+  CHECK(rt_req(&q));
+
+  struct kt_header h = {.cluster_id = 1, .member_id = 2, .raft_term = 3};
+  struct kt_member_info ms[3] = {
+      {.id = 5, .name = B("m0"), .peer_urls = urls, .n_peer_urls = 2},
+      {.id = 6, .name = B("m1"), .client_urls = urls + 1, .n_client_urls = 1, .is_learner = true},
+      {.id = 7}};
+  struct kt_resp r = {.type = KT_MSG_MEMBER_LIST, .id = 4, .header = h};
+  r.u.member_list = (struct kt_member_list_resp){ms, 3};
+  CHECK(rt_resp(&r));
+  r = (struct kt_resp){.type = KT_MSG_MOVE_LEADER, .id = 5, .header = h};
+  CHECK(rt_resp(&r));
+  /* MEMBER_PUBLISH is a request only (it lives in WAL entries) */
+  struct kt_buf b = {0};
+  struct kt_req pq = {.type = KT_MSG_MEMBER_PUBLISH, .id = 6};
+  kt_proto_encode_req(&b, &pq);
+  struct kt_resp out;
+  struct kt_err e;
+  CHECK_EQ(kt_proto_decode_resp(b.p + 4, b.len - 4, &arena, &out, &e), KT_EUNSUPPORTED);
+  kt_buf_free(&b);
+  CHECK_STR(kt_proto_type_name(KT_MSG_MEMBER_LIST), "member_list");
+  CHECK_STR(kt_proto_type_name(KT_MSG_MOVE_LEADER), "move_leader");
+  kt_arena_reset(&arena);
+}
+
+TEST(member_list_errors_name_the_path) {
+  struct raw r;
+  raw_init(&r);
+  msgpack_pack_array(&r.pk, 3);
+  msgpack_pack_int(&r.pk, KT_MSG_MEMBER_LIST);
+  msgpack_pack_uint64(&r.pk, 3);
+  msgpack_pack_map(&r.pk, 1);
+  raw_str(&r, "members");
+  msgpack_pack_array(&r.pk, 2);
+  msgpack_pack_map(&r.pk, 0);
+  msgpack_pack_map(&r.pk, 1);
+  raw_str(&r, "peer_urls");
+  msgpack_pack_array(&r.pk, 1);
+  msgpack_pack_int(&r.pk, 1); /* a URL that is not a string */
+  struct kt_resp out;
+  struct kt_err e;
+  CHECK_EQ(kt_proto_decode_resp(r.b.p, r.b.len, &arena, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "member_list.members[1].peer_urls[0]: expected bin or str, got int");
+  kt_buf_free(&r.b);
+  /* a member count larger than the body: refused before allocating */
+  raw_init(&r);
+  msgpack_pack_array(&r.pk, 3);
+  msgpack_pack_int(&r.pk, KT_MSG_MEMBER_LIST);
+  msgpack_pack_uint64(&r.pk, 3);
+  msgpack_pack_map(&r.pk, 1);
+  raw_str(&r, "members");
+  msgpack_pack_array(&r.pk, 0x7fffffff);
+  CHECK_EQ(kt_proto_decode_resp(r.b.p, r.b.len, &arena, &out, &e), KT_EPROTO);
+  kt_buf_free(&r.b);
+  /* move_leader.target_id must be a non-negative integer */
+  raw_init(&r);
+  msgpack_pack_array(&r.pk, 3);
+  msgpack_pack_int(&r.pk, KT_MSG_MOVE_LEADER);
+  msgpack_pack_uint64(&r.pk, 3);
+  msgpack_pack_map(&r.pk, 1);
+  raw_str(&r, "target_id");
+  msgpack_pack_int(&r.pk, -1);
+  struct kt_req q;
+  CHECK_EQ(dec_req_raw(&r, &q, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "move_leader.target_id: integer out of range");
+  CHECK_EQ(q.id, 3);
+  kt_buf_free(&r.b);
+  kt_arena_reset(&arena);
+}
+
+TEST(protocol_md_member_examples_are_exact) {
+  struct kt_buf b = {0};
+  bool all = true;
+  struct kt_req ml = {.type = KT_MSG_MOVE_LEADER, .id = 9};
+  ml.u.move_leader.target_id = 0x8e9f0a1b2c3d4e5full;
+  kt_proto_encode_req(&b, &ml);
+  all &= golden(&b, MOVE_LEADER_HEX, "MOVE_LEADER request");
+  kt_buf_reset(&b);
+  struct kt_bytes purl = B("http://10.0.0.1:2480"), curl = B("http://10.0.0.1:2479");
+  struct kt_member_info m = {.id = 0x8e9f0a1b2c3d4e5full,
+                             .name = B("m1"),
+                             .peer_urls = &purl,
+                             .n_peer_urls = 1,
+                             .client_urls = &curl,
+                             .n_client_urls = 1};
+  struct kt_resp r = {.type = KT_MSG_MEMBER_LIST,
+                      .id = 10,
+                      .header = {.cluster_id = 0x1c2d3e4f5a6b7c8dull,
+                                 .member_id = 0x8e9f0a1b2c3d4e5full,
+                                 .raft_term = 2}};
+  r.u.member_list = (struct kt_member_list_resp){&m, 1};
+  kt_proto_encode_resp(&b, &r);
+  all &= golden(&b, MEMBER_LIST_HEX, "MEMBER_LIST response");
+  kt_buf_free(&b);
+  CHECK(all);
 }

@@ -80,6 +80,9 @@ struct ctl_ep_health {
   const char *error; /* "" when healthy */
 };
 void ctl_print_status(const struct ctl_ep_status *s, size_t n);
+/* member list: etcdctl's columns (ID, STATUS, NAME, PEER ADDRS, CLIENT ADDRS,
+ * IS LEARNER); ids hex in simple/table, decimal in json/fields. */
+void ctl_print_member_list(const ketch_header *h, const ketch_member_list_result *r);
 void ctl_print_health(const struct ctl_ep_health *h, size_t n);
 
 /* Go's %q of a byte string (strconv.Quote) written to f. */

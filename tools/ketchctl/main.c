@@ -233,6 +233,14 @@ static struct flag global_flags[] = {
     {0},
 };
 
+/* endpoint's persistent flag (etcdctl: --cluster on the endpoint group) */
+static bool ep_cluster;
+static struct flag endpoint_flags[] = {
+    {"cluster", 0, FT_BOOL, "false", "use all endpoints from the cluster member list", &ep_cluster,
+     false},
+    {0},
+};
+
 static struct flag help_flags[] = {{"help", 'h', FT_BOOL, "false", NULL, &help_flag, false}, {0}};
 
 /* Sets a flag from text; on error writes pflag's message into err. */
@@ -393,6 +401,9 @@ static void run_compaction(int argc, char **argv);
 static void run_status(int argc, char **argv);
 static void run_health(int argc, char **argv);
 static void run_version(int argc, char **argv);
+static void run_member_list(int argc, char **argv);
+static void run_member_change(int argc, char **argv);
+static void run_move_leader(int argc, char **argv);
 
 /* put */
 static const char *put_lease;
@@ -465,6 +476,22 @@ static struct flag compaction_flags[] = {
     {0},
 };
 
+/* member add / update: accepted so that the refusal is the clear one */
+static const char *member_peer_urls;
+static bool member_learner;
+static struct flag member_add_flags[] = {
+    {"learner", 0, FT_BOOL, "false", "indicates if the new member is raft learner", &member_learner,
+     false},
+    {"peer-urls", 0, FT_STR, "", "comma separated peer URLs for the new member.", &member_peer_urls,
+     false},
+    {0},
+};
+static struct flag member_update_flags[] = {
+    {"peer-urls", 0, FT_STR, "", "comma separated peer URLs for the updated member.",
+     &member_peer_urls, false},
+    {0},
+};
+
 static const char put_long[] =
     "\nPuts the given key into the store.\n\n"
     "When <value> begins with '-', <value> is interpreted as a flag.\n"
@@ -495,6 +522,22 @@ static const struct cmd commands[] = {
     {"get", "get [options] <key> [range_end]", "Gets the key or a range of keys", NULL, get_flags,
      run_get},
     {"help", "help [command]", "Help about any command", NULL, NULL, NULL},
+    {"member add", "member add <memberName> [options]", "Adds a member into the cluster", NULL,
+     member_add_flags, run_member_change},
+    {"member list", "member list", "Lists all members in the cluster",
+     "When --write-out is set to simple, this command prints out comma-separated member lists for "
+     "each endpoint.\nThe items in the lists are ID, Status, Name, Peer Addrs, Client Addrs, Is "
+     "Learner.\n",
+     NULL, run_member_list},
+    {"member promote", "member promote <memberID>", "Promotes a non-voting member in the cluster",
+     "\nPromotes a non-voting learner member to a voting one in the cluster.\n", NULL,
+     run_member_change},
+    {"member remove", "member remove <memberID>", "Removes a member from the cluster", NULL, NULL,
+     run_member_change},
+    {"member update", "member update <memberID> [options]", "Updates a member in the cluster", NULL,
+     member_update_flags, run_member_change},
+    {"move-leader", "move-leader <transferee-member-id>",
+     "Transfers leadership to another ketch cluster member.", NULL, NULL, run_move_leader},
     {"put", "put [options] <key> <value> (<value> can also be given from stdin)",
      "Puts the given key into the store", put_long, put_flags, run_put},
     {"txn", "txn [options]", "Txn processes all the requests in one transaction", NULL, txn_flags,
@@ -598,7 +641,9 @@ static void usage(const struct cmd *c) {
     local[1] = NULL;
   printf("\nOPTIONS:\n");
   flag_usages(local);
-  struct flag *global[] = {global_flags, NULL};
+  struct flag *global[] = {global_flags, NULL, NULL};
+  if (!strncmp(c->name, "endpoint ", 9))
+    global[1] = endpoint_flags;
   printf("\nGLOBAL OPTIONS:\n");
   flag_usages(global);
   printf("\n");
@@ -615,6 +660,25 @@ static void usage_endpoint(void) {
         texts[i] = k->short_help;
   tab_block("\t", cells, texts, 2);
   help_flags[0].usage = "help for endpoint";
+  struct flag *local[] = {endpoint_flags, help_flags, NULL}, *global[] = {global_flags, NULL};
+  printf("\nOPTIONS:\n");
+  flag_usages(local);
+  printf("\nGLOBAL OPTIONS:\n");
+  flag_usages(global);
+  printf("\n");
+}
+
+static void usage_member(void) {
+  printf("NAME:\n\tmember - Membership related commands\n\n"
+         "USAGE:\n\tketchctl member <subcommand> [flags]\n\nAPI VERSION:\n\t%s\n\n\nCOMMANDS:\n",
+         API_VERSION);
+  const char *cells[5] = {"add", "list", "promote", "remove", "update"}, *texts[5] = {0};
+  for (const struct cmd *k = commands; k->name; k++)
+    for (int i = 0; i < 5; i++)
+      if (!strncmp(k->name, "member ", 7) && !strcmp(k->name + 7, cells[i]))
+        texts[i] = k->short_help;
+  tab_block("\t", cells, texts, 5);
+  help_flags[0].usage = "help for member";
   struct flag *local[] = {help_flags, NULL}, *global[] = {global_flags, NULL};
   printf("\nOPTIONS:\n");
   flag_usages(local);
@@ -623,11 +687,14 @@ static void usage_endpoint(void) {
   printf("\n");
 }
 
-static void show_usage(const struct cmd *cmd, bool endpoint_group) {
+/* group: "endpoint", "member" or NULL */
+static void show_usage(const struct cmd *cmd, const char *group) {
   if (cmd)
     usage(cmd);
-  else if (endpoint_group)
+  else if (group && !strcmp(group, "endpoint"))
     usage_endpoint();
+  else if (group)
+    usage_member();
   else
     usage(NULL);
 }
@@ -967,11 +1034,36 @@ static int split_endpoints(char **out, int max) {
   return n;
 }
 
+/* endpoint status/health: --endpoints, or with --cluster every client URL
+ * of the member list the --endpoints give (etcdctl's endpointsFromCluster). */
+static int endpoints_for(char **out, int max) {
+  if (!ep_cluster)
+    return split_endpoints(out, max);
+  char msg[512];
+  ketch_client *c = open_endpoints(g_endpoints, msg, sizeof msg);
+  if (!c)
+    ctl_die(CTL_EXIT_BAD_CONNECTION, "%s", msg);
+  ketch_result *res = NULL;
+  int err = ketch_member_list(c, &res);
+  ctl_keep_result(res);
+  if (err)
+    ctl_die(CTL_EXIT_ERROR, "failed to fetch endpoints from etcd cluster member list: %s",
+            ctl_errtext(err, ketch_errmsg(c)));
+  ketch_close(c);
+  int n = 0;
+  for (size_t i = 0; i < res->member_list.n_members; i++) {
+    const ketch_member *m = &res->member_list.members[i];
+    for (size_t k = 0; k < m->n_client_urls && n < max; k++)
+      out[n++] = (char *)m->client_urls[k];
+  }
+  return n;
+}
+
 static void run_status(int argc, char **argv) {
   (void)argc, (void)argv;
   init_display();
   char *eps[64];
-  int n = split_endpoints(eps, 64), ok = 0;
+  int n = endpoints_for(eps, 64), ok = 0;
   static struct ctl_ep_status st[64];
   bool failed = false;
   for (int i = 0; i < n; i++) {
@@ -1007,6 +1099,8 @@ static void run_health(int argc, char **argv) {
   int n = split_endpoints(eps, 64);
   static struct ctl_ep_health h[64];
   bool failed = false;
+  if (ep_cluster)
+    n = endpoints_for(eps, 64);
   for (int i = 0; i < n; i++) {
     char msg[512];
     ketch_client *c = open_endpoints(eps[i], msg, sizeof msg);
@@ -1026,6 +1120,104 @@ static void run_health(int argc, char **argv) {
   ctl_print_health(h, (size_t)n);
   if (failed)
     ctl_die(CTL_EXIT_ERROR, "unhealthy cluster");
+}
+
+static void run_member_list(int argc, char **argv) {
+  (void)argc, (void)argv;
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  int err = ketch_member_list(c, &res);
+  check(c, err, res);
+  ctl_print_member_list(&res->header, &res->member_list);
+}
+
+static void run_member_change(int argc, char **argv) {
+  (void)argc, (void)argv;
+  ctl_die(CTL_EXIT_ERROR, "membership changes are not supported by this ketch version yet");
+}
+
+/* Go's strconv.ParseUint(s, 16, 64). */
+static int parse_hex_id(const char *s, uint64_t *out, char *err, size_t cap) {
+  uint64_t v = 0;
+  bool range = false;
+  if (!*s) {
+    snprintf(err, cap, "strconv.ParseUint: parsing \"\": invalid syntax");
+    return -1;
+  }
+  for (const char *p = s; *p; p++) {
+    int d = isdigit((unsigned char)*p)           ? *p - '0'
+            : (*p >= 'a' && *p <= 'f')           ? *p - 'a' + 10
+            : (*p >= 'A' && *p <= 'F')           ? *p - 'A' + 10
+            : (*p == '_' && p != s && p[1] != 0) ? -2
+                                                 : -1;
+    if (d == -1 || d == -2) {
+      snprintf(err, cap, "strconv.ParseUint: parsing \"%s\": invalid syntax", s);
+      return -1;
+    }
+    if (v >> 60)
+      range = true;
+    v = v << 4 | (uint64_t)d;
+  }
+  if (range) {
+    snprintf(err, cap, "strconv.ParseUint: parsing \"%s\": value out of range", s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* etcdctl: find the leader among --endpoints with a status call each, then
+ * ask it to move leadership. */
+static void run_move_leader(int argc, char **argv) {
+  if (argc != 1)
+    ctl_die(CTL_EXIT_BAD_ARGS, "move-leader command needs 1 argument");
+  uint64_t target;
+  char why[300];
+  if (parse_hex_id(argv[0], &target, why, sizeof why))
+    ctl_die(CTL_EXIT_BAD_ARGS, "%s", why);
+  init_display();
+  char *eps[64];
+  int n = split_endpoints(eps, 64);
+  ketch_client *leader = NULL;
+  uint64_t leader_id = 0;
+  for (int i = 0; i < n && !leader; i++) {
+    char msg[512];
+    ketch_client *c = open_endpoints(eps[i], msg, sizeof msg);
+    if (!c)
+      ctl_die(CTL_EXIT_ERROR, "%s", msg);
+    ketch_result *res = NULL;
+    int err = ketch_status(c, &res);
+    ctl_keep_result(res);
+    if (err)
+      ctl_die(CTL_EXIT_ERROR, "%s", ctl_errtext(err, ketch_errmsg(c)));
+    if (res->status.leader && res->header.member_id == res->status.leader) {
+      leader = c;
+      leader_id = res->status.leader;
+    } else {
+      ketch_close(c);
+    }
+  }
+  if (!leader) {
+    char list[2048] = "";
+    size_t o = 0;
+    for (int i = 0; i < n && o < sizeof list; i++)
+      o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? " " : "", eps[i]);
+    ctl_die(CTL_EXIT_BAD_ARGS, "no leader endpoint given at [%s]", list);
+  }
+  the_client = leader;
+  ketch_result *res = NULL;
+  int err = ketch_move_leader(leader, target, &res);
+  ctl_keep_result(res);
+  /* A transfer that times out on the member (ETIMEOUT "request timed out,
+   * leader transfer took too long") prints what etcdctl prints then: etcd
+   * waits for the request's deadline, so etcdctl's own deadline fires first
+   * ("context deadline exceeded"). */
+  if (err)
+    ctl_die(CTL_EXIT_ERROR, "%s", ctl_errtext(err, ketch_errmsg(leader)));
+  if (ctl_display.format == CTL_JSON)
+    printf("{}\n"); /* etcd's MoveLeaderResponse carries no header */
+  else
+    printf("Leadership transferred from %" PRIx64 " to %" PRIx64 "\n", leader_id, target);
 }
 
 static void run_version(int argc, char **argv) {
@@ -1063,11 +1255,12 @@ int main(int argc, char **argv) {
       continue;
     }
     word_idx[nwords++] = i;
-    if (strcmp(argv[i], "endpoint") && strcmp(argv[i], "help"))
+    if (strcmp(argv[i], "endpoint") && strcmp(argv[i], "member") && strcmp(argv[i], "help"))
       break;
   }
   const struct cmd *cmd = NULL;
-  bool endpoint_group = false, help_cmd = false;
+  const char *group = NULL;
+  bool help_cmd = false;
   int skip = 1;
   if (nwords > 0) {
     const char *w = argv[word_idx[0]];
@@ -1077,11 +1270,11 @@ int main(int argc, char **argv) {
       if (nwords > 1)
         w = argv[word_idx[1]];
     }
-    if (!strcmp(w, "endpoint")) {
-      endpoint_group = true;
+    if (!strcmp(w, "endpoint") || !strcmp(w, "member")) {
+      group = w;
       int sub = word_idx[help_cmd ? 2 : 1];
       if (sub >= 0) {
-        snprintf(name, sizeof name, "endpoint %s", argv[sub]);
+        snprintf(name, sizeof name, "%s %s", group, argv[sub]);
         for (const struct cmd *k = commands; k->name; k++)
           if (!strcmp(k->name, name))
             cmd = k, skip = 2;
@@ -1101,7 +1294,7 @@ int main(int argc, char **argv) {
     }
   }
   if (help_cmd) {
-    show_usage(cmd, endpoint_group);
+    show_usage(cmd, group);
     return 0;
   }
 
@@ -1113,15 +1306,17 @@ int main(int argc, char **argv) {
       continue;
     rest[nrest++] = argv[i];
   }
-  struct flag *sets[] = {global_flags, help_flags, cmd ? cmd->flags : NULL, NULL};
+  struct flag *sets[] = {global_flags, help_flags, cmd ? cmd->flags : NULL, NULL, NULL};
+  if (group && !strcmp(group, "endpoint"))
+    sets[cmd && cmd->flags ? 3 : 2] = endpoint_flags;
   if (flags_parse(sets, nrest, rest, pos, &npos, err, sizeof err)) {
-    show_usage(cmd, endpoint_group);
+    show_usage(cmd, group);
     fflush(stdout);
     fprintf(stderr, "Error: %s\n\nError: %s\n", err, err);
     return CTL_EXIT_ERROR;
   }
   if (!cmd || help_flag) {
-    show_usage(cmd, endpoint_group);
+    show_usage(cmd, group);
     return 0;
   }
   cmd->run(npos, pos);

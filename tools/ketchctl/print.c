@@ -645,3 +645,93 @@ void ctl_print_health(const struct ctl_ep_health *h, size_t n) {
   rows_out(head, 4, cells, n);
   free(cells);
 }
+
+/* ---- member list (etcdctl's makeMemberListTable and printers) ---- */
+
+static char *join_urls(const char *const *u, size_t n) {
+  size_t len = 1;
+  for (size_t i = 0; i < n; i++)
+    len += strlen(u[i]) + 1;
+  char *s = ctl_alloc(len);
+  s[0] = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i)
+      strcat(s, ",");
+    strcat(s, u[i]);
+  }
+  return s;
+}
+
+void ctl_print_member_list(const ketch_header *h, const ketch_member_list_result *r) {
+  if (ctl_display.format == CTL_JSON) {
+    jdepth = 0;
+    jfirst[0] = true;
+    jopen(NULL, '{');
+    hdr(h);
+    if (r->n_members) {
+      jopen("members", '[');
+      for (size_t i = 0; i < r->n_members; i++) {
+        const ketch_member *m = &r->members[i];
+        jopen(NULL, '{');
+        juint("ID", m->id);
+        jstr("name", m->name, true);
+        if (m->n_peer_urls) {
+          jopen("peerURLs", '[');
+          for (size_t k = 0; k < m->n_peer_urls; k++)
+            jstr(NULL, m->peer_urls[k], false);
+          jclose(']');
+        }
+        if (m->n_client_urls) {
+          jopen("clientURLs", '[');
+          for (size_t k = 0; k < m->n_client_urls; k++)
+            jstr(NULL, m->client_urls[k], false);
+          jclose(']');
+        }
+        jbool("isLearner", m->is_learner, true);
+        jclose('}');
+      }
+      jclose(']');
+    }
+    jclose('}');
+    putchar('\n');
+    return;
+  }
+  if (ctl_display.format == CTL_FIELDS) {
+    hdr(h);
+    for (size_t i = 0; i < r->n_members; i++) {
+      const ketch_member *m = &r->members[i];
+      printf("\"ID\" : %" PRIu64 "\n\"Name\" : ", m->id);
+      ctl_goquote(stdout, m->name, strlen(m->name));
+      putchar('\n');
+      for (size_t k = 0; k < m->n_peer_urls; k++) {
+        printf("\"PeerURL\" : ");
+        ctl_goquote(stdout, m->peer_urls[k], strlen(m->peer_urls[k]));
+        putchar('\n');
+      }
+      for (size_t k = 0; k < m->n_client_urls; k++) {
+        printf("\"ClientURL\" : ");
+        ctl_goquote(stdout, m->client_urls[k], strlen(m->client_urls[k]));
+        putchar('\n');
+      }
+      printf("\"IsLearner\" : %s\n\n", m->is_learner ? "true" : "false");
+    }
+    return;
+  }
+  static const char *const head[] = {"ID",         "Status",       "Name",
+                                     "Peer Addrs", "Client Addrs", "Is Learner"};
+  enum { NC = 6 };
+  size_t n = r->n_members;
+  const char **cells = ctl_alloc((n ? n : 1) * NC * sizeof *cells);
+  for (size_t i = 0; i < n; i++) {
+    const ketch_member *m = &r->members[i];
+    char *id = ctl_alloc(20);
+    snprintf(id, 20, "%" PRIx64, m->id);
+    cells[i * NC] = id;
+    cells[i * NC + 1] = m->name[0] ? "started" : "unstarted";
+    cells[i * NC + 2] = m->name;
+    cells[i * NC + 3] = join_urls(m->peer_urls, m->n_peer_urls);
+    cells[i * NC + 4] = join_urls(m->client_urls, m->n_client_urls);
+    cells[i * NC + 5] = m->is_learner ? "true" : "false";
+  }
+  rows_out(head, NC, cells, n);
+}
