@@ -2,6 +2,7 @@
 torn WAL tail, corruption in the middle of the WAL, corrupt snapshots, and a
 full disk (a small tmpfs)."""
 import glob
+import json
 import os
 import shutil
 import struct
@@ -144,6 +145,38 @@ def test_corrupt_snapshot_falls_back_then_refuses():
         m.cleanup()
 
 
+def test_snapshot_restore_into_a_new_data_dir():
+    m = Member(extra=["--snapshot-count", "100"])
+    target = tempfile.mkdtemp(prefix="ketch-restore-")
+    r2 = None
+    try:
+        fill(m, 300)
+        time.sleep(0.3)
+        m.stop()
+        snap = sorted(glob.glob(os.path.join(snap_dir(m), "*.snap")))[-1]
+        st = subprocess.run([os.path.join(BIN, "ketchutl"), "snapshot", "status", snap, "-w", "json"],
+                            capture_output=True, text=True, timeout=30)
+        assert st.returncode == 0, st
+        keys = json.loads(st.stdout)["totalKey"]
+        dd = os.path.join(target, "d")
+        r = subprocess.run([os.path.join(BIN, "ketchutl"), "snapshot", "restore", snap, "--data-dir", dd],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r
+        again = subprocess.run([os.path.join(BIN, "ketchutl"), "snapshot", "restore", snap,
+                                "--data-dir", dd], capture_output=True, text=True, timeout=30)
+        assert again.returncode != 0 and "exists" in again.stderr, again
+        r2 = Member(data_dir=target, name="restored")
+        assert 0 < keys <= 300
+        assert count(r2) == keys, (count(r2), keys)
+        fill(r2, 5, prefix="new/")  # the restored member takes writes
+        assert count(r2, b"new/") == 5
+    finally:
+        m.cleanup()
+        if r2:
+            r2.cleanup()
+        shutil.rmtree(target, ignore_errors=True)
+
+
 def test_disk_full_refuses_writes_keeps_acknowledged():
     mnt = tempfile.mkdtemp(prefix="ketch-full-")
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=140m", "tmpfs", mnt],
@@ -191,4 +224,5 @@ if __name__ == "__main__":
     run_tests([test_torn_tail_is_cut_and_member_starts,
                test_flipped_byte_in_middle_refuses_then_repair,
                test_corrupt_snapshot_falls_back_then_refuses,
+               test_snapshot_restore_into_a_new_data_dir,
                test_disk_full_refuses_writes_keeps_acknowledged])

@@ -8,11 +8,17 @@
  * counts every revision row of its key bucket). The file is verified in
  * full first; a corrupt file prints "Error: <what>" and exits 1.
  *
- * `snapshot restore` belongs to the node's data-dir layout and is not here
- * yet. */
+ * `snapshot restore FILE --data-dir DIR` verifies FILE and lays out a new data
+ * dir around it (member/snap/<term>-<index>.snap, an empty member/wal/): the
+ * member started there recovers the snapshot and forms a new cluster from its
+ * --initial-* flags, as `etcdutl snapshot restore` does. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../../snap/snap.h"
 #include "util.h"
@@ -100,6 +106,72 @@ static int usage(void) {
   return 2;
 }
 
+/* Copy `from` to `to` and fsync it. */
+static int copy_file(const char *from, const char *to) {
+  int in = open(from, O_RDONLY | O_CLOEXEC);
+  if (in < 0)
+    return -1;
+  int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0) {
+    close(in);
+    return -1;
+  }
+  char buf[1 << 16];
+  ssize_t n;
+  int rc = 0;
+  while ((n = read(in, buf, sizeof buf)) > 0)
+    if (write(out, buf, (size_t)n) != n) {
+      rc = -1;
+      break;
+    }
+  if (n < 0 || fsync(out) < 0)
+    rc = -1;
+  close(in);
+  close(out);
+  return rc;
+}
+
+/* A new data dir that starts from a snapshot: <dir>/member/snap/<term>-<index>.snap
+ * and an empty WAL. The member started on it takes its name, ids and peers
+ * from its --initial-* flags (a new cluster, as `etcdutl snapshot restore`). */
+static int restore(const char *file, const char *dir) {
+  struct kt_snap_meta meta = {0};
+  struct kt_err e = {0};
+  if (kt_snap_verify(file, &meta, &e)) {
+    fprintf(stderr, "Error: %s\n", e.msg);
+    kt_snap_meta_free(&meta);
+    return 1;
+  }
+  struct stat st;
+  if (stat(dir, &st) == 0) {
+    fprintf(stderr, "Error: data-dir %s exists\n", dir);
+    kt_snap_meta_free(&meta);
+    return 1;
+  }
+  char path[4096], name[64];
+  const char *sub[] = {"", "/member", "/member/snap", "/member/wal"};
+  for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
+    snprintf(path, sizeof path, "%s%s", dir, sub[i]);
+    if (mkdir(path, 0700) < 0) {
+      fprintf(stderr, "Error: mkdir %s: %s\n", path, strerror(errno));
+      kt_snap_meta_free(&meta);
+      return 1;
+    }
+  }
+  kt_snap_name(meta.term, meta.index, name, sizeof name);
+  snprintf(path, sizeof path, "%s/member/snap/%s", dir, name);
+  if (copy_file(file, path) < 0) {
+    fprintf(stderr, "Error: copy to %s: %s\n", path, strerror(errno));
+    kt_snap_meta_free(&meta);
+    return 1;
+  }
+  printf("restored snapshot %s to %s (revision %lld, %llu keys); start a member with "
+         "--data-dir %s and its --initial-cluster flags\n",
+         file, dir, (long long)meta.revision, (unsigned long long)meta.live_keys, dir);
+  kt_snap_meta_free(&meta);
+  return 0;
+}
+
 int ketchutl_snapshot(int argc, char **argv) {
   if (argc < 2)
     return usage();
@@ -126,8 +198,22 @@ int ketchutl_snapshot(int argc, char **argv) {
     return status(file, format);
   }
   if (!strcmp(argv[1], "restore")) {
-    fprintf(stderr, "Error: snapshot restore is not implemented yet\n");
-    return 1;
+    const char *file = NULL, *dir = NULL;
+    for (int i = 2; i < argc; i++) {
+      if (!strcmp(argv[i], "--data-dir") && i + 1 < argc)
+        dir = argv[++i];
+      else if (!strncmp(argv[i], "--data-dir=", 11))
+        dir = argv[i] + 11;
+      else if (argv[i][0] == '-' || file)
+        return usage();
+      else
+        file = argv[i];
+    }
+    if (!file || !dir) {
+      fprintf(stderr, "Error: snapshot restore needs a snapshot file and --data-dir\n");
+      return 1;
+    }
+    return restore(file, dir);
   }
   return usage();
 }
