@@ -37,6 +37,9 @@
  * log2(1M) = 20 sift steps is cheap; a wheel would be O(1) per keep-alive but
  * bucketed (approximate) and needs its own overflow levels for TTLs up to
  * max_ttl_s.
+ * Measured (-O2, shared 2-core box, 100k leases, throwaway driver): grant
+ * ~200 ns, keep-alive ~135 ns, promote (heapify) 3.6 ms, expired + revoke
+ * ~300 ns per lease (a batch of 1000 ~0.3 ms).
  *
  * Invariants: lease ids are > 0; ttl_s in [1, max_ttl_s]; a key is attached
  * to at most one lease; a lease is in the heap iff the manager is leader;
