@@ -601,7 +601,8 @@ static size_t catch_up(struct kt_watch_hub *h, struct watcher *w, size_t budget)
   struct kt_mvcc_cursor cur = {.key = w->g->key, .started = true};
   if (h->rev > w->q_rev)
     kt_mvcc_iter(h->store, h->rev, &cur, SIZE_MAX, &a, scan_fn, &s);
-  qsort(s.v, s.n, sizeof *s.v, hrec_cmp);
+  if (s.n)
+    qsort(s.v, s.n, sizeof *s.v, hrec_cmp);
   size_t take = s.n;
   if (take > room)
     take = room;

@@ -17,7 +17,7 @@ struct rec {
   int64_t rev;
   uint32_t sub;
   uint8_t type;
-  char key[8];
+  char key[16];
   uint32_t vh; /* value hash */
   bool has_prev;
   uint32_t ph;
@@ -68,7 +68,7 @@ static struct kt_bytes B(const char *s) {
   return (struct kt_bytes){(const uint8_t *)s, (uint32_t)strlen(s)};
 }
 
-static char keys[NKEYS][8];
+static char keys[NKEYS][16];
 
 static void apply(struct kt_mvcc *s, struct kt_request_op *op) {
   struct kt_arena a = {0};
@@ -127,7 +127,7 @@ struct got {
 };
 struct wspec {
   uint64_t id;
-  char key[8], end[8]; /* end "" single; "\1" from-key */
+  char key[16], end[16]; /* end "" single; "\1" from-key */
   int64_t start;
   bool no_put, no_delete, prev_kv;
   int speed; /* take every `speed` rounds */
