@@ -454,3 +454,48 @@ TEST(memory_per_watcher) {
   free(hist);
   hist = NULL;
 }
+
+static int progress_n;
+static void on_progress(void *arg, void *owner, uint64_t id, int64_t rev) {
+  (void)arg, (void)owner, (void)id;
+  CHECK_EQ(rev, kt_watch_revision(hub));
+  progress_n++;
+}
+
+TEST(txn_ready_together_and_progress) {
+  setup_keys();
+  hub = NULL;
+  struct kt_mvcc *s = new_store();
+  hub = kt_watch_hub_new(s, NULL);
+  struct kt_watch_opts o = {.key = B("k"), .range_end = B("l")};
+  struct kt_err e = {0};
+  uint64_t id, id2;
+  CHECK_EQ(kt_watch_create(hub, &o, NULL, &id, &e), 0);
+  o.key = B("zz");
+  o.range_end = (struct kt_bytes){0};
+  CHECK_EQ(kt_watch_create(hub, &o, NULL, &id2, &e), 0);
+  struct kt_request_op ops[3] = {{.type = KT_OP_PUT}, {.type = KT_OP_PUT}, {.type = KT_OP_PUT}};
+  ops[0].u.put.key = B("k05"), ops[1].u.put.key = B("k01"), ops[2].u.put.key = B("k09");
+  struct kt_request_op op = {.type = KT_OP_TXN};
+  op.u.txn.success = ops;
+  op.u.txn.n_success = 3;
+  struct kt_arena a = {0};
+  struct kt_response_op out;
+  CHECK_EQ(kt_mvcc_apply(s, &op, &a, &out, &e), 0); /* published, batch not closed */
+  struct kt_event ev[8];
+  CHECK_EQ(kt_watch_take(hub, id, ev, 8, &a, NULL), 0);
+  kt_watch_revision_done(hub, kt_mvcc_revision(s));
+  CHECK_EQ(kt_watch_take(hub, id, ev, 2, &a, NULL), 2); /* fragment of one revision */
+  CHECK_EQ(kt_watch_take(hub, id, ev + 2, 8, &a, NULL), 1);
+  CHECK_BYTES(ev[0].kv.key.p, ev[0].kv.key.n, "k05"); /* txn order, not key order */
+  CHECK_BYTES(ev[1].kv.key.p, ev[1].kv.key.n, "k01");
+  CHECK_BYTES(ev[2].kv.key.p, ev[2].kv.key.n, "k09");
+  progress_n = 0;
+  kt_watch_progress_all(hub, on_progress, NULL);
+  CHECK_EQ(progress_n, 2);
+  CHECK_EQ(kt_watch_take(hub, 999, ev, 8, &a, NULL), -KT_ENOTFOUND);
+  kt_arena_free(&a);
+  kt_watch_hub_free(hub);
+  hub = NULL;
+  kt_mvcc_free(s);
+}
