@@ -46,13 +46,22 @@ struct pending {
   uint64_t req_id;
 };
 
-/* A linearizable read waiting for its read index (several members). */
-struct read_wait {
+/* A request kept with a copy of its body until it can run: a linearizable
+ * read waiting for its read index (several members), or any request waiting
+ * for the member to serve. */
+struct held {
   struct kt_conn *conn; /* NULL once answered with an error */
   uint64_t req_id;
-  uint64_t batch; /* the kt_raft_read_index ctx it rides on */
+  uint64_t batch; /* reads: the kt_raft_read_index ctx it rides on */
   ev_tstamp since;
-  size_t len; /* body bytes in n->read_bodies, in order */
+  size_t len; /* its body's bytes in the queue's `bodies`, in order */
+};
+
+struct held_queue {
+  struct held *v;
+  size_t n, cap, head; /* v[head..n) waiting */
+  struct kt_buf bodies;
+  size_t bodies_head;
 };
 
 /* A WAL batch part whose durability raft waits for. */
@@ -61,15 +70,6 @@ struct persisting {
   uint64_t term, index; /* last entry written (index 0: none) */
   bool has_hs;
   struct kt_raft_hard_state hs;
-};
-
-/* A request that arrived while there was no leader (or before this leader
- * applied its first entry): run again once the member serves, or failed
- * with ENOLEADER after two election timeouts. */
-struct deferred {
-  struct kt_conn *conn;
-  ev_tstamp since;
-  size_t len; /* body bytes in n->deferred_bodies, in order */
 };
 
 struct waiter { /* a physical compaction waiting for its slices */
@@ -105,21 +105,17 @@ struct kt_node {
   uint64_t next_seq;
   /* Linearizable reads (several members): batches of one loop turn share
    * one read index; read_index_of[] maps a batch to its index once known. */
-  struct read_wait *reads;
-  size_t n_reads, cap_reads, reads_head;
-  struct kt_buf read_bodies;
-  size_t read_bodies_head;
+  struct held_queue reads;
   uint64_t read_batch;                         /* the batch new reads join */
   bool read_batch_used;                        /* it has reads: ask raft at the end of the turn */
   uint64_t read_ready_batch, read_ready_index; /* newest batch with a known index */
   /* WAL appends raft waits on, in order. */
   struct persisting *pers;
   size_t n_pers, cap_pers, pers_head;
-  /* Requests waiting for the member to serve. */
-  struct deferred *defer;
-  size_t n_defer, cap_defer, defer_head;
-  struct kt_buf defer_bodies;
-  size_t defer_bodies_head;
+  /* Requests that arrived while there was no leader (or before this leader
+   * applied its first entry): run once the member serves, or failed with
+   * ENOLEADER after two election timeouts. */
+  struct held_queue defer;
   ev_timer tick_w;
 
   struct waiter *waiters;
@@ -337,7 +333,40 @@ static void propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const
 }
 
 /* Answer a waiting read with an error now; its slot is skipped later. */
-static void read_fail(struct read_wait *r, int code, const char *msg) {
+static size_t held_count(const struct held_queue *q) { return q->n - q->head; }
+
+static void held_push(struct held_queue *q, struct held h, const uint8_t *body) {
+  kt_conn_ref(h.conn);
+  FIFO_PUSH(q->v, q->head, q->n, q->cap, h);
+  kt_buf_append(&q->bodies, body, h.len);
+}
+
+/* Take the oldest; *body stays valid until held_settle or the next push. */
+static struct held held_pop(struct held_queue *q, const uint8_t **body) {
+  struct held h = q->v[q->head++];
+  *body = q->bodies.p + q->bodies_head;
+  q->bodies_head += h.len;
+  return h;
+}
+
+/* After a round of pops: an empty queue gives its buffers back to the start. */
+static void held_settle(struct held_queue *q) {
+  if (q->head == q->n) {
+    q->head = q->n = 0;
+    kt_buf_reset(&q->bodies);
+    q->bodies_head = 0;
+  }
+}
+
+static void held_free(struct held_queue *q) {
+  for (size_t i = q->head; i < q->n; i++)
+    if (q->v[i].conn)
+      kt_conn_unref(q->v[i].conn);
+  free(q->v);
+  kt_buf_free(&q->bodies);
+}
+
+static void read_fail(struct held *r, int code, const char *msg) {
   kt_conn_send_error(r->conn, r->req_id, code, msg);
   kt_conn_unref(r->conn);
   r->conn = NULL;
@@ -346,28 +375,22 @@ static void read_fail(struct read_wait *r, int code, const char *msg) {
 /* A linearizable read with several members: it waits for a read index. */
 static void read_enqueue(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
                          size_t len) {
-  if (n->n_reads - n->reads_head >= READ_MAX) {
+  if (held_count(&n->reads) >= READ_MAX) {
     kt_conn_send_error(c, req_id, KT_EBUSY, "too many linearizable reads waiting");
     return;
   }
-  kt_conn_ref(c);
-  struct read_wait r = {c, req_id, n->read_batch, ev_now(n->loop), len};
-  FIFO_PUSH(n->reads, n->reads_head, n->n_reads, n->cap_reads, r);
-  kt_buf_append(&n->read_bodies, body, len);
+  held_push(&n->reads, (struct held){c, req_id, n->read_batch, ev_now(n->loop), len}, body);
   n->read_batch_used = true;
 }
 
 /* Keep a request for when the member serves (bounded). */
 static void defer_request(struct kt_node *n, struct kt_conn *c, uint64_t req_id,
                           const uint8_t *body, size_t len) {
-  if (n->n_defer - n->defer_head >= DEFER_MAX) {
+  if (held_count(&n->defer) >= DEFER_MAX) {
     kt_conn_send_error(c, req_id, KT_ENOLEADER, "no leader (too many requests waiting)");
     return;
   }
-  kt_conn_ref(c);
-  struct deferred d = {c, ev_now(n->loop), len};
-  FIFO_PUSH(n->defer, n->defer_head, n->n_defer, n->cap_defer, d);
-  kt_buf_append(&n->defer_bodies, body, len);
+  held_push(&n->defer, (struct held){c, req_id, 0, ev_now(n->loop), len}, body);
 }
 
 static bool op_writes(const struct kt_request_op *op) {
@@ -828,11 +851,11 @@ static void raft_event(struct kt_node *n, const struct kt_raft_event *ev) {
 /* Reads whose batch has a read index that is applied. A later batch's
  * index covers the earlier batches too. */
 static void serve_ready_reads(struct kt_node *n) {
-  while (n->reads_head < n->n_reads && n->reads[n->reads_head].batch <= n->read_ready_batch &&
+  struct held_queue *q = &n->reads;
+  while (q->head < q->n && q->v[q->head].batch <= n->read_ready_batch &&
          n->applied_index >= n->read_ready_index) {
-    struct read_wait r = n->reads[n->reads_head++];
-    const uint8_t *body = n->read_bodies.p + n->read_bodies_head;
-    n->read_bodies_head += r.len;
+    const uint8_t *body;
+    struct held r = held_pop(q, &body);
     struct kt_req req;
     struct kt_err e = {0};
     kt_arena_reset(&n->arena);
@@ -842,11 +865,7 @@ static void serve_ready_reads(struct kt_node *n) {
       serve_read(n, r.conn, &req);
     kt_conn_unref(r.conn);
   }
-  if (n->reads_head == n->n_reads) {
-    n->reads_head = n->n_reads = 0;
-    kt_buf_reset(&n->read_bodies);
-    n->read_bodies_head = 0;
-  }
+  held_settle(q);
 }
 
 /* The reads of this turn ask for one read index together. */
@@ -855,9 +874,9 @@ static void request_read_index(struct kt_node *n) {
     return;
   int rc = kt_raft_read_index(n->raft, n->read_batch);
   if (rc) { /* no leader: this batch fails */
-    for (size_t i = n->reads_head; i < n->n_reads; i++)
-      if (n->reads[i].batch == n->read_batch && n->reads[i].conn)
-        read_fail(&n->reads[i], rc, "no leader");
+    for (size_t i = n->reads.head; i < n->reads.n; i++)
+      if (n->reads.v[i].batch == n->read_batch && n->reads.v[i].conn)
+        read_fail(&n->reads.v[i], rc, "no leader");
   }
   n->read_batch++;
   n->read_batch_used = false;
@@ -907,7 +926,7 @@ static void process_ready(struct kt_node *n) {
     kt_raft_compact(n->raft, n->applied_index - keep);
   serve_ready_reads(n);
   move_check(n);
-  if (n->serving && n->defer_head < n->n_defer)
+  if (n->serving && held_count(&n->defer))
     run_deferred(n);
   snap_maybe_start(n);
 }
@@ -917,10 +936,9 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
 
 /* The member serves now: run what waited, in arrival order. */
 static void run_deferred(struct kt_node *n) {
-  while (n->serving && n->defer_head < n->n_defer) {
-    struct deferred d = n->defer[n->defer_head++];
-    const uint8_t *body = n->defer_bodies.p + n->defer_bodies_head;
-    n->defer_bodies_head += d.len;
+  while (n->serving && held_count(&n->defer)) {
+    const uint8_t *body;
+    struct held d = held_pop(&n->defer, &body);
     struct kt_req req;
     struct kt_err e = {0};
     kt_arena_reset(&n->arena);
@@ -928,11 +946,7 @@ static void run_deferred(struct kt_node *n) {
       on_request(n, d.conn, &req, body, d.len);
     kt_conn_unref(d.conn);
   }
-  if (n->defer_head == n->n_defer) {
-    n->defer_head = n->n_defer = 0;
-    kt_buf_reset(&n->defer_bodies);
-    n->defer_bodies_head = 0;
-  }
+  held_settle(&n->defer);
 }
 
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
@@ -942,28 +956,20 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
   move_check(n);
   /* Requests that waited two election timeouts for a leader fail. */
   ev_tstamp limit = 2.0 * n->cfg.election_timeout_ms / 1000.0;
-  while (n->defer_head < n->n_defer && ev_now(loop) - n->defer[n->defer_head].since > limit) {
-    struct deferred *d = &n->defer[n->defer_head++];
-    const uint8_t *body = n->defer_bodies.p + n->defer_bodies_head;
-    n->defer_bodies_head += d->len;
-    uint8_t type;
-    uint64_t id = 0;
-    kt_proto_peek_id(body, d->len, &type, &id);
-    kt_conn_send_error(d->conn, id, KT_ENOLEADER, "no leader");
-    kt_conn_unref(d->conn);
+  const uint8_t *body;
+  while (held_count(&n->defer) && ev_now(loop) - n->defer.v[n->defer.head].since > limit) {
+    struct held d = held_pop(&n->defer, &body);
+    kt_conn_send_error(d.conn, d.req_id, KT_ENOLEADER, "no leader");
+    kt_conn_unref(d.conn);
   }
-  if (n->defer_head == n->n_defer) {
-    n->defer_head = n->n_defer = 0;
-    kt_buf_reset(&n->defer_bodies);
-    n->defer_bodies_head = 0;
-  }
+  held_settle(&n->defer);
   /* Reads whose read index never came (a lost message, a partition). */
-  while (n->reads_head < n->n_reads && ev_now(loop) - n->reads[n->reads_head].since > limit) {
-    struct read_wait *r = &n->reads[n->reads_head++];
-    n->read_bodies_head += r->len;
-    if (r->conn)
-      read_fail(r, KT_ETIMEOUT, "linearizable read timed out: no read index from the leader");
+  while (held_count(&n->reads) && ev_now(loop) - n->reads.v[n->reads.head].since > limit) {
+    struct held r = held_pop(&n->reads, &body);
+    if (r.conn)
+      read_fail(&r, KT_ETIMEOUT, "linearizable read timed out: no read index from the leader");
   }
+  held_settle(&n->reads);
   /* Writes not applied in etcd's request timeout (5 s + two election
    * timeouts): the proposal may or may not commit later. */
   ev_tstamp wlimit = 5.0 + limit;
@@ -1742,16 +1748,9 @@ void kt_node_free(struct kt_node *n) {
   }
   if (n->move.conn)
     kt_conn_unref(n->move.conn);
-  for (size_t i = n->defer_head; i < n->n_defer; i++)
-    kt_conn_unref(n->defer[i].conn);
-  free(n->defer);
-  kt_buf_free(&n->defer_bodies);
+  held_free(&n->defer);
   free(n->pers);
-  for (size_t i = n->reads_head; i < n->n_reads; i++)
-    if (n->reads[i].conn)
-      kt_conn_unref(n->reads[i].conn);
-  free(n->reads);
-  kt_buf_free(&n->read_bodies);
+  held_free(&n->reads);
   kt_server_free(n->server);
   if (n->peers)
     kt_peer_free(n->peers);
