@@ -127,6 +127,13 @@ enum {
   KETCH_OP_TXN = 4,
   KETCH_OP_COMPACT = 5,
   KETCH_OP_STATUS = 6,
+  KETCH_OP_WATCH = 16, /* a frame of a watch stream (ketch_watch_result) */
+  KETCH_OP_WATCH_PROGRESS = 18,
+  KETCH_OP_LEASE_GRANT = 24,
+  KETCH_OP_LEASE_REVOKE = 25,
+  KETCH_OP_LEASE_KEEPALIVE = 26,
+  KETCH_OP_LEASE_TTL = 27,
+  KETCH_OP_LEASE_LEASES = 28,
   KETCH_OP_MEMBER_LIST = 32,
   KETCH_OP_MOVE_LEADER = 44,
 };
@@ -339,6 +346,44 @@ typedef struct ketch_member_list_result {
   size_t n_members;
 } ketch_member_list_result;
 
+/* The result of a lease request; fields a type does not use are zero.
+ * grant: id, ttl (granted seconds). revoke: header only. keepalive: id, ttl
+ * (renewed TTL; 0 = the lease was not found or had expired, as etcd).
+ * timetolive: id, ttl (remaining seconds; -1 = not found, as etcd),
+ * granted_ttl, and with keys: n_keys kvs of which only key/key_len are set.
+ * leases: n_leases ids, ascending. */
+typedef struct ketch_lease_result {
+  int64_t id, ttl, granted_ttl;
+  const ketch_kv *keys;
+  size_t n_keys;
+  const int64_t *leases;
+  size_t n_leases;
+} ketch_lease_result;
+
+enum { KETCH_EVENT_PUT = 0, KETCH_EVENT_DELETE = 1 };
+/* One change (etcd's mvccpb.Event). For DELETE, kv has the key and
+ * mod_revision (the deleting revision) only. prev_kv is NULL unless the
+ * watch asked for it and the key existed before. */
+typedef struct ketch_event {
+  int type; /* KETCH_EVENT_PUT / KETCH_EVENT_DELETE */
+  ketch_kv kv;
+  const ketch_kv *prev_kv;
+} ketch_event;
+
+/* One delivery of a watch (etcd's WatchResponse). header.revision is the
+ * store's revision when it was sent; for a progress notification (no events,
+ * not created, not canceled) every event up to header.revision was
+ * delivered. */
+typedef struct ketch_watch_result {
+  int64_t watch_id;
+  bool created;              /* the watch is established (first delivery) */
+  bool canceled;             /* last delivery: the watch ended (see err/compact_revision) */
+  int64_t compact_revision;  /* canceled because start_revision was compacted */
+  const ketch_event *events; /* in revision order; one revision's events may
+                                span deliveries only with fragment */
+  size_t n_events;
+} ketch_watch_result;
+
 /* The result of one request. `type` says which union member is filled.
  * When err != 0 the header and the union are zero and `message` explains. */
 typedef struct ketch_result {
@@ -353,6 +398,8 @@ typedef struct ketch_result {
     ketch_txn_result txn;
     ketch_status_result status; /* compact and move_leader have only the header */
     ketch_member_list_result member_list;
+    ketch_lease_result lease;
+    ketch_watch_result watch; /* type KETCH_OP_WATCH, given to a watch callback */
   };
 } ketch_result;
 
@@ -446,6 +493,92 @@ int ketch_member_list(ketch_client *c, ketch_result **out);
  * running). Never retried on another endpoint once sent (KETCH_EUNKNOWN). */
 int ketch_move_leader(ketch_client *c, uint64_t target_id, ketch_result **out);
 
+/* The callback of asynchronous requests, watches and keep-alives (see
+ * "asynchronous calls" below). */
+typedef void (*ketch_cb)(void *arg, int err, const ketch_result *res);
+
+/* ---- leases (etcd's Lease service) ----
+ * grant: ttl_s > 0 seconds; id 0 lets the server choose (else
+ * KETCH_ELEASEEXISTS if taken). revoke deletes the lease's keys in one
+ * revision (KETCH_ELEASENOTFOUND). keepalive_once renews once (ttl 0 in the
+ * result if the lease is gone). timetolive with keys lists the attached keys.
+ * Any member answers (followers forward keep-alive and time-to-live to the
+ * leader, which alone knows the remaining TTLs). */
+int ketch_lease_grant(ketch_client *c, int64_t ttl_s, int64_t id, ketch_result **out);
+int ketch_lease_revoke(ketch_client *c, int64_t id, ketch_result **out);
+int ketch_lease_keepalive_once(ketch_client *c, int64_t id, ketch_result **out);
+int ketch_lease_timetolive(ketch_client *c, int64_t id, bool keys, ketch_result **out);
+int ketch_lease_leases(ketch_client *c, ketch_result **out);
+
+/* Library-driven keep-alive (clientv3's KeepAlive): from now on the handle
+ * renews lease `id` every ttl/3 seconds from inside ketch_process() (its
+ * deadline counts in ketch_timeout_ms), across reconnects, until
+ * ketch_lease_keepalive_stop() or the lease is found gone. cb (may be NULL)
+ * runs after each renewal with type KETCH_OP_LEASE_KEEPALIVE; a result with
+ * ttl 0 (lease gone) is the last one. Returns KETCH_EINVAL for id <= 0,
+ * KETCH_EBUSY if the handle already keeps 65536 leases alive. */
+int ketch_lease_keepalive_start(ketch_client *c, int64_t id, ketch_cb cb, void *arg);
+int ketch_lease_keepalive_stop(ketch_client *c, int64_t id); /* KETCH_ENOTFOUND */
+
+/* ---- watch (etcd's Watch service) ----
+ * ketch_watch opens a watch; cb runs (from ketch_process) for every delivery:
+ * first created, then events and progress notifications, and finally one
+ * with canceled (after ketch_watch_cancel, a compacted start revision
+ * (err KETCH_ECOMPACTED, compact_revision set), or ketch_close: err
+ * KETCH_ECANCELED). Nothing runs after the canceled delivery.
+ * Exactly once, in order: when the connection is lost the library opens the
+ * watch again on the next endpoint from the revision after the last one it
+ * delivered, and drops events it already delivered, so the callback sees no
+ * gap and no repeat across failover (created is not delivered again).
+ * *out gets the watch's handle id (> 0, the library's, stable across
+ * failover; not the server's watch_id) for ketch_watch_cancel. */
+typedef struct ketch_watch_req {
+  const void *key;
+  size_t key_len;
+  const void *range_end;
+  size_t range_end_len;
+  bool prefix, from_key;  /* as in ketch_range_req */
+  int64_t start_revision; /* 0 = from the next revision */
+  bool prev_kv, no_put, no_delete;
+  bool progress_notify; /* periodic progress notifications while idle */
+  bool fragment;        /* allow a huge revision to be split across deliveries */
+} ketch_watch_req;
+int ketch_watch(ketch_client *c, const ketch_watch_req *req, ketch_cb cb, void *arg, uint64_t *out);
+int ketch_watch_cancel(ketch_client *c, uint64_t watch);
+/* Asks for a progress notification on every watch of the handle. */
+int ketch_watch_progress(ketch_client *c);
+
+/* ---- concurrency recipes (etcd's concurrency package) ----
+ * A session is a lease kept alive by the handle (ketch_lease_keepalive_start):
+ * if the process dies, its locks and candidacies go away after the TTL.
+ *
+ * Mutex: key = name + "/" + lease id in hex; waiters are ordered by create
+ * revision and each waits on (watches) only its predecessor's deletion.
+ * lock blocks until held or timeout_ms (-1 = no limit: KETCH_ETIMEOUT);
+ * try_lock returns KETCH_EBUSY ("locked by another session") at once.
+ * *out_key / *out_rev (if not NULL): the lock's key (malloc'ed, NUL-terminated,
+ * caller frees) and its create revision — a fencing token. */
+int ketch_session_open(ketch_client *c, int64_t ttl_s, int64_t *lease_out);
+int ketch_session_close(ketch_client *c, int64_t lease); /* revokes the lease */
+int ketch_mutex_lock(ketch_client *c, const char *name, int64_t lease, int timeout_ms,
+                     char **out_key, int64_t *out_rev);
+int ketch_mutex_try_lock(ketch_client *c, const char *name, int64_t lease, char **out_key,
+                         int64_t *out_rev);
+int ketch_mutex_unlock(ketch_client *c, const char *key);
+/* Election (etcd's concurrency.Election): campaign blocks until this session
+ * leads (its key is the oldest under name/), then the value is proclaimed.
+ * leader returns the current leader's kv (KETCH_ENOTFOUND: none). observe
+ * runs cb for every leader change (result type KETCH_OP_WATCH, events put
+ * by the leader's key) until ketch_watch_cancel(*out). */
+int ketch_election_campaign(ketch_client *c, const char *name, int64_t lease, const void *value,
+                            size_t value_len, int timeout_ms, char **out_key, int64_t *out_rev);
+int ketch_election_proclaim(ketch_client *c, const char *key, int64_t rev, const void *value,
+                            size_t value_len);
+int ketch_election_resign(ketch_client *c, const char *key);
+int ketch_election_leader(ketch_client *c, const char *name, ketch_result **out);
+int ketch_election_observe(ketch_client *c, const char *name, ketch_cb cb, void *arg,
+                           uint64_t *out);
+
 /* ---- asynchronous calls ----
  * `cb` runs exactly once per accepted request, from inside ketch_process(),
  * a synchronous call, ketch_run() or ketch_close() — never from inside the
@@ -463,8 +596,6 @@ int ketch_move_leader(ketch_client *c, uint64_t target_id, ketch_result **out);
  *
  * Submitting only queues the frame; it leaves in the next ketch_process()
  * (many frames, one write()). */
-typedef void (*ketch_cb)(void *arg, int err, const ketch_result *res);
-
 int ketch_get_async(ketch_client *c, const void *key, size_t key_len, ketch_cb cb, void *arg);
 int ketch_range_async(ketch_client *c, const ketch_range_req *req, ketch_cb cb, void *arg);
 int ketch_put_async(ketch_client *c, const ketch_put_req *req, ketch_cb cb, void *arg);
@@ -474,6 +605,11 @@ int ketch_compact_async(ketch_client *c, int64_t revision, bool physical, ketch_
 int ketch_status_async(ketch_client *c, ketch_cb cb, void *arg);
 int ketch_member_list_async(ketch_client *c, ketch_cb cb, void *arg);
 int ketch_move_leader_async(ketch_client *c, uint64_t target_id, ketch_cb cb, void *arg);
+int ketch_lease_grant_async(ketch_client *c, int64_t ttl_s, int64_t id, ketch_cb cb, void *arg);
+int ketch_lease_revoke_async(ketch_client *c, int64_t id, ketch_cb cb, void *arg);
+int ketch_lease_keepalive_once_async(ketch_client *c, int64_t id, ketch_cb cb, void *arg);
+int ketch_lease_timetolive_async(ketch_client *c, int64_t id, bool keys, ketch_cb cb, void *arg);
+int ketch_lease_leases_async(ketch_client *c, ketch_cb cb, void *arg);
 
 /* ---- event-loop integration ----
  * Typical loop (poll; libev/libuv/epoll are the same idea):

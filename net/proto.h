@@ -42,13 +42,21 @@ enum kt_msg_type {
   KT_MSG_TXN = 4,
   KT_MSG_COMPACT = 5,
   KT_MSG_STATUS = 6,
-  KT_MSG_MEMBER_LIST = 32,    /* etcd Cluster.MemberList */
-  KT_MSG_MEMBER_PUBLISH = 39, /* member -> cluster, only inside WAL entries */
-  KT_MSG_MOVE_LEADER = 44,    /* etcd Maintenance.MoveLeader */
+  KT_MSG_WATCH_CREATE = 16,   /* opens a watch stream: WATCH frames on its id */
+  KT_MSG_WATCH_CANCEL = 17,   /* ends a watch stream */
+  KT_MSG_WATCH_PROGRESS = 18, /* etcd WatchProgressRequest */
+  KT_MSG_LEASE_GRANT = 24,
+  KT_MSG_LEASE_REVOKE = 25,
+  KT_MSG_LEASE_KEEPALIVE = 26, /* one renewal per request (pipeline them) */
+  KT_MSG_LEASE_TTL = 27,       /* etcd LeaseTimeToLive */
+  KT_MSG_LEASE_LEASES = 28,    /* etcd LeaseLeases */
+  KT_MSG_MEMBER_LIST = 32,     /* etcd Cluster.MemberList */
+  KT_MSG_MEMBER_PUBLISH = 39,  /* member -> cluster, only inside WAL entries */
+  KT_MSG_MOVE_LEADER = 44,     /* etcd Maintenance.MoveLeader */
   /* Reserved for later messages (PROTOCOL.md "Type numbers"); decoders answer
    * them EUNSUPPORTED until they are specified. */
-  KT_MSG_RESERVED_WATCH_FIRST = 16,  /* 16..23 watch */
-  KT_MSG_RESERVED_LEASE_FIRST = 24,  /* 24..31 lease */
+  KT_MSG_RESERVED_WATCH_FIRST = 19,  /* 19..23 watch */
+  KT_MSG_RESERVED_LEASE_FIRST = 29,  /* 29..31 lease */
   KT_MSG_RESERVED_MEMBER_FIRST = 33, /* 33..38 member add/remove/update/promote */
   KT_MSG_RESERVED_ALARM_FIRST = 40,  /* 40..43 alarm */
   KT_MSG_RESERVED_MAINT_FIRST = 45,  /* 45..55 maintenance */
@@ -125,6 +133,58 @@ struct kt_move_leader_req {
   uint64_t target_id; /* the member to hand leadership to */
 };
 
+/* WATCH_CREATE (etcd WatchCreateRequest). The watch's stream is the
+ * request's id: every WATCH frame of this watch carries it, from the
+ * `created` one to the `canceled` one. */
+struct kt_watch_create_req {
+  struct kt_bytes key, range_end; /* etcd's range rules (core/ops.h) */
+  int64_t start_revision;         /* 0 = from the next revision */
+  bool prev_kv, no_put, no_delete;
+  bool progress_notify; /* periodic progress frames while idle */
+  bool fragment;        /* split a huge revision across frames */
+};
+
+/* WATCH_CANCEL: the watch to end, by its watch_id (from its created frame). */
+struct kt_watch_cancel_req {
+  int64_t watch_id;
+};
+
+/* A WATCH frame (etcd WatchResponse), type KT_MSG_WATCH_CREATE, with the id
+ * of the WATCH_CREATE request. Exactly one of: created (first frame),
+ * events (n_events > 0), a progress notification (no events, not created,
+ * not canceled: header.revision says every event up to it was sent), or
+ * canceled (last frame; compact_revision > 0 when cancelled by compaction). */
+struct kt_watch_resp {
+  int64_t watch_id;
+  bool created, canceled;
+  bool fragment; /* more frames of the same revision follow */
+  int64_t compact_revision;
+  struct kt_bytes cancel_reason;
+  struct kt_event *events; /* in (mod_revision, sub) order */
+  uint32_t n_events;
+};
+
+/* LEASE_GRANT (ttl, id: 0 = server-chosen), LEASE_REVOKE (id),
+ * LEASE_KEEPALIVE (id), LEASE_TTL (id, keys), LEASE_LEASES (nothing). */
+struct kt_lease_req {
+  int64_t id;
+  int64_t ttl; /* seconds, grant only */
+  bool keys;   /* LEASE_TTL: list the attached keys */
+};
+
+/* The response of every lease request; fields unused by a type are zero.
+ * GRANT: id, ttl (granted). REVOKE: header only. KEEPALIVE: id, ttl (the
+ * renewed TTL; 0 = the lease is not found or expired, as etcd). TTL: id,
+ * ttl (remaining seconds; -1 = not found, as etcd), granted_ttl, keys.
+ * LEASES: leases (ids, ascending). */
+struct kt_lease_resp {
+  int64_t id, ttl, granted_ttl;
+  struct kt_bytes *keys;
+  uint32_t n_keys;
+  int64_t *leases;
+  uint32_t n_leases;
+};
+
 struct kt_error_msg {
   uint32_t code; /* KT_E* */
   struct kt_bytes message;
@@ -140,6 +200,9 @@ struct kt_req {
     struct kt_compact_req compact;
     struct kt_move_leader_req move_leader;
     struct kt_member_publish_req publish;
+    struct kt_watch_create_req watch_create;
+    struct kt_watch_cancel_req watch_cancel; /* WATCH_PROGRESS: no fields */
+    struct kt_lease_req lease;               /* LEASE_* */
   } u;
 };
 
@@ -154,6 +217,8 @@ struct kt_resp {
     struct kt_response_op op; /* RANGE, PUT, DELETE, TXN */
     struct kt_status_resp status;
     struct kt_member_list_resp member_list; /* MOVE_LEADER has only the header */
+    struct kt_watch_resp watch;             /* WATCH_CREATE (CANCEL, PROGRESS: header) */
+    struct kt_lease_resp lease;             /* LEASE_* */
     struct kt_error_msg error;
   } u;
 };
