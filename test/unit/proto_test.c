@@ -1303,6 +1303,8 @@ static void seed_resp(const char *dir, const char *name, const struct kt_resp *r
   kt_buf_free(&b);
 }
 
+static struct kt_event events3[3]; /* defined with the watch tests below */
+
 TEST(write_fuzz_corpus) {
   const char *dir = getenv("KT_WRITE_CORPUS");
   if (!dir)
@@ -1427,7 +1429,7 @@ TEST(write_fuzz_corpus) {
   write_seed(dir, "bad_short_prefix", b.p, b.len);
   write_seed(dir, "bad_zero_length", "\0\0\0\0\x93\x02\x01\x80", 8);
   write_seed(dir, "bad_huge_length", "\xff\xff\xff\xf0\x93\x02\x01\x80", 8);
-  write_seed(dir, "bad_unknown_type", "\0\0\0\x04\x93\x10\x07\x80", 8);
+  write_seed(dir, "bad_unknown_type", "\0\0\0\x04\x93\x13\x07\x80", 8); /* 19: reserved */
   write_seed(dir, "bad_not_array", "\0\0\0\x04\x83\x10\x07\x80", 8);
   write_seed(dir, "bad_key_int", "\0\0\0\x09\x93\x02\x07\x81\xa3key\x05", 13);
   write_seed(dir, "bad_bin32_len", "\0\0\0\x0f\x93\x02\x07\x81\xa3key\xc6\xff\xff\xff\xff\x00", 19);
@@ -1443,6 +1445,53 @@ TEST(write_fuzz_corpus) {
   r.u.op.u.txn.success = ops;
   r.u.op.u.txn.n_success = KT_MAX_TXN_OPS + 1;
   seed_req(dir, "bad_129_ops", &r);
+  /* watch and lease messages */
+  r = (struct kt_req){.type = KT_MSG_WATCH_CREATE, .id = 20};
+  r.u.watch_create = (struct kt_watch_create_req){.key = B("a"),
+                                                  .range_end = B("\0"),
+                                                  .start_revision = 7,
+                                                  .prev_kv = true,
+                                                  .no_put = true,
+                                                  .no_delete = true,
+                                                  .progress_notify = true,
+                                                  .fragment = true};
+  seed_req(dir, "req_watch_create", &r);
+  r = (struct kt_req){.type = KT_MSG_WATCH_CANCEL, .id = 21};
+  r.u.watch_cancel.watch_id = 3;
+  seed_req(dir, "req_watch_cancel", &r);
+  r = (struct kt_req){.type = KT_MSG_WATCH_PROGRESS, .id = 22};
+  seed_req(dir, "req_watch_progress", &r);
+  r = (struct kt_req){.type = KT_MSG_LEASE_GRANT, .id = 23};
+  r.u.lease = (struct kt_lease_req){.id = 0x694d77d1a3f0c207ll, .ttl = 60};
+  seed_req(dir, "req_lease_grant", &r);
+  r = (struct kt_req){.type = KT_MSG_LEASE_TTL, .id = 24};
+  r.u.lease = (struct kt_lease_req){.id = 5, .keys = true};
+  seed_req(dir, "req_lease_ttl", &r);
+  s = (struct kt_resp){.type = KT_MSG_WATCH_CREATE, .id = 20, .header = h};
+  s.u.watch = (struct kt_watch_resp){.watch_id = 3, .created = true};
+  seed_resp(dir, "resp_watch_created", &s);
+  s.u.watch =
+      (struct kt_watch_resp){.watch_id = 3, .fragment = true, .events = events3, .n_events = 3};
+  seed_resp(dir, "resp_watch_events", &s);
+  s.u.watch = (struct kt_watch_resp){
+      .watch_id = 3, .canceled = true, .compact_revision = 4, .cancel_reason = B("compacted")};
+  seed_resp(dir, "resp_watch_canceled", &s);
+  s = (struct kt_resp){.type = KT_MSG_WATCH_PROGRESS, .id = 22, .header = h};
+  seed_resp(dir, "resp_watch_progress", &s);
+  struct kt_bytes lkeys[2] = {B("k1"), B("k2")};
+  int64_t lids[3] = {1, 1LL << 40, -1};
+  s = (struct kt_resp){.type = KT_MSG_LEASE_TTL, .id = 24, .header = h};
+  s.u.lease =
+      (struct kt_lease_resp){.id = 5, .ttl = 30, .granted_ttl = 60, .keys = lkeys, .n_keys = 2};
+  seed_resp(dir, "resp_lease_ttl", &s);
+  s = (struct kt_resp){.type = KT_MSG_LEASE_LEASES, .id = 25, .header = h};
+  s.u.lease = (struct kt_lease_resp){.leases = lids, .n_leases = 3};
+  seed_resp(dir, "resp_lease_leases", &s);
+  /* an event of type 2 (EINVAL) */
+  write_seed(dir, "bad_watch_event_type2",
+             "\0\0\0\x18\x93\x10\x01\x81\xa6"
+             "events\x91\x93\x02\x96\xa1k\xa1v\x01\x02\x03\x00\xc0",
+             28);
   kt_buf_free(&b);
 }
 
