@@ -1491,10 +1491,8 @@ int ketch_move_leader(ketch_client *c, uint64_t target_id, ketch_result **out) {
 
 static int submit_lease(ketch_client *c, int type, int64_t id, int64_t ttl, bool keys, bool keep,
                         ketch_cb cb, void *arg) {
-  if (id < 0 || (type == KT_MSG_LEASE_GRANT && ttl <= 0)) {
-    set_errmsg(c, "%s",
-               type == KT_MSG_LEASE_GRANT && ttl <= 0 ? "lease TTL must be > 0"
-                                                      : "lease id must be >= 0");
+  if (type == KT_MSG_LEASE_GRANT && ttl <= 0) {
+    set_errmsg(c, "%s", "lease TTL must be > 0");
     return KETCH_EINVAL;
   }
   struct kt_req r;
