@@ -974,6 +974,58 @@ static void fz_resp(struct kt_buf *b, uint8_t type, uint64_t id) {
   kt_proto_encode_resp(b, &r);
 }
 
+#define FZ_WATCH_ID ((1ull << 62) | (9ull << 24))
+
+static void fz_watch(struct kt_buf *b) {
+  static struct kt_event ev[3];
+  for (int i = 0; i < 3; i++) {
+    memset(&ev[i], 0, sizeof ev[i]);
+    ev[i].type = i == 2 ? KT_EVENT_DELETE : KT_EVENT_PUT;
+    ev[i].kv.key = (struct kt_bytes){(const uint8_t *)"ab", 2};
+    ev[i].kv.value = (struct kt_bytes){(const uint8_t *)(i == 2 ? "" : "vv"), i == 2 ? 0 : 2};
+    ev[i].kv.mod_revision = 11 + (i > 0);
+    ev[i].has_prev_kv = i == 1;
+    ev[i].prev_kv = ev[0].kv;
+  }
+  struct kt_resp r;
+  memset(&r, 0, sizeof r);
+  r.type = KT_MSG_WATCH_CREATE;
+  r.id = FZ_WATCH_ID;
+  r.header = (struct kt_header){1, 2, 10, 3};
+  r.u.watch.watch_id = 4;
+  r.u.watch.created = true;
+  kt_proto_encode_resp(b, &r);
+  r.u.watch.created = false;
+  r.u.watch.events = ev;
+  r.u.watch.n_events = 2;
+  r.u.watch.fragment = true;
+  kt_proto_encode_resp(b, &r);
+  r.u.watch.events = ev + 1;
+  r.u.watch.fragment = false;
+  kt_proto_encode_resp(b, &r);
+  r.u.watch.n_events = 0;
+  r.header.revision = 20;
+  kt_proto_encode_resp(b, &r);
+  r.u.watch.canceled = true;
+  r.u.watch.compact_revision = 15;
+  kt_proto_encode_resp(b, &r);
+}
+
+static void fz_lease(struct kt_buf *b) {
+  static struct kt_bytes keys[2] = {{(const uint8_t *)"k1", 2}, {(const uint8_t *)"", 0}};
+  struct kt_resp r;
+  memset(&r, 0, sizeof r);
+  r.type = KT_MSG_LEASE_TTL;
+  r.id = fz_id(8);
+  r.header = (struct kt_header){1, 2, 10, 3};
+  r.u.lease.id = 5;
+  r.u.lease.ttl = 7;
+  r.u.lease.granted_ttl = 10;
+  r.u.lease.keys = keys;
+  r.u.lease.n_keys = 2;
+  kt_proto_encode_resp(b, &r);
+}
+
 static void fz_write(const char *name, uint8_t sel, const struct kt_buf *b) {
   char path[200];
   snprintf(path, sizeof path, "test/fuzz/corpus/client/%s", name);
@@ -1040,6 +1092,12 @@ TEST(write_client_fuzz_corpus) {
   kt_buf_reset(&b);
   kt_buf_append(&b, "\0\0\0\3\x93\x01\xc0", 7);
   fz_write("bad-body", 1, &b);
+  kt_buf_reset(&b);
+  fz_watch(&b); /* created, events (a fragment), progress, canceled */
+  fz_write("watch-stream", 1, &b);
+  kt_buf_reset(&b);
+  fz_lease(&b);
+  fz_write("lease-ttl-keys", 1, &b);
   kt_buf_reset(&b);
   fz_resp(&b, KT_MSG_DELETE, fz_id(4));
   for (size_t i = 0; i < b.len; i++) /* flip every byte of the body */
