@@ -1413,7 +1413,7 @@ TEST(watch_events_in_order_during_sync_calls_history_and_cancel) {
   ketch_result *r;
   const char *keys[4] = {"wt/a", "wt/b", "wt/a", "other"};
   for (int i = 0; i < 4; i++) {
-    char v[8];
+    char v[16];
     snprintf(v, sizeof v, "v%d", i);
     CHECK_EQ(put_s(c, keys[i], v, &r), 0);
     revs[i] = r->header.revision;
