@@ -44,8 +44,8 @@ static atomic_bool hold_sig, hold_lost;
 static sigset_t old_mask;
 
 static void keepalive_cb(void *arg, int err, const ketch_result *res) {
-  (void)arg;
-  if ((!err && res->lease.ttl <= 0) || err == KETCH_ELEASENOTFOUND)
+  (void)arg; /* an error is delivered only when the library gave up */
+  if (err || res->lease.ttl <= 0)
     atomic_store(&hold_lost, true);
 }
 
