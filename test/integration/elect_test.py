@@ -18,7 +18,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import run_tests  # noqa: E402
-from lock_test import client, compare_transcripts, help_part, side_by_side, with_member  # noqa: E402
+from lock_test import (client, compare_transcripts, help_part, kill_after_renewal,  # noqa: E402
+                       side_by_side, with_member)
 
 
 def test_three_candidates_observer_sees_leaders_in_order():
@@ -63,9 +64,7 @@ def test_three_candidates_observer_sees_leaders_in_order():
         assert a.line() == "error ENOTFOUND", "a resigned leader proclaimed"
         cands["c"].no_line(0.3)
 
-        os.kill(cands["b"].p.pid, signal.SIGKILL)
-        t_kill = time.monotonic_ns()
-        cands["b"].p.wait()
+        t_kill = kill_after_renewal(cands["b"])
         f = cands["c"].line(timeout=ttl + 10).split()
         assert f[0] == "leader", f
         keys["c"] = f[1]

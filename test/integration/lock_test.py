@@ -44,16 +44,19 @@ class Proc:
         self.p = subprocess.Popen(args, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.q = queue.Queue()
+        self.renewals = queue.Queue()  # recipes_client's "renewed ..." lines
         self.out, self.err = [], []
         threading.Thread(target=self._pump, args=(self.p.stdout, self.q, self.out),
                          daemon=True).start()
         threading.Thread(target=self._pump, args=(self.p.stderr, None, self.err),
                          daemon=True).start()
 
-    @staticmethod
-    def _pump(f, q, keep):
+    def _pump(self, f, q, keep):
         for raw in iter(f.readline, b""):
             line = raw.decode("utf-8", "replace")
+            if q is not None and line.startswith("renewed "):
+                self.renewals.put(line.rstrip("\n"))
+                continue
             keep.append(line)
             if q is not None:
                 q.put(line.rstrip("\n"))
@@ -189,6 +192,26 @@ def test_counter_under_lock():
     with_member(body)
 
 
+def kill_after_renewal(h, within=5.0):
+    """kill -9 the holder right after its keep-alive renewed the lease, so
+    the lease has (almost) its whole TTL left; returns the kill time."""
+    while not h.renewals.empty():
+        h.renewals.get()
+    while True:
+        try:
+            l = h.renewals.get(timeout=within)
+        except queue.Empty:
+            raise AssertionError("no keep-alive renewal within %.1fs" % within)
+        assert l.split()[3] == "OK", "renewal failed: " + l
+        if h.renewals.empty():
+            os.kill(h.p.pid, signal.SIGKILL)
+            t_kill = time.monotonic_ns()
+            h.p.wait()
+            since = (t_kill - int(l.split()[1])) / 1e9
+            assert since < 0.25, "the kill came %.2fs after the renewal" % since
+            return t_kill
+
+
 def test_holder_killed_waiter_gets_lock_after_ttl():
     ttl = 3
 
@@ -201,9 +224,7 @@ def test_holder_killed_waiter_gets_lock_after_ttl():
         w = client(m.endpoint, "lock", "k9", ttl, 30000)
         procs.append(w)
         w.no_line(0.7)  # it waits behind the holder
-        os.kill(h.p.pid, signal.SIGKILL)
-        t_kill = time.monotonic_ns()
-        h.p.wait()
+        t_kill = kill_after_renewal(h)
         f = w.line(timeout=ttl + 10).split()
         assert f[0] == "acquired", f
         waited = (int(f[2]) - t_kill) / 1e9

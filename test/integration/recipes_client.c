@@ -10,13 +10,15 @@
  *       CLOCK_MONOTONIC in ns. Ends with "done".
  *   recipes_client EP hold NAME TTL_S
  *       locks, renews the lease once more, prints "enter REV T KEY", then
- *       keeps the session alive until killed.
+ *       keeps the session alive until killed, printing "renewed T TTL" after
+ *       each renewal of the library's keep-alive.
  *   recipes_client EP lock NAME TTL_S TIMEOUT_MS
  *       "acquired REV T KEY" (then unlocks) or "error ENAME T".
  *   recipes_client EP trylock NAME TTL_S
  *       "acquired REV KEY" (then unlocks) or "error ENAME".
  *   recipes_client EP campaign NAME TTL_S VALUE
- *       campaigns, renews once, prints "leader KEY REV T"; then obeys stdin
+ *       campaigns, renews once, prints "leader KEY REV T" (then "renewed"
+ *       lines as hold does); obeys stdin
  *       lines "proclaim V" ("proclaimed" / "error ENAME"), "resign"
  *       ("resigned"), "quit" (closes the session), keeping the session alive.
  *   recipes_client EP leader NAME
@@ -127,6 +129,12 @@ static void counter(ketch_client *c, char **a) {
   out("done\n");
 }
 
+static void renewed_cb(void *arg, int err, const ketch_result *res) {
+  (void)arg;
+  out("renewed %lld %lld %s\n", (long long)mono_ns(), err ? 0LL : (long long)res->lease.ttl,
+      ketch_errname(err));
+}
+
 static void hold(ketch_client *c, char **a) {
   int64_t lease = session(c, a[1]);
   char *lk = NULL;
@@ -138,6 +146,9 @@ static void hold(ketch_client *c, char **a) {
   if (err)
     die("keepalive_once", err);
   out("enter %lld %lld %s\n", (long long)rev, (long long)mono_ns(), lk);
+  err = ketch_lease_keepalive_start(c, lease, renewed_cb, NULL); /* replaces the session's */
+  if (err)
+    die("keepalive_start", err);
   for (;;)
     pump(c, 1000, -1);
 }
@@ -183,6 +194,9 @@ static void campaign(ketch_client *c, char **a) {
   if (err)
     die("keepalive_once", err);
   out("leader %s %lld %lld\n", key, (long long)rev, (long long)mono_ns());
+  err = ketch_lease_keepalive_start(c, lease, renewed_cb, NULL);
+  if (err)
+    die("keepalive_start", err);
   char line[512];
   for (;;) {
     if (!pump(c, 1000, 0))
