@@ -36,20 +36,26 @@ KETCHCTL = os.path.join(BIN, "ketchctl")
 TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]
 
 
+SANITIZER = ("Sanitizer", "runtime error:")
+
+
 class Proc:
     """A child process whose stdout lines arrive on a queue."""
+    started = []  # every Proc, for the sanitizer check at the end of a test
 
     def __init__(self, args, stdin=False, env=None):
+        Proc.started.append(self)
         self.args = args
         self.p = subprocess.Popen(args, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.q = queue.Queue()
         self.renewals = queue.Queue()  # recipes_client's "renewed ..." lines
         self.out, self.err = [], []
-        threading.Thread(target=self._pump, args=(self.p.stdout, self.q, self.out),
-                         daemon=True).start()
-        threading.Thread(target=self._pump, args=(self.p.stderr, None, self.err),
-                         daemon=True).start()
+        self.err_done = [threading.Thread(target=self._pump, args=(f, q, keep), daemon=True)
+                         for f, q, keep in ((self.p.stdout, self.q, self.out),
+                                            (self.p.stderr, None, self.err))]
+        for t in self.err_done:
+            t.start()
 
     def _pump(self, f, q, keep):
         for raw in iter(f.readline, b""):
@@ -116,6 +122,20 @@ def client(ep, *args, stdin=False):
     return Proc([CLIENT, ep] + [str(a) for a in args], stdin=stdin)
 
 
+def check_sanitizers():
+    """No client process (libketch, ketchctl) reported an ASan/UBSan error."""
+    started, Proc.started = Proc.started, []
+    for p in started:
+        p.kill()
+    for p in started:
+        for t in p.err_done:
+            t.join(5)
+        err = p.stderr()
+        if any(s in err for s in SANITIZER):
+            sys.stderr.write("%s:\n%s\n" % (" ".join(p.args), err[-6000:]))
+            raise AssertionError("sanitizer report from %s (see the test log)" % " ".join(p.args[-3:]))
+
+
 def with_member(fn):
     m = Member()
     procs = []
@@ -125,6 +145,7 @@ def with_member(fn):
         for p in procs:
             p.kill()
         m.cleanup()
+    check_sanitizers()
 
 
 def check_sections(logs, final_counter):
@@ -279,6 +300,7 @@ def test_counter_on_three_members():
     finally:
         for m in ms:
             m.cleanup()
+    check_sanitizers()
 
 
 # ---- ketchctl lock vs etcdctl lock ----
@@ -342,7 +364,12 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        with open(os.path.join(self.dir, "server.log"), "rb") as f:
+            log = f.read().decode("utf-8", "replace")
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self.kind == "ketch" and any(s in log for s in SANITIZER):
+            sys.stderr.write("ketch log:\n%s\n" % log[-6000:])
+            raise AssertionError("sanitizer report in the ketch member's log")
 
 
 def norm(text):
@@ -369,6 +396,7 @@ def side_by_side(scenario):
             out.append(scenario(s))
         finally:
             s.stop()
+    check_sanitizers()
     return out
 
 
