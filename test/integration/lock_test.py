@@ -283,6 +283,36 @@ def test_try_lock_busy_and_timeout_leave_no_key():
     with_member(body)
 
 
+def test_waiter_whose_session_expired_is_told_not_granted():
+    """A waiter frozen past its TTL loses its key; when its predecessor goes it
+    must not report the lock as held (etcd 3.4 would): ELEASENOTFOUND."""
+    def body(m, procs):
+        from harness import Conn
+        h = client(m.endpoint, "hold", "ex", 10)
+        procs.append(h)
+        f = h.line().split()
+        assert f[0] == "enter", f
+        holder_key = f[3]
+        w = client(m.endpoint, "lock", "ex", 2, 30000)
+        procs.append(w)
+        w.no_line(0.5)
+        os.kill(w.p.pid, signal.SIGSTOP)
+        try:
+            deadline = time.time() + 10
+            while len(Conn(m.port).get("ex/", range_end=b"ex0").get("kvs") or []) != 1:
+                assert time.time() < deadline, "the frozen waiter's key outlived its 2s lease"
+                time.sleep(0.2)
+        finally:
+            os.kill(w.p.pid, signal.SIGCONT)
+        Conn(m.port).call(3, {"key": holder_key.encode()})  # DELETE: the holder's key goes
+        f = w.line().split()
+        assert f[:2] == ["error", "ELEASENOTFOUND"], f
+        assert w.wait() == 0
+        kvs = Conn(m.port).get("ex/", range_end=b"ex0").get("kvs") or []
+        assert kvs == [], "keys left under ex/: %r" % kvs
+    with_member(body)
+
+
 def test_counter_on_three_members():
     ports = [(free_port(), free_port()) for _ in range(3)]
     names = ["n%d" % i for i in range(3)]
@@ -479,5 +509,6 @@ Server.run_plain = staticmethod(_run_plain)
 
 if __name__ == "__main__":
     run_tests([test_counter_under_lock, test_holder_killed_waiter_gets_lock_after_ttl,
-               test_try_lock_busy_and_timeout_leave_no_key, test_ketchctl_lock_like_etcdctl,
+               test_try_lock_busy_and_timeout_leave_no_key,
+               test_waiter_whose_session_expired_is_told_not_granted, test_ketchctl_lock_like_etcdctl,
                test_ketchctl_lock_command_keeps_session_alive, test_counter_on_three_members])
