@@ -313,7 +313,7 @@ def test_waiter_whose_session_expired_is_told_not_granted():
     with_member(body)
 
 
-def test_counter_on_three_members():
+def start_three():
     ports = [(free_port(), free_port()) for _ in range(3)]
     names = ["n%d" % i for i in range(3)]
     ic = ",".join("%s=http://127.0.0.1:%d" % (names[i], ports[i][1]) for i in range(3))
@@ -323,6 +323,61 @@ def test_counter_on_three_members():
     try:
         for m in ms:
             m.wait_ready()
+    except Exception:
+        for m in ms:
+            m.cleanup()
+        raise
+    return ms
+
+
+def test_lock_survives_the_kill_of_its_member():
+    """Holder and waiter both talk to the Raft leader, which is kill -9'd:
+    their sessions and the waiter's watch fail over to the other members, the
+    holder keeps the lock past several TTLs (no lease expires because of the
+    member's death or the election), and the waiter gets it after the
+    holder's own death + TTL."""
+    from harness import STATUS, Conn
+    ttl = 3
+    ms = start_three()
+    procs = []
+    try:
+        deadline = time.time() + 10
+        while True:
+            st = [Conn(m.port).call(STATUS, {}) for m in ms]
+            lead = [m for m, x in zip(ms, st) if x.get("leader") and x["header"][1] == x["leader"]]
+            if lead:
+                break
+            assert time.time() < deadline, "no leader: %r" % st
+            time.sleep(0.1)
+        ms.remove(lead[0])
+        ms.insert(0, lead[0])  # first in the endpoint list: both clients use it
+        eps = ",".join(m.endpoint for m in ms)
+        h = client(eps, "hold", "fo", ttl)
+        procs.append(h)
+        f = h.line().split()
+        assert f[0] == "enter", f
+        w = client(eps, "lock", "fo", ttl, 60000)
+        procs.append(w)
+        w.no_line(0.5)
+        ms[0].kill9()
+        w.no_line(2.5 * ttl)  # the holder's lease lives on
+        t_kill = kill_after_renewal(h)
+        f = w.line(timeout=ttl + 10).split()
+        assert f[0] == "acquired", f
+        waited = (int(f[2]) - t_kill) / 1e9
+        assert ttl - 0.3 <= waited <= ttl + 4, "lock passed %.2fs after the holder's kill" % waited
+        assert w.wait() == 0
+    finally:
+        for p in procs:
+            p.kill()
+        for m in ms:
+            m.cleanup()
+    check_sanitizers()
+
+
+def test_counter_on_three_members():
+    ms = start_three()
+    try:
         eps = [m.endpoint for m in ms]
         logs = run_counter(eps, "c3", n_procs=3, sections=10)
         done = check_sections(logs, counter_value(eps[0], "c3-counter"))
@@ -511,4 +566,5 @@ if __name__ == "__main__":
     run_tests([test_counter_under_lock, test_holder_killed_waiter_gets_lock_after_ttl,
                test_try_lock_busy_and_timeout_leave_no_key,
                test_waiter_whose_session_expired_is_told_not_granted, test_ketchctl_lock_like_etcdctl,
-               test_ketchctl_lock_command_keeps_session_alive, test_counter_on_three_members])
+               test_ketchctl_lock_command_keeps_session_alive, test_counter_on_three_members,
+               test_lock_survives_the_kill_of_its_member])
