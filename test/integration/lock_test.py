@@ -97,12 +97,16 @@ class Proc:
             self.p.send_signal(sig)
 
     def wait(self, timeout=20.0):
+        """The exit code, once stdout and stderr are read to their end."""
         try:
-            return self.p.wait(timeout)
+            rc = self.p.wait(timeout)
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait()
             raise AssertionError("%s did not exit within %.0fs" % (" ".join(self.args[-4:]), timeout))
+        for t in self.err_done:
+            t.join(5)
+        return rc
 
     def stdout(self):
         return "".join(self.out)
