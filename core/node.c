@@ -156,7 +156,8 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
     return;
   }
   struct pending own = {0};
-  if (kt_get_u64be(ent->data) == n->member_id) {
+  if (kt_get_u64be(ent->data) == n->member_id &&
+      (kt_get_u64be(ent->data + 8) & ~SEQ_MASK) == n->run_id) { /* ours, this run */
     uint64_t seq = kt_get_u64be(ent->data + 8);
     while (n->pend_head < n->n_pend && n->pend[n->pend_head].seq <= seq) {
       struct pending p = n->pend[n->pend_head++];
@@ -192,14 +193,14 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
 
 /* c may be NULL for the member's own proposals (auto-compaction). A
  * follower's proposal is forwarded to the leader by raft. */
-void kt_node_propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
-                     size_t body_len) {
+int kt_node_propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
+                    size_t body_len) {
   if (n->wal_failed) {
     if (c)
       kt_conn_send_error(c, req_id, n->wal_failed, n->wal_failed_msg);
-    return;
+    return n->wal_failed;
   }
-  uint64_t seq = ++n->next_seq;
+  uint64_t seq = n->run_id | (++n->next_seq & SEQ_MASK);
   kt_buf_reset(&n->scratch);
   kt_buf_reserve(&n->scratch, DATA_HDR + body_len);
   kt_put_u64be(n->scratch.p, n->member_id);
@@ -210,18 +211,36 @@ void kt_node_propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, cons
   if (rc) {
     if (c)
       kt_conn_send_error(c, req_id, rc, NULL);
-    return;
+    return rc;
   }
   if (c)
     kt_conn_ref(c);
   struct pending p = {seq, ev_now(n->loop), c, req_id, n->next_done, n->next_done_ctx};
   FIFO_PUSH(n->pend, n->pend_head, n->n_pend, n->cap_pend, p);
+  return 0;
 }
+
+static void propose_body(struct kt_node *n, struct kt_buf *body_buf, kt_node_done_fn done,
+                         void *ctx);
 
 void kt_node_propose_req(struct kt_node *n, const struct kt_req *req, kt_node_done_fn done,
                          void *ctx) {
   struct kt_buf body = {0};
   kt_proto_encode_req_body(&body, req);
+  if (n->in_ready) { /* raft takes no proposal inside a ready batch: after it */
+    struct deferred_prop d = {body, done, ctx};
+    struct deferred_prop *v = realloc(n->dprops, (n->n_dprops + 1) * sizeof *v);
+    kt_assert(v);
+    n->dprops = v;
+    n->dprops[n->n_dprops++] = d;
+    return;
+  }
+  propose_body(n, &body, done, ctx);
+}
+
+static void propose_body(struct kt_node *n, struct kt_buf *body_buf, kt_node_done_fn done,
+                         void *ctx) {
+  struct kt_buf body = *body_buf;
   if (n->wal_failed || !n->serving) {
     struct kt_err e = {0};
     int code = n->wal_failed ? n->wal_failed : KT_ENOLEADER;
@@ -230,14 +249,13 @@ void kt_node_propose_req(struct kt_node *n, const struct kt_req *req, kt_node_do
     done(n, ctx, code, &e, NULL);
     return;
   }
-  size_t before = n->n_pend;
   n->next_done = done;
   n->next_done_ctx = ctx;
-  kt_node_propose(n, NULL, 0, body.p, body.len);
+  int rc = kt_node_propose(n, NULL, 0, body.p, body.len);
   n->next_done = NULL;
   n->next_done_ctx = NULL;
   kt_buf_free(&body);
-  if (n->n_pend == before) { /* raft refused it */
+  if (rc) { /* raft refused it */
     struct kt_err e = {0};
     kt_err_set(&e, KT_ENOLEADER, "proposal refused: no leader");
     done(n, ctx, KT_ENOLEADER, &e, NULL);
@@ -635,7 +653,7 @@ static void wal_notify(void *arg) {
   ev_async_send(n->loop, &n->wal_async);
 }
 
-static void fail_pending(struct kt_node *n, int code, const char *msg) {
+void kt_node_fail_pending(struct kt_node *n, int code, const char *msg) {
   size_t end = n->n_pend;
   for (size_t i = n->pend_head; i < end; i++)
     pending_fail(n, &n->pend[i], code, msg);
@@ -671,7 +689,7 @@ static void on_wal_synced(struct ev_loop *loop, ev_async *w, int revents) {
       snprintf(n->wal_failed_msg, sizeof n->wal_failed_msg,
                "no space left on device: the member refuses writes (%s)", e.msg);
       kt_log(KT_LOG_ERROR, "wal", "%s", n->wal_failed_msg);
-      fail_pending(n, KT_ENOSPACE, n->wal_failed_msg);
+      kt_node_fail_pending(n, KT_ENOSPACE, n->wal_failed_msg);
     } else {
       fatal_stop(n, rc, e.msg); /* a failed fdatasync stops the member */
     }
@@ -730,8 +748,6 @@ static void persist_ready(struct kt_node *n, const struct kt_raft_ready *rd) {
   FIFO_PUSH(n->pers, n->pers_head, n->n_pers, n->cap_pers, p);
 }
 
-static void fail_pending(struct kt_node *n, int code, const char *msg);
-
 static void raft_event(struct kt_node *n, const struct kt_raft_event *ev) {
   char buf[160];
   int level = KT_LOG_INFO;
@@ -746,7 +762,7 @@ static void raft_event(struct kt_node *n, const struct kt_raft_event *ev) {
     /* Proposals sent to (or made as) the old leader may or may not commit:
      * their clients hear so now instead of at the request timeout. */
     if (n->pend_head < n->n_pend)
-      fail_pending(n, KT_EUNKNOWN, "request outcome unknown: leader changed");
+      kt_node_fail_pending(n, KT_EUNKNOWN, "request outcome unknown: leader changed");
     n->known_leader = leader;
   }
   switch (ev->type) {
@@ -806,6 +822,7 @@ static void process_ready(struct kt_node *n) {
   while (!n->fatal && kt_raft_has_ready(n->raft)) {
     struct kt_raft_ready rd;
     kt_raft_ready(n->raft, &rd);
+    n->in_ready = true;
     for (size_t i = 0; i < rd.n_events; i++)
       raft_event(n, &rd.events[i]);
     if (rd.hs_changed || rd.n_entries)
@@ -836,6 +853,11 @@ static void process_ready(struct kt_node *n) {
              kt_raft_role_name(rd.role), (unsigned long long)rd.leader,
              (unsigned long long)kt_raft_term(n->raft), (unsigned long long)n->applied_index);
     kt_raft_advance(n->raft);
+    n->in_ready = false;
+    /* proposals made while applying (internal recipes): now */
+    for (size_t i = 0; i < n->n_dprops; i++)
+      propose_body(n, &n->dprops[i].body, n->dprops[i].done, n->dprops[i].ctx);
+    n->n_dprops = 0;
     if (publish)
       publish_self(n);
   }
@@ -1632,6 +1654,9 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   struct kt_node *n = calloc(1, sizeof *n);
   kt_assert(n);
   n->loop = loop;
+  /* proposal numbers carry a random run id: an entry proposed by an earlier
+   * run of this member, applied after a restart, answers nobody */
+  n->run_id = ((uint64_t)(randombytes_random() & 0xffffff) | 1u) << 40;
   n->cfg = *cfg;
   if (strlen(cfg->data_dir) > 3900) {
     free(n);
@@ -1812,6 +1837,9 @@ void kt_node_free(struct kt_node *n) {
     kt_conn_unref(n->waiters[i].conn);
   free(n->waiters);
   free(n->pend);
+  for (size_t i = 0; i < n->n_dprops; i++)
+    kt_buf_free(&n->dprops[i].body);
+  free(n->dprops);
   kt_raft_free(n->raft);
   kt_buf_free(&n->scratch);
   kt_arena_free(&n->arena);

@@ -25,6 +25,7 @@
  * keys; the WAL reset's fsync). A follower that needs a snapshot is not
  * serving current data anyway.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -69,6 +70,19 @@ void kt_node_install_init(struct kt_node *n) {
   n->inst = calloc(1, sizeof *n->inst);
   kt_assert(n->inst);
   n->inst->rfd = -1;
+  /* receives a crash interrupted */
+  DIR *d = opendir(n->snap_dir);
+  struct dirent *de;
+  while (d && (de = readdir(d)) != NULL) {
+    size_t l = strlen(de->d_name);
+    if (l > 5 && strcmp(de->d_name + l - 5, ".recv") == 0) {
+      char p[4400];
+      snprintf(p, sizeof p, "%s/%s", n->snap_dir, de->d_name);
+      unlink(p);
+    }
+  }
+  if (d)
+    closedir(d);
 }
 
 static void recv_abort(struct kt_node *n, const char *why) {
@@ -166,8 +180,11 @@ static void start_send(struct kt_node *n, uint64_t peer) {
     t++;
   if (t < s->n_tried && ev_now(n->loop) - s->tried[t].at < RETRY_S)
     return;
-  if (t == s->n_tried && s->n_tried < KT_NODE_MAX_MEMBERS)
+  if (t == s->n_tried) {
+    if (s->n_tried == KT_NODE_MAX_MEMBERS)
+      return;
     s->n_tried++;
+  }
   s->tried[t].peer = peer;
   s->tried[t].at = ev_now(n->loop);
   struct kt_snap_entry *list = NULL;
@@ -232,8 +249,8 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
   struct kt_err e = {0};
   struct kt_mvcc *store;
   struct kt_lease_mgr *leases;
-  if (index <= kt_raft_commit(n->raft))
-    return; /* checked by the caller in this same turn */
+  if (index <= kt_raft_commit(n->raft) || term > kt_raft_term(n->raft))
+    return; /* raft would refuse it: change nothing (stale is checked by the caller) */
   if (kt_node_load_snapshot_file(n, path, &meta, &store, &leases, &e)) {
     kt_log(KT_LOG_ERROR, "snap", "received snapshot refused: %s", e.msg);
     kt_snap_meta_free(&meta);
@@ -251,8 +268,15 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
     return;
   }
   kt_snap_meta_free(&meta);
-  /* The log restarts after the snapshot; the old one is of no use. */
-  if (kt_wal_reset(n->wal, index + 1, &e)) {
+  /* The log restarts after the snapshot; the old one is of no use, but the
+   * hard state (term, vote) must stay durable: it opens the new segment. */
+  struct kt_raft_hard_state hs = {kt_raft_term(n->raft), kt_raft_vote(n->raft), index};
+  uint8_t hb[24];
+  kt_put_u64be(hb, hs.term);
+  kt_put_u64be(hb + 8, hs.vote);
+  kt_put_u64be(hb + 16, hs.commit);
+  struct kt_wal_rec hrec = {.type = REC_HARDSTATE, .index = index, .payload = hb, .len = 24};
+  if (kt_wal_reset(n->wal, index + 1, &hrec, &e)) {
     kt_log(KT_LOG_FATAL, "wal", "reset after snapshot install failed: %s", e.msg);
     kt_mvcc_free(store);
     kt_lease_free(leases);
@@ -281,6 +305,12 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
   n->last_snap_index = n->durable_snap_index = index;
   n->log_bytes_since_snap = 0;
   int rc = kt_raft_install_snapshot(n->raft, index, term);
+  n->hs_synced = hs;
+  kt_raft_hs_persisted(n->raft, &hs); /* in-flight hard states were superseded */
+  /* Our proposals may or may not be in the snapshot; lock waiters re-check
+   * (the swap emitted no delete events). */
+  kt_node_fail_pending(n, KT_EUNKNOWN, "request outcome unknown: a snapshot was installed");
+  kt_node_lock_recheck_all(n);
   kt_log(rc ? KT_LOG_ERROR : KT_LOG_INFO, "snap",
          "installed snapshot index=%llu term=%llu revision=%lld keys=%llu%s",
          (unsigned long long)index, (unsigned long long)term, (long long)kt_mvcc_revision(n->store),

@@ -45,6 +45,14 @@ enum {
 typedef void (*kt_node_done_fn)(struct kt_node *n, void *ctx, int rc, const struct kt_err *e,
                                 const struct kt_response_op *res);
 
+#define SEQ_MASK ((1ull << 40) - 1) /* a seq: run id (24 bits) | counter (40 bits) */
+
+struct deferred_prop {
+  struct kt_buf body;
+  kt_node_done_fn done;
+  void *ctx;
+};
+
 struct pending {
   uint64_t seq; /* this member's proposal number (in the entry's data) */
   ev_tstamp since;
@@ -111,6 +119,10 @@ struct kt_node {
   struct pending *pend;
   size_t n_pend, cap_pend, pend_head;
   uint64_t next_seq;
+  uint64_t run_id;              /* high 24 bits of every seq this run (never 0) */
+  bool in_ready;                /* between kt_raft_ready and kt_raft_advance */
+  struct deferred_prop *dprops; /* kt_node_propose_req calls made in_ready */
+  size_t n_dprops;
   kt_node_done_fn next_done; /* for kt_node_propose_req's proposal */
   void *next_done_ctx;
   /* Linearizable reads (several members): batches of one loop turn share
@@ -181,8 +193,10 @@ void kt_node_reply(struct kt_node *n, struct kt_conn *c, uint64_t id, uint8_t ty
                    const struct kt_response_op *op);
 void kt_node_reply_err(struct kt_conn *c, uint64_t id, int code, const struct kt_err *e);
 /* Propose a request body through raft (c NULL: the member's own). */
-void kt_node_propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
-                     size_t body_len);
+int kt_node_propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
+                    size_t body_len); /* 0, or the error already sent to c */
+/* Every proposal of ours still waiting fails with code (the clients hear it). */
+void kt_node_fail_pending(struct kt_node *n, int code, const char *msg);
 /* Propose req (encoded here); done(ctx, ...) runs once with the outcome. */
 void kt_node_propose_req(struct kt_node *n, const struct kt_req *req, kt_node_done_fn done,
                          void *ctx);
@@ -194,6 +208,7 @@ void kt_node_lock_request(struct kt_node *n, struct kt_conn *c, const struct kt_
 void kt_node_lock_event(struct kt_node *n, const struct kt_event *ev); /* store hook */
 void kt_node_lock_flush(struct kt_node *n); /* end of turn: waiters whose predecessor went */
 void kt_node_lock_tick(struct kt_node *n);
+void kt_node_lock_recheck_all(struct kt_node *n); /* the store was replaced */
 
 int kt_node_load_snapshot_file(struct kt_node *n, const char *path, struct kt_snap_meta *meta,
                                struct kt_mvcc **store, struct kt_lease_mgr **leases,

@@ -40,6 +40,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <sodium.h>
+
 #include "node_int.h"
 
 #define REVOKES_PER_TICK 200 /* 2000 expiries/s at the default 100 ms tick */
@@ -50,7 +52,7 @@
 #define BLOB_MAGIC "KTLEASE1"
 
 struct fwd {
-  uint64_t seq;
+  uint64_t seq, to;     /* to: the leader it went to (only it may answer) */
   struct kt_conn *conn; /* NULL once answered */
   uint64_t req_id;
   ev_tstamp since;
@@ -92,6 +94,7 @@ void kt_node_lease_init(struct kt_node *n) {
   n->leases = kt_node_lease_mgr_new(n);
   n->ls = calloc(1, sizeof *n->ls);
   kt_assert(n->ls);
+  n->ls->seq = (uint64_t)randombytes_random() << 32; /* answers to an earlier run match nothing */
 }
 
 void kt_node_lease_free(struct kt_node *n) {
@@ -284,7 +287,7 @@ static void forward(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const
     kt_conn_send_error(c, req_id, KT_EBUSY, "too many requests waiting for the leader");
     return;
   }
-  struct fwd f = {++ls->seq, c, req_id, ev_now(n->loop)};
+  struct fwd f = {++ls->seq, leader, c, req_id, ev_now(n->loop)};
   kt_conn_ref(c);
   if (ls->n == ls->cap) {
     if (ls->head > ls->n / 2) {
@@ -407,7 +410,8 @@ static void fwd_answer_leader(struct kt_node *n, uint64_t from, uint64_t seq, co
   kt_peer_send(n->peers, from, ls->buf.p, ls->buf.len);
 }
 
-static void fwd_relay(struct kt_node *n, uint64_t seq, const uint8_t *body, size_t len) {
+static void fwd_relay(struct kt_node *n, uint64_t from, uint64_t seq, const uint8_t *body,
+                      size_t len) {
   struct node_lease_state *ls = n->ls;
   struct fwd *f = NULL;
   for (size_t i = ls->head; i < ls->n; i++) /* answers come nearly in order */
@@ -415,8 +419,8 @@ static void fwd_relay(struct kt_node *n, uint64_t seq, const uint8_t *body, size
       f = &ls->v[i];
       break;
     }
-  if (!f || !f->conn)
-    return; /* timed out already */
+  if (!f || !f->conn || f->to != from)
+    return; /* timed out already, or not from the member it was sent to */
   struct kt_resp r;
   struct kt_err e = {0};
   kt_arena_reset(&ls->arena);
@@ -449,7 +453,7 @@ bool kt_node_lease_peer_message(struct kt_node *n, uint64_t from, const uint8_t 
   if (msg[0] == FWD_REQ)
     fwd_answer_leader(n, from, seq, msg + FWD_HDR, len - FWD_HDR);
   else
-    fwd_relay(n, seq, msg + FWD_HDR, len - FWD_HDR);
+    fwd_relay(n, from, seq, msg + FWD_HDR, len - FWD_HDR);
   return true;
 }
 

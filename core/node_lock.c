@@ -491,6 +491,15 @@ void kt_node_lock_flush(struct kt_node *n) {
   }
 }
 
+void kt_node_lock_recheck_all(struct kt_node *n) {
+  for (struct lockop *o = n->lk->all; o; o = o->all_next)
+    if (!o->dead && o->waiting && !o->marked) {
+      o->marked = true;
+      o->mnext = n->lk->marked;
+      n->lk->marked = o;
+    }
+}
+
 void kt_node_lock_tick(struct kt_node *n) {
   struct node_lock_state *s = n->lk;
   struct lockop **pp = &s->all;

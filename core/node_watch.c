@@ -30,6 +30,7 @@
 #include "node_int.h"
 
 #define FRAME_EVENTS 1000
+#define TAKE 64 /* events per kt_watch_take: frames stop near FRAME_BYTES */
 #define FRAME_BYTES (1u << 20)
 #define STEP_BUDGET 4096 /* history events copied per loop turn for catch-up */
 #define DEFAULT_PROGRESS_MS 600000
@@ -139,21 +140,27 @@ static size_t event_bytes(const struct kt_event *e) {
   return b;
 }
 
-/* Moves ready events of w into frames while its connection has room.
- * Returns true if w still has events ready (the connection is full). */
+/* Moves ready events of w into frames while its connection has room:
+ * events are taken TAKE at a time so a frame stops near FRAME_BYTES (at a
+ * revision's end, or mid-revision with `fragment`). A revision too big for
+ * one frame without `fragment` ends the watch with a reason instead of
+ * building a frame the client cannot take. The caller keeps w and its
+ * connection alive (w->queued, a reference) while this runs: a send may
+ * close the connection. Returns true if w still has events ready and its
+ * connection is full. */
 static bool drain_one(struct kt_node *n, struct nwatch *w) {
   struct node_watch_state *s = n->ws;
   struct kt_conn *c = w->wc->conn;
   size_t nev = 0, bytes = 0;
   kt_arena_reset(&s->arena);
   for (;;) {
-    if (s->cap_evs - nev < FRAME_EVENTS) {
-      s->cap_evs = s->cap_evs ? 2 * s->cap_evs : 2 * FRAME_EVENTS;
+    if (s->cap_evs - nev < TAKE) {
+      s->cap_evs = s->cap_evs ? 2 * s->cap_evs : 4 * TAKE;
       s->evs = realloc(s->evs, s->cap_evs * sizeof *s->evs);
       kt_assert(s->evs);
     }
     int64_t crev = 0;
-    int k = kt_watch_take(n->watches, w->hub_id, s->evs + nev, FRAME_EVENTS, &s->arena, &crev);
+    int k = kt_watch_take(n->watches, w->hub_id, s->evs + nev, TAKE, &s->arena, &crev);
     if (k < 0) {
       if (nev)
         send_frame(n, w, &(struct kt_watch_resp){.events = s->evs, .n_events = (uint32_t)nev});
@@ -176,15 +183,22 @@ static bool drain_one(struct kt_node *n, struct nwatch *w) {
     bool mid_revision = nev && next == s->evs[nev - 1].kv.mod_revision;
     if (nev < FRAME_EVENTS && bytes < FRAME_BYTES)
       continue;
-    if (mid_revision && !w->fragment)
-      continue; /* a revision stays whole in one frame */
+    if (mid_revision && !w->fragment) {
+      if (bytes < KT_MAX_FRAME_BYTES / 2)
+        continue; /* a revision stays whole in one frame */
+      kt_watch_cancel(n->watches, w->hub_id);
+      end_stream(n, w, 0, "a revision is too large for one frame: watch with fragment");
+      return false;
+    }
     send_frame(n, w,
                &(struct kt_watch_resp){
                    .events = s->evs, .n_events = (uint32_t)nev, .fragment = mid_revision});
     nev = bytes = 0;
     kt_arena_reset(&s->arena);
-    if (!w->wc || kt_conn_unsent(c) > KT_CONN_OUT_SOFT)
-      return w->wc != NULL;
+    if (!w->wc || !kt_conn_open(c))
+      return false;
+    if (kt_conn_unsent(c) > KT_CONN_OUT_SOFT)
+      return true;
   }
   if (nev)
     send_frame(n, w, &(struct kt_watch_resp){.events = s->evs, .n_events = (uint32_t)nev});
@@ -208,12 +222,17 @@ void kt_node_watch_flush(struct kt_node *n) {
     struct kt_conn *c = w->wc->conn;
     if (!kt_conn_open(c))
       continue; /* on_close is about to drop it */
-    if (kt_conn_unsent(c) > KT_CONN_OUT_SOFT || drain_one(n, w)) {
-      if (w->wc) {
-        w->blocked = true;
-        kt_conn_want_drain(c);
-      }
+    kt_conn_ref(c);
+    w->queued = true; /* a send that closes c detaches w but cannot free it */
+    bool full = kt_conn_unsent(c) > KT_CONN_OUT_SOFT || drain_one(n, w);
+    w->queued = false;
+    if (!w->wc) {
+      free(w);
+    } else if (full && kt_conn_open(c)) {
+      w->blocked = true;
+      kt_conn_want_drain(c);
     }
+    kt_conn_unref(c);
   }
   if (s->head == s->n)
     s->head = s->n = 0;

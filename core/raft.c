@@ -1181,6 +1181,7 @@ void kt_raft_advance(struct kt_raft *r) {
 
 enum kt_raft_role kt_raft_role(const struct kt_raft *r) { return r->role; }
 uint64_t kt_raft_term(const struct kt_raft *r) { return r->term; }
+uint64_t kt_raft_vote(const struct kt_raft *r) { return r->vote; }
 uint64_t kt_raft_leader(const struct kt_raft *r) { return r->lead; }
 uint64_t kt_raft_commit(const struct kt_raft *r) { return r->commit; }
 uint64_t kt_raft_applied(const struct kt_raft *r) { return r->applied; }

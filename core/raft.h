@@ -268,6 +268,7 @@ void kt_raft_report_snapshot_failed(struct kt_raft *r, uint64_t peer);
 /* Read-only accessors (for the node's status and for tests). */
 enum kt_raft_role kt_raft_role(const struct kt_raft *r);
 uint64_t kt_raft_term(const struct kt_raft *r);
+uint64_t kt_raft_vote(const struct kt_raft *r);
 uint64_t kt_raft_leader(const struct kt_raft *r);
 uint64_t kt_raft_commit(const struct kt_raft *r);
 uint64_t kt_raft_applied(const struct kt_raft *r);

@@ -728,7 +728,9 @@ static size_t catch_up(struct kt_watch_hub *h, struct watcher *w, size_t budget)
     work += budget; /* keys read, counted as the slice's whole budget */
   }
   if (p->scanned) {
-    while (p->d < p->n && pushed < room) {
+    /* a revision goes to the buffer whole (it may pass `room`): the node
+     * keeps a revision in one message unless the client allows fragments */
+    while (p->d < p->n && (pushed < room || (pushed && p->v[p->d].r.mod_revision == w->q_rev))) {
       struct hrec *x = &p->v[p->d++];
       struct kt_kv kv = kv_of(&x->r), pv;
       if (x->r.tombstone)

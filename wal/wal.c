@@ -492,13 +492,19 @@ int kt_wal_purge(struct kt_wal *w, uint64_t index, int *removed, struct kt_err *
   return 0;
 }
 
-int kt_wal_reset(struct kt_wal *w, uint64_t first_index, struct kt_err *err) {
+int kt_wal_reset(struct kt_wal *w, uint64_t first_index, const struct kt_wal_rec *first,
+                 struct kt_err *err) {
   if (w->failed) {
     if (err)
       *err = w->ferr;
     return w->failed;
   }
   cut(w, first_index);
+  if (first) {
+    int rc = kt_wal_append(w, first->type, first->index, first->payload, first->len, NULL);
+    if (rc)
+      return rc;
+  }
   uint64_t keep = w->cur_seq;
   int rc = kt_wal_sync(w, err);
   if (rc)

@@ -213,13 +213,15 @@ size_t kt_wal_buffered_bytes(const struct kt_wal *wal);
  * *removed (may be NULL) receives how many files went. */
 int kt_wal_purge(struct kt_wal *wal, uint64_t index, int *removed, struct kt_err *err);
 
-/* Start afresh after a snapshot install: begin a new, empty segment whose
- * first index is first_index (the chain continues), wait until it is
+/* Start afresh after a snapshot install: begin a new segment whose first
+ * index is first_index (the chain continues), holding `first` if not NULL
+ * (e.g. the hard state, which must survive the removal), wait until it is
  * durable, then remove every older segment, oldest first. Blocking. A crash
  * before the removals finish leaves older records in front of the new
  * segment; they are delivered on open, so the caller skips records at or
  * below its snapshot index. Errors: the failed state's code, KT_EIO. */
-int kt_wal_reset(struct kt_wal *wal, uint64_t first_index, struct kt_err *err);
+int kt_wal_reset(struct kt_wal *wal, uint64_t first_index, const struct kt_wal_rec *first,
+                 struct kt_err *err);
 
 /* Stop the sync thread after the in-flight batch, close files, free. Records
  * not yet durable are not written. Returns the failed state's code or 0. */

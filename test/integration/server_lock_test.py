@@ -70,6 +70,26 @@ def test_lock_waits_for_predecessor_and_hands_over():
         m.cleanup()
 
 
+def test_lock_then_disconnect_before_it_applies():
+    """A LOCK whose client leaves before the lock txn applies: the member
+    deletes the key (it once proposed that from inside its apply loop and
+    aborted)."""
+    m = Member()
+    try:
+        c = Conn(m.port)
+        for i in range(20):
+            lid = grant(c)
+            x = Conn(m.port)
+            x.send(LOCK, {"name": b"gone", "lease": lid})
+            x.close()
+        time.sleep(0.5)
+        assert c.call(RANGE, {"key": b"gone/", "range_end": b"gone0",
+                              "count_only": True}).get("count", 0) == 0
+        assert m.proc.poll() is None
+    finally:
+        m.cleanup()
+
+
 def contender(port, n, log, errors):
     try:
         c = Conn(port)
@@ -159,6 +179,7 @@ def test_lock_on_a_follower_of_three():
 if __name__ == "__main__":
     run_tests([
         test_lock_waits_for_predecessor_and_hands_over,
+        test_lock_then_disconnect_before_it_applies,
         test_lock_mutual_exclusion_counter,
         test_election_campaign_observe_proclaim_resign,
         test_lock_on_a_follower_of_three,

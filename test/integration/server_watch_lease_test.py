@@ -164,6 +164,41 @@ def test_watch_progress_and_slow_consumer():
         m.cleanup()
 
 
+def test_watch_big_history_frames_and_whole_revisions():
+    """A watch from history over 80 MB of values gets every event in frames
+    of bounded size; a 2000-key delete (one revision) arrives in one frame
+    unless fragments are asked for, then as flagged fragments."""
+    m = Member()
+    try:
+        c = Conn(m.port)
+        big = b"v" * 75000
+        for i in range(1100):
+            c.send(PUT, {"key": b"b%04d" % i, "value": big})
+        for i in range(1100):
+            assert c.recv()[0] == PUT
+        w = Conn(m.port)
+        rid, _ = watch(w, "b", range_end=b"c", start_revision=1)
+        fs = frames_until(w, n_events(rid, 1100), timeout=60)
+        assert [e[1][0] for e in events_of(fs, rid)] == [b"b%04d" % i for i in range(1100)]
+        assert max(len(p.get("events") or []) for t, i, p in fs if i == rid) < 100
+        for i in range(2000):
+            c.send(PUT, {"key": b"d%04d" % i, "value": b"x"})
+        for i in range(2000):
+            assert c.recv()[0] == PUT
+        r = c.call(DELETE, {"key": b"d", "range_end": b"e"})
+        drev = r["header"][2]
+        for frag in (False, True):
+            rid, _ = watch(w, "d", range_end=b"e", start_revision=drev, fragment=frag)
+            fs = frames_until(w, n_events(rid, 2000))
+            mine = [p for t, i, p in fs if i == rid and p.get("events")]
+            if not frag:
+                assert len(mine) == 1 and len(mine[0]["events"]) == 2000, [len(p["events"]) for p in mine]
+            else:
+                assert all(p.get("fragment") for p in mine[:-1]) and not mine[-1].get("fragment")
+    finally:
+        m.cleanup()
+
+
 def lease_grant(c, ttl, lid=0):
     p = c.call(GRANT, {"ttl": ttl, "id": lid} if lid else {"ttl": ttl})
     return p["id"], p["ttl"]
@@ -307,6 +342,7 @@ if __name__ == "__main__":
         test_watch_events_in_order_txn_whole_filters_prev_kv,
         test_watch_history_replay_and_compacted_start,
         test_watch_progress_and_slow_consumer,
+        test_watch_big_history_frames_and_whole_revisions,
         test_lease_grant_ttl_keys_keepalive_revoke,
         test_lease_expiry_deletes_keys_at_one_revision_and_keepalive_holds,
         test_leases_survive_restart_and_snapshot,

@@ -990,7 +990,7 @@ TEST(reset_starts_afresh) {
   for (uint64_t i = 1; i <= 30; i++)
     CHECK_EQ(append_rec(w, i, 200, NULL), 0);
   uint64_t seq;
-  CHECK_EQ(kt_wal_reset(w, 1001, &err), 0);
+  CHECK_EQ(kt_wal_reset(w, 1001, NULL, &err), 0);
   CHECK_EQ(count_files(dir, ".wal"), 1);
   CHECK_EQ(append_rec(w, 1001, 200, &seq), 0);
   CHECK_EQ(seq, 31);
