@@ -1061,6 +1061,20 @@ int kt_mvcc_apply(struct kt_mvcc *s, const struct kt_request_op *op, struct kt_a
   return 0;
 }
 
+int64_t kt_mvcc_delete_keys(struct kt_mvcc *s, const struct kt_bytes *keys, size_t n,
+                            struct kt_arena *a) {
+  garbage_free(s);
+  struct wctx w = {.s = s, .a = a};
+  for (size_t i = 0; i < n; i++) {
+    struct kt_delete_req r = {.key = keys[i]};
+    struct kt_delete_resp res;
+    do_delete(&w, &r, &res);
+  }
+  if (w.changes > 0)
+    s->rev++;
+  return w.changes;
+}
+
 /* ---- compaction ----------------------------------------------------------- */
 
 int kt_mvcc_compact(struct kt_mvcc *s, int64_t rev, struct kt_err *e) {

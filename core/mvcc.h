@@ -133,6 +133,12 @@ int kt_mvcc_range(const struct kt_mvcc *s, const struct kt_range_req *r, struct 
  * (quota, see above). Events go to cfg->on_event as each write applies. */
 int kt_mvcc_apply(struct kt_mvcc *s, const struct kt_request_op *op, struct kt_arena *a,
                   struct kt_response_op *out, struct kt_err *e);
+/* Deletes the given single keys at ONE new revision (a lease's keys when it
+ * is revoked or expires; no op-count limit, deletes never need quota).
+ * Missing keys are skipped. Events go to on_event. Returns the number of
+ * keys deleted (0: the revision did not change). */
+int64_t kt_mvcc_delete_keys(struct kt_mvcc *s, const struct kt_bytes *keys, size_t n,
+                            struct kt_arena *a);
 
 /* Compaction: sets the compacted revision at once (reads below it then fail
  * with ECOMPACTED; EFUTUREREV / ECOMPACTED for a bad rev) and queues the

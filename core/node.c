@@ -11,150 +11,7 @@
 
 #include <sodium.h>
 
-#include "../net/peer.h"
-#include "../net/proto.h"
-#include "../net/server.h"
-#include "../snap/snap.h"
-#include "../wal/wal.h"
-#include "mvcc.h"
-#include "raft.h"
-
-/* WAL record types written by the node (the record's index is the entry's). */
-enum {
-  REC_ENTRY = 2,     /* term u64 BE | entry type u8 | data (a client request body) */
-  REC_HARDSTATE = 3, /* term u64 | vote u64 | commit u64 (BE) */
-};
-#define ENTRY_HDR 9
-/* An entry's data: origin member id u64 | proposal seq u64 | request body.
- * The member that proposed it answers its client when it applies it. */
-#define DATA_HDR 16
-#define READ_MAX 65536           /* linearizable reads waiting for their read index */
-#define RAFT_KEEP_ENTRIES 100000 /* applied entries kept for lagging followers */
-#define DEFER_MAX 65536          /* requests waiting for a leader */
-
-#define SNAP_SLICE_KEYS 256
-#define SNAP_MAX_INFLIGHT 16
-#define COMPACT_SLICE_KEYS 4096
-#define SNAP_KEEP 2
-#define META_MAGIC "KTMEMBER"
-
-/* A client write proposed to raft, waiting for its entry to be applied. */
-struct pending {
-  uint64_t seq; /* this member's proposal number (in the entry's data) */
-  ev_tstamp since;
-  struct kt_conn *conn; /* NULL for the member's own proposals */
-  uint64_t req_id;
-};
-
-/* A request kept with a copy of its body until it can run: a linearizable
- * read waiting for its read index (several members), or any request waiting
- * for the member to serve. */
-struct held {
-  struct kt_conn *conn; /* NULL once answered with an error */
-  uint64_t req_id;
-  uint64_t batch; /* reads: the kt_raft_read_index ctx it rides on */
-  ev_tstamp since;
-  size_t len; /* its body's bytes in the queue's `bodies`, in order */
-};
-
-struct held_queue {
-  struct held *v;
-  size_t n, cap, head; /* v[head..n) waiting */
-  struct kt_buf bodies;
-  size_t bodies_head;
-};
-
-/* A WAL batch part whose durability raft waits for. */
-struct persisting {
-  uint64_t seq;         /* WAL sequence of its last record */
-  uint64_t term, index; /* last entry written (index 0: none) */
-  bool has_hs;
-  struct kt_raft_hard_state hs;
-};
-
-struct waiter { /* a physical compaction waiting for its slices */
-  struct kt_conn *conn;
-  uint64_t req_id;
-};
-
-struct kt_node {
-  struct ev_loop *loop;
-  struct kt_node_config cfg;
-  char member_dir[4096], wal_dir[4200], snap_dir[4200];
-  uint64_t cluster_id, member_id;
-  struct kt_node_member members[KT_NODE_MAX_MEMBERS];
-  size_t n_members;
-  struct kt_peer_transport *peers; /* NULL with one member */
-  struct kt_mvcc *store;
-  struct kt_wal *wal;
-  struct kt_server *server;
-  struct kt_arena arena, msg_arena;
-  struct kt_buf scratch;
-
-  struct kt_raft *raft;
-  uint64_t applied_index, applied_term; /* last entry applied to the store */
-  uint64_t lead_index;                  /* first entry of our leadership: serve once applied */
-  uint64_t wal_last_index;              /* index of the last entry appended to the WAL */
-  bool serving;                         /* leader and lead_index applied */
-  uint64_t known_leader;                /* 0 during an election */
-  struct kt_raft_hard_state hs_synced;  /* last hard state appended with a sync */
-
-  /* Proposed writes, in proposal order: pend[pend_head..n_pend). */
-  struct pending *pend;
-  size_t n_pend, cap_pend, pend_head;
-  uint64_t next_seq;
-  /* Linearizable reads (several members): batches of one loop turn share
-   * one read index; read_index_of[] maps a batch to its index once known. */
-  struct held_queue reads;
-  uint64_t read_batch;                         /* the batch new reads join */
-  bool read_batch_used;                        /* it has reads: ask raft at the end of the turn */
-  uint64_t read_ready_batch, read_ready_index; /* newest batch with a known index */
-  /* WAL appends raft waits on, in order. */
-  struct persisting *pers;
-  size_t n_pers, cap_pers, pers_head;
-  /* Requests that arrived while there was no leader (or before this leader
-   * applied its first entry): run once the member serves, or failed with
-   * ENOLEADER after two election timeouts. */
-  struct held_queue defer;
-  ev_timer tick_w;
-
-  struct waiter *waiters;
-  size_t n_waiters;
-
-  /* Snapshot in progress. */
-  struct kt_snap_writer *snap_w;
-  struct kt_mvcc_cursor snap_cursor;
-  struct kt_arena snap_arena;
-  bool snap_iter_done, snap_finish_sent;
-  uint64_t snap_index, last_snap_index, prev_snap_index;
-  uint64_t log_bytes_since_snap; /* entry bytes applied since the last snapshot started */
-  int64_t snap_rev;
-
-  /* Auto-compaction: (time, revision) samples, oldest first. */
-  ev_timer compact_w;
-  struct {
-    ev_tstamp at;
-    int64_t rev;
-  } samples[16];
-  int n_samples;
-
-  ev_async wal_async, snap_async;
-  ev_prepare prepare_w;
-  ev_idle idle_w;
-  /* Client URLs each member published (members[i]), comma-separated. */
-  char member_client_urls[KT_NODE_MAX_MEMBERS][512];
-  /* A MOVE_LEADER waiting for the transferee to lead (one at a time). */
-  struct {
-    struct kt_conn *conn; /* NULL: none */
-    uint64_t req_id, target;
-    ev_tstamp since;
-  } move;
-
-  bool stopping;
-  int wal_failed; /* KT_ENOSPACE: writes refused, reads go on */
-  char wal_failed_msg[512];
-  int fatal;
-};
+#include "node_int.h"
 
 static void fatal_stop(struct kt_node *n, int code, const char *what) {
   kt_log(KT_LOG_FATAL, "node", "member stopping: %s", what);
@@ -164,27 +21,27 @@ static void fatal_stop(struct kt_node *n, int code, const char *what) {
 
 /* ---- replies ---- */
 
-static void header_of(const struct kt_node *n, struct kt_header *h) {
+void kt_node_header(const struct kt_node *n, struct kt_header *h) {
   h->cluster_id = n->cluster_id;
   h->member_id = n->member_id;
   h->revision = kt_mvcc_revision(n->store);
   h->raft_term = kt_raft_term(n->raft);
 }
 
-static void reply(struct kt_node *n, struct kt_conn *c, uint64_t id, uint8_t type,
-                  const struct kt_response_op *op) {
+void kt_node_reply(struct kt_node *n, struct kt_conn *c, uint64_t id, uint8_t type,
+                   const struct kt_response_op *op) {
   struct kt_buf *out = kt_conn_out(c);
   if (!out)
     return;
   struct kt_resp r = {.type = type, .id = id};
-  header_of(n, &r.header);
+  kt_node_header(n, &r.header);
   if (op)
     r.u.op = *op;
   kt_proto_encode_resp(out, &r);
   kt_conn_sent(c);
 }
 
-static void reply_err(struct kt_conn *c, uint64_t id, int code, const struct kt_err *e) {
+void kt_node_reply_err(struct kt_conn *c, uint64_t id, int code, const struct kt_err *e) {
   kt_conn_send_error(c, id, code, e && e->code && e->msg[0] ? e->msg : kt_strerror(code));
 }
 
@@ -201,13 +58,18 @@ static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_con
   case KT_MSG_DELETE:
   case KT_MSG_TXN: {
     struct kt_response_op res;
-    rc = kt_mvcc_apply(n->store, &req->u.op, &n->arena, &res, &e);
+    int64_t rev = kt_mvcc_revision(n->store);
+    rc = kt_node_lease_check(n, &req->u.op, &e);
+    if (!rc)
+      rc = kt_mvcc_apply(n->store, &req->u.op, &n->arena, &res, &e);
+    if (kt_mvcc_revision(n->store) != rev)
+      kt_watch_revision_done(n->watches, kt_mvcc_revision(n->store));
     if (!c)
       return;
     if (rc)
-      reply_err(c, req_id, rc, &e);
+      kt_node_reply_err(c, req_id, rc, &e);
     else
-      reply(n, c, req_id, req->type, &res);
+      kt_node_reply(n, c, req_id, req->type, &res);
     return;
   }
   case KT_MSG_COMPACT:
@@ -219,7 +81,7 @@ static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_con
     if (!c)
       return;
     if (rc) {
-      reply_err(c, req_id, rc, &e);
+      kt_node_reply_err(c, req_id, rc, &e);
     } else if (req->u.compact.physical && kt_mvcc_compact_pending(n->store)) {
       struct waiter *w = realloc(n->waiters, (n->n_waiters + 1) * sizeof *w);
       kt_assert(w);
@@ -227,11 +89,15 @@ static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_con
       kt_conn_ref(c);
       n->waiters[n->n_waiters++] = (struct waiter){c, req_id};
     } else {
-      reply(n, c, req_id, KT_MSG_COMPACT, NULL);
+      kt_node_reply(n, c, req_id, KT_MSG_COMPACT, NULL);
     }
     return;
   case KT_MSG_MEMBER_PUBLISH:
     apply_publish(n, &req->u.publish);
+    return;
+  case KT_MSG_LEASE_GRANT:
+  case KT_MSG_LEASE_REVOKE:
+    kt_node_lease_apply(n, req, c, req_id);
     return;
   default:
     kt_log(KT_LOG_WARN, "node", "entry of unexpected type %u ignored", req->type);
@@ -306,8 +172,8 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
 
 /* c may be NULL for the member's own proposals (auto-compaction). A
  * follower's proposal is forwarded to the leader by raft. */
-static void propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
-                    size_t body_len) {
+void kt_node_propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
+                     size_t body_len) {
   if (n->wal_failed) {
     if (c)
       kt_conn_send_error(c, req_id, n->wal_failed, n->wal_failed_msg);
@@ -411,29 +277,12 @@ static bool op_writes(const struct kt_request_op *op) {
   }
 }
 
-/* The lease a put names must exist (etcd: "requested lease not found"). No
- * lease can be granted yet (leases are the next issue), so any lease id is
- * unknown; puts with ignore_lease are fine. */
-static bool op_names_unknown_lease(const struct kt_request_op *op) {
-  if (op->type == KT_OP_PUT)
-    return op->u.put.lease != 0 && !op->u.put.ignore_lease;
-  if (op->type != KT_OP_TXN)
-    return false;
-  for (uint32_t i = 0; i < op->u.txn.n_success; i++)
-    if (op_names_unknown_lease(&op->u.txn.success[i]))
-      return true;
-  for (uint32_t i = 0; i < op->u.txn.n_failure; i++)
-    if (op_names_unknown_lease(&op->u.txn.failure[i]))
-      return true;
-  return false;
-}
-
 static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
   struct kt_buf *out = kt_conn_out(c);
   if (!out)
     return;
   struct kt_resp r = {.type = KT_MSG_STATUS, .id = id};
-  header_of(n, &r.header);
+  kt_node_header(n, &r.header);
   static const char version[] = KT_VERSION;
   static struct kt_bytes nospace = {(const uint8_t *)"memberID:0 alarm:NOSPACE", 24};
   struct kt_bytes walerr[1];
@@ -473,9 +322,9 @@ static void serve_read(struct kt_node *n, struct kt_conn *c, const struct kt_req
     rc = kt_mvcc_apply(n->store, &req->u.op, &n->arena, &res, &e);
   }
   if (rc)
-    reply_err(c, req->id, rc, &e);
+    kt_node_reply_err(c, req->id, rc, &e);
   else
-    reply(n, c, req->id, req->type, &res);
+    kt_node_reply(n, c, req->id, req->type, &res);
 }
 
 /* ---- member list and leadership transfer (etcd MemberList, MoveLeader) ---- */
@@ -538,7 +387,7 @@ static void publish_self(struct kt_node *n) {
       split_urls(&n->arena, n->cfg.client_urls, &req.u.publish.client_urls);
   struct kt_buf body = {0};
   kt_proto_encode_req_body(&body, &req);
-  propose(n, NULL, 0, body.p, body.len);
+  kt_node_propose(n, NULL, 0, body.p, body.len);
   kt_buf_free(&body);
 }
 
@@ -551,7 +400,7 @@ static void answer_member_list(struct kt_node *n, struct kt_conn *c, uint64_t id
     return;
   kt_arena_reset(&n->arena);
   struct kt_resp r = {.type = KT_MSG_MEMBER_LIST, .id = id};
-  header_of(n, &r.header);
+  kt_node_header(n, &r.header);
   r.header.revision = 0;
   size_t nm = n->n_members ? n->n_members : 1;
   struct kt_member_info *ms = kt_arena_alloc(&n->arena, nm * sizeof *ms);
@@ -588,7 +437,7 @@ static void move_answer(struct kt_node *n, int code, const char *msg) {
     struct kt_buf *out = kt_conn_out(c);
     if (out) {
       struct kt_resp r = {.type = KT_MSG_MOVE_LEADER, .id = n->move.req_id};
-      header_of(n, &r.header);
+      kt_node_header(n, &r.header);
       kt_proto_encode_resp(out, &r);
       kt_conn_sent(c);
     }
@@ -658,6 +507,12 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
     move_leader(n, c, req->id, req->u.move_leader.target_id);
     return;
   }
+  /* Watches are served from this member's applied state, like serializable
+   * reads, with or without a leader. */
+  if (req->type >= KT_MSG_WATCH_CREATE && req->type <= KT_MSG_WATCH_PROGRESS) {
+    kt_node_watch_request(n, c, req);
+    return;
+  }
   /* Until this member leads and has applied its first entry, only status and
    * serializable reads are answered; the rest waits (bounded). */
   if (!n->serving && req->type != KT_MSG_STATUS &&
@@ -676,10 +531,10 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
   case KT_MSG_DELETE:
   case KT_MSG_TXN:
     rc = kt_mvcc_check(n->store, &req->u.op, &e);
-    if (!rc && op_names_unknown_lease(&req->u.op))
-      rc = kt_err_set(&e, KT_ELEASENOTFOUND, "requested lease not found");
+    if (!rc)
+      rc = kt_node_lease_check(n, &req->u.op, &e);
     if (rc) {
-      reply_err(c, req->id, rc, &e);
+      kt_node_reply_err(c, req->id, rc, &e);
       return;
     }
     if (req->type == KT_MSG_TXN && !op_writes(&req->u.op)) {
@@ -690,7 +545,7 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
         serve_read(n, c, req);
       return;
     }
-    propose(n, c, req->id, body, body_len);
+    kt_node_propose(n, c, req->id, body, body_len);
     return;
   case KT_MSG_COMPACT:
     if (req->u.compact.revision > kt_mvcc_revision(n->store)) {
@@ -701,10 +556,17 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
       kt_conn_send_error(c, req->id, KT_ECOMPACTED, NULL);
       return;
     }
-    propose(n, c, req->id, body, body_len);
+    kt_node_propose(n, c, req->id, body, body_len);
     return;
   case KT_MSG_STATUS:
     answer_status(n, c, req->id);
+    return;
+  case KT_MSG_LEASE_GRANT:
+  case KT_MSG_LEASE_REVOKE:
+  case KT_MSG_LEASE_KEEPALIVE:
+  case KT_MSG_LEASE_TTL:
+  case KT_MSG_LEASE_LEASES:
+    kt_node_lease_request(n, c, req, body, body_len);
     return;
   default:
     kt_conn_send_error(c, req->id, KT_EUNSUPPORTED, "request type not supported by this member");
@@ -909,6 +771,7 @@ static void process_ready(struct kt_node *n) {
       n->serving = n->lead_index && n->applied_index >= n->lead_index;
     else
       n->serving = rd.role == KT_RAFT_FOLLOWER && rd.leader != 0;
+    kt_node_lease_role(n, rd.role == KT_RAFT_LEADER && n->serving);
     bool publish = n->serving && !was;
     if (n->serving && !was)
       kt_log(KT_LOG_INFO, "node", "serving as %s leader=%016llx term=%llu applied-index=%llu",
@@ -953,6 +816,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
   (void)revents;
   struct kt_node *n = w->data;
   kt_raft_tick(n->raft);
+  kt_node_lease_tick(n);
+  kt_node_watch_tick(n);
   move_check(n);
   /* Requests that waited two election timeouts for a leader fail. */
   ev_tstamp limit = 2.0 * n->cfg.election_timeout_ms / 1000.0;
@@ -1086,16 +951,23 @@ static void snap_maybe_start(struct kt_node *n) {
   char membership[1024];
   int ml;
   membership_blob(n, membership, sizeof membership, &ml);
+  /* The lease table at this index rides in the meta blob (O(leases) here, on
+   * the loop: ~10 ms per 100k leases). */
+  struct kt_buf blob = {0};
+  kt_buf_append(&blob, membership, (size_t)ml + 1);
+  kt_node_lease_save(n, &blob);
   meta.term = n->applied_term;
   meta.index = n->applied_index;
   meta.revision = kt_mvcc_revision(n->store);
   meta.compact_revision = kt_mvcc_compact_revision(n->store);
-  meta.membership = (struct kt_bytes){(const uint8_t *)membership, (uint32_t)ml};
+  meta.membership = (struct kt_bytes){blob.p, (uint32_t)blob.len};
   snprintf(meta.creator, sizeof meta.creator, "ketch %s member=%s", KT_VERSION, n->cfg.name);
   struct kt_snap_writer_opts o = {
       .max_inflight = SNAP_MAX_INFLIGHT, .notify = snap_notify, .notify_arg = n};
   struct kt_err e = {0};
-  if (kt_snap_writer_open(n->snap_dir, &meta, &o, &n->snap_w, &e)) {
+  int orc = kt_snap_writer_open(n->snap_dir, &meta, &o, &n->snap_w, &e);
+  kt_buf_free(&blob); /* the writer copied it */
+  if (orc) {
     kt_log(KT_LOG_ERROR, "snap", "cannot start snapshot: %s", e.msg);
     n->snap_w = NULL;
     n->last_snap_index = n->applied_index;
@@ -1121,7 +993,7 @@ static void propose_compaction(struct kt_node *n, int64_t rev) {
   struct kt_buf body = {0};
   kt_proto_encode_req_body(&body, &req);
   kt_log(KT_LOG_INFO, "node", "auto-compaction proposed revision=%lld", (long long)rev);
-  propose(n, NULL, 0, body.p, body.len);
+  kt_node_propose(n, NULL, 0, body.p, body.len);
   kt_buf_free(&body);
 }
 
@@ -1176,13 +1048,14 @@ static void start_auto_compaction(struct kt_node *n) {
 /* ---- background slices and the end of each loop turn ---- */
 
 static void background_slice(struct kt_node *n) {
+  kt_node_watch_step(n); /* watchers catching up from history */
   snap_slice(n);
   /* Physical compaction waits while a snapshot iterates the store. */
   if (!n->snap_w && kt_mvcc_compact_pending(n->store)) {
     if (!kt_mvcc_compact_step(n->store, COMPACT_SLICE_KEYS)) {
       for (size_t i = 0; i < n->n_waiters; i++) {
         if (kt_conn_open(n->waiters[i].conn))
-          reply(n, n->waiters[i].conn, n->waiters[i].req_id, KT_MSG_COMPACT, NULL);
+          kt_node_reply(n, n->waiters[i].conn, n->waiters[i].req_id, KT_MSG_COMPACT, NULL);
         kt_conn_unref(n->waiters[i].conn);
       }
       n->n_waiters = 0;
@@ -1191,7 +1064,8 @@ static void background_slice(struct kt_node *n) {
 }
 
 static bool background_pending(const struct kt_node *n) {
-  return (n->snap_w && !n->snap_iter_done && kt_snap_writer_can_add(n->snap_w)) ||
+  return kt_node_watch_busy(n) ||
+         (n->snap_w && !n->snap_iter_done && kt_snap_writer_can_add(n->snap_w)) ||
          (n->snap_w && n->snap_iter_done && !n->snap_finish_sent) ||
          (!n->snap_w && kt_mvcc_compact_pending(n->store));
 }
@@ -1214,6 +1088,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     background_slice(n); /* one slice per turn even when never idle */
   request_read_index(n);
   process_ready(n);
+  kt_node_watch_flush(n); /* events of what this turn applied */
   if (n->pers_head < n->n_pers) {
     int rc = kt_wal_flush(n->wal);
     if (rc && rc != KT_ENOSPACE)
@@ -1401,17 +1276,62 @@ static int load_or_create_meta(struct kt_node *n, struct kt_err *e) {
   return rc ? rc : write_meta(n, path, e);
 }
 
+/* Snapshot records go to the store; the newest record of each key tells
+ * which lease the key is attached to (attached once the lease table is
+ * loaded from the snapshot's meta). */
+struct restore {
+  struct kt_node *n;
+  struct kt_mvcc *store;
+  struct kt_buf key; /* the key of the last record */
+  int64_t lease;     /* its lease, 0 if none or a tombstone */
+  bool have;
+};
+
+static void restore_flush(struct restore *r) {
+  if (r->have && r->lease)
+    kt_node_lease_note_key(r->n, (struct kt_bytes){r->key.p, (uint32_t)r->key.len}, r->lease);
+  r->have = false;
+}
+
 static int restore_rec(void *arg, const struct kt_kvrev *rec) {
+  struct restore *r = arg;
   struct kt_err e;
-  return kt_mvcc_restore_rec((struct kt_mvcc *)arg, rec, &e) ? KT_ECORRUPT : 0;
+  if (r->have && (r->key.len != rec->key.n || memcmp(r->key.p, rec->key.p, rec->key.n) != 0))
+    restore_flush(r);
+  kt_buf_reset(&r->key);
+  kt_buf_append(&r->key, rec->key.p, rec->key.n);
+  r->lease = rec->tombstone ? 0 : rec->lease;
+  r->have = true;
+  return kt_mvcc_restore_rec(r->store, rec, &e) ? KT_ECORRUPT : 0;
+}
+
+/* Every change the store applies: to the watch hub and the lease table. */
+static void on_store_event(void *arg, const struct kt_event *ev) {
+  struct kt_node *n = arg;
+  if (n->watches)
+    kt_watch_publish(n->watches, ev);
+  kt_node_lease_event(n, ev);
 }
 
 /* An empty store at revision 1, as etcd's: the first write gets revision 2. */
 static struct kt_mvcc *new_store(struct kt_node *n) {
-  struct kt_mvcc_config mc = {.quota_bytes = n->cfg.quota_bytes};
+  struct kt_mvcc_config mc = {
+      .quota_bytes = n->cfg.quota_bytes, .on_event = on_store_event, .event_arg = n};
   struct kt_mvcc *s = kt_mvcc_new(&mc);
   kt_mvcc_restore_done(s, 1, 0);
   return s;
+}
+
+/* The snapshot meta blob: membership text, then NUL and the lease table
+ * (snapshots written before leases have no NUL: no leases). */
+static int load_snapshot_leases(struct kt_node *n, const struct kt_snap_meta *meta,
+                                struct kt_err *e) {
+  const uint8_t *nul =
+      meta->membership.n ? memchr(meta->membership.p, 0, meta->membership.n) : NULL;
+  if (!nul)
+    return 0;
+  size_t off = (size_t)(nul + 1 - meta->membership.p);
+  return kt_node_lease_load(n, meta->membership.p + off, meta->membership.n - off, e);
 }
 
 /* The newest snapshot that loads whole; older ones are the fallback. */
@@ -1426,7 +1346,13 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
     struct kt_snap_meta meta = {0};
     struct kt_err le = {0};
     struct kt_mvcc *s = new_store(n);
-    int rc = kt_snap_load(path, restore_rec, s, &meta, &le);
+    struct restore rs = {.n = n, .store = s};
+    int rc = kt_snap_load(path, restore_rec, &rs, &meta, &le);
+    restore_flush(&rs);
+    kt_buf_free(&rs.key);
+    if (!rc)
+      rc = load_snapshot_leases(n, &meta, &le);
+    kt_node_lease_restore_done(n, rc == 0);
     if (rc) {
       kt_log(KT_LOG_ERROR, "snap", "snapshot refused: %s%s", le.msg,
              i + 1 < cnt ? " (falling back to an older snapshot)" : "");
@@ -1513,6 +1439,8 @@ static void on_peer_message(void *arg, uint64_t from, const uint8_t *msg, size_t
   struct kt_node *n = arg;
   struct kt_raft_msg m;
   struct kt_err e = {0};
+  if (kt_node_lease_peer_message(n, from, msg, len))
+    return;
   kt_arena_reset(&n->msg_arena);
   if (kt_raft_msg_decode(msg, len, &n->msg_arena, &m, &e)) {
     kt_log(KT_LOG_WARN, "peer", "undecodable raft message from %016llx: %s",
@@ -1597,6 +1525,9 @@ static int start_raft(struct kt_node *n, struct replay *r, struct kt_err *e) {
   return 0;
 }
 
+static void on_conn_close(void *arg, struct kt_conn *c) { kt_node_watch_conn_closed(arg, c); }
+static void on_conn_drained(void *arg, struct kt_conn *c) { kt_node_watch_drained(arg, c); }
+
 int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct kt_node **out,
                  struct kt_err *e) {
   struct kt_node *n = calloc(1, sizeof *n);
@@ -1614,9 +1545,11 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   if ((rc = mkdir_p(n->wal_dir, e)) || (rc = mkdir_p(n->snap_dir, e)) ||
       (rc = load_or_create_meta(n, e)))
     goto fail;
+  kt_node_lease_init(n);
   n->store = new_store(n);
   if ((rc = load_snapshot(n, e)))
     goto fail;
+  kt_node_watch_init(n); /* on the store that recovery keeps */
   ev_async_init(&n->wal_async, on_wal_synced);
   n->wal_async.data = n;
   ev_async_start(loop, &n->wal_async);
@@ -1674,6 +1607,8 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
 
   struct kt_server_config sc = {.max_request_bytes = cfg->max_request_bytes,
                                 .on_request = on_request,
+                                .on_close = on_conn_close,
+                                .on_drained = on_conn_drained,
                                 .arg = n,
                                 .cluster_id = n->cluster_id,
                                 .member_id = n->member_id};
@@ -1703,6 +1638,8 @@ fail:
     ev_ref(loop);
     ev_async_stop(loop, &n->snap_async);
   }
+  kt_node_watch_free(n);
+  kt_node_lease_free(n);
   if (n->store)
     kt_mvcc_free(n->store);
   free(n);
@@ -1751,7 +1688,9 @@ void kt_node_free(struct kt_node *n) {
   held_free(&n->defer);
   free(n->pers);
   held_free(&n->reads);
-  kt_server_free(n->server);
+  kt_server_free(n->server); /* closes connections: their watches go */
+  kt_node_watch_free(n);
+  kt_node_lease_free(n);
   if (n->peers)
     kt_peer_free(n->peers);
   kt_arena_free(&n->msg_arena);

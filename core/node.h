@@ -82,6 +82,10 @@ struct kt_node_config {
   bool auto_compaction_revision_mode;
   uint64_t auto_compaction_retention_ms;
   uint64_t auto_compaction_retention_revs;
+  /* Progress notifications of watches created with progress_notify, every
+   * this many ms (etcd's --experimental-watch-progress-notify-interval);
+   * 0 = 10 minutes. */
+  uint64_t watch_progress_ms;
 };
 
 /* Recover from the data dir (creating it if new) and start serving on the

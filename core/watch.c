@@ -711,6 +711,17 @@ int kt_watch_take(struct kt_watch_hub *h, uint64_t id, struct kt_event *out, int
   return n;
 }
 
+int64_t kt_watch_next_rev(const struct kt_watch_hub *h, uint64_t id) {
+  const struct watcher *w = ids_get(h, id);
+  if (!w || w->canceled)
+    return 0;
+  if (w->bn)
+    return w->buf[w->bh]->rev;
+  if (w->synced && w->pos < w->g->committed)
+    return w->g->log[w->g->head + (w->pos - w->g->base)]->rev;
+  return 0;
+}
+
 bool kt_watch_idle(const struct kt_watch_hub *h, uint64_t id) {
   const struct watcher *w = ids_get(h, id);
   return w && w->synced && !pending(w);

@@ -97,6 +97,10 @@ bool kt_watch_step(struct kt_watch_hub *h, size_t budget);
 int kt_watch_take(struct kt_watch_hub *h, uint64_t id, struct kt_event *out, int max,
                   struct kt_arena *a, int64_t *compact_rev);
 
+/* The revision of the next event kt_watch_take would return, or 0 if none
+ * is ready (lets the caller keep a revision whole in one message). */
+int64_t kt_watch_next_rev(const struct kt_watch_hub *h, uint64_t id);
+
 /* Progress: the hub's current revision (last revision_done). A synced watcher
  * with nothing pending has seen everything up to it. */
 int64_t kt_watch_revision(const struct kt_watch_hub *h);

@@ -26,6 +26,7 @@ enum opt_kind {
   K_LEVEL,     /* debug|info|warn|error */
   K_RETENTION, /* raw; parsed once the mode is known */
   K_PATH,      /* --config-file */
+  K_DURATION,  /* Go duration ("10m", "300ms"), stored as uint64 ms */
 };
 
 enum {
@@ -47,6 +48,7 @@ enum {
   O_COMPACT_MODE,
   O_COMPACT_RETENTION,
   O_FORCE_NEW,
+  O_WATCH_PROGRESS,
   O_LISTEN_METRICS,
   O_LOG_LEVEL,
   O_CONFIG_FILE,
@@ -126,6 +128,9 @@ static const struct opt opts[O_COUNT] = {
                              "integer (periodic); revisions (revision). 0 disables."},
     [O_FORCE_NEW] = {"force-new-cluster", K_BOOL, OFF(force_new_cluster), "false", 0, 0, 0, "",
                      "Force to create a new one-member cluster."},
+    [O_WATCH_PROGRESS] = {"experimental-watch-progress-notify-interval", K_DURATION,
+                          OFF(watch_progress_notify_ms), "10m", 0, 0, 0, "DURATION",
+                          "Interval of progress notifications to watches that asked for them."},
     [O_LISTEN_METRICS] = {"listen-metrics-urls", K_URLS, OFF(listen_metrics_urls), "", 0, 0,
                           OPT_EMPTY, "URLS",
                           "List of URLs to listen on for the metrics and health endpoints."},
@@ -529,6 +534,13 @@ static int opt_set(struct loader *l, const struct opt *o, const char *where, con
     if (i == KT_ARRAY_LEN(names))
       return bad_value(e, where, v, "debug, info, warn or error");
     c->log_level = levels[i];
+    break;
+  }
+  case K_DURATION: {
+    uint64_t ms;
+    if (kt_duration_parse_ms(v, &ms) || ms == 0)
+      return bad_value(e, where, v, "a positive duration like \"10m\" or \"500ms\"");
+    *(uint64_t *)field = ms;
     break;
   }
   case K_RETENTION:

@@ -91,6 +91,7 @@ int main(int argc, char **argv) {
       .listen_peer_port = cfg.listen_peer_urls.n ? cfg.listen_peer_urls.v[0].port : 0,
       .heartbeat_ms = cfg.heartbeat_interval_ms,
       .election_timeout_ms = cfg.election_timeout_ms,
+      .watch_progress_ms = cfg.watch_progress_notify_ms,
       .auto_compaction_revision_mode = cfg.auto_compaction_mode == KT_COMPACT_REVISION,
       .auto_compaction_retention_ms = cfg.auto_compaction_retention_ms,
       .auto_compaction_retention_revs = cfg.auto_compaction_retention_revs,

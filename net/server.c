@@ -19,7 +19,9 @@ struct kt_conn {
   int fd;
   int refs;
   bool closed, hello_done, reading, in_dirty_list;
-  uint64_t skip; /* bytes of an oversized request still to drop */
+  bool want_drain; /* call cfg.on_drained once the output is written out */
+  void *udata;     /* the handler's per-connection state */
+  uint64_t skip;   /* bytes of an oversized request still to drop */
   ev_io rio, wio;
   struct kt_buf in, out;
   ev_tstamp last_progress; /* last time output drained (for the stall cut) */
@@ -101,6 +103,11 @@ void kt_conn_sent(struct kt_conn *c) {
   mark_dirty(c);
 }
 
+size_t kt_conn_unsent(const struct kt_conn *c) { return c->closed ? 0 : c->out.len; }
+void kt_conn_want_drain(struct kt_conn *c) { c->want_drain = true; }
+void *kt_conn_udata(const struct kt_conn *c) { return c->udata; }
+void kt_conn_set_udata(struct kt_conn *c, void *udata) { c->udata = udata; }
+
 void kt_conn_send_error(struct kt_conn *c, uint64_t id, int code, const char *msg) {
   struct kt_buf *b = kt_conn_out(c);
   if (!b)
@@ -130,6 +137,14 @@ static bool conn_flush(struct kt_conn *c) {
   }
   if (ev_is_active(&c->wio))
     ev_io_stop(c->srv->loop, &c->wio);
+  if (c->want_drain && c->srv->cfg.on_drained) {
+    c->want_drain = false;
+    c->srv->cfg.on_drained(c->srv->cfg.arg, c);
+    if (c->closed)
+      return false;
+    if (c->out.len)
+      return true; /* refilled: mark_dirty flushes it this turn */
+  }
   /* Output drained: release the read backpressure. Give the buffer back if
    * a large response made it big. */
   if (c->out.cap > 4 * KT_CONN_READ_CHUNK) {
@@ -146,6 +161,8 @@ static void conn_close(struct kt_conn *c, const char *why) {
   struct kt_server *s = c->srv;
   kt_log(KT_LOG_DEBUG, "server", "connection closed peer=%s reason=\"%s\"", c->peer, why);
   c->closed = true;
+  if (c->udata && s->cfg.on_close)
+    s->cfg.on_close(s->cfg.arg, c);
   ev_io_stop(s->loop, &c->rio);
   ev_io_stop(s->loop, &c->wio);
   close(c->fd);

@@ -49,6 +49,12 @@ struct kt_server_config {
   uint32_t max_request_bytes;
   kt_request_fn on_request;
   void *arg;
+  /* A connection with udata set is closing (its fd already closed; sends are
+   * no-ops): release the handler's state. May be NULL. */
+  void (*on_close)(void *arg, struct kt_conn *c);
+  /* The output of a connection that asked with kt_conn_want_drain is fully
+   * written: the handler may append more (streams: watch events). */
+  void (*on_drained)(void *arg, struct kt_conn *c);
   /* Filled into HELLO answers. */
   uint64_t cluster_id, member_id;
 };
@@ -71,5 +77,12 @@ bool kt_conn_open(const struct kt_conn *c);
 struct kt_buf *kt_conn_out(struct kt_conn *c);
 void kt_conn_sent(struct kt_conn *c);
 void kt_conn_send_error(struct kt_conn *c, uint64_t id, int code, const char *msg);
+/* Bytes appended and not yet written (0 when closed). Streams stop
+ * producing above KT_CONN_OUT_SOFT and ask kt_conn_want_drain. */
+size_t kt_conn_unsent(const struct kt_conn *c);
+void kt_conn_want_drain(struct kt_conn *c);
+/* The handler's per-connection pointer (NULL until set); see on_close. */
+void *kt_conn_udata(const struct kt_conn *c);
+void kt_conn_set_udata(struct kt_conn *c, void *udata);
 
 #endif

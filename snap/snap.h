@@ -54,7 +54,7 @@
 
 #define KT_SNAP_FORMAT_VERSION 1
 #define KT_SNAP_MAGIC "KETCHSNP"               /* 8 bytes, no NUL */
-#define KT_SNAP_MAX_MEMBERSHIP (1u << 20)      /* membership blob cap: 1 MiB */
+#define KT_SNAP_MAX_MEMBERSHIP (64u << 20)     /* meta blob cap (membership, leases): 64 MiB */
 #define KT_SNAP_MAX_CREATOR 255                /* creator string cap */
 #define KT_SNAP_MAX_BLOCK_RAW (64u << 20)      /* one block's raw msgpack cap */
 #define KT_SNAP_BLOCK_BYTES_DEFAULT (1u << 20) /* target raw block size */
@@ -70,9 +70,10 @@ enum kt_snap_rec_type { KT_SNAP_REC_KVREV = 1 };
  * membership.p is malloc'd and owned by the meta: release with
  * kt_snap_meta_free. */
 struct kt_snap_meta {
-  uint64_t term, index;                  /* raft term and index the snapshot covers */
-  int64_t revision, compact_revision;    /* store revisions; 0 <= compact <= revision */
-  struct kt_bytes membership;            /* opaque (cluster id, members), <= 1 MiB */
+  uint64_t term, index;               /* raft term and index the snapshot covers */
+  int64_t revision, compact_revision; /* store revisions; 0 <= compact <= revision */
+  struct kt_bytes
+      membership; /* opaque to snap/ (ketch: membership text, NUL, lease table), <= 64 MiB */
   uint64_t created_unix_ms;              /* 0 = the writer stamps the current time */
   char creator[KT_SNAP_MAX_CREATOR + 1]; /* e.g. "ketch 0.1.0 member=..."; "" ok */
   /* Filled by the reader (and by the writer once done): */

@@ -1,0 +1,211 @@
+/* core/node_int.h — the member's state, shared by the files of the node:
+ * node.c (requests, raft, WAL, snapshots, recovery), node_lease.c (leases:
+ * apply, leader expiry, keep-alive/time-to-live forwarded to the leader) and
+ * node_watch.c (watch streams on client connections). Not a public header:
+ * struct kt_node has one owner per field group, named in comments. */
+#ifndef KT_NODE_INT_H
+#define KT_NODE_INT_H
+
+#include <ev.h>
+
+#include "../net/peer.h"
+#include "../net/proto.h"
+#include "../net/server.h"
+#include "../snap/snap.h"
+#include "../wal/wal.h"
+#include "lease.h"
+#include "mvcc.h"
+#include "node.h"
+#include "raft.h"
+#include "watch.h"
+
+/* WAL record types written by the node (the record's index is the entry's). */
+enum {
+  REC_ENTRY = 2,     /* term u64 BE | entry type u8 | data (a client request body) */
+  REC_HARDSTATE = 3, /* term u64 | vote u64 | commit u64 (BE) */
+};
+#define ENTRY_HDR 9
+/* An entry's data: origin member id u64 | proposal seq u64 | request body.
+ * The member that proposed it answers its client when it applies it. */
+#define DATA_HDR 16
+#define READ_MAX 65536           /* linearizable reads waiting for their read index */
+#define RAFT_KEEP_ENTRIES 100000 /* applied entries kept for lagging followers */
+#define DEFER_MAX 65536          /* requests waiting for a leader */
+
+#define SNAP_SLICE_KEYS 256
+#define SNAP_MAX_INFLIGHT 16
+#define COMPACT_SLICE_KEYS 4096
+#define SNAP_KEEP 2
+#define META_MAGIC "KTMEMBER"
+
+/* A client write proposed to raft, waiting for its entry to be applied. */
+struct pending {
+  uint64_t seq; /* this member's proposal number (in the entry's data) */
+  ev_tstamp since;
+  struct kt_conn *conn; /* NULL for the member's own proposals */
+  uint64_t req_id;
+};
+
+/* A request kept with a copy of its body until it can run: a linearizable
+ * read waiting for its read index (several members), or any request waiting
+ * for the member to serve. */
+struct held {
+  struct kt_conn *conn; /* NULL once answered with an error */
+  uint64_t req_id;
+  uint64_t batch; /* reads: the kt_raft_read_index ctx it rides on */
+  ev_tstamp since;
+  size_t len; /* its body's bytes in the queue's `bodies`, in order */
+};
+
+struct held_queue {
+  struct held *v;
+  size_t n, cap, head; /* v[head..n) waiting */
+  struct kt_buf bodies;
+  size_t bodies_head;
+};
+
+/* A WAL batch part whose durability raft waits for. */
+struct persisting {
+  uint64_t seq;         /* WAL sequence of its last record */
+  uint64_t term, index; /* last entry written (index 0: none) */
+  bool has_hs;
+  struct kt_raft_hard_state hs;
+};
+
+struct waiter { /* a physical compaction waiting for its slices */
+  struct kt_conn *conn;
+  uint64_t req_id;
+};
+
+struct kt_node {
+  struct ev_loop *loop;
+  struct kt_node_config cfg;
+  char member_dir[4096], wal_dir[4200], snap_dir[4200];
+  uint64_t cluster_id, member_id;
+  struct kt_node_member members[KT_NODE_MAX_MEMBERS];
+  size_t n_members;
+  struct kt_peer_transport *peers; /* NULL with one member */
+  struct kt_mvcc *store;
+  struct kt_wal *wal;
+  struct kt_server *server;
+  struct kt_arena arena, msg_arena;
+  struct kt_buf scratch;
+
+  struct kt_raft *raft;
+  uint64_t applied_index, applied_term; /* last entry applied to the store */
+  uint64_t lead_index;                  /* first entry of our leadership: serve once applied */
+  uint64_t wal_last_index;              /* index of the last entry appended to the WAL */
+  bool serving;                         /* leader and lead_index applied */
+  uint64_t known_leader;                /* 0 during an election */
+  struct kt_raft_hard_state hs_synced;  /* last hard state appended with a sync */
+
+  /* Proposed writes, in proposal order: pend[pend_head..n_pend). */
+  struct pending *pend;
+  size_t n_pend, cap_pend, pend_head;
+  uint64_t next_seq;
+  /* Linearizable reads (several members): batches of one loop turn share
+   * one read index; read_index_of[] maps a batch to its index once known. */
+  struct held_queue reads;
+  uint64_t read_batch;                         /* the batch new reads join */
+  bool read_batch_used;                        /* it has reads: ask raft at the end of the turn */
+  uint64_t read_ready_batch, read_ready_index; /* newest batch with a known index */
+  /* WAL appends raft waits on, in order. */
+  struct persisting *pers;
+  size_t n_pers, cap_pers, pers_head;
+  /* Requests that arrived while there was no leader (or before this leader
+   * applied its first entry): run once the member serves, or failed with
+   * ENOLEADER after two election timeouts. */
+  struct held_queue defer;
+  ev_timer tick_w;
+
+  struct waiter *waiters;
+  size_t n_waiters;
+
+  /* Snapshot in progress. */
+  struct kt_snap_writer *snap_w;
+  struct kt_mvcc_cursor snap_cursor;
+  struct kt_arena snap_arena;
+  bool snap_iter_done, snap_finish_sent;
+  uint64_t snap_index, last_snap_index, prev_snap_index;
+  uint64_t log_bytes_since_snap; /* entry bytes applied since the last snapshot started */
+  int64_t snap_rev;
+
+  /* Auto-compaction: (time, revision) samples, oldest first. */
+  ev_timer compact_w;
+  struct {
+    ev_tstamp at;
+    int64_t rev;
+  } samples[16];
+  int n_samples;
+
+  ev_async wal_async, snap_async;
+  ev_prepare prepare_w;
+  ev_idle idle_w;
+  /* Client URLs each member published (members[i]), comma-separated. */
+  char member_client_urls[KT_NODE_MAX_MEMBERS][512];
+  /* A MOVE_LEADER waiting for the transferee to lead (one at a time). */
+  struct {
+    struct kt_conn *conn; /* NULL: none */
+    uint64_t req_id, target;
+    ev_tstamp since;
+  } move;
+
+  /* Leases (node_lease.c) and watch streams (node_watch.c). */
+  struct kt_lease_mgr *leases;
+  struct kt_watch_hub *watches;
+  struct node_watch_state *ws;
+  struct node_lease_state *ls;
+
+  bool stopping;
+  int wal_failed; /* KT_ENOSPACE: writes refused, reads go on */
+  char wal_failed_msg[512];
+  int fatal;
+};
+
+/* node.c */
+void kt_node_header(const struct kt_node *n, struct kt_header *h);
+void kt_node_reply(struct kt_node *n, struct kt_conn *c, uint64_t id, uint8_t type,
+                   const struct kt_response_op *op);
+void kt_node_reply_err(struct kt_conn *c, uint64_t id, int code, const struct kt_err *e);
+/* Propose a request body through raft (c NULL: the member's own). */
+void kt_node_propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
+                     size_t body_len);
+
+/* node_lease.c */
+void kt_node_lease_init(struct kt_node *n);
+void kt_node_lease_free(struct kt_node *n);
+/* The mvcc on_event hook's lease half: attach/detach keys. */
+void kt_node_lease_event(struct kt_node *n, const struct kt_event *ev);
+/* Apply-time lease check of a KV write: every put names an existing lease. */
+int kt_node_lease_check(struct kt_node *n, const struct kt_request_op *op, struct kt_err *e);
+/* Apply a committed LEASE_GRANT / LEASE_REVOKE; answers c if not NULL. */
+void kt_node_lease_apply(struct kt_node *n, const struct kt_req *req, struct kt_conn *c,
+                         uint64_t req_id);
+/* A client's lease request (any type), the member serving. */
+void kt_node_lease_request(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
+                           const uint8_t *body, size_t body_len);
+/* Leadership changes, ticks (expiry, forwarded-request timeouts). */
+void kt_node_lease_role(struct kt_node *n, bool leader);
+void kt_node_lease_tick(struct kt_node *n);
+/* A node-level peer message (forwarded lease request/answer); false if not one. */
+bool kt_node_lease_peer_message(struct kt_node *n, uint64_t from, const uint8_t *msg, size_t len);
+/* Snapshot: the leases as a blob appended to the snapshot's meta; restore. */
+void kt_node_lease_save(struct kt_node *n, struct kt_buf *out);
+int kt_node_lease_load(struct kt_node *n, const uint8_t *p, size_t len, struct kt_err *e);
+/* During snapshot restore: key k (current version) carries lease id. */
+void kt_node_lease_note_key(struct kt_node *n, struct kt_bytes key, int64_t lease);
+void kt_node_lease_restore_done(struct kt_node *n, bool attach); /* false: discard */
+
+/* node_watch.c */
+void kt_node_watch_init(struct kt_node *n);
+void kt_node_watch_free(struct kt_node *n);
+void kt_node_watch_request(struct kt_node *n, struct kt_conn *c, const struct kt_req *req);
+/* End of a loop turn: deliver ready events (bounded by connection buffers). */
+void kt_node_watch_flush(struct kt_node *n);
+bool kt_node_watch_busy(const struct kt_node *n); /* catch-up work pending */
+void kt_node_watch_step(struct kt_node *n);
+void kt_node_watch_conn_closed(struct kt_node *n, struct kt_conn *c);
+void kt_node_watch_drained(struct kt_node *n, struct kt_conn *c);
+void kt_node_watch_tick(struct kt_node *n);
+
+#endif

@@ -1,0 +1,392 @@
+/* core/node_watch.c — watch streams on client connections (core/watch does
+ * the matching, coalescing and catch-up; this file is the delivery).
+ *
+ * Data flow:
+ *   WATCH_CREATE → kt_watch_create (owner = a struct nwatch) → a "created"
+ *     WATCH frame on the request's id (the stream id), watch_id = hub id.
+ *   apply → store event hook → kt_watch_publish / kt_watch_revision_done →
+ *     on_ready(nwatch) → the nwatch joins the ready FIFO (once).
+ *   end of each loop turn (node prepare) → kt_node_watch_flush: for each
+ *     ready watch whose connection is under KT_CONN_OUT_SOFT, take events
+ *     (kt_watch_take) into WATCH frames: a revision stays whole in one frame
+ *     unless the client asked for `fragment`; frames hold ~FRAME_EVENTS
+ *     events / FRAME_BYTES bytes. A connection over the soft limit is left
+ *     alone (kt_conn_want_drain): its watchers' events stay in the hub, which
+ *     moves a watcher that falls too far behind aside and later catches it
+ *     up from history — memory stays bounded, the loop never waits.
+ *   on_drained(conn) → its blocked watches rejoin the ready FIFO.
+ *   WATCH_CANCEL / compaction / connection closed → the hub forgets the
+ *     watcher; the stream ends with a "canceled" frame (not on close).
+ *   WATCH_PROGRESS → a progress frame (no events) on every idle watch of the
+ *     connection, header.revision = everything up to it was sent; the same
+ *     for progress_notify watches every watch_progress_ms.
+ * A start revision beyond this member's revision (a client resuming on a
+ * member that lags the one it left) is served from now, with events below
+ * the asked revision dropped: exactly once, no gap.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "node_int.h"
+
+#define FRAME_EVENTS 1000
+#define FRAME_BYTES (1u << 20)
+#define STEP_BUDGET 4096 /* history events copied per loop turn for catch-up */
+#define DEFAULT_PROGRESS_MS 600000
+
+struct wconn;
+
+struct nwatch {
+  uint64_t hub_id;    /* = the watch_id the client sees */
+  uint64_t stream_id; /* the WATCH_CREATE request's id */
+  struct wconn *wc;   /* NULL once the connection closed or the watch ended */
+  int64_t min_rev;
+  bool fragment, progress_notify;
+  bool queued, blocked;
+};
+
+struct wconn {
+  struct kt_conn *conn; /* one reference held */
+  struct nwatch **v;
+  size_t n, cap;
+};
+
+struct node_watch_state {
+  struct nwatch **ready; /* ready[head..n) */
+  size_t n, cap, head;
+  struct kt_event *evs;
+  size_t cap_evs;
+  struct kt_arena arena;
+  ev_tstamp last_progress;
+  bool busy; /* unsynced watchers need kt_watch_step */
+};
+
+static void enqueue(struct kt_node *n, struct nwatch *w) {
+  struct node_watch_state *s = n->ws;
+  if (w->queued)
+    return;
+  w->queued = true;
+  if (s->n == s->cap) {
+    if (s->head > s->n / 2) {
+      memmove(s->ready, s->ready + s->head, (s->n - s->head) * sizeof *s->ready);
+      s->n -= s->head;
+      s->head = 0;
+    } else {
+      s->cap = s->cap ? 2 * s->cap : 256;
+      s->ready = realloc(s->ready, s->cap * sizeof *s->ready);
+      kt_assert(s->ready);
+    }
+  }
+  s->ready[s->n++] = w;
+}
+
+static void on_ready(void *arg, void *owner, uint64_t id) {
+  (void)id;
+  enqueue(arg, owner);
+}
+
+void kt_node_watch_init(struct kt_node *n) {
+  struct kt_watch_config wc = {.on_ready = on_ready, .arg = n};
+  n->watches = kt_watch_hub_new(n->store, &wc);
+  n->ws = calloc(1, sizeof *n->ws);
+  kt_assert(n->ws);
+}
+
+/* ---- frames ---- */
+
+static void send_frame(struct kt_node *n, struct nwatch *w, const struct kt_watch_resp *wr) {
+  struct kt_buf *out = kt_conn_out(w->wc->conn);
+  if (!out)
+    return;
+  struct kt_resp r = {.type = KT_MSG_WATCH_CREATE, .id = w->stream_id};
+  kt_node_header(n, &r.header);
+  r.u.watch = *wr;
+  r.u.watch.watch_id = (int64_t)w->hub_id;
+  kt_proto_encode_resp(out, &r);
+  kt_conn_sent(w->wc->conn);
+}
+
+/* Detach w from its connection; it is freed now, or when the ready FIFO
+ * reaches it. */
+static void watch_drop(struct kt_node *n, struct nwatch *w) {
+  struct wconn *wc = w->wc;
+  if (wc) {
+    for (size_t i = 0; i < wc->n; i++)
+      if (wc->v[i] == w) {
+        wc->v[i] = wc->v[--wc->n];
+        break;
+      }
+    w->wc = NULL;
+  }
+  (void)n;
+  if (!w->queued)
+    free(w);
+}
+
+static void end_stream(struct kt_node *n, struct nwatch *w, int64_t compact_rev,
+                       const char *reason) {
+  struct kt_watch_resp wr = {.canceled = true, .compact_revision = compact_rev};
+  if (reason)
+    wr.cancel_reason = (struct kt_bytes){(const uint8_t *)reason, (uint32_t)strlen(reason)};
+  send_frame(n, w, &wr);
+  watch_drop(n, w);
+}
+
+static size_t event_bytes(const struct kt_event *e) {
+  size_t b = 64 + e->kv.key.n + e->kv.value.n;
+  if (e->has_prev_kv)
+    b += e->prev_kv.key.n + e->prev_kv.value.n;
+  return b;
+}
+
+/* Moves ready events of w into frames while its connection has room.
+ * Returns true if w still has events ready (the connection is full). */
+static bool drain_one(struct kt_node *n, struct nwatch *w) {
+  struct node_watch_state *s = n->ws;
+  struct kt_conn *c = w->wc->conn;
+  size_t nev = 0, bytes = 0;
+  kt_arena_reset(&s->arena);
+  for (;;) {
+    if (s->cap_evs - nev < FRAME_EVENTS) {
+      s->cap_evs = s->cap_evs ? 2 * s->cap_evs : 2 * FRAME_EVENTS;
+      s->evs = realloc(s->evs, s->cap_evs * sizeof *s->evs);
+      kt_assert(s->evs);
+    }
+    int64_t crev = 0;
+    int k = kt_watch_take(n->watches, w->hub_id, s->evs + nev, FRAME_EVENTS, &s->arena, &crev);
+    if (k < 0) {
+      if (nev)
+        send_frame(n, w, &(struct kt_watch_resp){.events = s->evs, .n_events = (uint32_t)nev});
+      end_stream(n, w, k == -KT_ECOMPACTED ? crev : 0,
+                 k == -KT_ECOMPACTED ? kt_strerror(KT_ECOMPACTED) : "watch removed");
+      return false;
+    }
+    size_t kept = 0;
+    for (int i = 0; i < k; i++) {
+      struct kt_event *e = &s->evs[nev + (size_t)i];
+      if (e->kv.mod_revision < w->min_rev)
+        continue;
+      bytes += event_bytes(e);
+      s->evs[nev + kept++] = *e;
+    }
+    nev += kept;
+    int64_t next = kt_watch_next_rev(n->watches, w->hub_id);
+    if (!next)
+      break;
+    bool mid_revision = nev && next == s->evs[nev - 1].kv.mod_revision;
+    if (nev < FRAME_EVENTS && bytes < FRAME_BYTES)
+      continue;
+    if (mid_revision && !w->fragment)
+      continue; /* a revision stays whole in one frame */
+    send_frame(n, w,
+               &(struct kt_watch_resp){
+                   .events = s->evs, .n_events = (uint32_t)nev, .fragment = mid_revision});
+    nev = bytes = 0;
+    kt_arena_reset(&s->arena);
+    if (!w->wc || kt_conn_unsent(c) > KT_CONN_OUT_SOFT)
+      return w->wc != NULL;
+  }
+  if (nev)
+    send_frame(n, w, &(struct kt_watch_resp){.events = s->evs, .n_events = (uint32_t)nev});
+  return false;
+}
+
+void kt_node_watch_flush(struct kt_node *n) {
+  struct node_watch_state *s = n->ws;
+  size_t end = s->n; /* watches queued while flushing wait for the next turn */
+  while (s->head < end) {
+    struct nwatch *w = s->ready[s->head++];
+    w->queued = false;
+    if (!w->wc) {
+      free(w);
+      continue;
+    }
+    struct kt_conn *c = w->wc->conn;
+    if (!kt_conn_open(c))
+      continue; /* on_close is about to drop it */
+    if (kt_conn_unsent(c) > KT_CONN_OUT_SOFT || drain_one(n, w)) {
+      if (w->wc) {
+        w->blocked = true;
+        kt_conn_want_drain(c);
+      }
+    }
+  }
+  if (s->head == s->n)
+    s->head = s->n = 0;
+}
+
+void kt_node_watch_drained(struct kt_node *n, struct kt_conn *c) {
+  struct wconn *wc = kt_conn_udata(c);
+  if (!wc)
+    return;
+  for (size_t i = 0; i < wc->n; i++)
+    if (wc->v[i]->blocked) {
+      wc->v[i]->blocked = false;
+      enqueue(n, wc->v[i]);
+    }
+  kt_node_watch_flush(n);
+}
+
+/* ---- requests ---- */
+
+static struct wconn *wconn_of(struct kt_conn *c) {
+  struct wconn *wc = kt_conn_udata(c);
+  if (!wc) {
+    wc = calloc(1, sizeof *wc);
+    kt_assert(wc);
+    wc->conn = c;
+    kt_conn_ref(c);
+    kt_conn_set_udata(c, wc);
+  }
+  return wc;
+}
+
+static void watch_create(struct kt_node *n, struct kt_conn *c, const struct kt_req *req) {
+  const struct kt_watch_create_req *q = &req->u.watch_create;
+  struct wconn *wc = kt_conn_udata(c);
+  for (size_t i = 0; wc && i < wc->n; i++)
+    if (wc->v[i]->stream_id == req->id) {
+      kt_conn_send_error(c, req->id, KT_EINVAL, "a watch with this request id is open");
+      return;
+    }
+  struct kt_watch_opts o = {.key = q->key,
+                            .range_end = q->range_end,
+                            .start_revision = q->start_revision,
+                            .no_put = q->no_put,
+                            .no_delete = q->no_delete,
+                            .prev_kv = q->prev_kv};
+  int64_t min_rev = 0;
+  if (q->start_revision < 0) {
+    kt_conn_send_error(c, req->id, KT_EINVAL, "start_revision must not be negative");
+    return;
+  }
+  if (q->start_revision > kt_watch_revision(n->watches) + 1) {
+    min_rev = q->start_revision; /* this member has not applied it yet */
+    o.start_revision = 0;
+  }
+  struct nwatch *w = calloc(1, sizeof *w);
+  kt_assert(w);
+  struct kt_err e = {0};
+  uint64_t id;
+  if (kt_watch_create(n->watches, &o, w, &id, &e)) {
+    free(w);
+    kt_node_reply_err(c, req->id, e.code, &e);
+    return;
+  }
+  wc = wconn_of(c);
+  *w = (struct nwatch){.hub_id = id,
+                       .stream_id = req->id,
+                       .wc = wc,
+                       .min_rev = min_rev,
+                       .fragment = q->fragment,
+                       .progress_notify = q->progress_notify};
+  if (wc->n == wc->cap) {
+    wc->cap = wc->cap ? 2 * wc->cap : 4;
+    wc->v = realloc(wc->v, wc->cap * sizeof *wc->v);
+    kt_assert(wc->v);
+  }
+  wc->v[wc->n++] = w;
+  send_frame(n, w, &(struct kt_watch_resp){.created = true});
+  if (o.start_revision)
+    n->ws->busy = true; /* history to replay: kt_watch_step */
+  /* A watch of past revisions is caught up by kt_node_watch_step. */
+  ev_idle_start(n->loop, &n->idle_w);
+}
+
+static struct nwatch *find(struct wconn *wc, int64_t watch_id) {
+  for (size_t i = 0; wc && i < wc->n; i++)
+    if ((int64_t)wc->v[i]->hub_id == watch_id)
+      return wc->v[i];
+  return NULL;
+}
+
+static void send_progress(struct kt_node *n, struct nwatch *w) {
+  send_frame(n, w, &(struct kt_watch_resp){0});
+}
+
+void kt_node_watch_request(struct kt_node *n, struct kt_conn *c, const struct kt_req *req) {
+  switch (req->type) {
+  case KT_MSG_WATCH_CREATE:
+    watch_create(n, c, req);
+    return;
+  case KT_MSG_WATCH_CANCEL: {
+    struct nwatch *w = find(kt_conn_udata(c), req->u.watch_cancel.watch_id);
+    if (!w) {
+      kt_conn_send_error(c, req->id, KT_ENOTFOUND, "watch not found");
+      return;
+    }
+    kt_watch_cancel(n->watches, w->hub_id);
+    end_stream(n, w, 0, NULL);
+    kt_node_reply(n, c, req->id, KT_MSG_WATCH_CANCEL, NULL);
+    return;
+  }
+  case KT_MSG_WATCH_PROGRESS: {
+    struct wconn *wc = kt_conn_udata(c);
+    for (size_t i = 0; wc && i < wc->n; i++)
+      if (kt_watch_idle(n->watches, wc->v[i]->hub_id))
+        send_progress(n, wc->v[i]);
+    kt_node_reply(n, c, req->id, KT_MSG_WATCH_PROGRESS, NULL);
+    return;
+  }
+  default:
+    kt_conn_send_error(c, req->id, KT_EUNSUPPORTED, "not a watch request");
+  }
+}
+
+/* ---- background and teardown ---- */
+
+bool kt_node_watch_busy(const struct kt_node *n) { return n->ws && n->ws->busy; }
+
+void kt_node_watch_step(struct kt_node *n) {
+  if (n->ws->busy)
+    n->ws->busy = kt_watch_step(n->watches, STEP_BUDGET);
+}
+
+void kt_node_watch_conn_closed(struct kt_node *n, struct kt_conn *c) {
+  struct wconn *wc = kt_conn_udata(c);
+  if (!wc)
+    return;
+  while (wc->n) {
+    struct nwatch *w = wc->v[wc->n - 1];
+    kt_watch_cancel(n->watches, w->hub_id);
+    watch_drop(n, w);
+  }
+  free(wc->v);
+  kt_conn_set_udata(c, NULL);
+  free(wc);
+  kt_conn_unref(c);
+}
+
+static void progress_one(void *arg, void *owner, uint64_t id, int64_t rev) {
+  (void)id;
+  (void)rev;
+  struct nwatch *w = owner;
+  if (w->progress_notify && w->wc && kt_conn_unsent(w->wc->conn) <= KT_CONN_OUT_SOFT)
+    send_progress(arg, w);
+}
+
+void kt_node_watch_tick(struct kt_node *n) {
+  struct node_watch_state *s = n->ws;
+  double every = (n->cfg.watch_progress_ms ? n->cfg.watch_progress_ms : DEFAULT_PROGRESS_MS) / 1e3;
+  if (ev_now(n->loop) - s->last_progress < every)
+    return;
+  s->last_progress = ev_now(n->loop);
+  kt_watch_progress_all(n->watches, progress_one, n); /* O(watchers), once per interval */
+}
+
+void kt_node_watch_free(struct kt_node *n) {
+  struct node_watch_state *s = n->ws;
+  if (!s)
+    return;
+  for (size_t i = s->head; i < s->n; i++)
+    if (!s->ready[i]->wc)
+      free(s->ready[i]);
+    else
+      s->ready[i]->queued = false;
+  free(s->ready);
+  free(s->evs);
+  kt_arena_free(&s->arena);
+  free(s);
+  n->ws = NULL;
+  kt_watch_hub_free(n->watches);
+}
