@@ -44,6 +44,22 @@ const char *kt_proto_type_name(int type) {
     return "move_leader";
   case KT_MSG_MEMBER_PUBLISH:
     return "member_publish";
+  case KT_MSG_WATCH_CREATE:
+    return "watch_create";
+  case KT_MSG_WATCH_CANCEL:
+    return "watch_cancel";
+  case KT_MSG_WATCH_PROGRESS:
+    return "watch_progress";
+  case KT_MSG_LEASE_GRANT:
+    return "lease_grant";
+  case KT_MSG_LEASE_REVOKE:
+    return "lease_revoke";
+  case KT_MSG_LEASE_KEEPALIVE:
+    return "lease_keepalive";
+  case KT_MSG_LEASE_TTL:
+    return "lease_ttl";
+  case KT_MSG_LEASE_LEASES:
+    return "lease_leases";
   case KT_MSG_ERROR:
     return "error";
   default:
@@ -838,6 +854,7 @@ int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, str
     break;
   case KT_MSG_STATUS:
   case KT_MSG_MEMBER_LIST:
+  case KT_MSG_WATCH_PROGRESS:
     path_push(&d, kt_proto_type_name((int)rawtype), -1);
     if ((rc = rd_map(&d, "payload", &nf)))
       return rc;
@@ -879,6 +896,78 @@ int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, str
         return rc;
       if (KEY("target_id"))
         rc = rd_u64(&d, "target_id", UINT64_MAX, &req->u.move_leader.target_id);
+      else
+        rc = skip(&d, 0);
+      if (rc)
+        return rc;
+    }
+    break;
+  case KT_MSG_WATCH_CREATE: {
+    struct kt_watch_create_req *w = &req->u.watch_create;
+    path_push(&d, "watch_create", -1);
+    if ((rc = rd_map(&d, "payload", &nf)))
+      return rc;
+    while (nf--) {
+      struct kt_bytes k;
+      if ((rc = rd_key(&d, &k)))
+        return rc;
+      if (KEY("key"))
+        rc = rd_bytes(&d, "key", &w->key);
+      else if (KEY("range_end"))
+        rc = rd_bytes(&d, "range_end", &w->range_end);
+      else if (KEY("start_revision"))
+        rc = rd_i64(&d, "start_revision", &w->start_revision);
+      else if (KEY("prev_kv"))
+        rc = rd_bool(&d, "prev_kv", &w->prev_kv);
+      else if (KEY("no_put"))
+        rc = rd_bool(&d, "no_put", &w->no_put);
+      else if (KEY("no_delete"))
+        rc = rd_bool(&d, "no_delete", &w->no_delete);
+      else if (KEY("progress_notify"))
+        rc = rd_bool(&d, "progress_notify", &w->progress_notify);
+      else if (KEY("fragment"))
+        rc = rd_bool(&d, "fragment", &w->fragment);
+      else
+        rc = skip(&d, 0);
+      if (rc)
+        return rc;
+    }
+    break;
+  }
+  case KT_MSG_WATCH_CANCEL:
+    path_push(&d, "watch_cancel", -1);
+    if ((rc = rd_map(&d, "payload", &nf)))
+      return rc;
+    while (nf--) {
+      struct kt_bytes k;
+      if ((rc = rd_key(&d, &k)))
+        return rc;
+      if (KEY("watch_id"))
+        rc = rd_i64(&d, "watch_id", &req->u.watch_cancel.watch_id);
+      else
+        rc = skip(&d, 0);
+      if (rc)
+        return rc;
+    }
+    break;
+  case KT_MSG_LEASE_GRANT:
+  case KT_MSG_LEASE_REVOKE:
+  case KT_MSG_LEASE_KEEPALIVE:
+  case KT_MSG_LEASE_TTL:
+  case KT_MSG_LEASE_LEASES:
+    path_push(&d, kt_proto_type_name((int)rawtype), -1);
+    if ((rc = rd_map(&d, "payload", &nf)))
+      return rc;
+    while (nf--) {
+      struct kt_bytes k;
+      if ((rc = rd_key(&d, &k)))
+        return rc;
+      if (KEY("id"))
+        rc = rd_i64(&d, "id", &req->u.lease.id);
+      else if (KEY("ttl"))
+        rc = rd_i64(&d, "ttl", &req->u.lease.ttl);
+      else if (KEY("keys"))
+        rc = rd_bool(&d, "keys", &req->u.lease.keys);
       else
         rc = skip(&d, 0);
       if (rc)
@@ -1199,6 +1288,127 @@ static int dec_member_list_resp(struct dec *d, struct kt_member_list_resp *r, st
   return 0;
 }
 
+/* An event: [type, kv, prev_kv or nil, ...]; extra elements are skipped. */
+static int dec_event(struct dec *d, struct kt_event *ev) {
+  uint32_t n;
+  int rc = rd_arr(d, NULL, &n);
+  if (rc)
+    return rc;
+  if (n < 3)
+    return fail(d, KT_EPROTO, NULL, "expected [type, kv, prev_kv], got an array of %u", n);
+  if ((rc = rd_enum(d, "type", KT_EVENT_DELETE, &ev->type)))
+    return rc;
+  path_push(d, "kv", -1);
+  if ((rc = dec_kv(d, NULL, &ev->kv)))
+    return rc;
+  path_pop(d);
+  if (!is_nil(d)) {
+    path_push(d, "prev_kv", -1);
+    if ((rc = dec_kv(d, NULL, &ev->prev_kv)))
+      return rc;
+    path_pop(d);
+    ev->has_prev_kv = true;
+  }
+  for (uint32_t i = 3; i < n; i++)
+    if ((rc = skip(d, 1)))
+      return rc;
+  return 0;
+}
+
+static int dec_watch_resp(struct dec *d, struct kt_watch_resp *w, struct kt_header *h) {
+  uint32_t nf;
+  int rc = rd_map(d, "payload", &nf);
+  if (rc)
+    return rc;
+  while (nf--) {
+    struct kt_bytes k;
+    if ((rc = rd_key(d, &k)))
+      return rc;
+    if (KEY("header"))
+      rc = dec_header(d, h);
+    else if (KEY("watch_id"))
+      rc = rd_i64(d, "watch_id", &w->watch_id);
+    else if (KEY("created"))
+      rc = rd_bool(d, "created", &w->created);
+    else if (KEY("canceled"))
+      rc = rd_bool(d, "canceled", &w->canceled);
+    else if (KEY("fragment"))
+      rc = rd_bool(d, "fragment", &w->fragment);
+    else if (KEY("compact_revision"))
+      rc = rd_i64(d, "compact_revision", &w->compact_revision);
+    else if (KEY("cancel_reason"))
+      rc = rd_bytes(d, "cancel_reason", &w->cancel_reason);
+    else if (KEY("events")) {
+      uint32_t n;
+      if ((rc = rd_arr(d, "events", &n)))
+        return rc;
+      /* an event takes at least 10 bytes ([type, 7-byte kv, nil]): bound
+       * the allocation by the body */
+      if ((uint64_t)n * 10 > left(d))
+        return truncated(d, "events");
+      w->events = n ? kt_arena_alloc(d->a, n * sizeof *w->events) : NULL;
+      if (n)
+        memset(w->events, 0, n * sizeof *w->events);
+      w->n_events = n;
+      for (uint32_t j = 0; j < n && !rc; j++) {
+        path_push(d, "events", j);
+        if (!(rc = dec_event(d, &w->events[j])))
+          path_pop(d);
+      }
+    } else
+      rc = skip(d, 0);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* An array of int64 (lease ids). */
+static int dec_i64_list(struct dec *d, const char *field, int64_t **out, uint32_t *n_out) {
+  uint32_t n;
+  int rc = rd_arr(d, field, &n);
+  if (rc)
+    return rc;
+  *out = n ? kt_arena_alloc(d->a, n * sizeof **out) : NULL;
+  *n_out = n;
+  for (uint32_t j = 0; j < n; j++) {
+    path_push(d, field, j);
+    if ((rc = rd_i64(d, NULL, &(*out)[j])))
+      return rc;
+    path_pop(d);
+  }
+  return 0;
+}
+
+static int dec_lease_resp(struct dec *d, struct kt_lease_resp *l, struct kt_header *h) {
+  uint32_t nf;
+  int rc = rd_map(d, "payload", &nf);
+  if (rc)
+    return rc;
+  while (nf--) {
+    struct kt_bytes k;
+    if ((rc = rd_key(d, &k)))
+      return rc;
+    if (KEY("header"))
+      rc = dec_header(d, h);
+    else if (KEY("id"))
+      rc = rd_i64(d, "id", &l->id);
+    else if (KEY("ttl"))
+      rc = rd_i64(d, "ttl", &l->ttl);
+    else if (KEY("granted_ttl"))
+      rc = rd_i64(d, "granted_ttl", &l->granted_ttl);
+    else if (KEY("keys"))
+      rc = dec_text_list(d, "keys", &l->keys, &l->n_keys);
+    else if (KEY("leases"))
+      rc = dec_i64_list(d, "leases", &l->leases, &l->n_leases);
+    else
+      rc = skip(d, 0);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
 int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_resp *resp,
                          struct kt_err *e) {
   struct dec d = {.p = body, .end = body + len, .a = a, .e = e};
@@ -1250,8 +1460,24 @@ int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, st
     if ((rc = dec_member_list_resp(&d, &resp->u.member_list, &resp->header)))
       return rc;
     break;
+  case KT_MSG_WATCH_CREATE:
+    path_push(&d, "watch", -1);
+    if ((rc = dec_watch_resp(&d, &resp->u.watch, &resp->header)))
+      return rc;
+    break;
+  case KT_MSG_LEASE_GRANT:
+  case KT_MSG_LEASE_REVOKE:
+  case KT_MSG_LEASE_KEEPALIVE:
+  case KT_MSG_LEASE_TTL:
+  case KT_MSG_LEASE_LEASES:
+    path_push(&d, kt_proto_type_name((int)rawtype), -1);
+    if ((rc = dec_lease_resp(&d, &resp->u.lease, &resp->header)))
+      return rc;
+    break;
   case KT_MSG_COMPACT:
   case KT_MSG_MOVE_LEADER:
+  case KT_MSG_WATCH_CANCEL:
+  case KT_MSG_WATCH_PROGRESS:
     path_push(&d, kt_proto_type_name((int)rawtype), -1);
     if ((rc = rd_map(&d, "payload", &nf)))
       return rc;
@@ -1608,6 +1834,8 @@ static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t 
     est += req_op_size(&req->u.op);
   else if (req->type == KT_MSG_HELLO)
     est += req->u.hello.client.n;
+  else if (req->type == KT_MSG_WATCH_CREATE) /* names and values: < 100 bytes */
+    est += 128 + req->u.watch_create.key.n + req->u.watch_create.range_end.n;
   kt_buf_reserve(out, est);
   envelope(&w, req->type, id);
   switch (req->type) {
@@ -1633,8 +1861,41 @@ static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t 
     break;
   }
   case KT_MSG_STATUS:
-  case KT_MSG_MEMBER_LIST: {
+  case KT_MSG_MEMBER_LIST:
+  case KT_MSG_WATCH_PROGRESS: {
     struct map m = map_begin(&w);
+    map_end(&w, &m);
+    break;
+  }
+  case KT_MSG_WATCH_CREATE: {
+    const struct kt_watch_create_req *r = &req->u.watch_create;
+    struct map m = map_begin(&w);
+    f_bytes(&w, &m, "key", r->key);
+    f_bytes(&w, &m, "range_end", r->range_end);
+    f_i64(&w, &m, "start_revision", r->start_revision);
+    f_bool(&w, &m, "prev_kv", r->prev_kv);
+    f_bool(&w, &m, "no_put", r->no_put);
+    f_bool(&w, &m, "no_delete", r->no_delete);
+    f_bool(&w, &m, "progress_notify", r->progress_notify);
+    f_bool(&w, &m, "fragment", r->fragment);
+    map_end(&w, &m);
+    break;
+  }
+  case KT_MSG_WATCH_CANCEL: {
+    struct map m = map_begin(&w);
+    f_i64(&w, &m, "watch_id", req->u.watch_cancel.watch_id);
+    map_end(&w, &m);
+    break;
+  }
+  case KT_MSG_LEASE_GRANT:
+  case KT_MSG_LEASE_REVOKE:
+  case KT_MSG_LEASE_KEEPALIVE:
+  case KT_MSG_LEASE_TTL:
+  case KT_MSG_LEASE_LEASES: {
+    struct map m = map_begin(&w);
+    f_i64(&w, &m, "id", req->u.lease.id);
+    f_i64(&w, &m, "ttl", req->u.lease.ttl);
+    f_bool(&w, &m, "keys", req->u.lease.keys);
     map_end(&w, &m);
     break;
   }
@@ -1762,6 +2023,40 @@ static size_t member_list_size(const struct kt_member_list_resp *r) {
   return n;
 }
 
+/* A WATCH frame's payload beyond the header: its fields (< 110 bytes plus
+ * cancel_reason) and per event [type, kv, prev_kv or nil]: 2 + (47 + key +
+ * value) + (1, or 47 + key + value). A frame can carry thousands of events:
+ * this keeps the encoder to one reservation. */
+static size_t watch_size(const struct kt_watch_resp *w) {
+  size_t n = 128 + w->cancel_reason.n;
+  for (uint32_t i = 0; i < w->n_events; i++) {
+    const struct kt_event *ev = &w->events[i];
+    n += 8 + kvs_size(&ev->kv, 1) + (ev->has_prev_kv ? kvs_size(&ev->prev_kv, 1) : 0);
+  }
+  return n;
+}
+
+/* A lease response beyond the header: fields < 80 bytes, a key <= 5 + n,
+ * a lease id <= 9. */
+static size_t lease_size(const struct kt_lease_resp *l) {
+  size_t n = 96 + 9 * (size_t)l->n_leases;
+  for (uint32_t i = 0; i < l->n_keys; i++)
+    n += 5 + l->keys[i].n;
+  return n;
+}
+
+static void pack_event(struct enc *w, const struct kt_event *ev) {
+  kt_assert(ev->type <= KT_EVENT_DELETE);
+  uint8_t x = 0x93;
+  kt_buf_append(w->b, &x, 1);
+  msgpack_pack_uint64(&w->pk, ev->type);
+  pack_kv(w, &ev->kv);
+  if (ev->has_prev_kv)
+    pack_kv(w, &ev->prev_kv);
+  else
+    msgpack_pack_nil(&w->pk);
+}
+
 void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
   size_t off = frame_begin(out);
   struct enc w;
@@ -1771,6 +2066,10 @@ void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
     est += resp_op_size(&resp->u.op);
   else if (resp->type == KT_MSG_MEMBER_LIST)
     est += member_list_size(&resp->u.member_list);
+  else if (resp->type == KT_MSG_WATCH_CREATE)
+    est += watch_size(&resp->u.watch);
+  else if (resp->type >= KT_MSG_LEASE_GRANT && resp->type <= KT_MSG_LEASE_LEASES)
+    est += lease_size(&resp->u.lease);
   kt_buf_reserve(out, est);
   envelope(&w, resp->type, resp->id);
   struct map m;
@@ -1795,10 +2094,57 @@ void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
     break;
   case KT_MSG_COMPACT:
   case KT_MSG_MOVE_LEADER:
+  case KT_MSG_WATCH_CANCEL:
+  case KT_MSG_WATCH_PROGRESS:
     m = map_begin(&w);
     f_header(&w, &m, &resp->header);
     map_end(&w, &m);
     break;
+  case KT_MSG_WATCH_CREATE: {
+    const struct kt_watch_resp *x = &resp->u.watch;
+    m = map_begin(&w);
+    f_header(&w, &m, &resp->header);
+    f_i64(&w, &m, "watch_id", x->watch_id);
+    f_bool(&w, &m, "created", x->created);
+    f_bool(&w, &m, "canceled", x->canceled);
+    f_bool(&w, &m, "fragment", x->fragment);
+    f_i64(&w, &m, "compact_revision", x->compact_revision);
+    f_text(&w, &m, "cancel_reason", x->cancel_reason);
+    if (x->n_events) {
+      name(&w, &m, "events");
+      msgpack_pack_array(&w.pk, x->n_events);
+      for (uint32_t i = 0; i < x->n_events; i++)
+        pack_event(&w, &x->events[i]);
+    }
+    map_end(&w, &m);
+    break;
+  }
+  case KT_MSG_LEASE_GRANT:
+  case KT_MSG_LEASE_REVOKE:
+  case KT_MSG_LEASE_KEEPALIVE:
+  case KT_MSG_LEASE_TTL:
+  case KT_MSG_LEASE_LEASES: {
+    const struct kt_lease_resp *l = &resp->u.lease;
+    m = map_begin(&w);
+    f_header(&w, &m, &resp->header);
+    f_i64(&w, &m, "id", l->id);
+    f_i64(&w, &m, "ttl", l->ttl);
+    f_i64(&w, &m, "granted_ttl", l->granted_ttl);
+    if (l->n_keys) {
+      name(&w, &m, "keys");
+      msgpack_pack_array(&w.pk, l->n_keys);
+      for (uint32_t i = 0; i < l->n_keys; i++)
+        pack_bytes(&w, l->keys[i]);
+    }
+    if (l->n_leases) {
+      name(&w, &m, "leases");
+      msgpack_pack_array(&w.pk, l->n_leases);
+      for (uint32_t i = 0; i < l->n_leases; i++)
+        msgpack_pack_int64(&w.pk, l->leases[i]);
+    }
+    map_end(&w, &m);
+    break;
+  }
   case KT_MSG_MEMBER_LIST: {
     const struct kt_member_list_resp *l = &resp->u.member_list;
     m = map_begin(&w);

@@ -4,8 +4,9 @@
  * body through both decoders) and as one bare body. Whatever decodes must
  * re-encode to bytes that decode again and re-encode to the same bytes (the
  * encoding is canonical, so equal bytes mean an equal message), and
- * kt_proto_peek_id must agree with the decoder on type and id. Any
- * disagreement aborts. Seeds: test/fuzz/corpus/proto/ (written by
+ * kt_proto_peek_id must agree with the decoder on type and id, and every
+ * decoded type must have a name. This covers every type, watch frames and
+ * lease messages included. Any disagreement aborts. Seeds: test/fuzz/corpus/proto/ (written by
  * KT_WRITE_CORPUS=dir build/test/proto_test write_fuzz_corpus).
  */
 #include "../../net/proto.h"
@@ -39,6 +40,7 @@ static void req_round_trip(const uint8_t *body, size_t len) {
   if (rc != 0)
     return;
   check_peek(body, len, r1.type, r1.id);
+  check(strcmp(kt_proto_type_name(r1.type), "unknown") != 0, "a decoded request has no name");
   struct kt_buf a = {0}, b = {0}, w = {0};
   kt_proto_encode_req(&a, &r1);
   const uint8_t *fb;
@@ -66,6 +68,7 @@ static void resp_round_trip(const uint8_t *body, size_t len) {
   if (rc != 0)
     return;
   check_peek(body, len, r1.type, r1.id);
+  check(strcmp(kt_proto_type_name(r1.type), "unknown") != 0, "a decoded response has no name");
   struct kt_buf a = {0}, b = {0};
   kt_proto_encode_resp(&a, &r1);
   check(kt_get_u32be(a.p) == a.len - 4, "bad frame length");

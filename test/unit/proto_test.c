@@ -77,9 +77,26 @@ static bool req_eq(const struct kt_req *a, const struct kt_req *b) {
            a->u.compact.physical == b->u.compact.physical;
   case KT_MSG_STATUS:
   case KT_MSG_MEMBER_LIST:
+  case KT_MSG_WATCH_PROGRESS:
     return true;
   case KT_MSG_MOVE_LEADER:
     return a->u.move_leader.target_id == b->u.move_leader.target_id;
+  case KT_MSG_WATCH_CREATE: {
+    const struct kt_watch_create_req *x = &a->u.watch_create, *y = &b->u.watch_create;
+    return beq(x->key, y->key) && beq(x->range_end, y->range_end) &&
+           x->start_revision == y->start_revision && x->prev_kv == y->prev_kv &&
+           x->no_put == y->no_put && x->no_delete == y->no_delete &&
+           x->progress_notify == y->progress_notify && x->fragment == y->fragment;
+  }
+  case KT_MSG_WATCH_CANCEL:
+    return a->u.watch_cancel.watch_id == b->u.watch_cancel.watch_id;
+  case KT_MSG_LEASE_GRANT:
+  case KT_MSG_LEASE_REVOKE:
+  case KT_MSG_LEASE_KEEPALIVE:
+  case KT_MSG_LEASE_TTL:
+  case KT_MSG_LEASE_LEASES:
+    return a->u.lease.id == b->u.lease.id && a->u.lease.ttl == b->u.lease.ttl &&
+           a->u.lease.keys == b->u.lease.keys;
   case KT_MSG_MEMBER_PUBLISH: {
     const struct kt_member_publish_req *x = &a->u.publish, *y = &b->u.publish;
     if (x->member_id != y->member_id || x->n_client_urls != y->n_client_urls)
@@ -162,7 +179,40 @@ static bool resp_eq(const struct kt_resp *a, const struct kt_resp *b) {
   case KT_MSG_ERROR:
     return a->u.error.code == b->u.error.code && beq(a->u.error.message, b->u.error.message);
   case KT_MSG_MOVE_LEADER:
+  case KT_MSG_WATCH_CANCEL:
+  case KT_MSG_WATCH_PROGRESS:
     return true;
+  case KT_MSG_WATCH_CREATE: {
+    const struct kt_watch_resp *x = &a->u.watch, *y = &b->u.watch;
+    if (x->watch_id != y->watch_id || x->created != y->created || x->canceled != y->canceled ||
+        x->fragment != y->fragment || x->compact_revision != y->compact_revision ||
+        !beq(x->cancel_reason, y->cancel_reason) || x->n_events != y->n_events)
+      return false;
+    for (uint32_t i = 0; i < x->n_events; i++) {
+      const struct kt_event *m = &x->events[i], *k = &y->events[i];
+      if (m->type != k->type || !kv_eq(&m->kv, &k->kv) || m->has_prev_kv != k->has_prev_kv ||
+          (m->has_prev_kv && !kv_eq(&m->prev_kv, &k->prev_kv)))
+        return false;
+    }
+    return true;
+  }
+  case KT_MSG_LEASE_GRANT:
+  case KT_MSG_LEASE_REVOKE:
+  case KT_MSG_LEASE_KEEPALIVE:
+  case KT_MSG_LEASE_TTL:
+  case KT_MSG_LEASE_LEASES: {
+    const struct kt_lease_resp *x = &a->u.lease, *y = &b->u.lease;
+    if (x->id != y->id || x->ttl != y->ttl || x->granted_ttl != y->granted_ttl ||
+        x->n_keys != y->n_keys || x->n_leases != y->n_leases)
+      return false;
+    for (uint32_t i = 0; i < x->n_keys; i++)
+      if (!beq(x->keys[i], y->keys[i]))
+        return false;
+    for (uint32_t i = 0; i < x->n_leases; i++)
+      if (x->leases[i] != y->leases[i])
+        return false;
+    return true;
+  }
   case KT_MSG_MEMBER_LIST: {
     const struct kt_member_list_resp *x = &a->u.member_list, *y = &b->u.member_list;
     if (x->n_members != y->n_members)
@@ -440,9 +490,12 @@ TEST(responses_round_trip_all_fields) {
 }
 
 TEST(responses_round_trip_no_fields) {
-  uint8_t types[] = {KT_MSG_HELLO,       KT_MSG_RANGE,      KT_MSG_PUT,    KT_MSG_DELETE,
-                     KT_MSG_TXN,         KT_MSG_COMPACT,    KT_MSG_STATUS, KT_MSG_ERROR,
-                     KT_MSG_MEMBER_LIST, KT_MSG_MOVE_LEADER};
+  uint8_t types[] = {KT_MSG_HELLO,           KT_MSG_RANGE,        KT_MSG_PUT,
+                     KT_MSG_DELETE,          KT_MSG_TXN,          KT_MSG_COMPACT,
+                     KT_MSG_STATUS,          KT_MSG_ERROR,        KT_MSG_MEMBER_LIST,
+                     KT_MSG_MOVE_LEADER,     KT_MSG_WATCH_CREATE, KT_MSG_WATCH_CANCEL,
+                     KT_MSG_WATCH_PROGRESS,  KT_MSG_LEASE_GRANT,  KT_MSG_LEASE_REVOKE,
+                     KT_MSG_LEASE_KEEPALIVE, KT_MSG_LEASE_TTL,    KT_MSG_LEASE_LEASES};
   for (size_t i = 0; i < KT_ARRAY_LEN(types); i++) {
     struct kt_resp r = {.type = types[i]};
     if (types[i] >= KT_MSG_RANGE && types[i] <= KT_MSG_TXN)
@@ -688,7 +741,7 @@ TEST(wrong_top_level_shapes) {
 }
 
 TEST(unknown_type_keeps_id) {
-  int types[] = {7, 16, 24, 63, 126, 127, 200, 100000};
+  int types[] = {7, 15, 19, 23, 29, 31, 63, 126, 127, 200, 100000};
   for (size_t i = 0; i < KT_ARRAY_LEN(types); i++) {
     struct raw r;
     raw_init(&r);
@@ -1250,6 +1303,8 @@ static void seed_resp(const char *dir, const char *name, const struct kt_resp *r
   kt_buf_free(&b);
 }
 
+static struct kt_event events3[3]; /* defined with the watch tests below */
+
 TEST(write_fuzz_corpus) {
   const char *dir = getenv("KT_WRITE_CORPUS");
   if (!dir)
@@ -1374,7 +1429,7 @@ TEST(write_fuzz_corpus) {
   write_seed(dir, "bad_short_prefix", b.p, b.len);
   write_seed(dir, "bad_zero_length", "\0\0\0\0\x93\x02\x01\x80", 8);
   write_seed(dir, "bad_huge_length", "\xff\xff\xff\xf0\x93\x02\x01\x80", 8);
-  write_seed(dir, "bad_unknown_type", "\0\0\0\x04\x93\x10\x07\x80", 8);
+  write_seed(dir, "bad_unknown_type", "\0\0\0\x04\x93\x13\x07\x80", 8); /* 19: reserved */
   write_seed(dir, "bad_not_array", "\0\0\0\x04\x83\x10\x07\x80", 8);
   write_seed(dir, "bad_key_int", "\0\0\0\x09\x93\x02\x07\x81\xa3key\x05", 13);
   write_seed(dir, "bad_bin32_len", "\0\0\0\x0f\x93\x02\x07\x81\xa3key\xc6\xff\xff\xff\xff\x00", 19);
@@ -1390,6 +1445,53 @@ TEST(write_fuzz_corpus) {
   r.u.op.u.txn.success = ops;
   r.u.op.u.txn.n_success = KT_MAX_TXN_OPS + 1;
   seed_req(dir, "bad_129_ops", &r);
+  /* watch and lease messages */
+  r = (struct kt_req){.type = KT_MSG_WATCH_CREATE, .id = 20};
+  r.u.watch_create = (struct kt_watch_create_req){.key = B("a"),
+                                                  .range_end = B("\0"),
+                                                  .start_revision = 7,
+                                                  .prev_kv = true,
+                                                  .no_put = true,
+                                                  .no_delete = true,
+                                                  .progress_notify = true,
+                                                  .fragment = true};
+  seed_req(dir, "req_watch_create", &r);
+  r = (struct kt_req){.type = KT_MSG_WATCH_CANCEL, .id = 21};
+  r.u.watch_cancel.watch_id = 3;
+  seed_req(dir, "req_watch_cancel", &r);
+  r = (struct kt_req){.type = KT_MSG_WATCH_PROGRESS, .id = 22};
+  seed_req(dir, "req_watch_progress", &r);
+  r = (struct kt_req){.type = KT_MSG_LEASE_GRANT, .id = 23};
+  r.u.lease = (struct kt_lease_req){.id = 0x694d77d1a3f0c207ll, .ttl = 60};
+  seed_req(dir, "req_lease_grant", &r);
+  r = (struct kt_req){.type = KT_MSG_LEASE_TTL, .id = 24};
+  r.u.lease = (struct kt_lease_req){.id = 5, .keys = true};
+  seed_req(dir, "req_lease_ttl", &r);
+  s = (struct kt_resp){.type = KT_MSG_WATCH_CREATE, .id = 20, .header = h};
+  s.u.watch = (struct kt_watch_resp){.watch_id = 3, .created = true};
+  seed_resp(dir, "resp_watch_created", &s);
+  s.u.watch =
+      (struct kt_watch_resp){.watch_id = 3, .fragment = true, .events = events3, .n_events = 3};
+  seed_resp(dir, "resp_watch_events", &s);
+  s.u.watch = (struct kt_watch_resp){
+      .watch_id = 3, .canceled = true, .compact_revision = 4, .cancel_reason = B("compacted")};
+  seed_resp(dir, "resp_watch_canceled", &s);
+  s = (struct kt_resp){.type = KT_MSG_WATCH_PROGRESS, .id = 22, .header = h};
+  seed_resp(dir, "resp_watch_progress", &s);
+  struct kt_bytes lkeys[2] = {B("k1"), B("k2")};
+  int64_t lids[3] = {1, 1LL << 40, -1};
+  s = (struct kt_resp){.type = KT_MSG_LEASE_TTL, .id = 24, .header = h};
+  s.u.lease =
+      (struct kt_lease_resp){.id = 5, .ttl = 30, .granted_ttl = 60, .keys = lkeys, .n_keys = 2};
+  seed_resp(dir, "resp_lease_ttl", &s);
+  s = (struct kt_resp){.type = KT_MSG_LEASE_LEASES, .id = 25, .header = h};
+  s.u.lease = (struct kt_lease_resp){.leases = lids, .n_leases = 3};
+  seed_resp(dir, "resp_lease_leases", &s);
+  /* an event of type 2 (EINVAL) */
+  write_seed(dir, "bad_watch_event_type2",
+             "\0\0\0\x18\x93\x10\x01\x81\xa6"
+             "events\x91\x93\x02\x96\xa1k\xa1v\x01\x02\x03\x00\xc0",
+             28);
   kt_buf_free(&b);
 }
 
@@ -1565,6 +1667,478 @@ TEST(protocol_md_member_examples_are_exact) {
   r.u.member_list = (struct kt_member_list_resp){&m, 1};
   kt_proto_encode_resp(&b, &r);
   all &= golden(&b, MEMBER_LIST_HEX, "MEMBER_LIST response");
+  kt_buf_free(&b);
+  CHECK(all);
+}
+
+/* ---- watch and lease messages (types 16-18, 24-28) ---- */
+
+static const uint8_t lease_types[] = {KT_MSG_LEASE_GRANT, KT_MSG_LEASE_REVOKE,
+                                      KT_MSG_LEASE_KEEPALIVE, KT_MSG_LEASE_TTL,
+                                      KT_MSG_LEASE_LEASES};
+
+TEST(watch_lease_requests_round_trip) {
+  struct kt_req r = {.type = KT_MSG_WATCH_CREATE, .id = 1};
+  r.u.watch_create = (struct kt_watch_create_req){.key = B("a\0b"),
+                                                  .range_end = B("\0"),
+                                                  .start_revision = INT64_MAX,
+                                                  .prev_kv = true,
+                                                  .no_put = true,
+                                                  .no_delete = true,
+                                                  .progress_notify = true,
+                                                  .fragment = true};
+  CHECK(rt_req(&r));
+  r.u.watch_create = (struct kt_watch_create_req){.key = B("k"), .start_revision = -1};
+  CHECK(rt_req(&r));
+  r = (struct kt_req){.type = KT_MSG_WATCH_CANCEL, .id = UINT64_MAX};
+  r.u.watch_cancel.watch_id = INT64_MAX;
+  CHECK(rt_req(&r));
+  r.u.watch_cancel.watch_id = INT64_MIN;
+  CHECK(rt_req(&r));
+  r = (struct kt_req){.type = KT_MSG_WATCH_PROGRESS, .id = 3};
+  CHECK(rt_req(&r));
+  for (size_t i = 0; i < KT_ARRAY_LEN(lease_types); i++) {
+    r = (struct kt_req){.type = lease_types[i], .id = 10 + i};
+    r.u.lease = (struct kt_lease_req){.id = INT64_MAX, .ttl = INT64_MAX, .keys = true};
+    CHECK(rt_req(&r));
+    r.u.lease = (struct kt_lease_req){.id = 0x694d77d1a3f0c207ll, .ttl = 60};
+    CHECK(rt_req(&r));
+  }
+  /* all zero: the smallest body [type, id, {}] */
+  uint8_t all[] = {KT_MSG_WATCH_CREATE, KT_MSG_WATCH_CANCEL, KT_MSG_WATCH_PROGRESS,
+                   KT_MSG_LEASE_GRANT,  KT_MSG_LEASE_REVOKE, KT_MSG_LEASE_KEEPALIVE,
+                   KT_MSG_LEASE_TTL,    KT_MSG_LEASE_LEASES};
+  for (size_t i = 0; i < KT_ARRAY_LEN(all); i++) {
+    r = (struct kt_req){.type = all[i], .id = 0};
+    CHECK(rt_req(&r));
+    struct kt_buf f = {0};
+    kt_proto_encode_req(&f, &r);
+    CHECK_EQ(f.len, 8);
+    CHECK_EQ(f.p[5], all[i]);
+    CHECK_EQ(f.p[7], 0x80);
+    kt_buf_free(&f);
+    /* the WAL form decodes to the same request */
+    r.id = 77;
+    kt_proto_encode_req_body(&f, &r);
+    struct kt_req out;
+    struct kt_err e;
+    CHECK_EQ(kt_proto_decode_req(f.p, f.len, &arena, &out, &e), 0);
+    CHECK_EQ(out.type, all[i]);
+    CHECK_EQ(out.id, 0);
+    kt_buf_free(&f);
+  }
+  CHECK_STR(kt_proto_type_name(KT_MSG_WATCH_CREATE), "watch_create");
+  CHECK_STR(kt_proto_type_name(KT_MSG_WATCH_CANCEL), "watch_cancel");
+  CHECK_STR(kt_proto_type_name(KT_MSG_WATCH_PROGRESS), "watch_progress");
+  CHECK_STR(kt_proto_type_name(KT_MSG_LEASE_GRANT), "lease_grant");
+  CHECK_STR(kt_proto_type_name(KT_MSG_LEASE_REVOKE), "lease_revoke");
+  CHECK_STR(kt_proto_type_name(KT_MSG_LEASE_KEEPALIVE), "lease_keepalive");
+  CHECK_STR(kt_proto_type_name(KT_MSG_LEASE_TTL), "lease_ttl");
+  CHECK_STR(kt_proto_type_name(KT_MSG_LEASE_LEASES), "lease_leases");
+  CHECK_STR(kt_proto_type_name(19), "unknown");
+  CHECK_STR(kt_proto_type_name(29), "unknown");
+  kt_arena_reset(&arena);
+}
+
+static struct kt_event events3[3] = {
+    {.type = KT_EVENT_PUT,
+     .kv = {.key = {(const uint8_t *)"a", 1},
+            .value = {(const uint8_t *)"1", 1},
+            .create_revision = 2,
+            .mod_revision = 3,
+            .version = 2}},
+    {.type = KT_EVENT_PUT,
+     .kv = {.key = {(const uint8_t *)"b", 1},
+            .value = {(const uint8_t *)"new", 3},
+            .create_revision = 1,
+            .mod_revision = INT64_MAX,
+            .version = INT64_MAX,
+            .lease = INT64_MAX},
+     .has_prev_kv = true,
+     .prev_kv = {.key = {(const uint8_t *)"b", 1},
+                 .value = {(const uint8_t *)"old", 3},
+                 .create_revision = 1,
+                 .mod_revision = 1,
+                 .version = 1,
+                 .lease = INT64_MIN}},
+    {.type = KT_EVENT_DELETE,
+     .kv = {.key = {(const uint8_t *)"c\xff", 2}, .mod_revision = 1LL << 40},
+     .has_prev_kv = true}, /* an all-zero prev_kv is still present */
+};
+
+TEST(watch_frames_round_trip) {
+  struct kt_header h = {
+      .cluster_id = UINT64_MAX, .member_id = 42, .revision = INT64_MAX, .raft_term = 7};
+  /* created */
+  struct kt_resp r = {.type = KT_MSG_WATCH_CREATE, .id = 5, .header = h};
+  r.u.watch = (struct kt_watch_resp){.watch_id = 0, .created = true};
+  CHECK(rt_resp(&r));
+  /* events, with and without prev_kv */
+  r.u.watch = (struct kt_watch_resp){
+      .watch_id = INT64_MAX, .fragment = true, .events = events3, .n_events = 3};
+  CHECK(rt_resp(&r));
+  /* progress: no events at all */
+  r.u.watch = (struct kt_watch_resp){.watch_id = 7};
+  CHECK(rt_resp(&r));
+  /* canceled by compaction */
+  r.u.watch = (struct kt_watch_resp){.watch_id = 7,
+                                     .canceled = true,
+                                     .compact_revision = INT64_MAX,
+                                     .cancel_reason = B("mvcc: required revision has been "
+                                                        "compacted")};
+  CHECK(rt_resp(&r));
+  r.u.watch = (struct kt_watch_resp){.watch_id = INT64_MIN, .created = true, .canceled = true};
+  CHECK(rt_resp(&r));
+  /* the decoded events: nil prev_kv reads as absent */
+  struct kt_buf f = {0};
+  r.u.watch = (struct kt_watch_resp){.watch_id = 1, .events = events3, .n_events = 3};
+  kt_proto_encode_resp(&f, &r);
+  struct kt_resp out;
+  struct kt_err e;
+  CHECK_EQ(kt_proto_decode_resp(f.p + 4, f.len - 4, &arena, &out, &e), 0);
+  CHECK_EQ(out.type, KT_MSG_WATCH_CREATE);
+  CHECK_EQ(out.u.watch.n_events, 3);
+  CHECK(!out.u.watch.events[0].has_prev_kv);
+  CHECK(out.u.watch.events[1].has_prev_kv);
+  CHECK_EQ(out.u.watch.events[1].prev_kv.lease, INT64_MIN);
+  CHECK_EQ(out.u.watch.events[2].type, KT_EVENT_DELETE);
+  CHECK(out.u.watch.events[2].has_prev_kv);
+  CHECK_EQ(out.u.watch.events[2].kv.mod_revision, 1LL << 40);
+  kt_buf_free(&f);
+
+  /* a big frame: 5000 events with 1 KiB values and prev_kvs */
+  enum { N = 5000 };
+  static struct kt_event big[N];
+  static char val[1024];
+  memset(val, 'v', sizeof val);
+  for (int i = 0; i < N; i++) {
+    big[i] = events3[1];
+    big[i].kv.value = (struct kt_bytes){(const uint8_t *)val, sizeof val};
+    big[i].prev_kv.value = (struct kt_bytes){(const uint8_t *)val, (uint32_t)(i % 300)};
+    big[i].has_prev_kv = i % 2;
+    big[i].type = (uint8_t)(i % 2);
+  }
+  r.u.watch = (struct kt_watch_resp){.watch_id = 9, .events = big, .n_events = N};
+  CHECK(rt_resp(&r));
+  kt_arena_reset(&arena);
+
+  /* CANCEL and PROGRESS responses: the header only */
+  r = (struct kt_resp){.type = KT_MSG_WATCH_CANCEL, .id = 6, .header = h};
+  CHECK(rt_resp(&r));
+  r = (struct kt_resp){.type = KT_MSG_WATCH_PROGRESS, .id = 7, .header = h};
+  CHECK(rt_resp(&r));
+  kt_arena_reset(&arena);
+}
+
+TEST(lease_responses_round_trip) {
+  struct kt_header h = {.cluster_id = 1, .member_id = 2, .revision = 3, .raft_term = 4};
+  struct kt_bytes keys[3] = {B("k1"), B(""), B("\xff\x00")};
+  int64_t ids[4] = {1, INT64_MAX, INT64_MIN, -1};
+  for (size_t i = 0; i < KT_ARRAY_LEN(lease_types); i++) {
+    struct kt_resp r = {.type = lease_types[i], .id = 100 + i, .header = h};
+    CHECK(rt_resp(&r));
+    r.u.lease = (struct kt_lease_resp){.id = INT64_MAX,
+                                       .ttl = -1,
+                                       .granted_ttl = INT64_MAX,
+                                       .keys = keys,
+                                       .n_keys = 3,
+                                       .leases = ids,
+                                       .n_leases = 4};
+    CHECK(rt_resp(&r));
+  }
+  kt_arena_reset(&arena);
+}
+
+/* A response of `type` whose payload is the one field `field`, written by fn. */
+static int one_resp_field(int type, const char *field, field_fn fn, struct kt_resp *out,
+                          struct kt_err *e) {
+  static struct raw r;
+  kt_buf_free(&r.b);
+  raw_init(&r);
+  msgpack_pack_array(&r.pk, 3);
+  msgpack_pack_int(&r.pk, type);
+  msgpack_pack_uint64(&r.pk, 31);
+  msgpack_pack_map(&r.pk, 1);
+  raw_str(&r, field);
+  fn(&r);
+  return kt_proto_decode_resp(r.b.p, r.b.len, &arena, out, e);
+}
+
+/* events: [[type, kv, prev_kv]] with the given parts */
+static int ev_type = 0, ev_len = 3;
+static bool ev_prev_bad = false;
+static void v_events(struct raw *r) {
+  msgpack_pack_array(&r->pk, 1);
+  msgpack_pack_array(&r->pk, (size_t)ev_len);
+  msgpack_pack_int(&r->pk, ev_type);
+  if (ev_len < 2)
+    return;
+  msgpack_pack_array(&r->pk, 6);
+  raw_str(r, "k");
+  raw_str(r, "v");
+  for (int i = 0; i < 4; i++)
+    msgpack_pack_int(&r->pk, i + 1);
+  if (ev_len < 3)
+    return;
+  if (ev_prev_bad)
+    msgpack_pack_array(&r->pk, 5);
+  else
+    msgpack_pack_nil(&r->pk);
+  for (int i = 0; ev_prev_bad && i < 5; i++)
+    msgpack_pack_int(&r->pk, 1);
+  for (int i = 3; i < ev_len; i++) /* extras: skipped */
+    msgpack_pack_map(&r->pk, 0);
+}
+static void v_leases_str(struct raw *r) {
+  msgpack_pack_array(&r->pk, 2);
+  msgpack_pack_int(&r->pk, 1);
+  raw_str(r, "x");
+}
+static void v_keys_int(struct raw *r) {
+  msgpack_pack_array(&r->pk, 1);
+  msgpack_pack_int(&r->pk, 1);
+}
+
+TEST(watch_lease_malformed_inputs) {
+  struct {
+    int type;
+    const char *field;
+    field_fn fn;
+    int code;
+    const char *msg;
+  } cases[] = {
+      {KT_MSG_WATCH_CREATE, "start_revision", v_str, KT_EPROTO,
+       "watch_create.start_revision: expected int, got str"},
+      {KT_MSG_WATCH_CREATE, "start_revision", v_big, KT_EPROTO,
+       "watch_create.start_revision: integer out of range"},
+      {KT_MSG_WATCH_CREATE, "key", v_int, KT_EPROTO,
+       "watch_create.key: expected bin or str, got int"},
+      {KT_MSG_WATCH_CREATE, "range_end", v_true, KT_EPROTO,
+       "watch_create.range_end: expected bin or str, got bool"},
+      {KT_MSG_WATCH_CREATE, "prev_kv", v_int, KT_EPROTO,
+       "watch_create.prev_kv: expected bool, got int"},
+      {KT_MSG_WATCH_CREATE, "no_put", v_str, KT_EPROTO,
+       "watch_create.no_put: expected bool, got str"},
+      {KT_MSG_WATCH_CREATE, "no_delete", v_map, KT_EPROTO,
+       "watch_create.no_delete: expected bool, got map"},
+      {KT_MSG_WATCH_CREATE, "progress_notify", v_bin, KT_EPROTO,
+       "watch_create.progress_notify: expected bool, got bin"},
+      {KT_MSG_WATCH_CREATE, "fragment", v_float, KT_EPROTO,
+       "watch_create.fragment: expected bool, got float"},
+      {KT_MSG_WATCH_CANCEL, "watch_id", v_true, KT_EPROTO,
+       "watch_cancel.watch_id: expected int, got bool"},
+      {KT_MSG_LEASE_GRANT, "ttl", v_str, KT_EPROTO, "lease_grant.ttl: expected int, got str"},
+      {KT_MSG_LEASE_REVOKE, "id", v_big, KT_EPROTO, "lease_revoke.id: integer out of range"},
+      {KT_MSG_LEASE_KEEPALIVE, "id", v_float, KT_EPROTO,
+       "lease_keepalive.id: expected int, got float"},
+      {KT_MSG_LEASE_TTL, "keys", v_int, KT_EPROTO, "lease_ttl.keys: expected bool, got int"},
+      {KT_MSG_LEASE_LEASES, "id", v_map, KT_EPROTO, "lease_leases.id: expected int, got map"},
+  };
+  for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
+    struct kt_req out;
+    struct kt_err e;
+    int rc = one_field(cases[i].type, cases[i].field, cases[i].fn, &out, &e);
+    if (rc != cases[i].code || strcmp(e.msg, cases[i].msg) != 0)
+      fprintf(stderr, "case %zu: rc %d msg \"%s\"\n", i, rc, e.msg);
+    CHECK_EQ(rc, cases[i].code);
+    CHECK_STR(e.msg, cases[i].msg);
+    CHECK_EQ(out.id, 31);
+    CHECK_EQ(out.type, cases[i].type);
+  }
+  /* accepted: nil, str keys, unknown fields; WATCH_PROGRESS ignores fields */
+  struct kt_req q;
+  struct kt_err e;
+  CHECK_EQ(one_field(KT_MSG_WATCH_CREATE, "start_revision", v_nil, &q, &e), 0);
+  CHECK_EQ(one_field(KT_MSG_WATCH_CREATE, "key", v_str, &q, &e), 0);
+  CHECK_BYTES(q.u.watch_create.key.p, q.u.watch_create.key.n, "x");
+  CHECK_EQ(one_field(KT_MSG_WATCH_CREATE, "start_revision", v_neg, &q, &e), 0);
+  CHECK_EQ(q.u.watch_create.start_revision, -5);
+  CHECK_EQ(one_field(KT_MSG_WATCH_PROGRESS, "watch_id", v_str, &q, &e), 0);
+  CHECK_EQ(one_field(KT_MSG_LEASE_GRANT, "future", v_float, &q, &e), 0);
+  CHECK_EQ(one_field(KT_MSG_LEASE_GRANT, "ttl", v_99, &q, &e), 0);
+  CHECK_EQ(q.u.lease.ttl, 99);
+
+  /* responses */
+  struct kt_resp out;
+  ev_type = 2, ev_len = 3, ev_prev_bad = false;
+  CHECK_EQ(one_resp_field(KT_MSG_WATCH_CREATE, "events", v_events, &out, &e), KT_EINVAL);
+  CHECK_STR(e.msg, "watch.events[0].type: unknown value 2");
+  CHECK_EQ(out.id, 31);
+  ev_type = -1;
+  CHECK_EQ(one_resp_field(KT_MSG_WATCH_CREATE, "events", v_events, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "watch.events[0].type: integer out of range");
+  ev_type = 1, ev_len = 2;
+  CHECK_EQ(one_resp_field(KT_MSG_WATCH_CREATE, "events", v_events, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "watch.events[0]: expected [type, kv, prev_kv], got an array of 2");
+  ev_len = 3, ev_prev_bad = true;
+  CHECK_EQ(one_resp_field(KT_MSG_WATCH_CREATE, "events", v_events, &out, &e), KT_EPROTO);
+  CHECK(strstr(e.msg, "watch.events[0].prev_kv: expected [key, value, create_revision") != NULL);
+  /* a longer event array is accepted, its extras ignored */
+  ev_len = 5, ev_prev_bad = false;
+  CHECK_EQ(one_resp_field(KT_MSG_WATCH_CREATE, "events", v_events, &out, &e), 0);
+  CHECK_EQ(out.u.watch.n_events, 1);
+  CHECK_EQ(out.u.watch.events[0].type, KT_EVENT_DELETE);
+  CHECK(!out.u.watch.events[0].has_prev_kv);
+  CHECK_BYTES(out.u.watch.events[0].kv.key.p, out.u.watch.events[0].kv.key.n, "k");
+  CHECK_EQ(out.u.watch.events[0].kv.lease, 4);
+  ev_type = 0, ev_len = 3;
+  CHECK_EQ(one_resp_field(KT_MSG_WATCH_CREATE, "watch_id", v_str, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "watch.watch_id: expected int, got str");
+  CHECK_EQ(one_resp_field(KT_MSG_WATCH_CREATE, "created", v_int, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "watch.created: expected bool, got int");
+  CHECK_EQ(one_resp_field(KT_MSG_WATCH_CREATE, "cancel_reason", v_int, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "watch.cancel_reason: expected bin or str, got int");
+  CHECK_EQ(one_resp_field(KT_MSG_WATCH_CREATE, "events", v_map, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "watch.events: expected array, got map");
+  CHECK_EQ(one_resp_field(KT_MSG_LEASE_LEASES, "leases", v_leases_str, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "lease_leases.leases[1]: expected int, got str");
+  CHECK_EQ(one_resp_field(KT_MSG_LEASE_TTL, "keys", v_keys_int, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "lease_ttl.keys[0]: expected bin or str, got int");
+  CHECK_EQ(one_resp_field(KT_MSG_LEASE_GRANT, "granted_ttl", v_big, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "lease_grant.granted_ttl: integer out of range");
+  CHECK_EQ(one_resp_field(KT_MSG_WATCH_CANCEL, "header", v_str, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "watch_cancel.header: expected array, got str");
+  CHECK_EQ(one_resp_field(KT_MSG_WATCH_PROGRESS, "anything", v_map, &out, &e), 0);
+  kt_arena_reset(&arena);
+}
+
+TEST(watch_lease_truncated_and_huge) {
+  /* every prefix of a WATCH frame and of a LEASE_TTL response is EPROTO */
+  struct kt_resp r = {.type = KT_MSG_WATCH_CREATE, .id = 5, .header = {.revision = 9}}, out;
+  r.u.watch = (struct kt_watch_resp){.watch_id = 3,
+                                     .canceled = true,
+                                     .compact_revision = 4,
+                                     .cancel_reason = B("x"),
+                                     .events = events3,
+                                     .n_events = 3};
+  struct kt_bytes keys[2] = {B("k1"), B("k2")};
+  int64_t ids[2] = {5, 1LL << 50};
+  struct kt_resp l = {.type = KT_MSG_LEASE_TTL, .id = 6};
+  l.u.lease = (struct kt_lease_resp){
+      .id = 5, .ttl = 9, .keys = keys, .n_keys = 2, .leases = ids, .n_leases = 2};
+  const struct kt_resp *which[2] = {&r, &l};
+  for (int w = 0; w < 2; w++) {
+    struct kt_buf f = {0};
+    kt_proto_encode_resp(&f, which[w]);
+    for (size_t n = 0; n < f.len - 4; n++) {
+      uint8_t *cp = malloc(n ? n : 1);
+      memcpy(cp, f.p + 4, n);
+      struct kt_err e;
+      int rc = kt_proto_decode_resp(cp, n, &arena, &out, &e);
+      free(cp);
+      CHECK_EQ(rc, KT_EPROTO);
+    }
+    kt_buf_free(&f);
+  }
+  /* and of a WATCH_CREATE request */
+  struct kt_req q = {.type = KT_MSG_WATCH_CREATE, .id = 8}, qout;
+  q.u.watch_create = (struct kt_watch_create_req){
+      .key = B("foo"), .range_end = B("fop"), .start_revision = 3, .fragment = true};
+  struct kt_buf f = {0};
+  kt_proto_encode_req(&f, &q);
+  for (size_t n = 0; n < f.len - 4; n++) {
+    uint8_t *cp = malloc(n ? n : 1);
+    memcpy(cp, f.p + 4, n);
+    struct kt_err e;
+    int rc = kt_proto_decode_req(cp, n, &arena, &qout, &e);
+    free(cp);
+    CHECK_EQ(rc, KT_EPROTO);
+    CHECK(strstr(e.msg, "truncated") != NULL);
+  }
+  kt_buf_free(&f);
+  /* counts larger than the body: refused before anything is allocated */
+  static const char *fields[] = {"events", "keys", "leases"};
+  static const int types[] = {KT_MSG_WATCH_CREATE, KT_MSG_LEASE_TTL, KT_MSG_LEASE_LEASES};
+  for (int i = 0; i < 3; i++) {
+    struct raw w;
+    raw_init(&w);
+    msgpack_pack_array(&w.pk, 3);
+    msgpack_pack_int(&w.pk, types[i]);
+    msgpack_pack_uint64(&w.pk, 3);
+    msgpack_pack_map(&w.pk, 1);
+    raw_str(&w, fields[i]);
+    msgpack_pack_array(&w.pk, 0xffffffffu);
+    for (int j = 0; j < 20; j++) /* a few bytes: fewer than 10 per claimed event */
+      msgpack_pack_nil(&w.pk);
+    struct kt_err e;
+    size_t used = arena.used_total;
+    CHECK_EQ(kt_proto_decode_resp(w.b.p, w.b.len, &arena, &out, &e), KT_EPROTO);
+    CHECK(strstr(e.msg, "truncated") != NULL);
+    CHECK(arena.used_total - used < 4096);
+    kt_buf_free(&w.b);
+  }
+  /* 3 claimed events in 29 bytes: fewer than 10 bytes each */
+  struct raw w;
+  raw_init(&w);
+  msgpack_pack_array(&w.pk, 3);
+  msgpack_pack_int(&w.pk, KT_MSG_WATCH_CREATE);
+  msgpack_pack_uint64(&w.pk, 3);
+  msgpack_pack_map(&w.pk, 1);
+  raw_str(&w, "events");
+  msgpack_pack_array(&w.pk, 3);
+  for (int j = 0; j < 29; j++)
+    msgpack_pack_nil(&w.pk);
+  struct kt_err e;
+  CHECK_EQ(kt_proto_decode_resp(w.b.p, w.b.len, &arena, &out, &e), KT_EPROTO);
+  CHECK_STR(e.msg, "watch.events: truncated");
+  kt_buf_free(&w.b);
+  kt_arena_reset(&arena);
+}
+
+/* PROTOCOL.md 11: the WATCH_CREATE request, WATCH frame and LEASE_GRANT examples */
+#define WATCH_CREATE_HEX                                                                           \
+  "00 00 00 25 93 10 0b 83 a3 6b 65 79 c4 03 66 6f 6f a9 72 61 6e 67 65 5f 65 6e "                 \
+  "64 c4 03 66 6f 70 a7 70 72 65 76 5f 6b 76 c3"
+#define WATCH_FRAME_HEX                                                                            \
+  "00 00 00 52 93 10 0b 83 a6 68 65 61 64 65 72 94 cf 1c 2d 3e 4f 5a 6b 7c 8d cf "                 \
+  "8e 9f 0a 1b 2c 3d 4e 5f 09 02 a8 77 61 74 63 68 5f 69 64 03 a6 65 76 65 6e 74 "                 \
+  "73 91 93 00 96 c4 03 66 6f 6f c4 03 62 61 72 05 09 05 00 96 c4 03 66 6f 6f c4 "                 \
+  "03 6f 6c 64 05 08 04 00"
+#define LEASE_GRANT_HEX                                                                            \
+  "00 00 00 31 93 18 0c 83 a6 68 65 61 64 65 72 94 cf 1c 2d 3e 4f 5a 6b 7c 8d cf "                 \
+  "8e 9f 0a 1b 2c 3d 4e 5f 09 02 a2 69 64 cf 69 4d 77 d1 a3 f0 c2 07 a3 74 74 6c "                 \
+  "3c"
+
+TEST(protocol_md_watch_examples_are_exact) {
+  struct kt_buf b = {0};
+  bool all = true;
+  struct kt_req wc = {.type = KT_MSG_WATCH_CREATE, .id = 11};
+  wc.u.watch_create =
+      (struct kt_watch_create_req){.key = B("foo"), .range_end = B("fop"), .prev_kv = true};
+  kt_proto_encode_req(&b, &wc);
+  all &= golden(&b, WATCH_CREATE_HEX, "WATCH_CREATE request");
+  kt_buf_reset(&b);
+  struct kt_event ev = {.type = KT_EVENT_PUT,
+                        .kv = {.key = B("foo"),
+                               .value = B("bar"),
+                               .create_revision = 5,
+                               .mod_revision = 9,
+                               .version = 5},
+                        .has_prev_kv = true,
+                        .prev_kv = {.key = B("foo"),
+                                    .value = B("old"),
+                                    .create_revision = 5,
+                                    .mod_revision = 8,
+                                    .version = 4}};
+  struct kt_resp wr = {.type = KT_MSG_WATCH_CREATE,
+                       .id = 11,
+                       .header = {.cluster_id = 0x1c2d3e4f5a6b7c8dull,
+                                  .member_id = 0x8e9f0a1b2c3d4e5full,
+                                  .revision = 9,
+                                  .raft_term = 2}};
+  wr.u.watch = (struct kt_watch_resp){.watch_id = 3, .events = &ev, .n_events = 1};
+  kt_proto_encode_resp(&b, &wr);
+  all &= golden(&b, WATCH_FRAME_HEX, "WATCH frame");
+  kt_buf_reset(&b);
+  struct kt_resp lg = {.type = KT_MSG_LEASE_GRANT,
+                       .id = 12,
+                       .header = {.cluster_id = 0x1c2d3e4f5a6b7c8dull,
+                                  .member_id = 0x8e9f0a1b2c3d4e5full,
+                                  .revision = 9,
+                                  .raft_term = 2}};
+  lg.u.lease = (struct kt_lease_resp){.id = 0x694d77d1a3f0c207ll, .ttl = 60};
+  kt_proto_encode_resp(&b, &lg);
+  all &= golden(&b, LEASE_GRANT_HEX, "LEASE_GRANT response");
   kt_buf_free(&b);
   CHECK(all);
 }
