@@ -385,8 +385,9 @@ static void stream_detach_call(struct stream *st) {
 /* The streaming side is done: no more io calls from it. */
 static void stream_close_bs(struct stream *st) {
   if (st->bs) {
-    kt_bridge_stream_close(st->bs);
+    kt_bridge_stream_close(st->bs); /* cancels its watches */
     st->bs = NULL;
+    st->c->b->ksubmitted = true;
     st->c->waiting -= st->pending;
     st->pending = 0;
   }
@@ -420,6 +421,7 @@ static void stream_feed(struct stream *st) {
       break;
     off += (size_t)n;
     kt_bridge_stream_recv(st->bs, msg, msg_len);
+    st->c->b->ksubmitted = true; /* what it submitted leaves before the loop sleeps */
   }
   if (st->responded) {
     st->body_len = 0;
