@@ -550,6 +550,13 @@ static void finish_msg(kt_bridge_done done, void *arg, const ProtobufCMessage *m
   done(arg, KT_GRPC_OK, "", buf, n);
 }
 
+static int cmp_bytes(const void *a, const void *b) {
+  const ProtobufCBinaryData *x = a, *y = b;
+  size_t n = x->len < y->len ? x->len : y->len;
+  int c = n ? memcmp(x->data, y->data, n) : 0;
+  return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
 static Etcdserverpb__LeaseTimeToLiveResponse *
 mk_ttl(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_lease_result *r) {
   Etcdserverpb__LeaseTimeToLiveResponse *o = ar_alloc(a, sizeof *o);
@@ -565,6 +572,8 @@ mk_ttl(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_lease_resul
     keys[i].data = (uint8_t *)r->keys[i].key;
     keys[i].len = r->keys[i].key_len;
   }
+  if (r->n_keys > 1) /* etcd's order is a Go map's; ascending is easier to read */
+    qsort(keys, r->n_keys, sizeof *keys, cmp_bytes);
   o->keys = keys;
   o->n_keys = r->n_keys;
   return o;

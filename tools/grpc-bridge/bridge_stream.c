@@ -75,6 +75,15 @@ struct bwatch {
   bool progress_pending; /* must report progress for a WatchProgressRequest */
 };
 
+/* The newest header ketch delivered (any stream): final deliveries carry
+ * none, and etcd's cancel responses still name the term and revision. */
+static ketch_header last_hdr;
+
+static void note_header(const ketch_header *h) {
+  if (h->revision >= last_hdr.revision && h->raft_term)
+    last_hdr = *h;
+}
+
 static void stream_unref(kt_bridge_stream *s) {
   if (--s->refs == 0)
     free(s);
@@ -246,18 +255,20 @@ static void on_watch(void *arg, int err, const ketch_result *res) {
   const ketch_watch_result *wr = &res->watch;
   bool live = s->io && !s->finished;
   if (err || wr->canceled) {
-    /* The last delivery of this watch. */
+    /* The last delivery of this watch (its header is empty). */
     if (live && !w->overflow) {
+      ketch_header h = last_hdr;
       if (w->cancel_requested) {
-        send_ctrl(s, &res->header, w->id, false, true, 0, NULL);
+        send_ctrl(s, &h, w->id, false, true, 0, NULL);
       } else if (err == KETCH_ECOMPACTED || wr->compact_revision) {
+        h.revision = 0; /* as etcd's compacted response */
         if (!w->created)
-          send_ctrl(s, &res->header, w->id, true, false, 0, NULL);
-        send_ctrl(s, &res->header, w->id, false, true, wr->compact_revision, NULL);
+          send_ctrl(s, &last_hdr, w->id, true, false, 0, NULL);
+        send_ctrl(s, &h, w->id, false, true, wr->compact_revision, NULL);
       } else {
         int st;
         const char *m = kt_bridge_error(err ? err : KETCH_ECANCELED, res->message, &st);
-        send_ctrl(s, &res->header, w->id, !w->created, true, 0, m);
+        send_ctrl(s, &h, w->id, !w->created, true, 0, m);
       }
     }
     watch_unlink(w);
@@ -265,6 +276,7 @@ static void on_watch(void *arg, int err, const ketch_result *res) {
     stream_unref(s);
     return;
   }
+  note_header(&res->header);
   if (!live || w->cancel_requested || w->overflow)
     return;
   if (wr->created) {
@@ -433,6 +445,8 @@ static void on_keepalive(void *arg, int err, const ketch_result *res) {
   if (s->io && !s->finished) {
     s->io->pending(s->arg, -1);
     s->pending--;
+    if (!err)
+      note_header(&res->header);
     if (err && err != KETCH_ELEASENOTFOUND) {
       int st;
       const char *m = kt_bridge_error(err, res->message, &st);
@@ -440,7 +454,7 @@ static void on_keepalive(void *arg, int err, const ketch_result *res) {
     } else {
       Etcdserverpb__ResponseHeader h;
       Etcdserverpb__LeaseKeepAliveResponse r;
-      fill_header(&h, err ? NULL : &res->header, s->kc);
+      fill_header(&h, err ? &last_hdr : &res->header, s->kc);
       etcdserverpb__lease_keep_alive_response__init(&r);
       r.header = &h;
       r.id = k->id;
