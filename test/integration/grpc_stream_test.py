@@ -468,7 +468,10 @@ def test_slow_watcher_is_cancelled_not_buffered():
     log = open(os.path.join(e.tmp, "bridge-slow.log"), "wb")
     br = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
                            "--endpoints", eps, "--max-stream-queue-bytes", "1048576"],
-                          stdout=log, stderr=subprocess.STDOUT)
+                          stdout=log, stderr=subprocess.STDOUT,
+                          # Under ASan freed memory is reused at once, so RSS means live bytes.
+                          env=dict(os.environ, ASAN_OPTIONS="quarantine_size_mb=0:" +
+                                   os.environ.get("ASAN_OPTIONS", "")))
     sock = None
     try:
         g.wait_port(port, br, "ketch-grpc")
