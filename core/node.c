@@ -1048,7 +1048,8 @@ static void start_auto_compaction(struct kt_node *n) {
 /* ---- background slices and the end of each loop turn ---- */
 
 static void background_slice(struct kt_node *n) {
-  kt_node_watch_step(n); /* watchers catching up from history */
+  if (kt_node_watch_busy(n))
+    kt_node_watch_step(n); /* watchers catching up from history */
   snap_slice(n);
   /* Physical compaction waits while a snapshot iterates the store. */
   if (!n->snap_w && kt_mvcc_compact_pending(n->store)) {
@@ -1088,6 +1089,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     background_slice(n); /* one slice per turn even when never idle */
   request_read_index(n);
   process_ready(n);
+  kt_node_watch_step(n);  /* catch-up from history, one slice */
   kt_node_watch_flush(n); /* events of what this turn applied */
   if (n->pers_head < n->n_pers) {
     int rc = kt_wal_flush(n->wal);

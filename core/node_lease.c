@@ -553,7 +553,8 @@ void kt_node_lease_note_key(struct kt_node *n, struct kt_bytes key, int64_t leas
 void kt_node_lease_restore_done(struct kt_node *n, bool attach) {
   struct node_lease_state *ls = n->ls;
   for (size_t i = 0; i < ls->n_rk; i++) {
-    if (attach && kt_lease_attach(n->leases, ls->rk[i].lease, (struct kt_bytes){ls->rk[i].key, ls->rk[i].n}))
+    if (attach &&
+        kt_lease_attach(n->leases, ls->rk[i].lease, (struct kt_bytes){ls->rk[i].key, ls->rk[i].n}))
       kt_log(KT_LOG_WARN, "lease", "snapshot key of unknown lease %016llx left unattached",
              (unsigned long long)ls->rk[i].lease);
     free(ls->rk[i].key);

@@ -58,7 +58,7 @@ struct node_watch_state {
   size_t cap_evs;
   struct kt_arena arena;
   ev_tstamp last_progress;
-  bool busy; /* unsynced watchers need kt_watch_step */
+  bool busy; /* the last kt_watch_step made progress: step again */
 };
 
 static void enqueue(struct kt_node *n, struct nwatch *w) {
@@ -193,7 +193,11 @@ static bool drain_one(struct kt_node *n, struct nwatch *w) {
 
 void kt_node_watch_flush(struct kt_node *n) {
   struct node_watch_state *s = n->ws;
-  size_t end = s->n; /* watches queued while flushing wait for the next turn */
+  size_t end = s->n;               /* watches queued while flushing wait for the next turn */
+  if (s->head < end && !s->busy) { /* takes make room for catch-up: step again */
+    s->busy = true;
+    ev_idle_start(n->loop, &n->idle_w);
+  }
   while (s->head < end) {
     struct nwatch *w = s->ready[s->head++];
     w->queued = false;
@@ -287,10 +291,6 @@ static void watch_create(struct kt_node *n, struct kt_conn *c, const struct kt_r
   }
   wc->v[wc->n++] = w;
   send_frame(n, w, &(struct kt_watch_resp){.created = true});
-  if (o.start_revision)
-    n->ws->busy = true; /* history to replay: kt_watch_step */
-  /* A watch of past revisions is caught up by kt_node_watch_step. */
-  ev_idle_start(n->loop, &n->idle_w);
 }
 
 static struct nwatch *find(struct wconn *wc, int64_t watch_id) {
@@ -337,9 +337,13 @@ void kt_node_watch_request(struct kt_node *n, struct kt_conn *c, const struct kt
 
 bool kt_node_watch_busy(const struct kt_node *n) { return n->ws && n->ws->busy; }
 
+/* Once per loop turn (and per idle slice while it makes progress): watchers
+ * created with a past revision or moved aside catch up from history. One
+ * that waits for its consumer costs nothing until a later turn. */
 void kt_node_watch_step(struct kt_node *n) {
+  n->ws->busy = kt_watch_step(n->watches, STEP_BUDGET);
   if (n->ws->busy)
-    n->ws->busy = kt_watch_step(n->watches, STEP_BUDGET);
+    ev_idle_start(n->loop, &n->idle_w);
 }
 
 void kt_node_watch_conn_closed(struct kt_node *n, struct kt_conn *c) {

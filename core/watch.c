@@ -28,6 +28,8 @@ struct group {
   uint64_t base, committed; /* seq just past the last ready event */
   struct watcher *members;  /* synced members (doubly linked) */
   uint32_t refs;            /* watchers (synced or not) using this group */
+  uint32_t holds;           /* unsynced watchers replaying history that */
+  uint64_t hold_min;        /* need the log from seq hold_min on */
 };
 #define GF_NOPUT 1
 #define GF_NODEL 2
@@ -46,6 +48,10 @@ struct watcher {
   int64_t compact_rev;
   struct wev **buf; /* private catch-up buffer buf[bh .. bh + bn) */
   uint32_t bh, bn, bcap;
+  struct pass *pass; /* history scan in progress (unsynced) */
+  bool reg;          /* holds g's log from reg_pos (= events after reg_rev) */
+  uint64_t reg_pos;
+  int64_t reg_rev;
 };
 
 struct kt_watch_hub {
@@ -250,7 +256,7 @@ static struct group *group_get(struct kt_watch_hub *h, const struct kt_watch_opt
   return g;
 }
 
-static void log_trim(struct group *g, uint64_t upto) { /* free seqs < upto */
+static void log_free_upto(struct group *g, uint64_t upto) { /* free seqs < upto */
   while (g->n && g->base < upto) {
     free(g->log[g->head]);
     g->head++, g->n--, g->base++;
@@ -258,12 +264,17 @@ static void log_trim(struct group *g, uint64_t upto) { /* free seqs < upto */
   if (!g->n)
     g->head = 0;
 }
+static void log_trim(struct group *g, uint64_t upto) { /* ... but what holders need */
+  if (g->holds && upto > g->hold_min)
+    upto = g->hold_min;
+  log_free_upto(g, upto);
+}
 static void group_unref(struct kt_watch_hub *h, struct group *g) {
   if (--g->refs)
     return;
   if (g->touched) /* keep until revision_done walks the touched list */
     return;
-  log_trim(g, UINT64_MAX);
+  log_free_upto(g, UINT64_MAX);
   free(g->log);
   kb_remove(h, g);
   if (!g->single)
@@ -308,7 +319,7 @@ static bool filtered(uint8_t flags, uint8_t type) {
 static void group_append(struct kt_watch_hub *h, struct group *g, const struct kt_event *ev) {
   if (filtered(g->flags, ev->type))
     return;
-  if (!g->members) /* nobody synced: unsynced ones read history */
+  if (!g->members && !g->holds) /* nobody synced or replaying: history has it */
     return;
   if (g->head + g->n == g->cap) {
     if (g->head) {
@@ -360,7 +371,9 @@ struct kt_watch_hub *kt_watch_hub_new(struct kt_mvcc *store, const struct kt_wat
   return h;
 }
 
+static void pass_free(struct watcher *w);
 static void buf_clear(struct watcher *w) {
+  pass_free(w);
   for (uint32_t i = 0; i < w->bn; i++)
     free(w->buf[w->bh + i]);
   free(w->buf);
@@ -423,7 +436,10 @@ int kt_watch_create(struct kt_watch_hub *h, const struct kt_watch_opts *o, void 
   return 0;
 }
 
+static void hold_release(struct kt_watch_hub *h, struct watcher *w);
+
 static void watcher_free(struct kt_watch_hub *h, struct watcher *w) {
+  hold_release(h, w);
   if (w->synced)
     list_del(&w->g->members, w);
   else if (!w->canceled)
@@ -497,7 +513,7 @@ void kt_watch_revision_done(struct kt_watch_hub *h, int64_t rev) {
       continue;
     }
     g->committed = g->base + g->n;
-    uint64_t minpos = g->committed;
+    uint64_t minpos = g->committed; /* log_trim keeps what holders need */
     for (struct watcher *w = g->members, *wn; w; w = wn) {
       wn = w->next;
       if (pending(w) > w->max_pending) {
@@ -520,17 +536,80 @@ struct hrec {
   bool has_prev;
   struct kt_kvrev prev;
 };
+
+/* A history pass of one unsynced watcher, done in slices so that no step
+ * scans more than `budget` keys: the range is read at revision `target`
+ * (fixed when the pass starts) key by key from a cursor; records after the
+ * watcher's queued position are copied into the pass; once the cursor is
+ * past the range they are sorted by revision and handed to the watcher's
+ * buffer as room allows. If more than PASS_CAP records pile up, the target
+ * is lowered to keep the oldest whole revisions (a later pass reads the
+ * rest), so a pass holds O(PASS_CAP) records whatever the history size.
+ * Compaction between slices is caught by the check at each step. */
+#define PASS_CAP 65536
+struct pass {
+  int64_t target;
+  struct kt_buf ckey; /* cursor: the next key to read */
+  bool scanned;
+  struct hrec *v;
+  size_t n, cap, d; /* v[d..n) still to hand over once scanned */
+  struct kt_arena a;
+};
+
+static void pass_free(struct watcher *w) {
+  if (!w->pass)
+    return;
+  free(w->pass->v);
+  kt_buf_free(&w->pass->ckey);
+  kt_arena_free(&w->pass->a);
+  free(w->pass);
+  w->pass = NULL;
+}
+
 struct scan {
   const struct group *g;
   const struct watcher *w;
+  struct pass *p;
   struct kt_kvrev last; /* previous record of the current key */
   bool have_last;
-  struct hrec *v;
-  size_t n, cap;
 };
+
+static struct kt_kvrev rev_copy(struct kt_arena *a, const struct kt_kvrev *r) {
+  struct kt_kvrev c = *r;
+  c.key.p = kt_arena_dup(a, r->key.p, r->key.n);
+  c.value.p = r->value.n ? kt_arena_dup(a, r->value.p, r->value.n) : NULL;
+  return c;
+}
+
+static int hrec_cmp(const void *a, const void *b) {
+  const struct kt_kvrev *x = &((const struct hrec *)a)->r, *y = &((const struct hrec *)b)->r;
+  if (x->mod_revision != y->mod_revision)
+    return x->mod_revision < y->mod_revision ? -1 : 1;
+  return x->mod_sub < y->mod_sub ? -1 : x->mod_sub > y->mod_sub;
+}
+
+/* Keep the oldest whole revisions, about half the cap; lower the target. */
+static void pass_shrink(struct pass *p) {
+  qsort(p->v, p->n, sizeof *p->v, hrec_cmp);
+  size_t keep = PASS_CAP / 2;
+  int64_t cut = p->v[keep].r.mod_revision;
+  if (cut == p->v[0].r.mod_revision) { /* one huge revision: keep it whole */
+    while (keep < p->n && p->v[keep].r.mod_revision == cut)
+      keep++;
+    if (keep == p->n)
+      return;
+    cut = p->v[keep].r.mod_revision;
+  } else {
+    while (keep > 0 && p->v[keep - 1].r.mod_revision == cut)
+      keep--;
+  }
+  p->n = keep;
+  p->target = cut - 1;
+}
 
 static int scan_fn(void *arg, const struct kt_kvrev *rec) {
   struct scan *s = arg;
+  struct pass *p = s->p;
   if (!group_has(s->g, rec->key)) {
     if (s->g->single || (!s->g->inf && kt_bytes_cmp(rec->key, s->g->end) >= 0))
       return 1; /* past the range */
@@ -539,27 +618,24 @@ static int scan_fn(void *arg, const struct kt_kvrev *rec) {
   if (s->have_last && !bytes_eq(s->last.key, rec->key))
     s->have_last = false;
   uint8_t type = rec->tombstone ? KT_EVENT_DELETE : KT_EVENT_PUT;
-  if (after(rec->mod_revision, (uint32_t)rec->mod_sub, s->w->q_rev, s->w->q_sub) &&
+  if (rec->mod_revision <= p->target &&
+      after(rec->mod_revision, (uint32_t)rec->mod_sub, s->w->q_rev, s->w->q_sub) &&
       !filtered(s->g->flags, type)) {
-    if (s->n == s->cap) {
-      s->cap = s->cap ? s->cap * 2 : 64;
-      s->v = xrealloc(s->v, s->cap * sizeof *s->v);
+    if (p->n == p->cap) {
+      p->cap = p->cap ? p->cap * 2 : 64;
+      p->v = xrealloc(p->v, p->cap * sizeof *p->v);
     }
-    struct hrec *x = &s->v[s->n++];
-    x->r = *rec;
-    x->has_prev = s->have_last && !s->last.tombstone;
+    struct hrec *x = &p->v[p->n++];
+    x->r = rev_copy(&p->a, rec);
+    x->has_prev = s->have_last && !s->last.tombstone && (s->g->flags & GF_PREV);
     if (x->has_prev)
-      x->prev = s->last;
+      x->prev = rev_copy(&p->a, &s->last);
+    if (p->n > PASS_CAP)
+      pass_shrink(p);
   }
   s->last = *rec;
   s->have_last = true;
   return 0;
-}
-static int hrec_cmp(const void *a, const void *b) {
-  const struct kt_kvrev *x = &((const struct hrec *)a)->r, *y = &((const struct hrec *)b)->r;
-  if (x->mod_revision != y->mod_revision)
-    return x->mod_revision < y->mod_revision ? -1 : 1;
-  return x->mod_sub < y->mod_sub ? -1 : x->mod_sub > y->mod_sub;
 }
 
 static void buf_push(struct watcher *w, struct wev *e) {
@@ -580,69 +656,136 @@ static struct kt_kv kv_of(const struct kt_kvrev *r) {
                         r->mod_revision, r->version, r->lease};
 }
 
-/* One catch-up pass for w; returns the events copied. */
+#define HOLD_CAP 65536 /* events a replaying watcher may hold in its group's log */
+
+/* w stops holding its group's log; the group's hold_min is recomputed from
+ * the other holders (O(unsynced watchers), only when a hold ends). */
+static void hold_release(struct kt_watch_hub *h, struct watcher *w) {
+  if (!w->reg)
+    return;
+  struct group *g = w->g;
+  w->reg = false;
+  g->holds--;
+  g->hold_min = UINT64_MAX;
+  for (struct watcher *x = h->unsynced; x && g->holds; x = x->next)
+    if (x->g == g && x->reg && x->reg_pos < g->hold_min)
+      g->hold_min = x->reg_pos;
+}
+
+/* One slice of w's history pass: at most `budget` keys read or events
+ * handed over. Returns the work done (>= 1 while the pass goes on). */
 static size_t catch_up(struct kt_watch_hub *h, struct watcher *w, size_t budget) {
   int64_t crev = kt_mvcc_compact_revision(h->store);
   int64_t need = w->q_sub == SUB_ALL ? w->q_rev + 1 : w->q_rev;
   if (crev > 0 && need <= crev) { /* compaction at crev dropped tombstones at crev too */
+    hold_release(h, w);
     list_del(&h->unsynced, w);
     w->canceled = true;
     w->compact_rev = crev;
     buf_clear(w);
     if (h->cfg.on_ready)
       h->cfg.on_ready(h->cfg.arg, w->owner, w->id);
-    return 0;
+    return 1;
   }
   uint32_t room = w->bn < w->max_pending ? w->max_pending - w->bn : 0;
   if (!room)
-    return 0;
-  struct kt_arena a = {0};
-  struct scan s = {.g = w->g, .w = w};
-  struct kt_mvcc_cursor cur = {.key = w->g->key, .started = true};
-  if (h->rev > w->q_rev)
-    kt_mvcc_iter(h->store, h->rev, &cur, SIZE_MAX, &a, scan_fn, &s);
-  if (s.n)
-    qsort(s.v, s.n, sizeof *s.v, hrec_cmp);
-  size_t take = s.n;
-  if (take > room)
-    take = room;
-  if (take > budget && budget > 0)
-    take = budget;
-  for (size_t i = 0; i < take; i++) {
-    struct hrec *x = &s.v[i];
-    struct kt_kv kv = kv_of(&x->r), pv;
-    if (x->r.tombstone)
-      kv = (struct kt_kv){.key = x->r.key, .mod_revision = x->r.mod_revision};
-    if (x->has_prev)
-      pv = kv_of(&x->prev);
-    buf_push(w, wev_new(x->r.mod_revision, (uint32_t)x->r.mod_sub,
-                        x->r.tombstone ? KT_EVENT_DELETE : KT_EVENT_PUT, &kv,
-                        (w->g->flags & GF_PREV) && x->has_prev ? &pv : NULL));
-    w->q_rev = x->r.mod_revision;
-    w->q_sub = (uint32_t)x->r.mod_sub;
+    return 0; /* the consumer has not taken what it has */
+  if (budget == 0)
+    budget = 1;
+  size_t work = 0, pushed = 0;
+  struct group *g = w->g;
+  if (w->reg && g->committed - w->reg_pos > HOLD_CAP)
+    hold_release(h, w); /* too slow: the log is not held for it any longer */
+  if (!w->pass) {
+    if (h->rev <= w->q_rev)
+      goto synced;
+    if (!w->reg) { /* the log keeps what comes after this pass's target */
+      w->reg = true;
+      w->reg_pos = g->base + g->n;
+      w->reg_rev = h->rev;
+      g->hold_min = g->holds++ ? KT_MIN(g->hold_min, w->reg_pos) : w->reg_pos;
+    }
+    w->pass = calloc(1, sizeof *w->pass);
+    kt_assert(w->pass);
+    w->pass->target = w->reg_rev;
+    kt_buf_append(&w->pass->ckey, w->g->key.p, w->g->key.n);
   }
-  bool done = take == s.n;
-  free(s.v);
-  kt_arena_free(&a);
-  if (done) { /* caught up to h->rev: join the group at its tail */
-    list_del(&h->unsynced, w);
-    w->synced = true;
-    w->pos = w->g->base + w->g->n;
-    w->g->committed = w->pos;
-    list_add(&w->g->members, w);
+  struct pass *p = w->pass;
+  if (!p->scanned) {
+    struct kt_arena a = {0};
+    struct scan s = {.g = w->g, .w = w, .p = p};
+    struct kt_mvcc_cursor cur = {.key = {p->ckey.p, (uint32_t)p->ckey.len}, .started = true};
+    int rc = kt_mvcc_iter(h->store, p->target, &cur, budget, &a, scan_fn, &s);
+    if (rc == 1) {
+      kt_buf_reset(&p->ckey);
+      kt_buf_append(&p->ckey, cur.key.p, cur.key.n);
+    } else {
+      p->scanned = true;
+      if (p->n)
+        qsort(p->v, p->n, sizeof *p->v, hrec_cmp);
+    }
+    kt_arena_free(&a);
+    work += budget; /* keys read, counted as the slice's whole budget */
   }
-  if (take && h->cfg.on_ready)
+  if (p->scanned) {
+    while (p->d < p->n && pushed < room) {
+      struct hrec *x = &p->v[p->d++];
+      struct kt_kv kv = kv_of(&x->r), pv;
+      if (x->r.tombstone)
+        kv = (struct kt_kv){.key = x->r.key, .mod_revision = x->r.mod_revision};
+      if (x->has_prev)
+        pv = kv_of(&x->prev);
+      buf_push(w, wev_new(x->r.mod_revision, (uint32_t)x->r.mod_sub,
+                          x->r.tombstone ? KT_EVENT_DELETE : KT_EVENT_PUT, &kv,
+                          x->has_prev ? &pv : NULL));
+      w->q_rev = x->r.mod_revision;
+      w->q_sub = (uint32_t)x->r.mod_sub;
+      pushed++;
+    }
+    if (p->d == p->n) { /* everything up to target is queued */
+      w->q_rev = p->target;
+      w->q_sub = SUB_ALL;
+      pass_free(w);
+      if (w->reg && w->q_rev == w->reg_rev) { /* the held log has the rest */
+        uint64_t pos = w->reg_pos;
+        hold_release(h, w);
+        list_del(&h->unsynced, w);
+        w->synced = true;
+        w->pos = pos;
+        list_add(&g->members, w);
+        if (h->cfg.on_ready)
+          h->cfg.on_ready(h->cfg.arg, w->owner, w->id);
+        return work + pushed + 1;
+      }
+      if (h->rev == w->q_rev)
+        goto synced_notify;
+    }
+  }
+  if (pushed && h->cfg.on_ready)
     h->cfg.on_ready(h->cfg.arg, w->owner, w->id);
-  return take;
+  return work + pushed;
+synced_notify:
+  if (pushed && h->cfg.on_ready)
+    h->cfg.on_ready(h->cfg.arg, w->owner, w->id);
+synced: /* caught up to h->rev: join the group at its tail */
+  list_del(&h->unsynced, w);
+  w->synced = true;
+  w->pos = w->g->base + w->g->n;
+  w->g->committed = w->pos;
+  list_add(&w->g->members, w);
+  return work + pushed + 1;
 }
 
 bool kt_watch_step(struct kt_watch_hub *h, size_t budget) {
   kt_assert(!h->touched); /* not between a publish and its revision_done */
   size_t used = 0;
   struct watcher *w = h->unsynced, *next;
+  size_t progress = 0;
   for (; w && used < budget; w = next) {
     next = w->next;
-    used += catch_up(h, w, budget - used);
+    size_t k = catch_up(h, w, budget - used);
+    used += k;
+    progress += k;
   }
   /* rotate so the next step starts where this one stopped */
   if (w && w != h->unsynced) {
@@ -656,7 +799,7 @@ bool kt_watch_step(struct kt_watch_hub *h, size_t budget) {
     first->prev = last;
     h->unsynced = w;
   }
-  return h->unsynced != NULL;
+  return progress > 0 && h->unsynced != NULL;
 }
 
 static void copy_out(struct kt_event *o, const struct wev *e, struct kt_arena *a) {

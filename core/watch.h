@@ -84,9 +84,11 @@ void kt_watch_publish(struct kt_watch_hub *h, const struct kt_event *ev);
 /* The write at `rev` is fully applied: its events become ready. */
 void kt_watch_revision_done(struct kt_watch_hub *h, int64_t rev);
 
-/* Catch-up work: advance unsynced watchers, at most `budget` history events
- * copied in total (each watcher visited does at least one scan of its range).
- * Returns true while unsynced watchers remain. */
+/* Catch-up work: advance unsynced watchers by about `budget` units in total
+ * (keys read from history + events queued; each watcher visited reads at
+ * least one slice of its range). Returns true if it made progress and
+ * unsynced watchers remain (call again); false when none remain or every one
+ * waits for its consumer to take what it has (call again after takes). */
 bool kt_watch_step(struct kt_watch_hub *h, size_t budget);
 
 /* Take up to `max` ready events of watcher `id` into out[] (bytes copied into

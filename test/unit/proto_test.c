@@ -2142,3 +2142,55 @@ TEST(protocol_md_watch_examples_are_exact) {
   kt_buf_free(&b);
   CHECK(all);
 }
+
+/* The hex of each example above is the first paragraph of a code block in
+ * net/PROTOCOL.md, exactly (run from the repository root, as `make test`
+ * does). */
+TEST(protocol_md_holds_the_checked_examples) {
+  FILE *f = fopen("net/PROTOCOL.md", "rb");
+  CHECK(f != NULL);
+  static char md[1 << 17];
+  size_t n = fread(md, 1, sizeof md - 1, f);
+  fclose(f);
+  CHECK(n < sizeof md - 1);
+  md[n] = 0;
+  /* collect each code block's first paragraph, whitespace runs as one space */
+  static char paras[64][2048];
+  int np = 0;
+  bool in_code = false;
+  for (char *line = strtok(md, "\n"); line; line = strtok(NULL, "\n")) {
+    if (strncmp(line, "```", 3) == 0) {
+      in_code = !in_code;
+      if (in_code && np < 64)
+        paras[np++][0] = 0;
+      continue;
+    }
+    /* strtok skips empty lines: a paragraph ends at a line that is not hex */
+    if (!in_code || np == 0)
+      continue;
+    char *p = paras[np - 1];
+    if (p[0] == '!')
+      continue; /* this block's first paragraph is closed */
+    bool hexline = true;
+    for (const char *c = line; *c && hexline; c++)
+      hexline = (*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f') || *c == ' ';
+    if (!hexline) {
+      memmove(p + 1, p, strlen(p) + 1);
+      p[0] = '!'; /* closed */
+      continue;
+    }
+    size_t len = strlen(p);
+    if (len + strlen(line) + 2 < sizeof paras[0])
+      snprintf(p + len, sizeof paras[0] - len, "%s%s", len ? " " : "", line);
+  }
+  const char *want[] = {MOVE_LEADER_HEX, MEMBER_LIST_HEX, WATCH_CREATE_HEX, WATCH_FRAME_HEX,
+                        LEASE_GRANT_HEX};
+  for (size_t i = 0; i < KT_ARRAY_LEN(want); i++) {
+    bool found = false;
+    for (int j = 0; j < np && !found; j++)
+      found = strcmp(paras[j] + (paras[j][0] == '!'), want[i]) == 0;
+    if (!found)
+      fprintf(stderr, "not in PROTOCOL.md: %s\n", want[i]);
+    CHECK(found);
+  }
+}
