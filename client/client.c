@@ -97,8 +97,8 @@ struct watch {
   bool prev_kv, no_put, no_delete, progress_notify, fragment;
   int64_t done_rev, last_rev, skip_rev;
   uint64_t n_at_last, skip_left;
-  int retries;               /* refusals in a row (reset by created) */
-  int64_t retry_at_ms;       /* UNSENT: not before (0 = at once) */
+  int retries;                /* refusals in a row (reset by created) */
+  int64_t retry_at_ms;        /* UNSENT: not before (0 = at once) */
   int64_t cancel_deadline_ms; /* cancel sent: finish even without an answer */
   int final_err;
   int64_t compact_rev;
@@ -110,9 +110,9 @@ struct watch {
 /* One lease kept alive by the library (ketch_lease_keepalive_start). */
 struct keepalive {
   ketch_client *c;
-  int64_t id, ttl_s;        /* ttl_s: learned from the last renewal, 0 = not yet */
+  int64_t id, ttl_s; /* ttl_s: learned from the last renewal, 0 = not yet */
   int64_t next_ms, last_ok_ms, started_ms;
-  bool in_flight, dead;     /* dead: stopped or gone; freed when not in flight */
+  bool in_flight, dead; /* dead: stopped or gone; freed when not in flight */
   int last_err;
   ketch_cb cb;
   void *arg;
@@ -552,10 +552,10 @@ ketch_result *ketch_result_dup(const ketch_result *res) {
   if (res->type >= KETCH_OP_LEASE_GRANT && res->type <= KETCH_OP_LEASE_LEASES) {
     d->lease = res->lease;
     d->lease.keys = dup_kvs(a, res->lease.keys, res->lease.n_keys);
-    d->lease.leases = res->lease.n_leases ? kt_arena_dup(a, res->lease.leases,
-                                                         sizeof *res->lease.leases *
-                                                             res->lease.n_leases)
-                                          : NULL;
+    d->lease.leases =
+        res->lease.n_leases
+            ? kt_arena_dup(a, res->lease.leases, sizeof *res->lease.leases * res->lease.n_leases)
+            : NULL;
   } else if (res->type == KETCH_OP_WATCH) {
     d->watch = res->watch;
     size_t n = res->watch.n_events;
@@ -1207,7 +1207,7 @@ int ketch_timeout_ms(const ketch_client *c) {
   if (deadline == INT64_MAX)
     return -1;
   int64_t d = deadline - now_ms();
-  if (d < 0)
+  if (d <= 0)
     return 0;
   return d > INT32_MAX ? INT32_MAX : (int)d + 1; /* +1: never wake just before */
 }
@@ -1491,9 +1491,8 @@ int ketch_move_leader(ketch_client *c, uint64_t target_id, ketch_result **out) {
 
 static int submit_lease(ketch_client *c, int type, int64_t id, int64_t ttl, bool keys, bool keep,
                         ketch_cb cb, void *arg) {
-  if (id < 0 || (type == KT_MSG_LEASE_GRANT && ttl <= 0)) {
-    set_errmsg(c, "%s", type == KT_MSG_LEASE_GRANT && ttl <= 0 ? "lease TTL must be > 0"
-                                                                : "lease id must be >= 0");
+  if (type == KT_MSG_LEASE_GRANT && ttl <= 0) {
+    set_errmsg(c, "%s", "lease TTL must be > 0");
     return KETCH_EINVAL;
   }
   struct kt_req r;
@@ -1504,8 +1503,8 @@ static int submit_lease(ketch_client *c, int type, int64_t id, int64_t ttl, bool
   r.u.lease.keys = keys;
   /* a renewal, a time-to-live or a list is safe to send again; a grant (a
    * second lease) or a revoke is not */
-  bool is_read = type == KT_MSG_LEASE_KEEPALIVE || type == KT_MSG_LEASE_TTL ||
-                 type == KT_MSG_LEASE_LEASES;
+  bool is_read =
+      type == KT_MSG_LEASE_KEEPALIVE || type == KT_MSG_LEASE_TTL || type == KT_MSG_LEASE_LEASES;
   return submit(c, &r, is_read, keep, cb, arg);
 }
 
@@ -1534,7 +1533,7 @@ int ketch_lease_leases_async(ketch_client *c, ketch_cb cb, void *arg) {
 #define KA_RETRY_MS 500
 
 /* The delay before the next renewal of a lease whose TTL is ttl_s seconds. */
-int64_t kt_client_ka_interval_ms(int64_t ttl_s) {
+static int64_t ka_interval_ms(int64_t ttl_s) {
   int64_t ms = ttl_s > 0 ? ttl_s * 1000 / 3 : KA_RETRY_MS;
   return ms < 1 ? 1 : ms;
 }
@@ -1562,7 +1561,7 @@ static void ka_cb(void *arg, int err, const ketch_result *res) {
     ka->ttl_s = res->lease.ttl;
     ka->last_ok_ms = now;
     ka->last_err = 0;
-    ka->next_ms = now + kt_client_ka_interval_ms(ka->ttl_s);
+    ka->next_ms = now + ka_interval_ms(ka->ttl_s);
     c->ka_next_ms = KT_MIN(c->ka_next_ms, ka->next_ms);
     ka_user_cb(c, ka, 0, res);
     return;
@@ -1597,7 +1596,7 @@ static void ka_cb(void *arg, int err, const ketch_result *res) {
     ka_user_cb(c, ka, err, &fail);
     return;
   }
-  ka->next_ms = now + KT_MIN(KA_RETRY_MS, kt_client_ka_interval_ms(ka->ttl_s));
+  ka->next_ms = now + KT_MIN(KA_RETRY_MS, ka_interval_ms(ka->ttl_s));
   c->ka_next_ms = KT_MIN(c->ka_next_ms, ka->next_ms);
 }
 
@@ -1743,6 +1742,8 @@ static void watch_finish(ketch_client *c, struct watch *w, int err, const char *
 }
 
 static void deliver_finals(ketch_client *c) {
+  if (!c->n_live_watches)
+    c->watch_next_ms = INT64_MAX; /* no stale wake-up for a watch that ended */
   while (c->finals_pending) {
     c->finals_pending = false;
     for (size_t i = 0; i < c->n_watches; i++) { /* callbacks may add watches */
@@ -1900,7 +1901,7 @@ static bool watch_on_frame(ketch_client *c, const struct kt_resp *r) {
     return true;
   }
   if (w->cancel_wanted)
-    return true; /* nothing is delivered after a cancel but the canceled */
+    return true;           /* nothing is delivered after a cancel but the canceled */
   if (wr->n_events == 0) { /* progress: every event up to header.revision was sent */
     if (!w->mid_fragment && r->header.revision > w->done_rev)
       w->done_rev = r->header.revision;
