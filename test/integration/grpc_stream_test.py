@@ -238,11 +238,24 @@ def pb():
     if _PB is None:
         out = tempfile.mkdtemp(prefix="ketch-pb-")
         subprocess.run(["protoc", "--proto_path", os.path.join(ROOT, "tools/grpc/proto"),
-                        "--python_out", out, "kv.proto", "rpc.proto"], check=True)
+                        "--python_out", out, "kv.proto", "rpc.proto", "v3lock.proto",
+                        "v3election.proto"], check=True)
         sys.path.insert(0, out)
         import rpc_pb2  # noqa
         _PB = rpc_pb2
     return _PB
+
+
+def unary(port, method, req, resp_type, timeout=10):
+    """One unary call; returns (status name, details, response or None)."""
+    import grpc
+    with grpc.insecure_channel("127.0.0.1:%d" % port) as ch:
+        call = ch.unary_unary(method, request_serializer=lambda m: m.SerializeToString(),
+                              response_deserializer=resp_type.FromString)
+        try:
+            return "OK", "", call(req, timeout=timeout)
+        except grpc.RpcError as e:
+            return e.code().name, e.details(), None
 
 
 class Stream:
@@ -438,6 +451,116 @@ def test_python_etcd3_watch_lease():
     e.bridge_alive()
 
 
+def lock_election_script(port):
+    """The same v3lock / v3election sequence on one server; returns what a
+    user sees, lease ids replaced by names."""
+    import threading
+    pb()
+    import v3lock_pb2 as lk
+    import v3election_pb2 as el
+    p = pb()
+    out, names = [], {}
+
+    def lease(ttl):
+        st, _, r = unary(port, "/etcdserverpb.Lease/LeaseGrant", p.LeaseGrantRequest(TTL=ttl),
+                         p.LeaseGrantResponse)
+        names["%x" % r.ID] = "L%d" % len(names)
+        names[str(r.ID)] = "L%d" % (len(names) - 1)
+        return r.ID
+
+    def show(tag, res):
+        st, det, r = res
+        text = "" if r is None else str(r).replace("\n", " ")
+        for k, v in names.items():
+            text = text.replace(k, v)
+        text = re.sub(r"(cluster_id|member_id|raft_term): \d+", r"\1: *", text)
+        # revisions relative to the script's start (the servers' pasts differ)
+        text = re.sub(r"\b(revision|create_revision|mod_revision|rev): (\d+)",
+                      lambda m: "%s: +%d" % (m.group(1), int(m.group(2)) - base[0]), text)
+        if tag.startswith("observe"):  # a watch response's header: the revision when sent
+            text = re.sub(r"header \{(.*?) revision: \+\d+", r"header {\1 revision: *", text)
+        out.append("%s: %s %s %s" % (tag, st, det, text))
+        return r
+
+    def later(fn):
+        box = []
+        t = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+        t.start()
+        return t, box
+
+    def get(key):
+        st, _, r = unary(port, "/etcdserverpb.KV/Range", p.RangeRequest(key=key), p.RangeResponse)
+        return [(kv.key, kv.value) for kv in r.kvs]
+
+    base = [unary(port, "/etcdserverpb.KV/Range", p.RangeRequest(key=b"x"), p.RangeResponse)[2].header.revision]
+    l1, l2, l3 = lease(60), lease(60), lease(60)
+    r1 = show("lock1", unary(port, "/v3lockpb.Lock/Lock", lk.LockRequest(name=b"lk", lease=l1), lk.LockResponse))
+    t, box = later(lambda: unary(port, "/v3lockpb.Lock/Lock", lk.LockRequest(name=b"lk", lease=l2), lk.LockResponse))
+    time.sleep(0.7)
+    out.append("lock2 waits: %s" % t.is_alive())
+    show("unlock1", unary(port, "/v3lockpb.Lock/Unlock", lk.UnlockRequest(key=r1.key), lk.UnlockResponse))
+    t.join(10)
+    r2 = show("lock2", box[0])
+    show("lock-again", unary(port, "/v3lockpb.Lock/Lock", lk.LockRequest(name=b"lk", lease=l2), lk.LockResponse))
+    # a waiter that gives up (deadline) leaves no key behind
+    show("lock3-timeout", unary(port, "/v3lockpb.Lock/Lock", lk.LockRequest(name=b"lk", lease=l3),
+                                lk.LockResponse, timeout=0.7))
+    time.sleep(0.5)
+    out.append("keys after timeout: %d" % len(get(b"lk/%x" % l3)))
+    show("unlock2", unary(port, "/v3lockpb.Lock/Unlock", lk.UnlockRequest(key=r2.key), lk.UnlockResponse))
+    show("lock-nolease", unary(port, "/v3lockpb.Lock/Lock", lk.LockRequest(name=b"lk", lease=12345), lk.LockResponse))
+    # election
+    show("leader-none", unary(port, "/v3electionpb.Election/Leader", el.LeaderRequest(name=b"el"), el.LeaderResponse))
+    obs = Stream.__new__(Stream)
+    import grpc
+    import queue
+    obs.ch = grpc.insecure_channel("127.0.0.1:%d" % port)
+    obs.it = obs.ch.unary_stream("/v3electionpb.Election/Observe",
+                                 request_serializer=lambda m: m.SerializeToString(),
+                                 response_deserializer=el.LeaderResponse.FromString)(
+        el.LeaderRequest(name=b"el"), timeout=30)
+    obs.q = queue.Queue()
+    c1 = show("campaign1", unary(port, "/v3electionpb.Election/Campaign",
+                                 el.CampaignRequest(name=b"el", lease=l1, value=b"a"), el.CampaignResponse))
+    show("leader", unary(port, "/v3electionpb.Election/Leader", el.LeaderRequest(name=b"el"), el.LeaderResponse))
+    show("proclaim", unary(port, "/v3electionpb.Election/Proclaim",
+                           el.ProclaimRequest(leader=c1.leader, value=b"b"), el.ProclaimResponse))
+    t, box = later(lambda: unary(port, "/v3electionpb.Election/Campaign",
+                                 el.CampaignRequest(name=b"el", lease=l2, value=b"c"), el.CampaignResponse))
+    time.sleep(0.7)
+    out.append("campaign2 waits: %s" % t.is_alive())
+    bad = el.LeaderKey(name=c1.leader.name, key=c1.leader.key, rev=c1.leader.rev + 1000, lease=l1)
+    show("proclaim-stale", unary(port, "/v3electionpb.Election/Proclaim",
+                                 el.ProclaimRequest(leader=bad, value=b"x"), el.ProclaimResponse))
+    show("proclaim-noleader", unary(port, "/v3electionpb.Election/Proclaim", el.ProclaimRequest(value=b"x"),
+                                    el.ProclaimResponse))
+    show("resign1", unary(port, "/v3electionpb.Election/Resign", el.ResignRequest(leader=c1.leader),
+                          el.ResignResponse))
+    t.join(10)
+    c2 = show("campaign2", box[0])
+    show("leader2", unary(port, "/v3electionpb.Election/Leader", el.LeaderRequest(name=b"el"), el.LeaderResponse))
+    for i in range(3):
+        show("observe%d" % i, ("OK", "", obs.recv()))
+    obs.it.cancel()
+    obs.ch.close()
+    show("resign2", unary(port, "/v3electionpb.Election/Resign", el.ResignRequest(leader=c2.leader),
+                          el.ResignResponse))
+    return out
+
+
+def test_lock_election_grpc_same_as_etcd():
+    """v3lock and v3election (served by etcd itself, run by the bridge on
+    ketch): the same calls, the same answers, errors and waiting."""
+    e = g.env()
+    want = lock_election_script(e.etcd_port)
+    got = lock_election_script(e.grpc_port)
+    diffs = ["  etcd:  %s\n  ketch: %s" % (w, k) for w, k in zip(want, got) if w != k]
+    assert len(want) == len(got) and not diffs, "\n".join(diffs)
+    assert "lock2 waits: True" in got and "campaign2 waits: True" in got, got
+    assert any(l.startswith("observe2: OK") and 'value: "c"' in l for l in got), got
+    e.bridge_alive()
+
+
 # ---- flow control: a client that stops reading a watch stream ----
 
 def h2_frame(typ, flags, sid, payload):
@@ -544,5 +667,6 @@ if __name__ == "__main__":
     atexit.register(g.teardown)
     run_tests([test_lease_same_as_etcd, test_watch_same_as_etcd, test_watch_compacted_same_as_etcd,
                test_lock_and_elect_same_as_etcd, test_member_list, test_watch_stream_protocol,
+               test_lock_election_grpc_same_as_etcd,
                test_watch_fragment, test_keepalive_stream, test_python_etcd3_watch_lease,
                test_slow_watcher_is_cancelled_not_buffered, test_shutdown_clean])
