@@ -833,7 +833,10 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
       err = KETCH_EINVAL;
       put_check_msg = "too large lease TTL";
     } else if (r) {
-      err = ketch_lease_grant_async(kc, r->ttl, r->id, on_result, c);
+      /* etcd raises a TTL below its minimum (0 and negative too) to the
+       * minimum; libketch refuses ttl <= 0: ask for 1 s, the member raises
+       * it to its own minimum. */
+      err = ketch_lease_grant_async(kc, r->ttl > 0 ? r->ttl : 1, r->id, on_result, c);
     }
     break;
   }
