@@ -134,6 +134,35 @@ def test_lease_same_as_etcd():
     assert rc == 0 and re.match(rb"lease [0-9a-f]{16} granted with TTL\([1-9]\d*s\)$", out.strip()), (out, err)
 
 
+def test_lease_keep_alive_stream_same_as_etcd():
+    """etcdctl lease keep-alive (clientv3's KeepAlive: one long stream, a
+    renewal every TTL/3) prints the same renewals on both; revoking the lease
+    meanwhile ends it the same way."""
+    es, ks = sides()
+    outs = []
+    for s in (es, ks):
+        rc, out, _ = s.ctl(["lease", "grant", "3"])
+        s.lease = re.search(rb"lease ([0-9a-f]+) granted", out).group(1).decode()
+        env = dict(os.environ, ETCDCTL_API="3")
+        p = subprocess.Popen([g.ETCDCTL, "--endpoints", "127.0.0.1:%d" % s.port, "lease", "keep-alive",
+                              s.lease], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        time.sleep(2.5)
+        ttl = s.ctl(["lease", "timetolive", "{L}"])
+        s.ctl(["lease", "revoke", "{L}"])
+        try:
+            out, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        outs.append((p.returncode, out, err, ttl))
+    (rce, oe, ee, te), (rck, ok_, ek, tk) = outs
+    lines_e, lines_k = norm(oe).splitlines(), norm(ok_).splitlines()
+    assert len(lines_k) >= 2 and set(lines_k) == set(lines_e), (lines_e, lines_k)
+    assert (rce, norm(ee)) == (rck, norm(ek)), ((rce, ee), (rck, ek))
+    assert norm(te[1]) == norm(tk[1]) and b"remaining(" in tk[1], (te, tk)
+    g.env().bridge_alive()
+
+
 def watch_bg(side, args):
     env = dict(os.environ, ETCDCTL_API="3")
     return subprocess.Popen([g.ETCDCTL, "--endpoints", "127.0.0.1:%d" % side.port, "watch"] + args,
@@ -791,7 +820,7 @@ def test_shutdown_clean():
 if __name__ == "__main__":
     import atexit
     atexit.register(g.teardown)
-    run_tests([test_lease_same_as_etcd, test_watch_same_as_etcd, test_watch_compacted_same_as_etcd,
+    run_tests([test_lease_same_as_etcd, test_lease_keep_alive_stream_same_as_etcd, test_watch_same_as_etcd, test_watch_compacted_same_as_etcd,
                test_lock_and_elect_same_as_etcd, test_member_list, test_watch_stream_protocol,
                test_lock_election_grpc_same_as_etcd,
                test_watch_fragment, test_keepalive_stream, test_python_etcd3_watch_lease,
