@@ -83,9 +83,13 @@ static int64_t min_ttl_s(const struct kt_node *n) {
   return (int64_t)ceil(1.5 * n->cfg.election_timeout_ms / 1000.0);
 }
 
-void kt_node_lease_init(struct kt_node *n) {
+struct kt_lease_mgr *kt_node_lease_mgr_new(const struct kt_node *n) {
   struct kt_lease_cfg lc = {.id_seed = n->cluster_id};
-  n->leases = kt_lease_new(&lc);
+  return kt_lease_new(&lc);
+}
+
+void kt_node_lease_init(struct kt_node *n) {
+  n->leases = kt_node_lease_mgr_new(n);
   n->ls = calloc(1, sizeof *n->ls);
   kt_assert(n->ls);
 }
