@@ -955,7 +955,14 @@ static void on_campaign_proclaim(void *arg, int err, const ketch_result *res) {
 static void on_create_txn(void *arg, int err, const ketch_result *res) {
   kt_bridge_stream *s = arg;
   struct rop *op = s->op;
-  if (s->io && !s->finished) {
+  if (!s->io && !err && res->txn.n_responses > 0 &&
+      (res->txn.succeeded || res->txn.responses[0].range.n_kvs > 0)) {
+    /* The client left while the key was being created: give it up. */
+    op->have_key = true;
+    op->rev = res->txn.succeeded ? res->header.revision
+                                 : res->txn.responses[0].range.kvs[0].create_revision;
+    recipe_give_up(s);
+  } else if (s->io && !s->finished) {
     const ketch_txn_result *t = &res->txn;
     if (err) {
       recipe_fail(s, err, res->message);
