@@ -838,6 +838,19 @@ def test_stream_churn():
     assert rc == 0 and out.strip() == b"", out  # no lock key left behind
 
 
+def test_alarm():
+    """Maintenance.Alarm GET lists the member's alarms (none here), as etcd;
+    ACTIVATE/DEACTIVATE are refused as unimplemented."""
+    p = pb()
+    e = g.env()
+    for port in (e.etcd_port, e.grpc_port):
+        st, det, r = unary(port, "/etcdserverpb.Maintenance/Alarm", p.AlarmRequest(), p.AlarmResponse)
+        assert st == "OK" and r == p.AlarmResponse(), (port, st, det, r)  # etcd: no header either
+    st, det, _ = unary(e.grpc_port, "/etcdserverpb.Maintenance/Alarm",
+                       p.AlarmRequest(action=p.AlarmRequest.DEACTIVATE, alarm=p.NOSPACE), p.AlarmResponse)
+    assert st == "UNIMPLEMENTED" and "not implemented" in det, (st, det)
+
+
 def bridge_member(e):
     """The member the bridge's libketch handle is connected to (its TCP
     connection in /proc)."""
@@ -917,5 +930,5 @@ if __name__ == "__main__":
                test_lock_and_elect_same_as_etcd, test_member_list, test_watch_stream_protocol,
                test_lock_election_grpc_same_as_etcd,
                test_watch_fragment, test_keepalive_stream, test_python_etcd3_watch_lease,
-               test_slow_watcher_is_cancelled_not_buffered, test_stream_churn, test_move_leader,
+               test_slow_watcher_is_cancelled_not_buffered, test_stream_churn, test_alarm, test_move_leader,
                test_watch_survives_member_loss, test_shutdown_clean])
