@@ -87,13 +87,12 @@ static void send_end(struct kt_node *n, size_t i, bool failed, const char *why) 
   struct send_state *x = &s->sends[i];
   if (failed) {
     kt_log(KT_LOG_WARN, "snap", "snapshot send to %016llx failed at %llu/%llu bytes: %s",
-           (unsigned long long)x->peer, (unsigned long long)x->off,
-           (unsigned long long)x->total, why);
+           (unsigned long long)x->peer, (unsigned long long)x->off, (unsigned long long)x->total,
+           why);
     kt_raft_report_snapshot_failed(n->raft, x->peer);
   } else {
     kt_log(KT_LOG_INFO, "snap", "snapshot index=%llu sent to %016llx (%llu bytes)",
-           (unsigned long long)x->index, (unsigned long long)x->peer,
-           (unsigned long long)x->total);
+           (unsigned long long)x->index, (unsigned long long)x->peer, (unsigned long long)x->total);
   }
   close(x->fd);
   s->sends[i] = s->sends[--s->n_sends];
@@ -233,11 +232,8 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
   struct kt_err e = {0};
   struct kt_mvcc *store;
   struct kt_lease_mgr *leases;
-  if (index <= n->applied_index) {
-    kt_log(KT_LOG_INFO, "snap", "received snapshot index=%llu is not ahead of applied %llu",
-           (unsigned long long)index, (unsigned long long)n->applied_index);
-    return;
-  }
+  if (index <= kt_raft_commit(n->raft))
+    return; /* checked by the caller in this same turn */
   if (kt_node_load_snapshot_file(n, path, &meta, &store, &leases, &e)) {
     kt_log(KT_LOG_ERROR, "snap", "received snapshot refused: %s", e.msg);
     kt_snap_meta_free(&meta);
@@ -246,8 +242,8 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
   }
   if (meta.index != index || meta.term != term) {
     kt_log(KT_LOG_ERROR, "snap", "received snapshot says index %llu term %llu, expected %llu/%llu",
-           (unsigned long long)meta.index, (unsigned long long)meta.term,
-           (unsigned long long)index, (unsigned long long)term);
+           (unsigned long long)meta.index, (unsigned long long)meta.term, (unsigned long long)index,
+           (unsigned long long)term);
     kt_mvcc_free(store);
     kt_lease_free(leases);
     kt_snap_meta_free(&meta);
@@ -287,9 +283,8 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
   int rc = kt_raft_install_snapshot(n->raft, index, term);
   kt_log(rc ? KT_LOG_ERROR : KT_LOG_INFO, "snap",
          "installed snapshot index=%llu term=%llu revision=%lld keys=%llu%s",
-         (unsigned long long)index, (unsigned long long)term,
-         (long long)kt_mvcc_revision(n->store), (unsigned long long)kt_mvcc_keys(n->store),
-         rc ? " (raft refused it)" : "");
+         (unsigned long long)index, (unsigned long long)term, (long long)kt_mvcc_revision(n->store),
+         (unsigned long long)kt_mvcc_keys(n->store), rc ? " (raft refused it)" : "");
 }
 
 void kt_node_install_chunk(struct kt_node *n, uint64_t from, const uint8_t *msg, size_t len) {
@@ -342,6 +337,16 @@ void kt_node_install_chunk(struct kt_node *n, uint64_t from, const uint8_t *msg,
   s->roff += dlen;
   if (s->roff < s->rtotal)
     return;
+  if (s->rindex <= kt_raft_commit(n->raft)) {
+    /* we got that far meanwhile; never rename over a snapshot of our own */
+    kt_log(KT_LOG_INFO, "snap", "received snapshot index=%llu is not ahead of commit %llu",
+           (unsigned long long)s->rindex, (unsigned long long)kt_raft_commit(n->raft));
+    (void)kt_raft_install_snapshot(n->raft, s->rindex, s->rterm); /* tells the leader */
+    close(s->rfd);
+    unlink(s->rpath);
+    s->rfd = -1;
+    return;
+  }
   int rc = fsync(s->rfd);
   close(s->rfd);
   s->rfd = -1;

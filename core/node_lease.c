@@ -315,7 +315,7 @@ void kt_node_lease_request(struct kt_node *n, struct kt_conn *c, const struct kt
   case KT_MSG_LEASE_GRANT: {
     int64_t ttl = req->u.lease.ttl;
     if (ttl > KT_LEASE_MAX_TTL_S) {
-      kt_conn_send_error(c, req->id, KT_EINVAL, "lease TTL too large");
+      kt_conn_send_error(c, req->id, KT_EINVAL, "too large lease TTL");
       return;
     }
     if (req->u.lease.id < 0) {
@@ -518,7 +518,8 @@ void kt_node_lease_save(struct kt_node *n, struct kt_buf *out) {
     kt_put_u64be(h + 8 + 8 * i, st[i]);
   kt_put_u64be(h + 40, kt_lease_count(n->leases));
   kt_buf_append(out, h, sizeof h);
-  kt_lease_each(n->leases, save_one, out);
+  kt_buf_reserve(out, 16 * kt_lease_count(n->leases));
+  kt_lease_each_unsorted(n->leases, save_one, out);
 }
 
 int kt_node_lease_load(struct kt_node *n, const uint8_t *p, size_t len, struct kt_err *e) {

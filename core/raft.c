@@ -11,7 +11,7 @@ int kt_raft_test_bug;
 enum { PR_PROBE, PR_REPLICATE, PR_SNAPSHOT };
 /* A follower in SNAPSHOT state that acked nothing for this many election
  * timeouts is probed again (the node's transfer failed or the peer died). */
-#define SNAPSHOT_WAIT_ELECTIONS 30
+#define SNAPSHOT_WAIT_ELECTIONS 3
 
 struct progress {
   uint64_t id, match, next;
@@ -947,6 +947,7 @@ void kt_raft_tick(struct kt_raft *r) {
       if (pr->state == PR_SNAPSHOT) { /* no install reported for long: ask again */
         if (++pr->stall_ticks >= SNAPSHOT_WAIT_ELECTIONS * r->election_ticks) {
           pr->stall_ticks = 0;
+          pr->probed_compacted = false;
           pr_become_probe(r, pr);
           send_append(r, pr, true);
         }
@@ -1047,8 +1048,17 @@ void kt_raft_hs_persisted(struct kt_raft *r, const struct kt_raft_hard_state *hs
 
 int kt_raft_install_snapshot(struct kt_raft *r, uint64_t index, uint64_t term) {
   kt_assert(!r->in_ready);
-  if (index <= r->commit || term == 0 || term > r->term)
+  if (term == 0 || term > r->term)
     return KT_EINVAL;
+  if (index <= r->commit) {
+    /* stale: tell the leader how far we are (as etcd), so it replicates
+     * from there instead of asking for snapshots again */
+    if (r->lead && r->lead != r->id) {
+      struct kt_raft_msg resp = {.type = KT_RAFT_MSG_APP_RESP, .to = r->lead, .index = r->commit};
+      hold(r, resp, r->commit);
+    }
+    return KT_EINVAL;
+  }
   for (size_t i = 0; i < r->log.n; i++)
     if (r->log.v[i].data)
       VEC_PUSH(r->grave, r->log.v[i].data);
@@ -1070,7 +1080,8 @@ void kt_raft_report_snapshot_failed(struct kt_raft *r, uint64_t peer) {
   for (size_t i = 0; i < r->n_prs; i++)
     if (r->prs[i].id == peer && r->prs[i].state == PR_SNAPSHOT) {
       r->prs[i].stall_ticks = 0;
-      pr_become_probe(r, &r->prs[i]); /* the next probe asks for a snapshot again */
+      r->prs[i].probed_compacted = false; /* probe at our compaction point first */
+      pr_become_probe(r, &r->prs[i]);
     }
 }
 

@@ -254,13 +254,15 @@ int kt_raft_compact(struct kt_raft *r, uint64_t index);
  * `index` (entry term `term`) durable, restored its state machine from it and
  * restarted its log after it (WAL reset). The log is dropped; commit,
  * persisted and applied become index; the leader hears an append ack at
- * index (so it replicates from index + 1). Errors: KT_EINVAL (index not past
- * commit: stale; term 0 or beyond the current term). */
+ * index (so it replicates from index + 1). Errors: KT_EINVAL (term 0 or
+ * beyond the current term; or stale: index not past commit — then the
+ * leader is told our commit index instead, and nothing else changes). */
 int kt_raft_install_snapshot(struct kt_raft *r, uint64_t index, uint64_t term);
 /* Leader side: the node's transfer of a snapshot to peer failed (etcd's
  * ReportSnapshot failure): it is probed again, which asks for a snapshot
  * again if still needed (KT_RAFT_EV_NEED_SNAPSHOT). A follower that does not
- * ack for 30 election timeouts after NEED_SNAPSHOT is probed again too. */
+ * ack for 3 election timeouts after NEED_SNAPSHOT is probed again too (a
+ * transfer still running is not restarted: the node dedups). */
 void kt_raft_report_snapshot_failed(struct kt_raft *r, uint64_t peer);
 
 /* Read-only accessors (for the node's status and for tests). */

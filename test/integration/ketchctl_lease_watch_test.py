@@ -174,8 +174,7 @@ def cases():
         c("lease/grant-" + w, ["lease", "grant", "100", "-w", w])  # not learned (no hex)
     c("err/lease-grant-no-args", ["lease", "grant"])
     c("err/lease-grant-bad-ttl", ["lease", "grant", "abc"])
-    # not compared: "lease grant 99999999999" (etcd: "etcdserver: too large lease TTL"; the
-    # wording comes from ketch's server, core/node_lease.c, not from ketchctl)
+    c("err/lease-grant-ttl-too-large", ["lease", "grant", "99999999999"])
     c("put/lease-k1", ["put", "lk1", "v1", "--lease={L1}"])
     c("put/lease-k2", ["put", "lk2", "v2", "--lease={L1}"])
     for w in ("simple", "json", "fields"):
