@@ -296,10 +296,14 @@ static void on_watch(void *arg, int err, const ketch_result *res) {
       if (w->cancel_requested) {
         send_ctrl(s, &h, w->id, false, true, 0, NULL);
       } else if (err == KETCH_ECOMPACTED || wr->compact_revision) {
+        /* etcd's compact_revision is where a new watch may start, and its
+         * clients resume there; ketch's is the compaction revision itself,
+         * at which it refuses to start (deletes there are gone): + 1. */
+        int64_t resume = wr->compact_revision > 0 ? wr->compact_revision + 1 : 0;
         h.revision = 0; /* as etcd's compacted response */
         if (!w->created)
           send_ctrl(s, &last_hdr, w->id, true, false, 0, NULL);
-        send_ctrl(s, &h, w->id, false, true, wr->compact_revision, NULL);
+        send_ctrl(s, &h, w->id, false, true, resume, NULL);
       } else {
         int st;
         const char *m = kt_bridge_error(err ? err : KETCH_ECANCELED, res->message, &st);
