@@ -1,0 +1,1229 @@
+/* tools/grpc-bridge/bridge_stream.c — etcd's streaming calls on libketch:
+ * Watch.Watch (bidirectional: create / cancel / progress requests in, watch
+ * responses out) and Lease.LeaseKeepAlive (bidirectional: each {ID} in, one
+ * {header, ID, TTL} out). See bridge.h for the server side (kt_bridge_stream_io).
+ *
+ * Owns: per gRPC stream a kt_bridge_stream; per gRPC watch a struct bwatch
+ * holding exactly one ketch_watch.
+ *
+ * Watch data flow: WatchCreateRequest -> validated as etcd's v3rpc/mvcc do ->
+ * ketch_watch(); each ketch delivery -> one WatchResponse (or several with
+ * fragment=true when the client asked for fragments and it is larger than
+ * etcd's limit) -> io->send. WatchCancelRequest -> ketch_watch_cancel(); the
+ * canceled delivery answers it. WatchProgressRequest -> ketch_watch_progress()
+ * and, once every created watch of the stream reported progress, one
+ * WatchResponse{watch_id -1, header.revision = the smallest reported} (etcd
+ * 3.4's shape); if a watch is still catching up (the member sends it no
+ * progress), the request is dropped as etcd 3.5 does (see
+ * on_progress_barrier). A stream without watches gets the member's revision.
+ *
+ * Watch ids are the bridge's, per gRPC stream, as etcd: auto ids count up
+ * from 0 skipping ids in use; a client-chosen watch_id is used as given, and
+ * one already in use is refused with etcd's created+canceled response.
+ *
+ * Back pressure (the rule of bridge.h): a delivery with events that does not
+ * fit io->room() cancels that watch with cancel_reason "ketch-grpc: watcher
+ * too slow..."; a progress notification that does not fit is dropped.
+ *
+ * Lifetimes: a stream holds one reference for the server side (dropped by
+ * kt_bridge_stream_close) and one per live bwatch and per pending ketch call;
+ * it is freed at zero. A bwatch lives until its canceled delivery (ketch
+ * promises exactly one, last). */
+#include "bridge.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../grpc/grpc_client.h"
+#include "kv.pb-c.h"
+#include "rpc.pb-c.h"
+#include "v3election.pb-c.h"
+#include "v3lock.pb-c.h"
+
+#define MAX_WATCHES_PER_STREAM 4096
+#define GRPC_OVERHEAD_BYTES (512u * 1024)
+
+enum {
+  S_WATCH,
+  S_KEEPALIVE,
+  /* v3lock / v3election (etcd's concurrency recipes, run here) */
+  S_LOCK,
+  S_UNLOCK,
+  S_CAMPAIGN,
+  S_PROCLAIM,
+  S_LEADER,
+  S_RESIGN,
+  S_OBSERVE,
+};
+
+static const char *const stream_methods[] = {
+    [S_WATCH] = "/etcdserverpb.Watch/Watch",
+    [S_KEEPALIVE] = "/etcdserverpb.Lease/LeaseKeepAlive",
+    [S_LOCK] = "/v3lockpb.Lock/Lock",
+    [S_UNLOCK] = "/v3lockpb.Lock/Unlock",
+    [S_CAMPAIGN] = "/v3electionpb.Election/Campaign",
+    [S_PROCLAIM] = "/v3electionpb.Election/Proclaim",
+    [S_LEADER] = "/v3electionpb.Election/Leader",
+    [S_RESIGN] = "/v3electionpb.Election/Resign",
+    [S_OBSERVE] = "/v3electionpb.Election/Observe",
+};
+
+struct bwatch;
+struct rop;
+
+struct kt_bridge_stream {
+  ketch_client *kc;
+  int method;
+  const struct kt_bridge_stream_io *io; /* NULL once closed */
+  void *arg;
+  int refs;
+  bool eof, finished;
+  size_t fragment_bytes; /* etcd's limit for a fragment */
+  /* Watch */
+  struct bwatch *watches;
+  size_t n_watches;
+  int64_t next_id;
+  int progress_requests; /* WatchProgressRequests not answered yet */
+  size_t progress_waiting;
+  int64_t progress_rev;
+  /* LeaseKeepAlive */
+  size_t pending;
+  /* Lock / Election */
+  struct rop *op;
+};
+
+struct bwatch {
+  struct kt_bridge_stream *s;
+  struct bwatch *prev, *next;
+  int64_t id;
+  uint64_t handle;
+  bool fragment, progress_notify;
+  bool created;          /* ketch delivered `created` */
+  bool cancel_requested; /* the client sent WatchCancelRequest */
+  bool overflow;         /* canceled by the bridge: the client is too slow */
+  bool progress_pending; /* must report progress for a WatchProgressRequest */
+};
+
+/* The newest header ketch delivered (any stream): final deliveries carry
+ * none, and etcd's cancel responses still name the term and revision. */
+static ketch_header last_hdr;
+
+static void note_header(const ketch_header *h) {
+  if (h->revision >= last_hdr.revision && h->raft_term)
+    last_hdr = *h;
+}
+
+struct rop;
+static void rop_free(struct rop *op);
+
+static void stream_unref(kt_bridge_stream *s) {
+  if (--s->refs == 0) {
+    rop_free(s->op);
+    free(s);
+  }
+}
+
+static void stream_finish(kt_bridge_stream *s, int status, const char *message) {
+  if (s->finished || !s->io)
+    return;
+  s->finished = true;
+  s->io->finish(s->arg, status, message);
+}
+
+static void send_msg(kt_bridge_stream *s, const void *m) {
+  if (s->finished || !s->io)
+    return;
+  size_t n;
+  uint8_t *f = kt_bridge_frame(m, &n);
+  if (!f) {
+    stream_finish(s, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory");
+    return;
+  }
+  s->io->send(s->arg, f, n);
+}
+
+static void fill_header(Etcdserverpb__ResponseHeader *h, const ketch_header *k, ketch_client *kc) {
+  etcdserverpb__response_header__init(h);
+  h->cluster_id = k && k->cluster_id ? k->cluster_id : ketch_cluster_id(kc);
+  h->member_id = k && k->member_id ? k->member_id : ketch_member_id(kc);
+  h->revision = k ? k->revision : 0;
+  h->raft_term = k ? k->raft_term : 0;
+}
+
+static void fill_kv(Mvccpb__KeyValue *o, const ketch_kv *kv) {
+  mvccpb__key_value__init(o);
+  o->key.data = (uint8_t *)kv->key;
+  o->key.len = kv->key_len;
+  o->value.data = (uint8_t *)kv->value;
+  o->value.len = kv->value_len;
+  o->create_revision = kv->create_revision;
+  o->mod_revision = kv->mod_revision;
+  o->version = kv->version;
+  o->lease = kv->lease;
+}
+
+/* ---- Watch ---- */
+
+static struct bwatch *find_watch(kt_bridge_stream *s, int64_t id) {
+  for (struct bwatch *w = s->watches; w; w = w->next)
+    if (w->id == id)
+      return w;
+  return NULL;
+}
+
+/* A control response: created / canceled, no events. */
+static void send_ctrl(kt_bridge_stream *s, const ketch_header *kh, int64_t id, bool created,
+                      bool canceled, int64_t compact_revision, const char *reason) {
+  Etcdserverpb__ResponseHeader h;
+  Etcdserverpb__WatchResponse r;
+  fill_header(&h, kh, s->kc);
+  etcdserverpb__watch_response__init(&r);
+  r.header = &h;
+  r.watch_id = id;
+  r.created = created;
+  r.canceled = canceled;
+  r.compact_revision = compact_revision;
+  r.cancel_reason = (char *)(reason ? reason : "");
+  send_msg(s, &r);
+}
+
+static void progress_report(kt_bridge_stream *s, int64_t rev);
+
+static void watch_unlink(struct bwatch *w) {
+  kt_bridge_stream *s = w->s;
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    s->watches = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  s->n_watches--;
+  if (w->progress_pending) {
+    w->progress_pending = false;
+    progress_report(s, INT64_MAX);
+  }
+}
+
+/* One watch's progress for a pending WatchProgressRequest (INT64_MAX: the
+ * watch went away). Sends the stream's answer once every watch reported. */
+static void progress_report(kt_bridge_stream *s, int64_t rev) {
+  if (rev < s->progress_rev)
+    s->progress_rev = rev;
+  if (--s->progress_waiting > 0)
+    return;
+  ketch_header kh = {0};
+  kh.revision = s->progress_rev == INT64_MAX ? 0 : s->progress_rev;
+  for (; s->progress_requests > 0; s->progress_requests--)
+    send_ctrl(s, &kh, -1, false, false, 0, NULL);
+}
+
+/* Sends the events of one delivery, fragmented as etcd's sendFragments when
+ * the watch asked for it. Returns false if it did not fit (nothing sent). */
+static bool send_events(kt_bridge_stream *s, struct bwatch *w, const ketch_result *res) {
+  const ketch_watch_result *wr = &res->watch;
+  size_t n = wr->n_events;
+  Etcdserverpb__ResponseHeader h;
+  Etcdserverpb__WatchResponse r;
+  Mvccpb__Event *ev = calloc(n, sizeof *ev);
+  Mvccpb__Event **evp = calloc(n, sizeof *evp);
+  Mvccpb__KeyValue *kv = calloc(2 * n, sizeof *kv);
+  bool ok = true;
+  if (!ev || !evp || !kv) {
+    free(ev);
+    free(evp);
+    free(kv);
+    stream_finish(s, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory");
+    return true;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const ketch_event *e = &wr->events[i];
+    mvccpb__event__init(&ev[i]);
+    ev[i].type = e->type == KETCH_EVENT_DELETE ? MVCCPB__EVENT__EVENT_TYPE__DELETE
+                                               : MVCCPB__EVENT__EVENT_TYPE__PUT;
+    fill_kv(&kv[2 * i], &e->kv);
+    ev[i].kv = &kv[2 * i];
+    if (e->prev_kv) {
+      fill_kv(&kv[2 * i + 1], e->prev_kv);
+      ev[i].prev_kv = &kv[2 * i + 1];
+    }
+    evp[i] = &ev[i];
+  }
+  fill_header(&h, &res->header, s->kc);
+  etcdserverpb__watch_response__init(&r);
+  r.header = &h;
+  r.watch_id = w->id;
+  r.events = evp;
+  r.n_events = n;
+  size_t total = etcdserverpb__watch_response__get_packed_size(&r);
+  if (!s->io->room(s->arg, total + 5)) {
+    ok = false;
+  } else if (!w->fragment || total < s->fragment_bytes || n < 2) {
+    send_msg(s, &r);
+  } else {
+    /* etcd's sendFragments: as many events as fit under the limit (at least
+     * one) per response, fragment=true on all but the last. */
+    size_t idx = 0;
+    while (idx < n) {
+      size_t k = 1;
+      r.events = evp + idx;
+      for (; idx + k < n; k++) {
+        r.n_events = k + 1;
+        if (etcdserverpb__watch_response__get_packed_size(&r) >= s->fragment_bytes)
+          break;
+      }
+      r.n_events = k;
+      idx += k;
+      r.fragment = idx < n;
+      send_msg(s, &r);
+    }
+  }
+  free(ev);
+  free(evp);
+  free(kv);
+  return ok;
+}
+
+static void on_watch(void *arg, int err, const ketch_result *res) {
+  struct bwatch *w = arg;
+  kt_bridge_stream *s = w->s;
+  const ketch_watch_result *wr = &res->watch;
+  bool live = s->io && !s->finished;
+  if (err || wr->canceled) {
+    /* The last delivery of this watch (its header is empty). */
+    if (live && !w->overflow) {
+      ketch_header h = last_hdr;
+      if (w->cancel_requested) {
+        send_ctrl(s, &h, w->id, false, true, 0, NULL);
+      } else if (err == KETCH_ECOMPACTED || wr->compact_revision) {
+        /* etcd's compact_revision is where a new watch may start, and its
+         * clients resume there; ketch's is the compaction revision itself,
+         * at which it refuses to start (deletes there are gone): + 1. */
+        int64_t resume = wr->compact_revision > 0 ? wr->compact_revision + 1 : 0;
+        h.revision = 0; /* as etcd's compacted response */
+        if (!w->created)
+          send_ctrl(s, &last_hdr, w->id, true, false, 0, NULL);
+        send_ctrl(s, &h, w->id, false, true, resume, NULL);
+      } else {
+        int st;
+        const char *m = kt_bridge_error(err ? err : KETCH_ECANCELED, res->message, &st);
+        send_ctrl(s, &h, w->id, !w->created, true, 0, m);
+      }
+    }
+    watch_unlink(w);
+    free(w);
+    stream_unref(s);
+    return;
+  }
+  note_header(&res->header);
+  if (!live || w->cancel_requested || w->overflow)
+    return;
+  if (wr->created) {
+    w->created = true;
+    send_ctrl(s, &res->header, w->id, true, false, 0, NULL);
+  }
+  if (wr->n_events > 0) {
+    if (!send_events(s, w, res)) {
+      char m[160];
+      w->overflow = true;
+      snprintf(m, sizeof m,
+               "ketch-grpc: watcher too slow: its stream has more queued than the bridge "
+               "holds (the client does not read); watch again from revision %lld",
+               (long long)wr->events[0].kv.mod_revision);
+      ketch_watch_cancel(s->kc, w->handle);
+      send_ctrl(s, &res->header, w->id, false, true, 0, m);
+    }
+  } else if (!wr->created) { /* a progress notification */
+    if (w->progress_pending) {
+      w->progress_pending = false;
+      progress_report(s, res->header.revision);
+    }
+    if (w->progress_notify && s->io->room(s->arg, 64))
+      send_ctrl(s, &res->header, w->id, false, false, 0, NULL);
+  }
+}
+
+static int64_t next_auto_id(kt_bridge_stream *s) {
+  while (find_watch(s, s->next_id))
+    s->next_id++;
+  return s->next_id++;
+}
+
+static void watch_create(kt_bridge_stream *s, const Etcdserverpb__WatchCreateRequest *r) {
+  static const uint8_t zero = 0;
+  ketch_watch_req q;
+  memset(&q, 0, sizeof q);
+  q.key = r->key.len ? r->key.data : &zero; /* etcd: "\0" is the smallest key */
+  q.key_len = r->key.len ? r->key.len : 1;
+  q.range_end = r->range_end.data;
+  q.range_end_len = r->range_end.len;
+  q.start_revision = r->start_revision;
+  q.prev_kv = r->prev_kv;
+  q.progress_notify = r->progress_notify;
+  q.fragment = false; /* the bridge fragments itself (ketch's deliveries have no flag) */
+  for (size_t i = 0; i < r->n_filters; i++) {
+    if (r->filters[i] == ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NOPUT)
+      q.no_put = true;
+    else if (r->filters[i] == ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NODELETE)
+      q.no_delete = true;
+  }
+  /* mvcc's checks, with its messages. */
+  bool from_key = q.range_end_len == 1 && ((const uint8_t *)q.range_end)[0] == 0;
+  if (q.range_end_len && !from_key) {
+    size_t m = q.key_len < q.range_end_len ? q.key_len : q.range_end_len;
+    int c = memcmp(q.key, q.range_end, m);
+    if (c > 0 || (c == 0 && q.key_len >= q.range_end_len)) {
+      send_ctrl(s, NULL, -1, true, true, 0, "mvcc: watcher range is empty");
+      return;
+    }
+  }
+  if (r->watch_id != 0 && find_watch(s, r->watch_id)) {
+    send_ctrl(s, NULL, -1, true, true, 0, "mvcc: duplicate watch ID provided on the WatchStream");
+    return;
+  }
+  if (s->n_watches >= MAX_WATCHES_PER_STREAM) {
+    send_ctrl(s, NULL, -1, true, true, 0,
+              "ketch-grpc: too many watches on one stream (4096); open another stream");
+    return;
+  }
+  struct bwatch *w = calloc(1, sizeof *w);
+  if (!w) {
+    send_ctrl(s, NULL, -1, true, true, 0, "ketch-grpc: out of memory");
+    return;
+  }
+  w->s = s;
+  w->id = r->watch_id != 0 ? r->watch_id : next_auto_id(s);
+  w->fragment = r->fragment;
+  w->progress_notify = r->progress_notify;
+  int err = ketch_watch(s->kc, &q, on_watch, w, &w->handle);
+  if (err) {
+    int st;
+    const char *m = kt_bridge_error(err, ketch_errmsg(s->kc), &st);
+    send_ctrl(s, NULL, -1, true, true, 0, m);
+    free(w);
+    return;
+  }
+  w->next = s->watches;
+  if (s->watches)
+    s->watches->prev = w;
+  s->watches = w;
+  s->n_watches++;
+  s->refs++;
+}
+
+static void on_progress_status(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  if (s->io) {
+    s->io->pending(s->arg, -1);
+    if (!err)
+      send_ctrl(s, &res->header, -1, false, false, 0, NULL);
+  }
+  stream_unref(s);
+}
+
+/* The barrier after ketch_watch_progress(): the member answers this status
+ * after the progress frames it sent at once (same connection, in order). A
+ * watch still catching up got none: then the request is dropped, as etcd
+ * 3.5 does when not every watcher is synced (the client asks again). */
+static void on_progress_barrier(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  (void)err;
+  (void)res;
+  if (s->io) {
+    s->io->pending(s->arg, -1);
+    if (s->progress_waiting > 0) {
+      for (struct bwatch *w = s->watches; w; w = w->next)
+        w->progress_pending = false;
+      s->progress_waiting = 0;
+      s->progress_requests = 0;
+    }
+  }
+  stream_unref(s);
+}
+
+static void watch_progress(kt_bridge_stream *s) {
+  size_t n = 0;
+  for (struct bwatch *w = s->watches; w; w = w->next) {
+    if (w->created && !w->cancel_requested && !w->overflow && !w->progress_pending) {
+      w->progress_pending = true;
+      n++;
+    }
+  }
+  if (n == 0 && s->progress_waiting == 0) {
+    /* No watch to wait for: the member's current revision (a status call). */
+    if (ketch_status_async(s->kc, on_progress_status, s) == 0) {
+      s->refs++;
+      s->io->pending(s->arg, +1);
+    }
+    return;
+  }
+  if (s->progress_waiting == 0)
+    s->progress_rev = INT64_MAX;
+  s->progress_waiting += n;
+  s->progress_requests++;
+  ketch_watch_progress(s->kc);
+  if (ketch_status_async(s->kc, on_progress_barrier, s) == 0) {
+    s->refs++;
+    s->io->pending(s->arg, +1);
+  }
+}
+
+static void watch_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
+  Etcdserverpb__WatchRequest *r = etcdserverpb__watch_request__unpack(NULL, len, msg);
+  if (!r) {
+    stream_finish(s, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf");
+    return;
+  }
+  switch (r->request_union_case) {
+  case ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST:
+    watch_create(s, r->create_request);
+    break;
+  case ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CANCEL_REQUEST: {
+    struct bwatch *w = find_watch(s, r->cancel_request->watch_id);
+    if (w && !w->cancel_requested && !w->overflow) {
+      w->cancel_requested = true;
+      ketch_watch_cancel(s->kc, w->handle);
+    }
+    break;
+  }
+  case ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_PROGRESS_REQUEST:
+    watch_progress(s);
+    break;
+  default: /* etcd ignores what it does not know */
+    break;
+  }
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+/* ---- LeaseKeepAlive ---- */
+
+struct ka_call {
+  kt_bridge_stream *s;
+  int64_t id;
+};
+
+static void on_keepalive(void *arg, int err, const ketch_result *res) {
+  struct ka_call *k = arg;
+  kt_bridge_stream *s = k->s;
+  if (s->io && !s->finished) {
+    s->io->pending(s->arg, -1);
+    s->pending--;
+    if (!err)
+      note_header(&res->header);
+    if (err && err != KETCH_ELEASENOTFOUND) {
+      int st;
+      const char *m = kt_bridge_error(err, res->message, &st);
+      stream_finish(s, st, m);
+    } else {
+      Etcdserverpb__ResponseHeader h;
+      Etcdserverpb__LeaseKeepAliveResponse r;
+      fill_header(&h, err ? &last_hdr : &res->header, s->kc);
+      etcdserverpb__lease_keep_alive_response__init(&r);
+      r.header = &h;
+      r.id = k->id;
+      r.ttl = err ? 0 : res->lease.ttl; /* etcd: a lease not found renews to 0 */
+      send_msg(s, &r);
+      if (s->eof && s->pending == 0)
+        stream_finish(s, KT_GRPC_OK, "");
+    }
+  } else if (s->io) {
+    s->io->pending(s->arg, -1);
+    s->pending--;
+  }
+  free(k);
+  stream_unref(s);
+}
+
+static void keepalive_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
+  Etcdserverpb__LeaseKeepAliveRequest *r =
+      etcdserverpb__lease_keep_alive_request__unpack(NULL, len, msg);
+  if (!r) {
+    stream_finish(s, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf");
+    return;
+  }
+  int64_t id = r->id;
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  struct ka_call *k = malloc(sizeof *k);
+  if (!k) {
+    stream_finish(s, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory");
+    return;
+  }
+  k->s = s;
+  k->id = id;
+  int err = ketch_lease_keepalive_once_async(s->kc, id, on_keepalive, k);
+  if (err) {
+    free(k);
+    int st;
+    const char *m = kt_bridge_error(err, ketch_errmsg(s->kc), &st);
+    stream_finish(s, st, m);
+    return;
+  }
+  s->refs++;
+  s->pending++;
+  s->io->pending(s->arg, +1);
+}
+
+/* ---- Lock and Election: etcd's concurrency recipes, asynchronously ----
+ * The same steps as etcd's v3lock / v3election servers (clientv3's
+ * concurrency Mutex and Election) with the caller's lease, driven by ketch
+ * callbacks instead of a blocking goroutine:
+ *   Lock/Campaign: txn "create name/<lease hex> if absent" (Lock also reads
+ *   the owner), then waitDeletes: the newest key of name/ created before ours
+ *   is watched until deleted, repeatedly, until none is left: we hold it.
+ *   A client that goes away while waiting gives its key up (Lock: delete,
+ *   Campaign: resign), as etcd does on a cancelled context.
+ *   Observe: the oldest key of name/ (or the first put under it) and then
+ *   every change of that key until it is deleted; again.
+ * Every ketch call and watch holds a reference on the stream. */
+
+struct rop {
+  uint8_t *name, *key, *value; /* name without "/", name/<lease hex> */
+  size_t name_len, key_len, value_len;
+  int64_t lease, rev; /* rev: our key's create revision */
+  ketch_header hdr;   /* the answer's header */
+  struct rwatch *w;   /* the watch in use, if any */
+  bool have_key;      /* our key may exist: give it up if the client leaves */
+  bool answered, first_put;
+};
+
+struct rwatch {
+  kt_bridge_stream *s;
+  uint64_t handle;
+  bool stale; /* cancelled: ignore all but the final delivery */
+};
+
+static const char *const err_no_leader = "election: no leader";
+static const char *const err_not_leader = "election: not leader";
+static const char *const err_missing_leader = "\"leader\" field must be provided";
+
+static void rop_free(struct rop *op) {
+  if (!op)
+    return;
+  free(op->name);
+  free(op->key);
+  free(op->value);
+  free(op);
+}
+
+static uint8_t *dup_bytes(const void *p, size_t n) {
+  uint8_t *d = malloc(n ? n : 1);
+  if (d && n)
+    memcpy(d, p, n);
+  return d;
+}
+
+/* name + "/" (the prefix every candidate's key lives under). */
+static ketch_range_req prefix_req(const struct rop *op, char *buf, size_t cap) {
+  ketch_range_req q;
+  memset(&q, 0, sizeof q);
+  size_t n = op->name_len + 1 < cap ? op->name_len : cap - 1;
+  memcpy(buf, op->name, n);
+  buf[n] = '/';
+  q.key = buf;
+  q.key_len = n + 1;
+  q.prefix = true;
+  return q;
+}
+
+/* etcd's WithFirstCreate / WithLastCreate: one key, by create revision. */
+static void by_create(ketch_range_req *q, int order) {
+  q->sort_target = KETCH_SORT_CREATE;
+  q->sort_order = order;
+  q->limit = 1;
+}
+
+/* etcd's lock and election servers return their embedded client's errors
+ * as plain errors: gRPC code Unknown, etcd's message. */
+static void recipe_fail(kt_bridge_stream *s, int err, const char *message) {
+  int st;
+  const char *m = kt_bridge_error(err, message, &st);
+  stream_finish(s, KT_GRPC_UNKNOWN, m);
+}
+
+/* Answers a unary recipe call: the message, then OK. */
+static void recipe_answer(kt_bridge_stream *s, const void *m) {
+  s->op->answered = true;
+  send_msg(s, m);
+  stream_finish(s, KT_GRPC_OK, "");
+}
+
+static void on_recipe_watch(void *arg, int err, const ketch_result *res);
+
+static void rwatch_cancel(kt_bridge_stream *s) {
+  struct rwatch *w = s->op->w;
+  if (w) {
+    w->stale = true;
+    ketch_watch_cancel(s->kc, w->handle);
+    s->op->w = NULL;
+  }
+}
+
+static int rwatch_start(kt_bridge_stream *s, const ketch_watch_req *q) {
+  struct rwatch *w = calloc(1, sizeof *w);
+  if (!w)
+    return KETCH_ENOMEM;
+  w->s = s;
+  int err = ketch_watch(s->kc, q, on_recipe_watch, w, &w->handle);
+  if (err) {
+    free(w);
+    return err;
+  }
+  s->refs++;
+  s->op->w = w;
+  return 0;
+}
+
+static int submit_ok(kt_bridge_stream *s, int err) {
+  if (!err)
+    s->refs++;
+  return err;
+}
+
+static void wait_deletes(kt_bridge_stream *s);
+static void observe_start(kt_bridge_stream *s);
+
+/* The recipe's own key is held: answer Lock / Campaign. */
+static void recipe_acquired(kt_bridge_stream *s) {
+  struct rop *op = s->op;
+  Etcdserverpb__ResponseHeader h;
+  fill_header(&h, &op->hdr, s->kc);
+  op->have_key = false; /* the caller owns it now */
+  if (s->method == S_LOCK) {
+    V3lockpb__LockResponse r;
+    v3lockpb__lock_response__init(&r);
+    r.header = &h;
+    r.key.data = op->key;
+    r.key.len = op->key_len;
+    recipe_answer(s, &r);
+  } else {
+    V3electionpb__CampaignResponse r;
+    V3electionpb__LeaderKey lk;
+    v3electionpb__campaign_response__init(&r);
+    v3electionpb__leader_key__init(&lk);
+    lk.name.data = op->name;
+    lk.name.len = op->name_len;
+    lk.key.data = op->key;
+    lk.key.len = op->key_len;
+    lk.rev = op->rev;
+    lk.lease = op->lease;
+    r.header = &h;
+    r.leader = &lk;
+    recipe_answer(s, &r);
+  }
+}
+
+/* A client gone while waiting: give the key up, as etcd's cancelled
+ * Lock (Unlock) and Campaign (Resign) do. The answer only unrefs. */
+static void on_cleanup(void *arg, int err, const ketch_result *res) {
+  (void)err;
+  (void)res;
+  stream_unref(arg);
+}
+
+static void recipe_give_up(kt_bridge_stream *s) {
+  struct rop *op = s->op;
+  if (!op || !op->have_key || op->answered)
+    return;
+  op->have_key = false;
+  if (s->method == S_LOCK) {
+    ketch_delete_req d = {.key = op->key, .key_len = op->key_len};
+    submit_ok(s, ketch_delete_async(s->kc, &d, on_cleanup, s));
+  } else {
+    ketch_compare c = {.result = KETCH_CMP_EQUAL,
+                       .target = KETCH_CMP_CREATE,
+                       .key = op->key,
+                       .key_len = op->key_len,
+                       .int_value = op->rev};
+    ketch_op del = ketch_op_delete((ketch_delete_req){.key = op->key, .key_len = op->key_len});
+    ketch_txn_req t = {.compare = &c, .n_compare = 1, .success = &del, .n_success = 1};
+    submit_ok(s, ketch_txn_async(s->kc, &t, on_cleanup, s));
+  }
+}
+
+static void recipe_close(kt_bridge_stream *s) {
+  if (!s->op)
+    return;
+  rwatch_cancel(s);
+  recipe_give_up(s);
+}
+
+/* waitDeletes: the newest key created before ours, if any. */
+static void on_wd_range(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  struct rop *op = s->op;
+  if (s->io && !s->finished) {
+    if (err) {
+      recipe_give_up(s);
+      recipe_fail(s, err, res->message);
+    } else if (res->range.n_kvs == 0) {
+      if (s->method == S_LOCK)
+        op->hdr = res->header; /* etcd: the header of the last Get */
+      recipe_acquired(s);
+    } else {
+      const ketch_kv *kv = &res->range.kvs[0];
+      ketch_watch_req q;
+      memset(&q, 0, sizeof q);
+      q.key = kv->key;
+      q.key_len = kv->key_len;
+      q.start_revision = res->header.revision;
+      q.no_put = true;
+      int e = rwatch_start(s, &q);
+      if (e) {
+        recipe_give_up(s);
+        recipe_fail(s, e, ketch_errmsg(s->kc));
+      }
+    }
+  }
+  stream_unref(s);
+}
+
+static void wait_deletes(kt_bridge_stream *s) {
+  char buf[1024];
+  ketch_range_req q = prefix_req(s->op, buf, sizeof buf);
+  by_create(&q, KETCH_SORT_DESCEND);
+  q.max_create_revision = s->op->rev - 1;
+  q.keys_only = true;
+  int err = submit_ok(s, ketch_range_async(s->kc, &q, on_wd_range, s));
+  if (err) {
+    recipe_give_up(s);
+    recipe_fail(s, err, ketch_errmsg(s->kc));
+  }
+}
+
+static void send_leader(kt_bridge_stream *s, const ketch_header *kh, const ketch_kv *kv) {
+  Etcdserverpb__ResponseHeader h;
+  Mvccpb__KeyValue k;
+  V3electionpb__LeaderResponse r;
+  fill_header(&h, kh, s->kc);
+  fill_kv(&k, kv);
+  v3electionpb__leader_response__init(&r);
+  r.header = &h;
+  r.kv = &k;
+  if (s->method == S_OBSERVE && s->io && !s->io->room(s->arg, 64 + kv->key_len + kv->value_len)) {
+    stream_finish(s, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: observer too slow");
+    return;
+  }
+  send_msg(s, &r);
+}
+
+static void observe_key(kt_bridge_stream *s, const ketch_kv *kv, int64_t rev) {
+  ketch_watch_req q;
+  memset(&q, 0, sizeof q);
+  q.key = kv->key;
+  q.key_len = kv->key_len;
+  q.start_revision = rev;
+  s->op->first_put = false;
+  int e = rwatch_start(s, &q);
+  if (e)
+    recipe_fail(s, e, ketch_errmsg(s->kc));
+}
+
+static void on_recipe_watch(void *arg, int err, const ketch_result *res) {
+  struct rwatch *w = arg;
+  kt_bridge_stream *s = w->s;
+  if (err || res->watch.canceled) {
+    if (!w->stale && s->io && !s->finished) {
+      s->op->w = NULL;
+      if (s->method == S_OBSERVE) {
+        stream_finish(s, KT_GRPC_OK, ""); /* etcd: the observer's channel closes */
+      } else {
+        recipe_give_up(s);
+        recipe_fail(s, err ? err : KETCH_ECANCELED, res->message);
+      }
+    }
+    free(w);
+    stream_unref(s);
+    return;
+  }
+  if (w->stale || !s->io || s->finished)
+    return;
+  const ketch_watch_result *wr = &res->watch;
+  for (size_t i = 0; i < wr->n_events; i++) {
+    const ketch_event *e = &wr->events[i];
+    if (s->method != S_OBSERVE) { /* waitDelete: the older key is gone */
+      if (e->type == KETCH_EVENT_DELETE) {
+        rwatch_cancel(s);
+        wait_deletes(s);
+        return;
+      }
+      continue;
+    }
+    if (s->op->first_put) { /* no leader yet: the first put under the prefix */
+      if (e->type != KETCH_EVENT_PUT)
+        continue;
+      ketch_header h = res->header;
+      h.revision = e->kv.mod_revision;
+      send_leader(s, &h, &e->kv);
+      rwatch_cancel(s);
+      observe_key(s, &e->kv, e->kv.mod_revision + 1);
+      return;
+    }
+    if (e->type == KETCH_EVENT_DELETE) { /* the leader is gone: the next one */
+      rwatch_cancel(s);
+      observe_start(s);
+      return;
+    }
+    send_leader(s, &res->header, &e->kv);
+  }
+}
+
+static void on_observe_range(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  if (s->io && !s->finished) {
+    if (err) {
+      stream_finish(s, KT_GRPC_OK, ""); /* etcd: a failed Get ends the observation */
+    } else if (res->range.n_kvs > 0) {
+      send_leader(s, &res->header, &res->range.kvs[0]);
+      observe_key(s, &res->range.kvs[0], res->header.revision + 1);
+    } else {
+      char buf[1024];
+      ketch_range_req p = prefix_req(s->op, buf, sizeof buf);
+      ketch_watch_req q;
+      memset(&q, 0, sizeof q);
+      q.key = p.key;
+      q.key_len = p.key_len;
+      q.prefix = true;
+      q.start_revision = res->header.revision;
+      s->op->first_put = true;
+      int e = rwatch_start(s, &q);
+      if (e)
+        recipe_fail(s, e, ketch_errmsg(s->kc));
+    }
+  }
+  stream_unref(s);
+}
+
+static void observe_start(kt_bridge_stream *s) {
+  char buf[1024];
+  ketch_range_req q = prefix_req(s->op, buf, sizeof buf);
+  by_create(&q, KETCH_SORT_ASCEND);
+  int err = submit_ok(s, ketch_range_async(s->kc, &q, on_observe_range, s));
+  if (err)
+    recipe_fail(s, err, ketch_errmsg(s->kc));
+}
+
+static void on_leader(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  if (s->io && !s->finished) {
+    if (err)
+      recipe_fail(s, err, res->message);
+    else if (res->range.n_kvs == 0)
+      stream_finish(s, KT_GRPC_UNKNOWN, err_no_leader);
+    else {
+      s->op->answered = true;
+      send_leader(s, &res->header, &res->range.kvs[0]);
+      stream_finish(s, KT_GRPC_OK, "");
+    }
+  }
+  stream_unref(s);
+}
+
+/* The answer of Unlock, Proclaim, Resign: a header only (all three messages
+ * are {header = 1}); Proclaim and Resign also check the txn held. */
+static void on_simple(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  if (s->io && !s->finished) {
+    if (err) {
+      recipe_fail(s, err, res->message);
+    } else if (s->method == S_PROCLAIM && !res->txn.succeeded) {
+      stream_finish(s, KT_GRPC_UNKNOWN, err_not_leader);
+    } else {
+      Etcdserverpb__ResponseHeader h;
+      V3lockpb__UnlockResponse r; /* the same wire shape as the others */
+      fill_header(&h, &res->header, s->kc);
+      v3lockpb__unlock_response__init(&r);
+      r.header = &h;
+      recipe_answer(s, &r);
+    }
+  }
+  stream_unref(s);
+}
+
+/* Campaign's Proclaim of a new value over an existing key. */
+static void on_campaign_proclaim(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  if (s->io && !s->finished) {
+    if (err || !res->txn.succeeded) {
+      recipe_give_up(s);
+      if (err)
+        recipe_fail(s, err, res->message);
+      else
+        stream_finish(s, KT_GRPC_UNKNOWN, err_not_leader);
+    } else {
+      wait_deletes(s);
+    }
+  }
+  stream_unref(s);
+}
+
+static void on_create_txn(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  struct rop *op = s->op;
+  if (!s->io && !err && res->txn.n_responses > 0 &&
+      (res->txn.succeeded || res->txn.responses[0].range.n_kvs > 0)) {
+    /* The client left while the key was being created: give it up. */
+    op->have_key = true;
+    op->rev = res->txn.succeeded ? res->header.revision
+                                 : res->txn.responses[0].range.kvs[0].create_revision;
+    recipe_give_up(s);
+  } else if (s->io && !s->finished) {
+    const ketch_txn_result *t = &res->txn;
+    if (err) {
+      recipe_fail(s, err, res->message);
+    } else if (t->n_responses < 1 || (!t->succeeded && t->responses[0].range.n_kvs == 0)) {
+      recipe_fail(s, KETCH_EINTERNAL, "ketch-grpc: unexpected txn answer");
+    } else {
+      op->have_key = true;
+      op->hdr = res->header;
+      op->rev = t->succeeded ? res->header.revision : t->responses[0].range.kvs[0].create_revision;
+      if (s->method == S_LOCK) {
+        const ketch_range_result *owner = t->n_responses > 1 ? &t->responses[1].range : NULL;
+        if (!owner || owner->n_kvs == 0 || owner->kvs[0].create_revision == op->rev)
+          recipe_acquired(s);
+        else
+          wait_deletes(s);
+      } else if (!t->succeeded && (t->responses[0].range.kvs[0].value_len != op->value_len ||
+                                   (op->value_len && memcmp(t->responses[0].range.kvs[0].value,
+                                                            op->value, op->value_len)))) {
+        ketch_compare c = {.result = KETCH_CMP_EQUAL,
+                           .target = KETCH_CMP_CREATE,
+                           .key = op->key,
+                           .key_len = op->key_len,
+                           .int_value = op->rev};
+        ketch_op put = ketch_op_put((ketch_put_req){.key = op->key,
+                                                    .key_len = op->key_len,
+                                                    .value = op->value,
+                                                    .value_len = op->value_len,
+                                                    .lease = op->lease});
+        ketch_txn_req q = {.compare = &c, .n_compare = 1, .success = &put, .n_success = 1};
+        int e = submit_ok(s, ketch_txn_async(s->kc, &q, on_campaign_proclaim, s));
+        if (e) {
+          recipe_give_up(s);
+          recipe_fail(s, e, ketch_errmsg(s->kc));
+        }
+      } else {
+        wait_deletes(s);
+      }
+    }
+  }
+  stream_unref(s);
+}
+
+/* Lock / Campaign: create name/<lease hex> unless it exists. */
+static int recipe_create(kt_bridge_stream *s) {
+  struct rop *op = s->op;
+  char buf[1024];
+  ketch_compare c = {.result = KETCH_CMP_EQUAL,
+                     .target = KETCH_CMP_CREATE,
+                     .key = op->key,
+                     .key_len = op->key_len,
+                     .int_value = 0};
+  ketch_range_req owner = prefix_req(op, buf, sizeof buf);
+  by_create(&owner, KETCH_SORT_ASCEND);
+  ketch_op ok[2] = {ketch_op_put((ketch_put_req){.key = op->key,
+                                                 .key_len = op->key_len,
+                                                 .value = op->value,
+                                                 .value_len = op->value_len,
+                                                 .lease = op->lease}),
+                    ketch_op_range(owner)};
+  ketch_op ko[2] = {ketch_op_range((ketch_range_req){.key = op->key, .key_len = op->key_len}),
+                    ketch_op_range(owner)};
+  size_t n = s->method == S_LOCK ? 2 : 1;
+  ketch_txn_req q = {
+      .compare = &c, .n_compare = 1, .success = ok, .n_success = n, .failure = ko, .n_failure = n};
+  return submit_ok(s, ketch_txn_async(s->kc, &q, on_create_txn, s));
+}
+
+static int rop_key(struct rop *op, const ProtobufCBinaryData *name, int64_t lease) {
+  char hex[24];
+  int hn = snprintf(hex, sizeof hex, "%llx", (unsigned long long)lease);
+  op->name = dup_bytes(name->data, name->len);
+  op->name_len = name->len;
+  op->key_len = name->len + 1 + (size_t)hn;
+  op->key = malloc(op->key_len);
+  if (!op->name || !op->key)
+    return KETCH_ENOMEM;
+  memcpy(op->key, name->data, name->len);
+  op->key[name->len] = '/';
+  memcpy(op->key + name->len + 1, hex, (size_t)hn);
+  op->lease = lease;
+  return 0;
+}
+
+/* A LeaderKey (Proclaim, Resign): its key and create revision. */
+static int rop_leader(struct rop *op, const V3electionpb__LeaderKey *lk) {
+  op->key = dup_bytes(lk->key.data, lk->key.len);
+  op->key_len = lk->key.len;
+  op->rev = lk->rev;
+  op->lease = lk->lease;
+  return op->key ? 0 : KETCH_ENOMEM;
+}
+
+static void recipe_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
+  if (s->op) { /* one request per call (all are unary or server-streaming) */
+    stream_finish(s, KT_GRPC_INTERNAL, "grpc: expected exactly one request message");
+    return;
+  }
+  struct rop *op = calloc(1, sizeof *op);
+  if (!op) {
+    stream_finish(s, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory");
+    return;
+  }
+  s->op = op;
+  ProtobufCMessage *m = NULL;
+  int err = 0;
+  const char *fail_msg = NULL;
+  switch (s->method) {
+  case S_LOCK: {
+    V3lockpb__LockRequest *r = v3lockpb__lock_request__unpack(NULL, len, msg);
+    m = (ProtobufCMessage *)r;
+    if (r && !(err = rop_key(op, &r->name, r->lease)))
+      err = recipe_create(s);
+    break;
+  }
+  case S_CAMPAIGN: {
+    V3electionpb__CampaignRequest *r = v3electionpb__campaign_request__unpack(NULL, len, msg);
+    m = (ProtobufCMessage *)r;
+    if (r && !(err = rop_key(op, &r->name, r->lease))) {
+      op->value = dup_bytes(r->value.data, r->value.len);
+      op->value_len = r->value.len;
+      err = op->value ? recipe_create(s) : KETCH_ENOMEM;
+    }
+    break;
+  }
+  case S_UNLOCK: {
+    V3lockpb__UnlockRequest *r = v3lockpb__unlock_request__unpack(NULL, len, msg);
+    m = (ProtobufCMessage *)r;
+    if (r) {
+      ketch_delete_req d = {.key = r->key.data, .key_len = r->key.len};
+      err = submit_ok(s, ketch_delete_async(s->kc, &d, on_simple, s));
+    }
+    break;
+  }
+  case S_PROCLAIM:
+  case S_RESIGN: {
+    V3electionpb__ProclaimRequest *p = NULL;
+    V3electionpb__ResignRequest *r = NULL;
+    const V3electionpb__LeaderKey *lk;
+    if (s->method == S_PROCLAIM) {
+      p = v3electionpb__proclaim_request__unpack(NULL, len, msg);
+      m = (ProtobufCMessage *)p;
+      lk = p ? p->leader : NULL;
+    } else {
+      r = v3electionpb__resign_request__unpack(NULL, len, msg);
+      m = (ProtobufCMessage *)r;
+      lk = r ? r->leader : NULL;
+    }
+    if (!m)
+      break;
+    if (!lk) {
+      fail_msg = err_missing_leader;
+      break;
+    }
+    if ((err = rop_leader(op, lk)))
+      break;
+    ketch_compare c = {.result = KETCH_CMP_EQUAL,
+                       .target = KETCH_CMP_CREATE,
+                       .key = op->key,
+                       .key_len = op->key_len,
+                       .int_value = op->rev};
+    ketch_op o = p ? ketch_op_put((ketch_put_req){.key = op->key,
+                                                  .key_len = op->key_len,
+                                                  .value = p->value.data,
+                                                  .value_len = p->value.len,
+                                                  .lease = op->lease})
+                   : ketch_op_delete((ketch_delete_req){.key = op->key, .key_len = op->key_len});
+    ketch_txn_req q = {.compare = &c, .n_compare = 1, .success = &o, .n_success = 1};
+    err = submit_ok(s, ketch_txn_async(s->kc, &q, on_simple, s));
+    break;
+  }
+  case S_LEADER:
+  case S_OBSERVE: {
+    V3electionpb__LeaderRequest *r = v3electionpb__leader_request__unpack(NULL, len, msg);
+    m = (ProtobufCMessage *)r;
+    if (!r)
+      break;
+    op->name = dup_bytes(r->name.data, r->name.len);
+    op->name_len = r->name.len;
+    if (!op->name) {
+      err = KETCH_ENOMEM;
+    } else if (s->method == S_OBSERVE) {
+      observe_start(s);
+    } else {
+      char buf[1024];
+      ketch_range_req q = prefix_req(op, buf, sizeof buf);
+      by_create(&q, KETCH_SORT_ASCEND);
+      err = submit_ok(s, ketch_range_async(s->kc, &q, on_leader, s));
+    }
+    break;
+  }
+  }
+  if (m)
+    protobuf_c_message_free_unpacked(m, NULL);
+  if (!m)
+    stream_finish(s, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf");
+  else if (fail_msg)
+    stream_finish(s, KT_GRPC_UNKNOWN, fail_msg);
+  else if (err)
+    recipe_fail(s, err, ketch_errmsg(s->kc));
+}
+
+/* ---- the stream ---- */
+
+kt_bridge_stream *kt_bridge_stream_open(ketch_client *kc, const char *path,
+                                        size_t max_request_bytes,
+                                        const struct kt_bridge_stream_io *io, void *arg) {
+  int method = -1;
+  for (int i = 0; i < (int)(sizeof stream_methods / sizeof stream_methods[0]); i++)
+    if (strcmp(path, stream_methods[i]) == 0)
+      method = i;
+  if (method < 0)
+    return NULL;
+  kt_bridge_stream *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  s->kc = kc;
+  s->method = method;
+  s->io = io;
+  s->arg = arg;
+  s->refs = 1;
+  s->fragment_bytes = max_request_bytes + GRPC_OVERHEAD_BYTES;
+  return s;
+}
+
+void kt_bridge_stream_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
+  if (s->finished || !s->io)
+    return;
+  if (s->method == S_WATCH)
+    watch_recv(s, msg, len);
+  else if (s->method == S_KEEPALIVE)
+    keepalive_recv(s, msg, len);
+  else
+    recipe_recv(s, msg, len);
+}
+
+void kt_bridge_stream_eof(kt_bridge_stream *s) {
+  if (s->eof || !s->io)
+    return;
+  s->eof = true;
+  if (s->method == S_KEEPALIVE && s->pending == 0)
+    stream_finish(s, KT_GRPC_OK, "");
+  else if (s->method >= S_LOCK && !s->op)
+    stream_finish(s, KT_GRPC_INTERNAL, "grpc: the request ended without a message");
+}
+
+void kt_bridge_stream_close(kt_bridge_stream *s) {
+  if (!s)
+    return;
+  s->io = NULL;
+  for (struct bwatch *w = s->watches; w; w = w->next) {
+    w->progress_pending = false;
+    if (!w->cancel_requested && !w->overflow) {
+      w->cancel_requested = true;
+      ketch_watch_cancel(s->kc, w->handle);
+    }
+  }
+  s->progress_waiting = 0;
+  recipe_close(s);
+  stream_unref(s);
+}
