@@ -72,8 +72,11 @@ void ctl_keep_result(ketch_result *res) {
 
 /* ---- errors ---- */
 
+bool ctl_dying; /* exiting: streams closed by the exit print nothing */
+
 _Noreturn void ctl_die(int code, const char *fmt, ...) {
   va_list ap;
+  ctl_dying = true;
   fflush(stdout);
   fputs("Error: ", stderr);
   va_start(ap, fmt);
@@ -1434,7 +1437,7 @@ static void watch_print(void *arg, int err, const ketch_result *res) {
   if (refuse_table_in_cb(&watch_done))
     return;
   if (res->watch.canceled) {
-    if (!err)
+    if (!err || ctl_dying)
       return;
     fflush(stdout);
     fprintf(stderr, "watch was canceled (%s)\n", ctl_errtext(err, res->message));
