@@ -68,6 +68,56 @@ struct slot {
   struct slot *dnext;       /* doomed list */
 };
 
+/* Watch streams and watch control frames do not use slots: their ids carry
+ * WATCH_BIT (stream: WATCH_BIT | seq << 24 | watch index; control frames
+ * WATCH_CANCEL / WATCH_PROGRESS: WATCH_BIT | CTRL_BIT | seq, answers ignored). */
+#define WATCH_BIT (1ull << 62)
+#define CTRL_BIT (1ull << 61)
+#define MAX_WATCHES 65536
+#define MAX_KEEPALIVES 65536
+#define WATCH_RETRY_MAX 5 /* server refusals in a row before a watch gives up */
+
+enum { W_UNSENT, W_SENT, W_ACTIVE, W_FINAL };
+
+/* One watch (ketch_watch). Exactly-once bookkeeping: every event with
+ * mod_revision <= done_rev was delivered; last_rev is the revision of the
+ * last delivered event and n_at_last how many of its events were delivered;
+ * mid_fragment: the last frame said the revision continues. A resumed stream
+ * starts at last_rev (mid_fragment, skipping n_at_last events) or at
+ * done_rev + 1. */
+struct watch {
+  uint64_t handle; /* public id; 0 = free entry */
+  uint64_t req_id; /* stream id on the current connection, 0 = none */
+  int64_t server_id;
+  int state;
+  bool created_delivered, cancel_wanted, cancel_sent, mid_fragment;
+  uint8_t *key, *end; /* one allocation */
+  uint32_t key_n, end_n;
+  int64_t start_revision;
+  bool prev_kv, no_put, no_delete, progress_notify, fragment;
+  int64_t done_rev, last_rev, skip_rev;
+  uint64_t n_at_last, skip_left;
+  int retries;                /* refusals in a row (reset by created) */
+  int64_t retry_at_ms;        /* UNSENT: not before (0 = at once) */
+  int64_t cancel_deadline_ms; /* cancel sent: finish even without an answer */
+  int final_err;
+  int64_t compact_rev;
+  char final_msg[200];
+  ketch_cb cb;
+  void *arg;
+};
+
+/* One lease kept alive by the library (ketch_lease_keepalive_start). */
+struct keepalive {
+  ketch_client *c;
+  int64_t id, ttl_s; /* ttl_s: learned from the last renewal, 0 = not yet */
+  int64_t next_ms, last_ok_ms, started_ms;
+  bool in_flight, dead; /* dead: stopped or gone; freed when not in flight */
+  int last_err;
+  ketch_cb cb;
+  void *arg;
+};
+
 /* A result owned by the caller (synchronous calls). res must stay first. */
 struct owned_result {
   ketch_result res;
@@ -100,6 +150,18 @@ struct ketch_client {
   uint64_t seq;
   struct kt_arena enc_arena, dec_arena, res_arena;
   bool in_cb;
+
+  /* watches (not in the pending list: a stream has no deadline) */
+  struct watch **watches; /* index = low bits of the stream id */
+  size_t n_watches, cap_watches, n_live_watches;
+  uint64_t next_handle;
+  bool finals_pending, progress_wanted, closing;
+
+  /* keep-alives */
+  struct keepalive **kas;
+  size_t n_kas, cap_kas;
+  int64_t ka_next_ms;    /* earliest next_ms of an idle live entry */
+  int64_t watch_next_ms; /* earliest watch retry / cancel deadline */
 
   char errmsg[512];
   char round_err[1024]; /* why each endpoint failed in this round */
@@ -354,6 +416,27 @@ static const char *const *dup_strs(struct kt_arena *a, const char *const *v, siz
   return o;
 }
 
+static void lease_out(struct kt_arena *a, ketch_lease_result *o, const struct kt_lease_resp *l) {
+  o->id = l->id;
+  o->ttl = l->ttl;
+  o->granted_ttl = l->granted_ttl;
+  if (l->n_keys) {
+    ketch_kv *ks = kt_arena_alloc(a, sizeof *ks * l->n_keys);
+    for (uint32_t i = 0; i < l->n_keys; i++) {
+      memset(&ks[i], 0, sizeof ks[i]);
+      ks[i].key = l->keys[i].n ? kt_arena_dup(a, l->keys[i].p, l->keys[i].n) : "";
+      ks[i].key_len = l->keys[i].n;
+      ks[i].value = "";
+    }
+    o->keys = ks;
+    o->n_keys = l->n_keys;
+  }
+  if (l->n_leases) {
+    o->leases = kt_arena_dup(a, l->leases, sizeof *l->leases * l->n_leases);
+    o->n_leases = l->n_leases;
+  }
+}
+
 /* Builds the public result of resp (or of an error when err != 0) in arena a.
  * copy: duplicate every byte string (the result outlives the input buffer). */
 static void result_build(struct kt_arena *a, ketch_result *res, uint8_t type, int err,
@@ -368,7 +451,9 @@ static void result_build(struct kt_arena *a, ketch_result *res, uint8_t type, in
   res->header.member_id = resp->header.member_id;
   res->header.revision = resp->header.revision;
   res->header.raft_term = resp->header.raft_term;
-  if (type == KETCH_OP_MEMBER_LIST) {
+  if (type >= KETCH_OP_LEASE_GRANT && type <= KETCH_OP_LEASE_LEASES) {
+    lease_out(a, &res->lease, &resp->u.lease);
+  } else if (type == KETCH_OP_MEMBER_LIST) {
     member_list_out(a, &res->member_list, &resp->u.member_list);
   } else if (type == KETCH_OP_STATUS) {
     const struct kt_status_resp *s = &resp->u.status;
@@ -464,7 +549,27 @@ ketch_result *ketch_result_dup(const ketch_result *res) {
   d->message = dup_str(a, res->message, strlen(res->message));
   if (res->err)
     return d;
-  if (res->type == KETCH_OP_MEMBER_LIST) {
+  if (res->type >= KETCH_OP_LEASE_GRANT && res->type <= KETCH_OP_LEASE_LEASES) {
+    d->lease = res->lease;
+    d->lease.keys = dup_kvs(a, res->lease.keys, res->lease.n_keys);
+    d->lease.leases =
+        res->lease.n_leases
+            ? kt_arena_dup(a, res->lease.leases, sizeof *res->lease.leases * res->lease.n_leases)
+            : NULL;
+  } else if (res->type == KETCH_OP_WATCH) {
+    d->watch = res->watch;
+    size_t n = res->watch.n_events;
+    ketch_event *ev = n ? kt_arena_alloc(a, sizeof *ev * n) : NULL;
+    for (size_t i = 0; i < n; i++) {
+      const ketch_event *e = &res->watch.events[i];
+      ev[i].type = e->type;
+      ev[i].kv = e->kv;
+      ev[i].kv.key = dup_bytes(a, e->kv.key, e->kv.key_len);
+      ev[i].kv.value = dup_bytes(a, e->kv.value, e->kv.value_len);
+      ev[i].prev_kv = e->prev_kv ? dup_kvs(a, e->prev_kv, 1) : NULL;
+    }
+    d->watch.events = ev;
+  } else if (res->type == KETCH_OP_MEMBER_LIST) {
     size_t n = res->member_list.n_members;
     ketch_member *ms = n ? kt_arena_alloc(a, sizeof *ms * n) : NULL;
     for (size_t i = 0; i < n; i++) {
@@ -701,6 +806,12 @@ static int op_in(struct kt_arena *a, struct kt_request_op *o, const ketch_op *op
 
 static void conn_start(ketch_client *c);
 static void queue_unsent(ketch_client *c);
+static void watches_conn_lost(ketch_client *c);
+static void watches_ready(ketch_client *c);
+static bool watch_on_frame(ketch_client *c, const struct kt_resp *r);
+
+/* Whether the handle needs a connection: requests pending or watches open. */
+static bool wants_conn(const ketch_client *c) { return c->n_pending || c->n_live_watches; }
 
 static void queue_slot(ketch_client *c, struct slot *s) {
   s->out_start = c->out_base + c->out.len;
@@ -767,13 +878,14 @@ static void conn_fail(ketch_client *c, const char *why) {
     }
     s->queued = false;
   }
+  watches_conn_lost(c);
   while (c->doomed_head) {
     struct slot *s = c->doomed_head;
     c->doomed_head = s->dnext;
     s->dnext = NULL;
     complete(c, s, KETCH_EUNKNOWN, msg, strlen(msg), NULL);
   }
-  if (c->state == ST_IDLE && c->n_pending)
+  if (c->state == ST_IDLE && wants_conn(c))
     conn_start(c);
 }
 
@@ -883,6 +995,7 @@ static void on_hello(ketch_client *c, const struct kt_resp *r) {
   c->fails_in_round = 0;
   c->backoff_ms = BACKOFF_MIN_MS;
   queue_unsent(c);
+  watches_ready(c);
 }
 
 /* Handles one response frame body. Returns false when the connection failed
@@ -902,6 +1015,8 @@ static bool on_frame(ketch_client *c, const uint8_t *body, uint32_t len) {
     on_hello(c, &r);
     return c->state == ST_READY;
   }
+  if (r.id & WATCH_BIT)
+    return watch_on_frame(c, &r);
   if (r.id == 0) { /* connection-level error; the server closes next */
     if (r.type == KT_MSG_ERROR)
       set_errmsg(c, "server: %s: %.*s", kt_strerror((int)r.u.error.code), (int)r.u.error.message.n,
@@ -1016,11 +1131,15 @@ static void expire(ketch_client *c, int64_t now) {
   }
 }
 
+static void timers(ketch_client *c, int64_t now);
+static void deliver_finals(ketch_client *c);
+static int64_t timers_next_ms(const ketch_client *c);
+
 static void process(ketch_client *c) {
   int64_t now = now_ms();
   if (c->state == ST_BACKOFF && now >= c->backoff_until_ms) {
     c->state = ST_IDLE;
-    if (c->n_pending)
+    if (wants_conn(c))
       conn_start(c);
   }
   if (c->state == ST_CONNECTING) {
@@ -1044,16 +1163,20 @@ static void process(ketch_client *c) {
    * next endpoint instead of completing EUNKNOWN). */
   if (c->state == ST_HELLO || c->state == ST_READY)
     do_read(c);
+  timers(c, now_ms()); /* keep-alive renewals, watch retries and cancels */
+  if (c->state == ST_IDLE && wants_conn(c))
+    conn_start(c);
   if (c->state == ST_HELLO || c->state == ST_READY)
     do_write(c); /* including frames queued by callbacks */
   expire(c, now_ms());
+  deliver_finals(c);
 }
 
 int ketch_process(ketch_client *c) {
   if (c->in_cb)
     return KETCH_EINVAL;
   process(c);
-  return c->state == ST_BACKOFF || (c->state == ST_IDLE && c->n_pending) ? KETCH_EUNAVAILABLE : 0;
+  return c->state == ST_BACKOFF || (c->state == ST_IDLE && wants_conn(c)) ? KETCH_EUNAVAILABLE : 0;
 }
 
 int ketch_fd(const ketch_client *c) { return c->state >= ST_CONNECTING ? c->fd : -1; }
@@ -1078,12 +1201,13 @@ int ketch_timeout_ms(const ketch_client *c) {
     deadline = KT_MIN(deadline, c->conn_deadline_ms);
   if (c->state == ST_BACKOFF)
     deadline = KT_MIN(deadline, c->backoff_until_ms);
-  if (c->state == ST_IDLE && c->n_pending)
+  deadline = KT_MIN(deadline, timers_next_ms(c));
+  if ((c->state == ST_IDLE && wants_conn(c)) || c->finals_pending)
     return 0;
   if (deadline == INT64_MAX)
     return -1;
   int64_t d = deadline - now_ms();
-  if (d < 0)
+  if (d <= 0)
     return 0;
   return d > INT32_MAX ? INT32_MAX : (int)d + 1; /* +1: never wake just before */
 }
@@ -1363,6 +1487,632 @@ int ketch_move_leader(ketch_client *c, uint64_t target_id, ketch_result **out) {
   return sync_finish(c, submit_move_leader(c, target_id, true, sync_cb, &w), &w, out);
 }
 
+/* ---- leases ---- */
+
+static int submit_lease(ketch_client *c, int type, int64_t id, int64_t ttl, bool keys, bool keep,
+                        ketch_cb cb, void *arg) {
+  if (type == KT_MSG_LEASE_GRANT && ttl <= 0) {
+    set_errmsg(c, "%s", "lease TTL must be > 0");
+    return KETCH_EINVAL;
+  }
+  struct kt_req r;
+  memset(&r, 0, sizeof r);
+  r.type = (uint8_t)type;
+  r.u.lease.id = id;
+  r.u.lease.ttl = ttl;
+  r.u.lease.keys = keys;
+  /* a renewal, a time-to-live or a list is safe to send again; a grant (a
+   * second lease) or a revoke is not */
+  bool is_read =
+      type == KT_MSG_LEASE_KEEPALIVE || type == KT_MSG_LEASE_TTL || type == KT_MSG_LEASE_LEASES;
+  return submit(c, &r, is_read, keep, cb, arg);
+}
+
+int ketch_lease_grant_async(ketch_client *c, int64_t ttl_s, int64_t id, ketch_cb cb, void *arg) {
+  return submit_lease(c, KT_MSG_LEASE_GRANT, id, ttl_s, false, false, cb, arg);
+}
+int ketch_lease_revoke_async(ketch_client *c, int64_t id, ketch_cb cb, void *arg) {
+  return submit_lease(c, KT_MSG_LEASE_REVOKE, id, 0, false, false, cb, arg);
+}
+int ketch_lease_keepalive_once_async(ketch_client *c, int64_t id, ketch_cb cb, void *arg) {
+  return submit_lease(c, KT_MSG_LEASE_KEEPALIVE, id, 0, false, false, cb, arg);
+}
+int ketch_lease_timetolive_async(ketch_client *c, int64_t id, bool keys, ketch_cb cb, void *arg) {
+  return submit_lease(c, KT_MSG_LEASE_TTL, id, 0, keys, false, cb, arg);
+}
+int ketch_lease_leases_async(ketch_client *c, ketch_cb cb, void *arg) {
+  return submit_lease(c, KT_MSG_LEASE_LEASES, 0, 0, false, false, cb, arg);
+}
+
+/* ---- keep-alive manager ----
+ * Each kept lease is renewed at once (to learn its TTL), then every ttl/3
+ * after each successful renewal (clientv3's rhythm), from timers(). A failed
+ * renewal (timeout, no endpoint, ...) is retried every KA_RETRY_MS; once a
+ * whole TTL has passed since the last success the lease is presumed lost and
+ * the callback gets the error as its last result. */
+#define KA_RETRY_MS 500
+
+/* The delay before the next renewal of a lease whose TTL is ttl_s seconds. */
+static int64_t ka_interval_ms(int64_t ttl_s) {
+  int64_t ms = ttl_s > 0 ? ttl_s * 1000 / 3 : KA_RETRY_MS;
+  return ms < 1 ? 1 : ms;
+}
+
+static void ka_user_cb(ketch_client *c, struct keepalive *ka, int err, const ketch_result *res) {
+  if (!ka->cb)
+    return;
+  bool was = c->in_cb;
+  c->in_cb = true;
+  ka->cb(ka->arg, err, res);
+  c->in_cb = was;
+}
+
+static void ka_cb(void *arg, int err, const ketch_result *res) {
+  struct keepalive *ka = arg;
+  ketch_client *c = ka->c;
+  ka->in_flight = false;
+  int64_t now = now_ms();
+  if (ka->dead || c->closing) {
+    ka->dead = true;
+    c->ka_next_ms = 0; /* free it in the next timers() */
+    return;
+  }
+  if (!err && res->lease.ttl > 0) {
+    ka->ttl_s = res->lease.ttl;
+    ka->last_ok_ms = now;
+    ka->last_err = 0;
+    ka->next_ms = now + ka_interval_ms(ka->ttl_s);
+    c->ka_next_ms = KT_MIN(c->ka_next_ms, ka->next_ms);
+    ka_user_cb(c, ka, 0, res);
+    return;
+  }
+  if (!err || err == KETCH_ELEASENOTFOUND) { /* the lease is gone: last result, ttl 0 */
+    ka->dead = true;
+    c->ka_next_ms = 0;
+    ketch_result gone;
+    memset(&gone, 0, sizeof gone);
+    gone.type = KETCH_OP_LEASE_KEEPALIVE;
+    gone.message = "";
+    if (!err)
+      gone.header = res->header;
+    gone.lease.id = ka->id;
+    ka_user_cb(c, ka, 0, &gone);
+    return;
+  }
+  ka->last_err = err;
+  int64_t since = ka->last_ok_ms ? ka->last_ok_ms : ka->started_ms;
+  if (ka->ttl_s > 0 && now - since >= ka->ttl_s * 1000) {
+    ka->dead = true;
+    c->ka_next_ms = 0;
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "lease keep-alive gave up: no renewal succeeded within the lease's TTL (%llds): %s",
+             (long long)ka->ttl_s, res->message);
+    ketch_result fail;
+    memset(&fail, 0, sizeof fail);
+    fail.type = KETCH_OP_LEASE_KEEPALIVE;
+    fail.err = err;
+    fail.message = msg;
+    ka_user_cb(c, ka, err, &fail);
+    return;
+  }
+  ka->next_ms = now + KT_MIN(KA_RETRY_MS, ka_interval_ms(ka->ttl_s));
+  c->ka_next_ms = KT_MIN(c->ka_next_ms, ka->next_ms);
+}
+
+/* Submits the renewals that are due, frees finished entries, and sets
+ * ka_next_ms. Runs no callback. */
+static void ka_tick(ketch_client *c, int64_t now) {
+  int64_t next = INT64_MAX;
+  size_t j = 0;
+  for (size_t i = 0; i < c->n_kas; i++) {
+    struct keepalive *ka = c->kas[i];
+    if (ka->dead && !ka->in_flight) {
+      free(ka);
+      continue;
+    }
+    c->kas[j++] = ka;
+    if (ka->dead || ka->in_flight)
+      continue;
+    if (ka->next_ms <= now) {
+      if (submit_lease(c, KT_MSG_LEASE_KEEPALIVE, ka->id, 0, false, false, ka_cb, ka) == 0) {
+        ka->in_flight = true;
+        continue;
+      }
+      ka->next_ms = now + 100; /* all slots taken: try again soon */
+    }
+    next = KT_MIN(next, ka->next_ms);
+  }
+  c->n_kas = j;
+  c->ka_next_ms = next;
+}
+
+static struct keepalive *ka_find(ketch_client *c, int64_t id) {
+  for (size_t i = 0; i < c->n_kas; i++)
+    if (c->kas[i]->id == id && !c->kas[i]->dead)
+      return c->kas[i];
+  return NULL;
+}
+
+int ketch_lease_keepalive_start(ketch_client *c, int64_t id, ketch_cb cb, void *arg) {
+  if (id <= 0)
+    return KETCH_EINVAL;
+  struct keepalive *ka = ka_find(c, id);
+  if (ka) { /* already kept: the new callback replaces the old one */
+    ka->cb = cb;
+    ka->arg = arg;
+    return 0;
+  }
+  if (c->n_kas >= MAX_KEEPALIVES)
+    return KETCH_EBUSY;
+  if (c->n_kas == c->cap_kas) {
+    size_t cap = c->cap_kas ? c->cap_kas * 2 : 8;
+    struct keepalive **k = realloc(c->kas, cap * sizeof *k);
+    if (!k)
+      return KETCH_ENOMEM;
+    c->kas = k;
+    c->cap_kas = cap;
+  }
+  ka = calloc(1, sizeof *ka);
+  if (!ka)
+    return KETCH_ENOMEM;
+  ka->c = c;
+  ka->id = id;
+  ka->cb = cb;
+  ka->arg = arg;
+  ka->started_ms = ka->next_ms = now_ms();
+  c->kas[c->n_kas++] = ka;
+  c->ka_next_ms = KT_MIN(c->ka_next_ms, ka->next_ms);
+  return 0;
+}
+
+int ketch_lease_keepalive_stop(ketch_client *c, int64_t id) {
+  struct keepalive *ka = ka_find(c, id);
+  if (!ka)
+    return KETCH_ENOTFOUND;
+  ka->dead = true;
+  c->ka_next_ms = 0; /* freed by the next timers() (or when its renewal returns) */
+  return 0;
+}
+
+/* ---- watches ---- */
+
+static uint64_t next_seq_bits(ketch_client *c) {
+  c->seq++;
+  return (c->seq << SLOT_BITS) & (CTRL_BIT - 1);
+}
+
+/* The revision a (re)created stream starts from (see struct watch). */
+static int64_t watch_resume_rev(const struct watch *w) {
+  if (w->mid_fragment)
+    return w->last_rev;
+  if (w->done_rev >= 0)
+    return w->done_rev + 1;
+  return w->start_revision;
+}
+
+/* Precondition: READY. Appends the WATCH_CREATE of w to the output. */
+static void watch_send_create(ketch_client *c, struct watch *w, uint32_t idx) {
+  struct kt_req r;
+  memset(&r, 0, sizeof r);
+  r.type = KT_MSG_WATCH_CREATE;
+  r.id = WATCH_BIT | next_seq_bits(c) | idx;
+  struct kt_watch_create_req *q = &r.u.watch_create;
+  q->key = (struct kt_bytes){w->key_n ? w->key : (const uint8_t *)"", w->key_n};
+  q->range_end = (struct kt_bytes){w->end_n ? w->end : (const uint8_t *)"", w->end_n};
+  q->start_revision = watch_resume_rev(w);
+  q->prev_kv = w->prev_kv;
+  q->no_put = w->no_put;
+  q->no_delete = w->no_delete;
+  q->progress_notify = w->progress_notify;
+  q->fragment = w->fragment;
+  kt_proto_encode_req(&c->out, &r);
+  w->req_id = r.id;
+  w->state = W_SENT;
+  w->server_id = -1;
+  w->cancel_sent = false;
+  w->retry_at_ms = 0;
+  w->skip_rev = w->last_rev;
+  w->skip_left = w->mid_fragment ? w->n_at_last : 0;
+}
+
+/* Precondition: READY. WATCH_CANCEL (watch_id >= 0) or WATCH_PROGRESS. */
+static void watch_send_ctrl(ketch_client *c, uint8_t type, int64_t watch_id) {
+  struct kt_req r;
+  memset(&r, 0, sizeof r);
+  r.type = type;
+  r.id = WATCH_BIT | CTRL_BIT | next_seq_bits(c) | 1;
+  r.u.watch_cancel.watch_id = watch_id;
+  kt_proto_encode_req(&c->out, &r);
+}
+
+/* Ends w: its last delivery (canceled, err) runs from deliver_finals(). */
+static void watch_finish(ketch_client *c, struct watch *w, int err, const char *msg,
+                         int64_t compact_rev) {
+  if (w->state == W_FINAL)
+    return;
+  w->state = W_FINAL;
+  w->final_err = err;
+  w->compact_rev = compact_rev;
+  snprintf(w->final_msg, sizeof w->final_msg, "%s", err && msg && *msg ? msg : "");
+  if (err && !w->final_msg[0])
+    snprintf(w->final_msg, sizeof w->final_msg, "%s", kt_strerror(err));
+  c->n_live_watches--;
+  c->finals_pending = true;
+}
+
+static void deliver_finals(ketch_client *c) {
+  if (!c->n_live_watches)
+    c->watch_next_ms = INT64_MAX; /* no stale wake-up for a watch that ended */
+  while (c->finals_pending) {
+    c->finals_pending = false;
+    for (size_t i = 0; i < c->n_watches; i++) { /* callbacks may add watches */
+      struct watch *w = c->watches[i];
+      if (!w || w->state != W_FINAL)
+        continue;
+      ketch_result res;
+      memset(&res, 0, sizeof res);
+      res.type = KETCH_OP_WATCH;
+      res.err = w->final_err;
+      res.message = w->final_msg;
+      res.watch.watch_id = (int64_t)w->handle;
+      res.watch.canceled = true;
+      res.watch.compact_revision = w->compact_rev;
+      c->watches[i] = NULL;
+      bool was = c->in_cb;
+      c->in_cb = true;
+      w->cb(w->arg, w->final_err, &res);
+      c->in_cb = was;
+      free(w->key);
+      free(w);
+    }
+  }
+}
+
+/* The connection is gone, and every stream with it. */
+static void watches_conn_lost(ketch_client *c) {
+  for (size_t i = 0; i < c->n_watches; i++) {
+    struct watch *w = c->watches[i];
+    if (!w || w->state == W_FINAL)
+      continue;
+    if (w->cancel_wanted) {
+      watch_finish(c, w, 0, NULL, 0); /* nothing left to cancel on the server */
+      continue;
+    }
+    w->state = W_UNSENT;
+    w->req_id = 0;
+    w->retry_at_ms = 0;
+  }
+}
+
+/* A connection is READY: (re)open every watch, ask for progress if wanted. */
+static void watches_ready(ketch_client *c) {
+  for (size_t i = 0; i < c->n_watches; i++) {
+    struct watch *w = c->watches[i];
+    if (w && w->state == W_UNSENT)
+      watch_send_create(c, w, (uint32_t)i);
+  }
+  if (c->progress_wanted) {
+    c->progress_wanted = false;
+    watch_send_ctrl(c, KT_MSG_WATCH_PROGRESS, 0);
+  }
+}
+
+static void watch_deliver(ketch_client *c, struct watch *w, const struct kt_resp *r, bool created,
+                          const ketch_event *ev, size_t n) {
+  ketch_result res;
+  memset(&res, 0, sizeof res);
+  res.type = KETCH_OP_WATCH;
+  res.message = "";
+  res.header.cluster_id = r->header.cluster_id;
+  res.header.member_id = r->header.member_id;
+  res.header.revision = r->header.revision;
+  res.header.raft_term = r->header.raft_term;
+  res.watch.watch_id = (int64_t)w->handle;
+  res.watch.created = created;
+  res.watch.events = ev;
+  res.watch.n_events = n;
+  bool was = c->in_cb;
+  c->in_cb = true;
+  w->cb(w->arg, 0, &res);
+  c->in_cb = was;
+  kt_arena_reset(&c->res_arena);
+}
+
+static bool watch_transient(int code) {
+  return code == KETCH_ENOLEADER || code == KETCH_ESTOPPED || code == KETCH_EBUSY ||
+         code == KETCH_ETIMEOUT || code == KETCH_EUNAVAILABLE;
+}
+
+/* The server ended or refused a stream w did not ask to end: open it again
+ * after a backoff, or give up after WATCH_RETRY_MAX in a row. */
+static void watch_retry(ketch_client *c, struct watch *w, int code, const char *msg) {
+  w->state = W_UNSENT;
+  w->req_id = 0;
+  if (++w->retries > WATCH_RETRY_MAX) {
+    watch_finish(c, w, code, msg, 0);
+    return;
+  }
+  w->retry_at_ms = now_ms() + (50ll << w->retries);
+  c->watch_next_ms = KT_MIN(c->watch_next_ms, w->retry_at_ms);
+}
+
+/* A frame on a watch id. Returns false when the connection failed. */
+static bool watch_on_frame(ketch_client *c, const struct kt_resp *r) {
+  if (r->id & CTRL_BIT)
+    return true; /* the answer to a WATCH_CANCEL / WATCH_PROGRESS: nothing to do */
+  uint32_t idx = (uint32_t)(r->id & SLOT_MASK);
+  struct watch *w = idx < c->n_watches ? c->watches[idx] : NULL;
+  if (!w || w->req_id != r->id || w->state == W_FINAL || w->state == W_UNSENT)
+    return true; /* a stream of an earlier life of this entry */
+  if (r->type == KT_MSG_ERROR) {
+    int code = (int)r->u.error.code;
+    char msg[200];
+    snprintf(msg, sizeof msg, "%.*s", (int)KT_MIN(r->u.error.message.n, 190),
+             r->u.error.message.p ? (const char *)r->u.error.message.p : "");
+    if (code <= 0 || code >= KT_ERR_MAX)
+      code = KETCH_EINTERNAL;
+    if (w->cancel_wanted)
+      watch_finish(c, w, 0, NULL, 0);
+    else if (watch_transient(code))
+      watch_retry(c, w, code, msg);
+    else
+      watch_finish(c, w, code, msg, 0);
+    return true;
+  }
+  if (r->type != KT_MSG_WATCH_CREATE) {
+    char why[100];
+    snprintf(why, sizeof why, "response type %u on a watch stream", r->type);
+    conn_fail(c, why);
+    return false;
+  }
+  const struct kt_watch_resp *wr = &r->u.watch;
+  if (wr->canceled) {
+    if (wr->compact_revision > 0) {
+      watch_finish(c, w, KETCH_ECOMPACTED, kt_strerror(KT_ECOMPACTED), wr->compact_revision);
+    } else if (w->cancel_wanted) {
+      watch_finish(c, w, 0, NULL, 0);
+    } else {
+      char msg[200];
+      snprintf(msg, sizeof msg, "watch canceled by the server: %.*s",
+               (int)KT_MIN(wr->cancel_reason.n, 150),
+               wr->cancel_reason.p ? (const char *)wr->cancel_reason.p : "");
+      watch_retry(c, w, KETCH_ECANCELED, msg);
+    }
+    return true;
+  }
+  if (wr->created) {
+    w->state = W_ACTIVE;
+    w->server_id = wr->watch_id;
+    w->retries = 0;
+    if (w->done_rev < 0 && w->start_revision == 0)
+      w->done_rev = r->header.revision; /* the watch covers what comes after */
+    if (w->cancel_wanted) {
+      watch_send_ctrl(c, KT_MSG_WATCH_CANCEL, w->server_id);
+      w->cancel_sent = true;
+      w->cancel_deadline_ms = now_ms() + c->request_timeout_ms;
+      c->watch_next_ms = KT_MIN(c->watch_next_ms, w->cancel_deadline_ms);
+      return true;
+    }
+    if (!w->created_delivered) {
+      w->created_delivered = true;
+      watch_deliver(c, w, r, true, NULL, 0);
+    }
+    return true;
+  }
+  if (w->cancel_wanted)
+    return true;           /* nothing is delivered after a cancel but the canceled */
+  if (wr->n_events == 0) { /* progress: every event up to header.revision was sent */
+    if (!w->mid_fragment && r->header.revision > w->done_rev)
+      w->done_rev = r->header.revision;
+    if (w->created_delivered)
+      watch_deliver(c, w, r, false, NULL, 0);
+    return true;
+  }
+  ketch_event *ev = kt_arena_alloc(&c->res_arena, sizeof *ev * wr->n_events);
+  size_t n = 0;
+  int64_t max_rev = 0;
+  for (uint32_t i = 0; i < wr->n_events; i++) {
+    const struct kt_event *e = &wr->events[i];
+    int64_t rev = e->kv.mod_revision;
+    max_rev = KT_MAX(max_rev, rev);
+    if (rev > w->skip_rev)
+      w->skip_left = 0;
+    if (rev <= w->done_rev || rev < w->last_rev)
+      continue; /* delivered before the stream was opened again */
+    if (rev == w->skip_rev && w->skip_left) {
+      w->skip_left--;
+      continue;
+    }
+    if (rev == w->last_rev) {
+      w->n_at_last++;
+    } else {
+      w->last_rev = rev;
+      w->n_at_last = 1;
+    }
+    ev[n].type = e->type;
+    kv_out(&c->res_arena, &ev[n].kv, &e->kv, false);
+    ev[n].prev_kv = e->has_prev_kv ? kvs_out(&c->res_arena, &e->prev_kv, 1, false) : NULL;
+    n++;
+  }
+  w->mid_fragment = wr->fragment;
+  w->done_rev = KT_MAX(w->done_rev, wr->fragment ? max_rev - 1 : max_rev);
+  if (n)
+    watch_deliver(c, w, r, false, ev, n);
+  else
+    kt_arena_reset(&c->res_arena);
+  return true;
+}
+
+/* Watch retries that are due, cancels that got no answer; recomputes
+ * watch_next_ms. */
+static void watch_timers(ketch_client *c, int64_t now) {
+  int64_t next = INT64_MAX;
+  for (size_t i = 0; i < c->n_watches; i++) {
+    struct watch *w = c->watches[i];
+    if (!w || w->state == W_FINAL)
+      continue;
+    if (w->cancel_sent) {
+      if (now >= w->cancel_deadline_ms)
+        watch_finish(c, w, 0, NULL, 0); /* the server never confirmed: ended anyway */
+      else
+        next = KT_MIN(next, w->cancel_deadline_ms);
+    } else if (w->state == W_UNSENT && w->retry_at_ms) {
+      if (now < w->retry_at_ms)
+        next = KT_MIN(next, w->retry_at_ms);
+      else if (c->state == ST_READY)
+        watch_send_create(c, w, (uint32_t)i);
+      else
+        w->retry_at_ms = 0; /* sent by watches_ready() on the next connection */
+    }
+  }
+  c->watch_next_ms = next;
+}
+
+static void timers(ketch_client *c, int64_t now) {
+  if (now >= c->ka_next_ms)
+    ka_tick(c, now);
+  if (now >= c->watch_next_ms)
+    watch_timers(c, now);
+}
+
+static int64_t timers_next_ms(const ketch_client *c) {
+  return KT_MIN(c->ka_next_ms, c->watch_next_ms);
+}
+
+int ketch_watch(ketch_client *c, const ketch_watch_req *req, ketch_cb cb, void *arg,
+                uint64_t *out) {
+  if (out)
+    *out = 0;
+  if (!req || !cb || req->start_revision < 0)
+    return KETCH_EINVAL;
+  struct kt_bytes key, end;
+  int err = range_in(&c->enc_arena, &key, &end, req->key, req->key_len, req->range_end,
+                     req->range_end_len, req->prefix, req->from_key);
+  if (err) {
+    kt_arena_reset(&c->enc_arena);
+    set_errmsg(c, "%s", "invalid watch request (see ketch.h for the fields' rules)");
+    return err;
+  }
+  if ((uint64_t)key.n + end.n + 64 > c->max_request_bytes) {
+    kt_arena_reset(&c->enc_arena);
+    return KETCH_ETOOLARGE;
+  }
+  if (c->n_live_watches >= MAX_WATCHES) {
+    kt_arena_reset(&c->enc_arena);
+    return KETCH_EBUSY;
+  }
+  size_t idx = 0;
+  while (idx < c->n_watches && c->watches[idx])
+    idx++;
+  if (idx == c->n_watches && c->n_watches == c->cap_watches) {
+    size_t cap = c->cap_watches ? c->cap_watches * 2 : 8;
+    struct watch **ws = realloc(c->watches, cap * sizeof *ws);
+    if (!ws) {
+      kt_arena_reset(&c->enc_arena);
+      return KETCH_ENOMEM;
+    }
+    c->watches = ws;
+    c->cap_watches = cap;
+  }
+  struct watch *w = calloc(1, sizeof *w);
+  uint8_t *bytes = malloc((size_t)key.n + end.n + 1);
+  if (!w || !bytes) {
+    free(w);
+    free(bytes);
+    kt_arena_reset(&c->enc_arena);
+    return KETCH_ENOMEM;
+  }
+  memcpy(bytes, key.p, key.n);
+  memcpy(bytes + key.n, end.p, end.n);
+  kt_arena_reset(&c->enc_arena);
+  w->key = bytes;
+  w->key_n = key.n;
+  w->end = bytes + key.n;
+  w->end_n = end.n;
+  w->start_revision = req->start_revision;
+  w->prev_kv = req->prev_kv;
+  w->no_put = req->no_put;
+  w->no_delete = req->no_delete;
+  w->progress_notify = req->progress_notify;
+  w->fragment = req->fragment;
+  w->done_rev = req->start_revision > 0 ? req->start_revision - 1 : -1;
+  w->server_id = -1;
+  w->state = W_UNSENT;
+  w->handle = ++c->next_handle;
+  w->cb = cb;
+  w->arg = arg;
+  if (idx == c->n_watches)
+    c->n_watches++;
+  c->watches[idx] = w;
+  c->n_live_watches++;
+  if (c->state == ST_READY)
+    watch_send_create(c, w, (uint32_t)idx);
+  else if (c->state == ST_IDLE)
+    conn_start(c);
+  if (out)
+    *out = w->handle;
+  return 0;
+}
+
+static struct watch *watch_find(ketch_client *c, uint64_t handle) {
+  for (size_t i = 0; i < c->n_watches; i++)
+    if (c->watches[i] && c->watches[i]->handle == handle)
+      return c->watches[i];
+  return NULL;
+}
+
+int ketch_watch_cancel(ketch_client *c, uint64_t handle) {
+  struct watch *w = handle ? watch_find(c, handle) : NULL;
+  if (!w)
+    return KETCH_ENOTFOUND;
+  if (w->state == W_FINAL || w->cancel_wanted)
+    return 0; /* already ending */
+  w->cancel_wanted = true;
+  if (w->state == W_UNSENT) {
+    watch_finish(c, w, 0, NULL, 0);
+  } else if (w->state == W_ACTIVE) {
+    watch_send_ctrl(c, KT_MSG_WATCH_CANCEL, w->server_id);
+    w->cancel_sent = true;
+    w->cancel_deadline_ms = now_ms() + c->request_timeout_ms;
+    c->watch_next_ms = KT_MIN(c->watch_next_ms, w->cancel_deadline_ms);
+  } /* W_SENT: the cancel goes out when `created` arrives with the watch_id */
+  return 0;
+}
+
+int ketch_watch_progress(ketch_client *c) {
+  if (c->state == ST_READY)
+    watch_send_ctrl(c, KT_MSG_WATCH_PROGRESS, 0);
+  else
+    c->progress_wanted = true;
+  return 0;
+}
+
+/* ---- synchronous lease calls ---- */
+
+#define LEASE_SYNC(call)                                                                           \
+  do {                                                                                             \
+    SYNC_GUARD(c);                                                                                 \
+    struct waiter w = {0};                                                                         \
+    return sync_finish(c, call, &w, out);                                                          \
+  } while (0)
+
+int ketch_lease_grant(ketch_client *c, int64_t ttl_s, int64_t id, ketch_result **out) {
+  LEASE_SYNC(submit_lease(c, KT_MSG_LEASE_GRANT, id, ttl_s, false, true, sync_cb, &w));
+}
+int ketch_lease_revoke(ketch_client *c, int64_t id, ketch_result **out) {
+  LEASE_SYNC(submit_lease(c, KT_MSG_LEASE_REVOKE, id, 0, false, true, sync_cb, &w));
+}
+int ketch_lease_keepalive_once(ketch_client *c, int64_t id, ketch_result **out) {
+  LEASE_SYNC(submit_lease(c, KT_MSG_LEASE_KEEPALIVE, id, 0, false, true, sync_cb, &w));
+}
+int ketch_lease_timetolive(ketch_client *c, int64_t id, bool keys, ketch_result **out) {
+  LEASE_SYNC(submit_lease(c, KT_MSG_LEASE_TTL, id, 0, keys, true, sync_cb, &w));
+}
+int ketch_lease_leases(ketch_client *c, ketch_result **out) {
+  LEASE_SYNC(submit_lease(c, KT_MSG_LEASE_LEASES, 0, 0, false, true, sync_cb, &w));
+}
+
 /* ---- open / close ---- */
 
 static void free_client(ketch_client *c) {
@@ -1384,6 +2134,15 @@ static void free_client(ketch_client *c) {
   kt_arena_free(&c->enc_arena);
   kt_arena_free(&c->dec_arena);
   kt_arena_free(&c->res_arena);
+  for (size_t i = 0; i < c->n_watches; i++) {
+    if (c->watches[i])
+      free(c->watches[i]->key);
+    free(c->watches[i]);
+  }
+  free(c->watches);
+  for (size_t i = 0; i < c->n_kas; i++)
+    free(c->kas[i]);
+  free(c->kas);
   free(c);
 }
 
@@ -1421,6 +2180,7 @@ int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *o
   c->max_outstanding = (uint32_t)o.max_outstanding;
   c->max_request_bytes = KT_DEFAULT_MAX_REQUEST_BYTES;
   c->backoff_ms = BACKOFF_MIN_MS;
+  c->ka_next_ms = c->watch_next_ms = INT64_MAX;
   size_t n = 1;
   for (const char *p = endpoints; *p; p++)
     n += *p == ',';
@@ -1482,9 +2242,23 @@ void ketch_close(ketch_client *c) {
   if (!c)
     return;
   kt_assert(!c->in_cb);
-  while (c->pend_head) {
-    static const char m[] = "canceled: the handle was closed";
-    complete(c, c->pend_head, KETCH_ECANCELED, m, sizeof m - 1, NULL);
+  c->closing = true;
+  static const char m[] = "canceled: the handle was closed";
+  /* callbacks may submit more: loop until nothing is left */
+  while (c->pend_head || c->n_live_watches || c->finals_pending) {
+    while (c->pend_head)
+      complete(c, c->pend_head, KETCH_ECANCELED, m, sizeof m - 1, NULL);
+    for (size_t i = 0; i < c->n_watches; i++) {
+      struct watch *w = c->watches[i];
+      if (w && w->handle && w->state != W_FINAL) {
+        w->state = W_FINAL;
+        w->final_err = KETCH_ECANCELED;
+        snprintf(w->final_msg, sizeof w->final_msg, "%s", m);
+        c->n_live_watches--;
+        c->finals_pending = true;
+      }
+    }
+    deliver_finals(c);
   }
   free_client(c);
 }

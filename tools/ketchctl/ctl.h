@@ -32,6 +32,7 @@ enum {
   CTL_EXIT_BAD_CONNECTION = 2,
   CTL_EXIT_INVALID_INPUT = 3,
   CTL_EXIT_BAD_FEATURE = 4,
+  CTL_EXIT_INTERRUPTED = 5,
   CTL_EXIT_BAD_ARGS = 128,
 };
 
@@ -85,6 +86,17 @@ void ctl_print_status(const struct ctl_ep_status *s, size_t n);
 void ctl_print_member_list(const ketch_header *h, const ketch_member_list_result *r);
 void ctl_print_health(const struct ctl_ep_health *h, size_t n);
 
+/* lease commands: etcdctl's printers (ids in hex in simple, decimal in
+ * json/fields; json flattens the header like clientv3's structs). */
+void ctl_print_lease_grant(const ketch_result *res);
+void ctl_print_lease_revoke(const ketch_result *res, int64_t id);
+void ctl_print_lease_ttl(const ketch_result *res, bool keys);
+void ctl_print_lease_list(const ketch_result *res);
+void ctl_print_lease_keepalive(const ketch_result *res);
+/* One watch delivery (clientv3.WatchResponse): events; progress
+ * ("progress notify: REV" first); canceled (the header and nothing else). */
+void ctl_print_watch(const ketch_result *res);
+
 /* Go's %q of a byte string (strconv.Quote) written to f. */
 void ctl_goquote(FILE *f, const char *s, size_t n);
 /* Go's time.Duration.String() of ns nanoseconds into buf (>= 32 bytes). */
@@ -99,6 +111,10 @@ void ctl_humanize_bytes(char *buf, size_t cap, uint64_t n);
  * when `interactive`. Fills *req; the memory stays allocated until exit.
  * Errors exit like etcdctl (exit 3 for malformed input). */
 void ctl_txn_read(FILE *in, bool interactive, ketch_txn_req *req);
+
+/* etcdctl's argify(): splits a line into words ("double quoted" with Go
+ * escapes, 'single quoted'); the words live until exit. Returns the count. */
+int ctl_argify(const char *line, char **argv, int max);
 
 /* Parses one request line of a txn ("put k v --prev-kv", "get a --prefix",
  * "del k"). Defined in main.c, which owns the put/get/del flags. Returns 0, or

@@ -13,6 +13,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,6 +405,12 @@ static void run_version(int argc, char **argv);
 static void run_member_list(int argc, char **argv);
 static void run_member_change(int argc, char **argv);
 static void run_move_leader(int argc, char **argv);
+static void run_lease_grant(int argc, char **argv);
+static void run_lease_revoke(int argc, char **argv);
+static void run_lease_timetolive(int argc, char **argv);
+static void run_lease_list(int argc, char **argv);
+static void run_lease_keepalive(int argc, char **argv);
+static void run_watch(int argc, char **argv);
 
 /* put */
 static const char *put_lease;
@@ -458,6 +465,30 @@ static struct flag del_flags[] = {
      &del_from_key, false},
     {"prefix", 0, FT_BOOL, "false", "delete keys with matching prefix", &del_prefix, false},
     {"prev-kv", 0, FT_BOOL, "false", "return deleted key-value pairs", &del_prev_kv, false},
+    {0},
+};
+
+/* lease timetolive / keep-alive */
+static bool lease_keys, lease_once;
+static struct flag lease_ttl_flags[] = {
+    {"keys", 0, FT_BOOL, "false", "Get keys attached to this lease", &lease_keys, false},
+    {0},
+};
+static struct flag lease_ka_flags[] = {
+    {"once", 0, FT_BOOL, "false",
+     "Resets the keep-alive time to its original value and exits immediately", &lease_once, false},
+    {0},
+};
+
+/* watch */
+static bool watch_interactive, watch_prefix, watch_prev_kv;
+static int64_t watch_rev;
+static struct flag watch_flags[] = {
+    {"interactive", 'i', FT_BOOL, "false", "Interactive mode", &watch_interactive, false},
+    {"prefix", 0, FT_BOOL, "false", "Watch on a prefix if prefix is set", &watch_prefix, false},
+    {"prev-kv", 0, FT_BOOL, "false", "get the previous key-value pair before the event happens",
+     &watch_prev_kv, false},
+    {"rev", 0, FT_INT, "0", "Revision to start watching", &watch_rev, false},
     {0},
 };
 
@@ -522,6 +553,13 @@ static const struct cmd commands[] = {
     {"get", "get [options] <key> [range_end]", "Gets the key or a range of keys", NULL, get_flags,
      run_get},
     {"help", "help [command]", "Help about any command", NULL, NULL, NULL},
+    {"lease grant", "lease grant <ttl>", "Creates leases", NULL, NULL, run_lease_grant},
+    {"lease keep-alive", "lease keep-alive [options] <leaseID>", "Keeps leases alive (renew)", NULL,
+     lease_ka_flags, run_lease_keepalive},
+    {"lease list", "lease list", "List all active leases", NULL, NULL, run_lease_list},
+    {"lease revoke", "lease revoke <leaseID>", "Revokes leases", NULL, NULL, run_lease_revoke},
+    {"lease timetolive", "lease timetolive <leaseID> [options]", "Get lease information", NULL,
+     lease_ttl_flags, run_lease_timetolive},
     {"member add", "member add <memberName> [options]", "Adds a member into the cluster", NULL,
      member_add_flags, run_member_change},
     {"member list", "member list", "Lists all members in the cluster",
@@ -543,6 +581,8 @@ static const struct cmd commands[] = {
     {"txn", "txn [options]", "Txn processes all the requests in one transaction", NULL, txn_flags,
      run_txn},
     {"version", "version", "Prints the version of ketchctl", NULL, NULL, run_version},
+    {"watch", "watch [options] [key or prefix] [range_end] [--] [exec-command arg1 arg2 ...]",
+     "Watches events stream on keys or prefixes", NULL, watch_flags, run_watch},
     {0},
 };
 
@@ -687,12 +727,37 @@ static void usage_member(void) {
   printf("\n");
 }
 
-/* group: "endpoint", "member" or NULL */
+static void usage_lease(void) {
+  printf("NAME:\n\tlease - Lease related commands\n\n"
+         "USAGE:\n\tketchctl lease <subcommand> [flags]\n\nAPI VERSION:\n\t%s\n\n\nCOMMANDS:\n",
+         API_VERSION);
+  const char *cells[5] = {"grant", "keep-alive", "list", "revoke", "timetolive"}, *texts[5] = {0};
+  for (const struct cmd *k = commands; k->name; k++)
+    for (int i = 0; i < 5; i++)
+      if (!strncmp(k->name, "lease ", 6) && !strcmp(k->name + 6, cells[i]))
+        texts[i] = k->short_help;
+  tab_block("\t", cells, texts, 5);
+  help_flags[0].usage = "help for lease";
+  struct flag *local[] = {help_flags, NULL}, *global[] = {global_flags, NULL};
+  printf("\nOPTIONS:\n");
+  flag_usages(local);
+  printf("\nGLOBAL OPTIONS:\n");
+  flag_usages(global);
+  printf("\n");
+}
+
+static bool is_group(const char *w) {
+  return !strcmp(w, "endpoint") || !strcmp(w, "member") || !strcmp(w, "lease");
+}
+
+/* group: "endpoint", "member", "lease" or NULL */
 static void show_usage(const struct cmd *cmd, const char *group) {
   if (cmd)
     usage(cmd);
   else if (group && !strcmp(group, "endpoint"))
     usage_endpoint();
+  else if (group && !strcmp(group, "lease"))
+    usage_lease();
   else if (group)
     usage_member();
   else
@@ -1220,6 +1285,231 @@ static void run_move_leader(int argc, char **argv) {
     printf("Leadership transferred from %" PRIx64 " to %" PRIx64 "\n", leader_id, target);
 }
 
+/* ---- lease ---- */
+
+/* etcdctl's leaseFromArgs: a hex id. */
+static int64_t lease_arg(const char *s) {
+  int64_t id;
+  char why[200];
+  if (ctl_parse_int(s, 16, &id, why, sizeof why))
+    ctl_die(CTL_EXIT_BAD_ARGS, "bad lease ID arg (%s), expecting ID in Hex", why);
+  return id;
+}
+
+static void run_lease_grant(int argc, char **argv) {
+  if (argc != 1)
+    ctl_die(CTL_EXIT_BAD_ARGS, "lease grant command needs TTL argument");
+  int64_t ttl;
+  char why[200];
+  if (ctl_parse_int(argv[0], 10, &ttl, why, sizeof why))
+    ctl_die(CTL_EXIT_BAD_ARGS, "bad TTL (%s)", why);
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  int err = ketch_lease_grant(c, ttl, 0, &res);
+  ctl_keep_result(res);
+  if (err)
+    ctl_die(CTL_EXIT_ERROR, "failed to grant lease (%s)", ctl_errtext(err, ketch_errmsg(c)));
+  ctl_print_lease_grant(res);
+}
+
+static void run_lease_revoke(int argc, char **argv) {
+  if (argc != 1)
+    ctl_die(CTL_EXIT_BAD_ARGS, "lease revoke command needs 1 argument");
+  int64_t id = lease_arg(argv[0]);
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  int err = ketch_lease_revoke(c, id, &res);
+  ctl_keep_result(res);
+  if (err)
+    ctl_die(CTL_EXIT_ERROR, "failed to revoke lease (%s)", ctl_errtext(err, ketch_errmsg(c)));
+  ctl_print_lease_revoke(res, id);
+}
+
+static void run_lease_timetolive(int argc, char **argv) {
+  if (argc != 1)
+    ctl_die(CTL_EXIT_BAD_ARGS, "lease timetolive command needs lease ID as argument");
+  int64_t id = lease_arg(argv[0]);
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  int err = ketch_lease_timetolive(c, id, lease_keys, &res);
+  ctl_keep_result(res);
+  if (err)
+    ctl_die(CTL_EXIT_BAD_CONNECTION, "%s", ctl_errtext(err, ketch_errmsg(c)));
+  ctl_print_lease_ttl(res, lease_keys);
+}
+
+static void run_lease_list(int argc, char **argv) {
+  (void)argc, (void)argv;
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  int err = ketch_lease_leases(c, &res);
+  ctl_keep_result(res);
+  if (err)
+    ctl_die(CTL_EXIT_BAD_CONNECTION, "%s", ctl_errtext(err, ketch_errmsg(c)));
+  ctl_print_lease_list(res);
+}
+
+/* Runs the handle's loop until *done (watch and keep-alive streams); with
+ * interactive, stdin lines go to on_line. */
+static void stream_loop(ketch_client *c, const bool *done, void (*on_line)(ketch_client *, char *));
+
+static bool ka_done;
+static void ka_print(void *arg, int err, const ketch_result *res) {
+  (void)arg;
+  if (err || res->lease.ttl <= 0) {
+    ka_done = true; /* clientv3 closes the channel: lease gone or lost */
+    return;
+  }
+  ctl_print_lease_keepalive(res);
+  fflush(stdout);
+}
+
+static void run_lease_keepalive(int argc, char **argv) {
+  if (argc != 1)
+    ctl_die(CTL_EXIT_BAD_ARGS, "lease keep-alive command needs lease ID as argument");
+  int64_t id = lease_arg(argv[0]);
+  ketch_client *c = open_client();
+  if (lease_once) {
+    ketch_result *res = NULL;
+    int err = ketch_lease_keepalive_once(c, id, &res);
+    ctl_keep_result(res);
+    if (!err && res->lease.ttl <= 0) /* clientv3's KeepAliveOnce: ErrLeaseNotFound */
+      err = KETCH_ELEASENOTFOUND;
+    if (err)
+      ctl_die(CTL_EXIT_BAD_CONNECTION, "%s",
+              ctl_errtext(err, err == KETCH_ELEASENOTFOUND ? NULL : ketch_errmsg(c)));
+    ctl_print_lease_keepalive(res);
+    return;
+  }
+  int err = ketch_lease_keepalive_start(c, id, ka_print, NULL);
+  if (err)
+    ctl_die(CTL_EXIT_BAD_CONNECTION, "%s", ctl_errtext(err, ketch_errmsg(c)));
+  stream_loop(c, &ka_done, NULL);
+  if (ctl_display.format == CTL_SIMPLE)
+    printf("lease %016" PRIx64 " expired or revoked.\n", (uint64_t)id);
+}
+
+/* ---- watch ---- */
+
+static bool watch_done, watch_in_interactive;
+
+static void watch_print(void *arg, int err, const ketch_result *res) {
+  (void)arg;
+  if (res->watch.created)
+    return; /* clientv3 does not hand `created` to the channel */
+  if (res->watch.canceled) {
+    if (!err)
+      return;
+    fflush(stdout);
+    fprintf(stderr, "watch was canceled (%s)\n", ctl_errtext(err, res->message));
+    ctl_print_watch(res);
+    if (!watch_in_interactive)
+      watch_done = true; /* the channel closed: etcdctl exits */
+    return;
+  }
+  ctl_print_watch(res);
+}
+
+/* etcdctl's getWatchChan: args are key [range_end]. Returns NULL or why not. */
+static const char *watch_open(ketch_client *c, int argc, char **argv) {
+  if (argc < 1)
+    return "bad number of arguments";
+  ketch_watch_req req;
+  memset(&req, 0, sizeof req);
+  req.key = argv[0];
+  req.key_len = strlen(argv[0]);
+  if (argc >= 2) {
+    if (watch_prefix)
+      return "`range_end` and `--prefix` are mutually exclusive";
+    req.range_end = argv[1];
+    req.range_end_len = strlen(argv[1]);
+  }
+  req.prefix = watch_prefix;
+  req.prev_kv = watch_prev_kv;
+  req.start_revision = watch_rev > 0 ? watch_rev : 0;
+  uint64_t h;
+  int err = ketch_watch(c, &req, watch_print, NULL, &h);
+  return err ? ctl_keep(strdup(ctl_errtext(err, ketch_errmsg(c)))) : NULL;
+}
+
+/* One line of `watch -i` (etcdctl's watchInteractiveFunc). */
+static void watch_line(ketch_client *c, char *l) {
+  char *args[MAX_ARGS];
+  int n = ctl_argify(l, args, MAX_ARGS - 1);
+  if (n < 1) {
+    fprintf(stderr, "Invalid command: %s (watch and progress supported)\n", l);
+    return;
+  }
+  if (!strcmp(args[0], "progress")) {
+    ketch_watch_progress(c);
+    return;
+  }
+  if (strcmp(args[0], "watch")) {
+    fprintf(stderr, "Invalid command %s (only support watch)\n", l);
+    return;
+  }
+  if (n < 2) {
+    fprintf(stderr, "Invalid command %s (command type or key is not provided)\n", l);
+    return;
+  }
+  flags_reset(watch_flags);
+  struct flag *sets[] = {watch_flags, help_flags, NULL};
+  char *pos[MAX_ARGS], err[400];
+  int npos;
+  if (flags_parse(sets, n - 1, args + 1, pos, &npos, err, sizeof err))
+    ctl_die(CTL_EXIT_BAD_ARGS, "%s", err);
+  const char *why = watch_open(c, npos, pos);
+  if (why)
+    fprintf(stderr, "Invalid command %s (%s)\n", l, why);
+}
+
+static void stream_loop(ketch_client *c, const bool *done,
+                        void (*on_line)(ketch_client *, char *)) {
+  static char line[65536];
+  size_t used = 0;
+  while (!*done) {
+    struct pollfd p[2] = {{ketch_fd(c), ketch_events(c), 0}, {on_line ? 0 : -1, POLLIN, 0}};
+    if (poll(p, 2, ketch_timeout_ms(c)) < 0 && errno != EINTR)
+      ctl_die(CTL_EXIT_ERROR, "poll: %s", strerror(errno));
+    if (on_line && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      ssize_t r = read(0, line + used, sizeof line - 1 - used);
+      if (r <= 0 && !(r < 0 && errno == EINTR))
+        ctl_die(CTL_EXIT_INVALID_INPUT, "Error reading watch request line: EOF");
+      used += r > 0 ? (size_t)r : 0;
+      char *nl;
+      while ((nl = memchr(line, '\n', used))) {
+        *nl = 0;
+        on_line(c, line);
+        used -= (size_t)(nl + 1 - line);
+        memmove(line, nl + 1, used);
+      }
+      if (used == sizeof line - 1)
+        ctl_die(CTL_EXIT_INVALID_INPUT, "watch request line too long");
+    }
+    ketch_process(c);
+  }
+}
+
+static void run_watch(int argc, char **argv) {
+  ketch_client *c;
+  if (watch_interactive) {
+    c = open_client();
+    watch_in_interactive = true;
+    stream_loop(c, &watch_done, watch_line);
+    return;
+  }
+  if (argc < 1)
+    ctl_die(CTL_EXIT_BAD_ARGS, "bad number of arguments");
+  if (argc >= 2 && watch_prefix)
+    ctl_die(CTL_EXIT_BAD_ARGS, "`range_end` and `--prefix` are mutually exclusive");
+  c = open_client();
+  const char *why = watch_open(c, argc, argv);
+  if (why)
+    ctl_die(CTL_EXIT_BAD_ARGS, "%s", why);
+  stream_loop(c, &watch_done, NULL);
+  ctl_die(CTL_EXIT_INTERRUPTED, "watch is canceled by the server");
+}
+
 static void run_version(int argc, char **argv) {
   (void)argc, (void)argv;
   printf("ketchctl version: %s\nAPI version: %s\n", ketch_version(), API_VERSION);
@@ -1255,7 +1545,7 @@ int main(int argc, char **argv) {
       continue;
     }
     word_idx[nwords++] = i;
-    if (strcmp(argv[i], "endpoint") && strcmp(argv[i], "member") && strcmp(argv[i], "help"))
+    if (!is_group(argv[i]) && strcmp(argv[i], "help"))
       break;
   }
   const struct cmd *cmd = NULL;
@@ -1270,7 +1560,7 @@ int main(int argc, char **argv) {
       if (nwords > 1)
         w = argv[word_idx[1]];
     }
-    if (!strcmp(w, "endpoint") || !strcmp(w, "member")) {
+    if (is_group(w)) {
       group = w;
       int sub = word_idx[help_cmd ? 2 : 1];
       if (sub >= 0) {

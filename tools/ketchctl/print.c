@@ -735,3 +735,214 @@ void ctl_print_member_list(const ketch_header *h, const ketch_member_list_result
   }
   rows_out(head, NC, cells, n);
 }
+
+/* ---- lease (etcdctl's printer.go / printer_simple.go / printer_fields.go) ---- */
+
+/* clientv3's lease responses embed *pb.ResponseHeader: in JSON its fields
+ * sit at the top level. */
+static void hdr_flat(const ketch_header *h) {
+  juint("cluster_id", h->cluster_id);
+  juint("member_id", h->member_id);
+  jint("revision", h->revision);
+  juint("raft_term", h->raft_term);
+}
+
+static void json_begin(void) {
+  jdepth = 0;
+  jfirst[0] = true;
+  jopen(NULL, '{');
+}
+
+void ctl_print_lease_grant(const ketch_result *res) {
+  const ketch_lease_result *l = &res->lease;
+  refuse_table();
+  if (ctl_display.format == CTL_SIMPLE) {
+    printf("lease %016" PRIx64 " granted with TTL(%" PRId64 "s)\n", (uint64_t)l->id, l->ttl);
+  } else if (ctl_display.format == CTL_JSON) {
+    json_begin();
+    hdr_flat(&res->header);
+    jkey("ID");
+    printf("%" PRId64, l->id);
+    jkey("TTL");
+    printf("%" PRId64, l->ttl);
+    jstr("Error", "", false);
+    jclose('}');
+    putchar('\n');
+  } else {
+    hdr(&res->header);
+    printf("\"ID\" : %" PRId64 "\n\"TTL\" : %" PRId64 "\n", l->id, l->ttl);
+  }
+}
+
+void ctl_print_lease_revoke(const ketch_result *res, int64_t id) {
+  refuse_table();
+  if (ctl_display.format == CTL_SIMPLE) {
+    printf("lease %016" PRIx64 " revoked\n", (uint64_t)id);
+  } else if (ctl_display.format == CTL_JSON) {
+    json_begin();
+    hdr(&res->header);
+    jclose('}');
+    putchar('\n');
+  } else {
+    hdr(&res->header);
+  }
+}
+
+void ctl_print_lease_ttl(const ketch_result *res, bool keys) {
+  const ketch_lease_result *l = &res->lease;
+  refuse_table();
+  if (ctl_display.format == CTL_SIMPLE) {
+    if (l->granted_ttl == 0 && l->ttl == -1) {
+      printf("lease %016" PRIx64 " already expired\n", (uint64_t)l->id);
+      return;
+    }
+    printf("lease %016" PRIx64 " granted with TTL(%" PRId64 "s), remaining(%" PRId64 "s)",
+           (uint64_t)l->id, l->granted_ttl, l->ttl);
+    if (keys) {
+      fputs(", attached keys([", stdout);
+      for (size_t i = 0; i < l->n_keys; i++) {
+        if (i)
+          putchar(' ');
+        fwrite(l->keys[i].key, 1, l->keys[i].key_len, stdout);
+      }
+      fputs("])", stdout);
+    }
+    putchar('\n');
+  } else if (ctl_display.format == CTL_JSON) {
+    json_begin();
+    hdr_flat(&res->header);
+    jkey("id");
+    printf("%" PRId64, l->id);
+    jkey("ttl");
+    printf("%" PRId64, l->ttl);
+    jkey("granted-ttl");
+    printf("%" PRId64, l->granted_ttl);
+    if (l->n_keys) {
+      jopen("keys", '[');
+      for (size_t i = 0; i < l->n_keys; i++) {
+        if (l->keys[i].key_len) {
+          jbytes(NULL, l->keys[i].key, l->keys[i].key_len);
+        } else {
+          jkey(NULL);
+          fputs("\"\"", stdout);
+        }
+      }
+      jclose(']');
+    } else {
+      jkey("keys");
+      fputs("null", stdout);
+    }
+    jclose('}');
+    putchar('\n');
+  } else {
+    hdr(&res->header);
+    printf("\"ID\" : %" PRId64 "\n\"TTL\" : %" PRId64 "\n\"GrantedTTL\" : %" PRId64 "\n", l->id,
+           l->ttl, l->granted_ttl);
+    for (size_t i = 0; i < l->n_keys; i++) {
+      fputs("\"Key\" : ", stdout);
+      ctl_goquote(stdout, l->keys[i].key, l->keys[i].key_len);
+      putchar('\n');
+    }
+  }
+}
+
+void ctl_print_lease_list(const ketch_result *res) {
+  const ketch_lease_result *l = &res->lease;
+  refuse_table();
+  if (ctl_display.format == CTL_SIMPLE) {
+    printf("found %zu leases\n", l->n_leases);
+    for (size_t i = 0; i < l->n_leases; i++)
+      printf("%016" PRIx64 "\n", (uint64_t)l->leases[i]);
+  } else if (ctl_display.format == CTL_JSON) {
+    json_begin();
+    hdr_flat(&res->header);
+    jopen("leases", '[');
+    for (size_t i = 0; i < l->n_leases; i++) {
+      jopen(NULL, '{');
+      jkey("id");
+      printf("%" PRId64, l->leases[i]);
+      jclose('}');
+    }
+    jclose(']');
+    jclose('}');
+    putchar('\n');
+  } else {
+    hdr(&res->header);
+    for (size_t i = 0; i < l->n_leases; i++)
+      printf("\"ID\" : %" PRId64 "\n", l->leases[i]);
+  }
+}
+
+void ctl_print_lease_keepalive(const ketch_result *res) {
+  const ketch_lease_result *l = &res->lease;
+  refuse_table();
+  if (ctl_display.format == CTL_SIMPLE) {
+    printf("lease %016" PRIx64 " keepalived with TTL(%" PRId64 ")\n", (uint64_t)l->id, l->ttl);
+  } else if (ctl_display.format == CTL_JSON) {
+    json_begin();
+    hdr_flat(&res->header);
+    jkey("ID");
+    printf("%" PRId64, l->id);
+    jkey("TTL");
+    printf("%" PRId64, l->ttl);
+    jclose('}');
+    putchar('\n');
+  } else {
+    hdr(&res->header);
+    printf("\"ID\" : %" PRId64 "\n\"TTL\" : %" PRId64 "\n", l->id, l->ttl);
+  }
+}
+
+/* ---- watch ---- */
+
+void ctl_print_watch(const ketch_result *res) {
+  const ketch_watch_result *w = &res->watch;
+  bool progress = !w->created && !w->canceled && !w->n_events;
+  if (progress)
+    printf("progress notify: %" PRId64 "\n", res->header.revision);
+  refuse_table();
+  if (ctl_display.format == CTL_SIMPLE) {
+    for (size_t i = 0; i < w->n_events; i++) {
+      const ketch_event *e = &w->events[i];
+      puts(e->type == KETCH_EVENT_DELETE ? "DELETE" : "PUT");
+      if (e->prev_kv)
+        kv(e->prev_kv, "Prev", NULL);
+      kv(&e->kv, "", NULL);
+    }
+  } else if (ctl_display.format == CTL_JSON) {
+    json_begin();
+    jopen("Header", '{');
+    juint("cluster_id", res->header.cluster_id);
+    juint("member_id", res->header.member_id);
+    jint("revision", res->header.revision);
+    juint("raft_term", res->header.raft_term);
+    jclose('}');
+    jopen("Events", '[');
+    for (size_t i = 0; i < w->n_events; i++) {
+      const ketch_event *e = &w->events[i];
+      jopen(NULL, '{');
+      jint("type", e->type);
+      kv(&e->kv, "", "kv");
+      if (e->prev_kv)
+        kv(e->prev_kv, "Prev", "prev_kv");
+      jclose('}');
+    }
+    jclose(']');
+    jkey("CompactRevision");
+    printf("%" PRId64, w->compact_revision);
+    jbool("Canceled", w->canceled, false);
+    jbool("Created", w->created, false);
+    jclose('}');
+    putchar('\n');
+  } else {
+    hdr(&res->header);
+    for (size_t i = 0; i < w->n_events; i++) {
+      const ketch_event *e = &w->events[i];
+      printf("\"Type\" : %s\n", e->type == KETCH_EVENT_DELETE ? "DELETE" : "PUT");
+      if (e->prev_kv)
+        kv(e->prev_kv, "Prev", NULL);
+      kv(&e->kv, "", NULL);
+    }
+  }
+  fflush(stdout);
+}

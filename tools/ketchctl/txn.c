@@ -161,7 +161,7 @@ bad:
 static bool is_space(int c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 /* etcdctl's argify(): words, "double quoted" (Go escapes), 'single quoted'. */
-static int argify(const char *line, char **argv, int max) {
+int ctl_argify(const char *line, char **argv, int max) {
   int n = 0;
   const char *p = line;
   while (*p && n < max) {
@@ -307,7 +307,7 @@ static void parse_compare(const char *line, ketch_compare *cmp) {
 
 static void parse_request(const char *line, ketch_op *op) {
   char *argv[256];
-  int argc = argify(line, argv, 255);
+  int argc = ctl_argify(line, argv, 255);
   argv[argc] = NULL;
   if (argc < 2)
     ctl_die(CTL_EXIT_INVALID_INPUT, "invalid txn compare request: %s", line);
