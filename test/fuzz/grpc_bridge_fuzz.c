@@ -1,13 +1,18 @@
-/* test/fuzz/grpc_bridge_fuzz.c — ketch-grpc's request decoder: the first byte
- * picks a method (or a grpc-timeout value), the rest is the protobuf request
- * an etcd client sent. Every input is unpacked, validated and converted into a
- * libketch request that is queued on a handle that never connects; closing
- * the handle completes each call exactly once. */
+/* test/fuzz/grpc_bridge_fuzz.c — ketch-grpc's request decoders: the first byte
+ * picks a method (or a grpc-timeout value, or a stream), the rest is the
+ * protobuf request an etcd client sent. Every input is unpacked, validated and
+ * converted into a libketch request that is queued on a handle that never
+ * connects; closing the handle completes each call exactly once.
+ * Streams (first byte 0xe0..0xef; even: Watch, odd: LeaseKeepAlive): the rest
+ * is a sequence of request messages, each a 1-byte length and its bytes, fed
+ * one by one; then the stream is closed and the handle too: every watch and
+ * call must be released (LeakSanitizer) and io must not be used after close. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../tools/grpc-bridge/bridge_kv.c"
+#include "../../tools/grpc-bridge/bridge_stream.c"
 #include "kv.pb-c.c"
 #include "rpc.pb-c.c"
 
@@ -22,6 +27,56 @@ static void done(void *arg, int status, const char *message, uint8_t *framed, si
   calls_done++;
 }
 
+static bool stream_closed;
+static int stream_pending;
+
+static void io_send(void *arg, uint8_t *framed, size_t len) {
+  (void)arg;
+  if (stream_closed || len < 5)
+    abort();
+  free(framed);
+}
+static bool io_room(void *arg, size_t n) {
+  (void)arg;
+  return n < 4096;
+}
+static void io_finish(void *arg, int status, const char *message) {
+  (void)arg;
+  if (stream_closed || !message || status < 0 || status > 16)
+    abort();
+}
+static void io_pending(void *arg, int delta) {
+  (void)arg;
+  if (stream_closed)
+    abort();
+  stream_pending += delta;
+}
+static const struct kt_bridge_stream_io fuzz_io = {io_send, io_room, io_finish, io_pending};
+
+static void fuzz_stream(ketch_client *c, const uint8_t *d, size_t n, bool watch) {
+  stream_closed = false;
+  stream_pending = 0;
+  kt_bridge_stream *s = kt_bridge_stream_open(
+      c, watch ? "/etcdserverpb.Watch/Watch" : "/etcdserverpb.Lease/LeaseKeepAlive", 1 << 20,
+      &fuzz_io, NULL);
+  if (!s)
+    return;
+  size_t off = 0;
+  while (off < n) {
+    size_t len = d[off++];
+    if (len > n - off)
+      len = n - off;
+    kt_bridge_stream_recv(s, d + off, len);
+    off += len;
+  }
+  if (n % 3 == 0)
+    kt_bridge_stream_eof(s);
+  if (stream_pending < 0)
+    abort();
+  stream_closed = true;
+  kt_bridge_stream_close(s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
@@ -29,11 +84,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!buf)
     return 0;
   memcpy(buf, data, size);
-  static const char *const paths[] = {
-      "/etcdserverpb.KV/Range",       "/etcdserverpb.KV/Put",
-      "/etcdserverpb.KV/DeleteRange", "/etcdserverpb.KV/Txn",
-      "/etcdserverpb.KV/Compact",     "/etcdserverpb.Maintenance/Status",
-      "/etcdserverpb.Watch/Watch",    "/nope/x"};
+  static const char *const paths[] = {"/etcdserverpb.KV/Range",
+                                      "/etcdserverpb.KV/Put",
+                                      "/etcdserverpb.KV/DeleteRange",
+                                      "/etcdserverpb.KV/Txn",
+                                      "/etcdserverpb.KV/Compact",
+                                      "/etcdserverpb.Maintenance/Status",
+                                      "/etcdserverpb.Watch/Watch",
+                                      "/nope/x",
+                                      "/etcdserverpb.Lease/LeaseGrant",
+                                      "/etcdserverpb.Lease/LeaseRevoke",
+                                      "/etcdserverpb.Lease/LeaseTimeToLive",
+                                      "/etcdserverpb.Lease/LeaseLeases",
+                                      "/etcdserverpb.Cluster/MemberList",
+                                      "/etcdserverpb.Maintenance/MoveLeader",
+                                      "/etcdserverpb.Lease/LeaseKeepAlive",
+                                      "/etcdserverpb.Cluster/MemberAdd"};
   unsigned sel = buf[0];
   if (sel >= 0xf0) { /* a grpc-timeout value */
     int64_t t = kt_bridge_parse_timeout(buf + 1, size - 1);
@@ -50,8 +116,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(buf);
     return 0;
   }
+  if (sel >= 0xe0) {
+    fuzz_stream(c, buf + 1, size - 1, (sel & 1) == 0);
+    ketch_close(c);
+    free(buf);
+    return 0;
+  }
   calls_done = 0;
-  kt_bridge_call(c, paths[sel % 8], buf + 1, size - 1, 1 << 20, done, NULL);
+  kt_bridge_call(c, paths[sel % 16], buf + 1, size - 1, 1 << 20, done, NULL);
   ketch_close(c);
   if (calls_done != 1)
     abort();

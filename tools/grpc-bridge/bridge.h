@@ -6,21 +6,42 @@
  *                  nghttp2 server session per connection (h2c, prior
  *                  knowledge), gRPC framing, deadlines, trailers, back
  *                  pressure; one libketch handle driven from the same loop.
- *   bridge_kv.c    the etcd side: which gRPC methods exist, protobuf request
- *                  -> libketch request, libketch result -> protobuf response,
- *                  and the ONE table of ketch error -> (gRPC code, etcd message).
+ *   bridge_kv.c    the etcd side of unary calls: which gRPC methods exist,
+ *                  protobuf request -> libketch request, libketch result ->
+ *                  protobuf response (KV, Lease, Cluster.MemberList,
+ *                  Maintenance), and the ONE table of ketch error -> (gRPC
+ *                  code, etcd message).
+ *   bridge_stream.c  the etcd side of streaming calls: Watch.Watch (one
+ *                  ketch_watch per gRPC watch) and Lease.LeaseKeepAlive.
  *
  * Data flow of a unary call: HEADERS (path, grpc-timeout) -> DATA (one
  * length-prefixed message, at END_STREAM) -> kt_bridge_call() decodes and
  * submits to libketch -> libketch's callback encodes the response ->
  * done() -> the server sends HEADERS(:status 200) DATA trailers(grpc-status).
  *
+ * Data flow of a streaming call: HEADERS -> kt_bridge_stream_open(); every
+ * complete request message in DATA -> kt_bridge_stream_recv() at once; the
+ * stream answers through its kt_bridge_stream_io: send() queues response
+ * messages (sent as HTTP/2 flow control allows), finish() ends the call with
+ * trailers after them. END_STREAM from the client -> kt_bridge_stream_eof();
+ * reset, deadline or a closed connection -> kt_bridge_stream_close().
+ *
+ * Back pressure of streams: responses queue in the server per stream; a
+ * watch delivery that does not fit (io->room() false: more than the stream's
+ * or the connection's bound queued, because the client stops reading) CANCELS
+ * that watch: the bridge cancels its ketch_watch and sends a canceled
+ * WatchResponse with cancel_reason "ketch-grpc: watcher too slow ...". It
+ * does not pause libketch (one handle serves every client).
+ *
  * Invariants: done() runs exactly once per kt_bridge_call(), either inside it
  * (a request refused before reaching ketch) or later from ketch_process().
+ * After kt_bridge_stream_close() the stream never calls io again; it frees
+ * itself once libketch has completed its last callback.
  */
 #ifndef KT_BRIDGE_H
 #define KT_BRIDGE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,11 +54,16 @@
 typedef void (*kt_bridge_done)(void *arg, int status, const char *message, uint8_t *framed,
                                size_t framed_len);
 
-enum { KT_BRIDGE_UNARY = 1, KT_BRIDGE_UNIMPLEMENTED = 0, KT_BRIDGE_UNKNOWN = -1 };
+enum {
+  KT_BRIDGE_STREAM = 2,
+  KT_BRIDGE_UNARY = 1,
+  KT_BRIDGE_UNIMPLEMENTED = 0,
+  KT_BRIDGE_UNKNOWN = -1
+};
 
 /* What the bridge does with a :path: KT_BRIDGE_UNARY (a served unary
- * method), KT_BRIDGE_UNIMPLEMENTED (an etcd service not served: msg gets a
- * clear UNIMPLEMENTED message), KT_BRIDGE_UNKNOWN (not an etcd method: msg
+ * method), KT_BRIDGE_STREAM (a served streaming method), KT_BRIDGE_UNIMPLEMENTED (an etcd service
+ * not served: msg gets a clear UNIMPLEMENTED message), KT_BRIDGE_UNKNOWN (not an etcd method: msg
  * gets grpc-go's "unknown service" message). */
 int kt_bridge_method(const char *path, char *msg, size_t msg_len);
 
@@ -46,6 +72,44 @@ int kt_bridge_method(const char *path, char *msg, size_t msg_len);
  * max_request_bytes: larger write requests get etcd's "request is too large". */
 void kt_bridge_call(ketch_client *c, const char *path, const uint8_t *msg, size_t len,
                     size_t max_request_bytes, kt_bridge_done done, void *arg);
+
+/* ---- streaming calls ---- */
+
+/* What a stream needs from the server. arg is the server's stream. */
+struct kt_bridge_stream_io {
+  /* Queues one framed response message (ownership of framed passes). */
+  void (*send)(void *arg, uint8_t *framed, size_t len);
+  /* Whether n more bytes may be queued now (the stream's and the
+   * connection's bounds). */
+  bool (*room)(void *arg, size_t n);
+  /* Ends the call: trailers with status and message after every queued
+   * message. The stream calls nothing on io after finish. */
+  void (*finish)(void *arg, int status, const char *message);
+  /* delta (+1/-1) of the stream's calls pending on ketch (the server pauses
+   * reading a connection with too many). */
+  void (*pending)(void *arg, int delta);
+};
+
+typedef struct kt_bridge_stream kt_bridge_stream;
+
+/* Opens the streaming call `path` (kt_bridge_method said KT_BRIDGE_STREAM).
+ * io must outlive the stream; arg is passed to it. NULL if out of memory. */
+kt_bridge_stream *kt_bridge_stream_open(ketch_client *c, const char *path, size_t max_request_bytes,
+                                        const struct kt_bridge_stream_io *io, void *arg);
+/* One request message msg[0..len) (unframed protobuf): handled at once (a
+ * malformed one finishes the call with INTERNAL, as grpc-go). */
+void kt_bridge_stream_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len);
+/* The client half-closed: LeaseKeepAlive finishes OK once its pending
+ * renewals are answered; Watch keeps running (as etcd) until closed. */
+void kt_bridge_stream_eof(kt_bridge_stream *s);
+/* The server side is gone (reset, deadline, connection closed, finished):
+ * no io call after this; watches are cancelled; memory is freed once
+ * libketch has delivered their last callbacks. NULL is fine. */
+void kt_bridge_stream_close(kt_bridge_stream *s);
+
+/* Internal to bridge_kv.c/bridge_stream.c: a ResponseHeader filled from a
+ * ketch header; frame a message. */
+uint8_t *kt_bridge_frame(const void *protobuf_c_message, size_t *len);
 
 /* The gRPC code and etcd's message for a ketch error code (the one table).
  * `detail` (may be NULL) is used for errors etcd has no fixed message for. */

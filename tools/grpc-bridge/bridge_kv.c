@@ -1,6 +1,7 @@
-/* tools/grpc-bridge/bridge_kv.c — etcd's KV service (and Maintenance.Status)
- * mapped onto libketch: protobuf requests to ketch requests, ketch results to
- * protobuf responses, ketch errors to etcd's gRPC statuses (see bridge.h). */
+/* tools/grpc-bridge/bridge_kv.c — etcd's unary calls (KV, Lease,
+ * Cluster.MemberList, Maintenance.Status/MoveLeader) mapped onto libketch:
+ * protobuf requests to ketch requests, ketch results to protobuf responses,
+ * ketch errors to etcd's gRPC statuses (see bridge.h). */
 #include "bridge.h"
 
 #include <stdbool.h>
@@ -46,7 +47,27 @@ static const struct {
     {KETCH_ENOTFOUND, KT_GRPC_INVALID_ARGUMENT, "etcdserver: key not found"},
 };
 
+/* ketch errors whose etcd status depends on the server's message. */
+static const struct {
+  int ketch;
+  const char *detail, *msg;
+  int grpc;
+} detail_errors[] = {
+    {KETCH_EINVAL, "not leader", "etcdserver: not leader", KT_GRPC_FAILED_PRECONDITION},
+    {KETCH_EINVAL, "bad leader transferee", "etcdserver: bad leader transferee",
+     KT_GRPC_FAILED_PRECONDITION},
+    {KETCH_ETIMEOUT, "leader transfer took too long",
+     "etcdserver: request timed out, leader transfer took too long", KT_GRPC_UNAVAILABLE},
+    {KETCH_EINVAL, "too large lease TTL", "etcdserver: too large lease TTL", KT_GRPC_OUT_OF_RANGE},
+};
+
 const char *kt_bridge_error(int ketch_err, const char *detail, int *grpc_status) {
+  for (size_t i = 0; detail && i < sizeof detail_errors / sizeof detail_errors[0]; i++) {
+    if (detail_errors[i].ketch == ketch_err && strstr(detail, detail_errors[i].detail)) {
+      *grpc_status = detail_errors[i].grpc;
+      return detail_errors[i].msg;
+    }
+  }
   for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
     if (errors[i].ketch == ketch_err) {
       *grpc_status = errors[i].grpc;
@@ -88,11 +109,42 @@ int64_t kt_bridge_parse_timeout(const uint8_t *v, size_t n) {
 
 /* ---- methods ---- */
 
-enum { M_RANGE, M_PUT, M_DELETE, M_TXN, M_COMPACT, M_STATUS, M_N };
-static const char *const method_paths[M_N] = {
-    "/etcdserverpb.KV/Range", "/etcdserverpb.KV/Put",     "/etcdserverpb.KV/DeleteRange",
-    "/etcdserverpb.KV/Txn",   "/etcdserverpb.KV/Compact", "/etcdserverpb.Maintenance/Status",
+enum {
+  M_RANGE,
+  M_PUT,
+  M_DELETE,
+  M_TXN,
+  M_COMPACT,
+  M_STATUS,
+  M_LEASE_GRANT,
+  M_LEASE_REVOKE,
+  M_LEASE_TTL,
+  M_LEASE_LEASES,
+  M_MEMBER_LIST,
+  M_MOVE_LEADER,
+  M_N
 };
+static const char *const method_paths[M_N] = {
+    "/etcdserverpb.KV/Range",
+    "/etcdserverpb.KV/Put",
+    "/etcdserverpb.KV/DeleteRange",
+    "/etcdserverpb.KV/Txn",
+    "/etcdserverpb.KV/Compact",
+    "/etcdserverpb.Maintenance/Status",
+    "/etcdserverpb.Lease/LeaseGrant",
+    "/etcdserverpb.Lease/LeaseRevoke",
+    "/etcdserverpb.Lease/LeaseTimeToLive",
+    "/etcdserverpb.Lease/LeaseLeases",
+    "/etcdserverpb.Cluster/MemberList",
+    "/etcdserverpb.Maintenance/MoveLeader",
+};
+/* Streaming methods, served by bridge_stream.c. */
+static const char *const stream_paths[] = {
+    "/etcdserverpb.Watch/Watch",
+    "/etcdserverpb.Lease/LeaseKeepAlive",
+};
+/* etcd's largest lease TTL (lease.MaxLeaseTTL, seconds). */
+#define MAX_LEASE_TTL_S 9000000000LL
 static const char *const etcd_services[] = {
     "etcdserverpb.KV",          "etcdserverpb.Watch", "etcdserverpb.Lease", "etcdserverpb.Cluster",
     "etcdserverpb.Maintenance", "etcdserverpb.Auth",  "v3lockpb.Lock",      "v3electionpb.Election",
@@ -108,6 +160,9 @@ static int method_index(const char *path) {
 int kt_bridge_method(const char *path, char *msg, size_t msg_len) {
   if (method_index(path) >= 0)
     return KT_BRIDGE_UNARY;
+  for (size_t i = 0; i < sizeof stream_paths / sizeof stream_paths[0]; i++)
+    if (strcmp(path, stream_paths[i]) == 0)
+      return KT_BRIDGE_STREAM;
   const char *svc = path[0] == '/' ? path + 1 : path;
   const char *slash = strchr(svc, '/');
   size_t svc_len = slash ? (size_t)(slash - svc) : strlen(svc);
@@ -115,7 +170,8 @@ int kt_bridge_method(const char *path, char *msg, size_t msg_len) {
   for (size_t i = 0; i < sizeof etcd_services / sizeof etcd_services[0]; i++) {
     if (strlen(etcd_services[i]) == svc_len && memcmp(svc, etcd_services[i], svc_len) == 0) {
       snprintf(msg, msg_len,
-               "ketch-grpc: %.*s/%.64s is not implemented (served: KV and Maintenance/Status)",
+               "ketch-grpc: %.*s/%.64s is not implemented (served: KV, Watch, Lease, "
+               "Cluster/MemberList, Maintenance/Status and MoveLeader)",
                (int)svc_len, svc, meth);
       return KT_BRIDGE_UNIMPLEMENTED;
     }
@@ -462,24 +518,92 @@ static Etcdserverpb__TxnResponse *mk_txn(struct arena *a, Etcdserverpb__Response
 
 struct call {
   int method;
+  int64_t id; /* the lease of a lease request */
+  ketch_client *kc;
   kt_bridge_done done;
   void *arg;
 };
 
-static void finish_msg(kt_bridge_done done, void *arg, const ProtobufCMessage *m) {
+uint8_t *kt_bridge_frame(const void *msg, size_t *len) {
+  const ProtobufCMessage *m = msg;
   size_t n = protobuf_c_message_get_packed_size(m);
   uint8_t *buf = malloc(5 + n);
-  if (!buf) {
-    done(arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
-    return;
-  }
+  if (!buf)
+    return NULL;
   buf[0] = 0;
   buf[1] = (uint8_t)(n >> 24);
   buf[2] = (uint8_t)(n >> 16);
   buf[3] = (uint8_t)(n >> 8);
   buf[4] = (uint8_t)n;
   protobuf_c_message_pack(m, buf + 5);
-  done(arg, KT_GRPC_OK, "", buf, 5 + n);
+  *len = 5 + n;
+  return buf;
+}
+
+static void finish_msg(kt_bridge_done done, void *arg, const ProtobufCMessage *m) {
+  size_t n;
+  uint8_t *buf = kt_bridge_frame(m, &n);
+  if (!buf) {
+    done(arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
+    return;
+  }
+  done(arg, KT_GRPC_OK, "", buf, n);
+}
+
+static int cmp_bytes(const void *a, const void *b) {
+  const ProtobufCBinaryData *x = a, *y = b;
+  size_t n = x->len < y->len ? x->len : y->len;
+  int c = n ? memcmp(x->data, y->data, n) : 0;
+  return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+static Etcdserverpb__LeaseTimeToLiveResponse *
+mk_ttl(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_lease_result *r) {
+  Etcdserverpb__LeaseTimeToLiveResponse *o = ar_alloc(a, sizeof *o);
+  ProtobufCBinaryData *keys = ar_alloc(a, (r->n_keys ? r->n_keys : 1) * sizeof *keys);
+  if (!o || !keys)
+    return NULL;
+  etcdserverpb__lease_time_to_live_response__init(o);
+  o->header = h;
+  o->id = r->id;
+  o->ttl = r->ttl;
+  o->grantedttl = r->granted_ttl;
+  for (size_t i = 0; i < r->n_keys; i++) {
+    keys[i].data = (uint8_t *)r->keys[i].key;
+    keys[i].len = r->keys[i].key_len;
+  }
+  if (r->n_keys > 1) /* etcd's order is a Go map's; ascending is easier to read */
+    qsort(keys, r->n_keys, sizeof *keys, cmp_bytes);
+  o->keys = keys;
+  o->n_keys = r->n_keys;
+  return o;
+}
+
+static Etcdserverpb__MemberListResponse *
+mk_members(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_member_list_result *r) {
+  size_t n = r->n_members;
+  Etcdserverpb__MemberListResponse *o = ar_alloc(a, sizeof *o);
+  Etcdserverpb__Member **v = ar_alloc(a, (n ? n : 1) * sizeof *v);
+  Etcdserverpb__Member *m = ar_alloc(a, (n ? n : 1) * sizeof *m);
+  if (!o || !v || !m)
+    return NULL;
+  etcdserverpb__member_list_response__init(o);
+  o->header = h;
+  for (size_t i = 0; i < n; i++) {
+    const ketch_member *x = &r->members[i];
+    etcdserverpb__member__init(&m[i]);
+    m[i].id = x->id;
+    m[i].name = (char *)(x->name ? x->name : "");
+    m[i].peerurls = (char **)x->peer_urls;
+    m[i].n_peerurls = x->n_peer_urls;
+    m[i].clienturls = (char **)x->client_urls;
+    m[i].n_clienturls = x->n_client_urls;
+    m[i].islearner = x->is_learner;
+    v[i] = &m[i];
+  }
+  o->members = v;
+  o->n_members = n;
+  return o;
 }
 
 static void fail(kt_bridge_done done, void *arg, int err, const char *detail) {
@@ -493,13 +617,20 @@ static void on_result(void *arg, int err, const ketch_result *res) {
   kt_bridge_done done = c->done;
   void *darg = c->arg;
   int method = c->method;
+  int64_t lease_id = c->id;
+  ketch_header nf = {0};
+  if (err == KETCH_ELEASENOTFOUND && method == M_LEASE_TTL) {
+    /* etcd answers a time-to-live of an unknown lease with TTL -1. */
+    nf.cluster_id = ketch_cluster_id(c->kc);
+    nf.member_id = ketch_member_id(c->kc);
+  }
   free(c);
-  if (err) {
+  if (err && !nf.cluster_id) {
     fail(done, darg, err, res->message);
     return;
   }
   struct arena a = {0};
-  Etcdserverpb__ResponseHeader *h = mk_header(&a, &res->header, true);
+  Etcdserverpb__ResponseHeader *h = mk_header(&a, err ? &nf : &res->header, true);
   const ProtobufCMessage *m = NULL;
   switch (method) {
   case M_RANGE:
@@ -547,6 +678,62 @@ static void on_result(void *arg, int err, const ketch_result *res) {
     m = (const ProtobufCMessage *)o;
     break;
   }
+  case M_LEASE_GRANT: {
+    Etcdserverpb__LeaseGrantResponse *o = ar_alloc(&a, sizeof *o);
+    if (o) {
+      etcdserverpb__lease_grant_response__init(o);
+      o->header = h;
+      o->id = res->lease.id;
+      o->ttl = res->lease.ttl;
+    }
+    m = (const ProtobufCMessage *)o;
+    break;
+  }
+  case M_LEASE_REVOKE: {
+    Etcdserverpb__LeaseRevokeResponse *o = ar_alloc(&a, sizeof *o);
+    if (o) {
+      etcdserverpb__lease_revoke_response__init(o);
+      o->header = h;
+    }
+    m = (const ProtobufCMessage *)o;
+    break;
+  }
+  case M_LEASE_TTL: {
+    ketch_lease_result gone = {.id = lease_id, .ttl = -1};
+    m = (const ProtobufCMessage *)mk_ttl(&a, h, err ? &gone : &res->lease);
+    break;
+  }
+  case M_LEASE_LEASES: {
+    size_t n = res->lease.n_leases;
+    Etcdserverpb__LeaseLeasesResponse *o = ar_alloc(&a, sizeof *o);
+    Etcdserverpb__LeaseStatus **v = ar_alloc(&a, (n ? n : 1) * sizeof *v);
+    Etcdserverpb__LeaseStatus *ls = ar_alloc(&a, (n ? n : 1) * sizeof *ls);
+    if (o && v && ls) {
+      etcdserverpb__lease_leases_response__init(o);
+      o->header = h;
+      for (size_t i = 0; i < n; i++) {
+        etcdserverpb__lease_status__init(&ls[i]);
+        ls[i].id = res->lease.leases[i];
+        v[i] = &ls[i];
+      }
+      o->leases = v;
+      o->n_leases = n;
+      m = (const ProtobufCMessage *)o;
+    }
+    break;
+  }
+  case M_MEMBER_LIST:
+    m = (const ProtobufCMessage *)mk_members(&a, h, &res->member_list);
+    break;
+  case M_MOVE_LEADER: {
+    Etcdserverpb__MoveLeaderResponse *o = ar_alloc(&a, sizeof *o);
+    if (o) {
+      etcdserverpb__move_leader_response__init(o);
+      o->header = h;
+    }
+    m = (const ProtobufCMessage *)o;
+    break;
+  }
   }
   if (!m || a.oom)
     done(darg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
@@ -564,7 +751,7 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
     done(arg, KT_GRPC_UNIMPLEMENTED, m, NULL, 0);
     return;
   }
-  if (method != M_RANGE && method != M_STATUS && len > max_request_bytes) {
+  if ((method == M_PUT || method == M_DELETE || method == M_TXN) && len > max_request_bytes) {
     fail(done, arg, KETCH_ETOOLARGE, NULL);
     return;
   }
@@ -574,6 +761,8 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
     return;
   }
   c->method = method;
+  c->id = 0;
+  c->kc = kc;
   c->done = done;
   c->arg = arg;
   struct arena a = {0};
@@ -628,6 +817,57 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
       err = ketch_status_async(kc, on_result, c);
     break;
   }
+  case M_LEASE_GRANT: {
+    Etcdserverpb__LeaseGrantRequest *r = etcdserverpb__lease_grant_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r && r->ttl > MAX_LEASE_TTL_S) {
+      err = KETCH_EINVAL;
+      put_check_msg = "too large lease TTL";
+    } else if (r) {
+      err = ketch_lease_grant_async(kc, r->ttl, r->id, on_result, c);
+    }
+    break;
+  }
+  case M_LEASE_REVOKE: {
+    Etcdserverpb__LeaseRevokeRequest *r =
+        etcdserverpb__lease_revoke_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r)
+      err = ketch_lease_revoke_async(kc, r->id, on_result, c);
+    break;
+  }
+  case M_LEASE_TTL: {
+    Etcdserverpb__LeaseTimeToLiveRequest *r =
+        etcdserverpb__lease_time_to_live_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r) {
+      c->id = r->id;
+      err = ketch_lease_timetolive_async(kc, r->id, r->keys, on_result, c);
+    }
+    break;
+  }
+  case M_LEASE_LEASES: {
+    Etcdserverpb__LeaseLeasesRequest *r =
+        etcdserverpb__lease_leases_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r)
+      err = ketch_lease_leases_async(kc, on_result, c);
+    break;
+  }
+  case M_MEMBER_LIST: {
+    Etcdserverpb__MemberListRequest *r = etcdserverpb__member_list_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r)
+      err = ketch_member_list_async(kc, on_result, c);
+    break;
+  }
+  case M_MOVE_LEADER: {
+    Etcdserverpb__MoveLeaderRequest *r = etcdserverpb__move_leader_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r)
+      err = ketch_move_leader_async(kc, r->targetid, on_result, c);
+    break;
+  }
   }
   const char *detail = put_check_msg;
   ar_free(&a);
@@ -638,9 +878,9 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
     done(arg, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf", NULL, 0);
   } else if (err) {
     free(c);
-    if (detail)
+    if (detail && strncmp(detail, "etcdserver: ", 12) == 0)
       done(arg, KT_GRPC_INVALID_ARGUMENT, detail, NULL, 0);
     else
-      fail(done, arg, err, NULL);
+      fail(done, arg, err, detail);
   }
 }

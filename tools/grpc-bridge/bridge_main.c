@@ -1,14 +1,24 @@
 /* tools/grpc-bridge/bridge_main.c — ketch-grpc's server: flags, the libev
  * loop, the listener, one nghttp2 server session per connection (h2c with
- * prior knowledge), gRPC framing/trailers/deadlines, back pressure, and the
- * libketch handle driven from the same loop (see bridge.h).
+ * prior knowledge), gRPC framing/trailers/deadlines, unary and streaming
+ * calls, back pressure, and the libketch handle driven from the same loop
+ * (see bridge.h).
+ *
+ * Every call's responses go through one per-stream queue of framed messages,
+ * drained by nghttp2's data provider as HTTP/2 flow control allows (deferred
+ * while empty, resumed by the next message); the trailers follow the last
+ * message. A streaming call's request messages are handed to bridge_stream.c
+ * one by one as soon as each is complete in the DATA frames.
  *
  * Memory bounds per connection: at most MAX_STREAMS concurrent streams
  * (SETTINGS_MAX_CONCURRENT_STREAMS); a request message is at most
  * max_request_bytes + 512 KiB (etcd's gRPC overhead allowance); reading from a
  * connection pauses while it has MAX_STREAMS calls waiting on ketch or more
  * than MAX_OUT_BYTES of responses the client has not taken yet, so a client
- * that does not read cannot make the bridge buffer without limit. */
+ * that does not read cannot make the bridge buffer without limit. Watch
+ * responses are produced without reading: a stream may queue at most
+ * --max-stream-queue-bytes (default 8 MiB) and the connection MAX_OUT_BYTES;
+ * a watch delivery beyond that cancels the watch (bridge.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -60,7 +70,9 @@ struct bridge {
   ev_io lio;
   bool ksubmitted;
   size_t max_request_bytes;
+  size_t max_stream_queue_bytes;
   struct conn *dirty; /* connections with frames to send, flushed in prep */
+  struct conn *conns; /* every open connection */
 };
 
 struct stream;
@@ -77,6 +89,14 @@ struct conn {
   size_t resp_bytes;      /* response bytes not yet taken by nghttp2 */
   bool reading, is_dirty, dead;
   struct conn *next_dirty;
+  struct conn *prev, *next; /* b->conns */
+};
+
+/* One queued response message. */
+struct qmsg {
+  struct qmsg *next;
+  uint8_t *data;
+  size_t len, off;
 };
 
 struct stream {
@@ -84,16 +104,22 @@ struct stream {
   int32_t id;
   struct stream *prev, *next;
   char path[256];
-  bool bad_path, not_grpc, dispatched, responded;
+  bool bad_path, not_grpc, dispatched;
+  bool streaming;     /* a streaming method (bs is its bridge side) */
+  bool headers_sent;  /* response HEADERS submitted (with the data provider) */
+  bool responded;     /* finished: trailers follow the queue */
+  bool deferred;      /* the data provider waits for a message */
   int64_t timeout_ms; /* -1: none */
   ev_timer deadline;
-  uint8_t *body;
+  uint8_t *body; /* request bytes not yet consumed */
   size_t body_len, body_cap;
-  struct call_ref *call; /* the pending ketch call, if any */
-  uint8_t *resp;         /* framed response message */
-  size_t resp_len, resp_off;
-  int status;
-  char message[256];
+  struct call_ref *call; /* the pending unary ketch call, if any */
+  kt_bridge_stream *bs;  /* the streaming call, if any */
+  size_t pending;        /* streaming: its calls pending on ketch */
+  struct qmsg *q_head, *q_tail;
+  size_t q_bytes; /* queued response bytes not yet taken by nghttp2 */
+  int status;     /* final grpc-status, once responded */
+  char message[512];
 };
 
 /* A call outlives its stream if the client resets it: the ketch callback then
@@ -188,56 +214,150 @@ static ssize_t resp_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
                          nghttp2_data_source *src, void *user) {
   (void)user;
   struct stream *st = src->ptr;
-  size_t n = st->resp_len - st->resp_off;
-  if (n > len)
-    n = len;
-  memcpy(buf, st->resp + st->resp_off, n);
-  st->resp_off += n;
-  st->c->resp_bytes -= n;
-  if (st->resp_off == st->resp_len) {
-    *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-    nghttp2_nv tr[] = {NV("grpc-status", "0")};
-    if (nghttp2_submit_trailer(s, id, tr, 1) != 0)
-      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    free(st->resp);
-    st->resp = NULL;
-    conn_update_read(st->c);
+  size_t n = 0;
+  while (n < len && st->q_head) {
+    struct qmsg *m = st->q_head;
+    size_t k = m->len - m->off;
+    if (k > len - n)
+      k = len - n;
+    memcpy(buf + n, m->data + m->off, k);
+    m->off += k;
+    n += k;
+    if (m->off == m->len) {
+      st->q_head = m->next;
+      if (!st->q_head)
+        st->q_tail = NULL;
+      free(m->data);
+      free(m);
+    }
   }
+  st->q_bytes -= n;
+  st->c->resp_bytes -= n;
+  if (!st->q_head) {
+    if (st->responded) {
+      char code[16], msg[800];
+      snprintf(code, sizeof code, "%d", st->status);
+      pct_encode(st->message, msg, sizeof msg);
+      *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      nghttp2_nv tr[] = {NV("grpc-status", code), NV("grpc-message", msg)};
+      if (nghttp2_submit_trailer(s, id, tr, msg[0] ? 2 : 1) != 0)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    } else if (n == 0) {
+      st->deferred = true;
+      return NGHTTP2_ERR_DEFERRED;
+    }
+  }
+  if (n)
+    conn_update_read(st->c);
   return (ssize_t)n;
 }
 
-/* Sends the answer of a stream: a message + grpc-status 0, or trailers-only
+static void stream_submit_headers(struct stream *st) {
+  if (st->headers_sent)
+    return;
+  st->headers_sent = true;
+  nghttp2_nv h[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
+  nghttp2_data_provider p = {.source.ptr = st, .read_callback = resp_read};
+  nghttp2_submit_response(st->c->s, st->id, h, 2, &p);
+}
+
+static void stream_resume(struct stream *st) {
+  if (st->deferred) {
+    st->deferred = false;
+    nghttp2_session_resume_data(st->c->s, st->id);
+  }
+  conn_mark_dirty(st->c);
+}
+
+/* Queues one response message (framed, owned) of a call still running. */
+static void stream_send(struct stream *st, uint8_t *framed, size_t framed_len) {
+  struct qmsg *m = st->responded ? NULL : malloc(sizeof *m);
+  if (!m) {
+    free(framed);
+    return;
+  }
+  m->next = NULL;
+  m->data = framed;
+  m->len = framed_len;
+  m->off = 0;
+  if (st->q_tail)
+    st->q_tail->next = m;
+  else
+    st->q_head = m;
+  st->q_tail = m;
+  st->q_bytes += framed_len;
+  st->c->resp_bytes += framed_len;
+  stream_submit_headers(st);
+  stream_resume(st);
+}
+
+/* Ends a call: grpc-status and message after the queued messages, or a
+ * trailers-only response when nothing was sent. */
+static void stream_finish(struct stream *st, int status, const char *message) {
+  struct conn *c = st->c;
+  if (st->responded)
+    return;
+  st->responded = true;
+  ev_timer_stop(c->b->loop, &st->deadline);
+  st->status = status;
+  snprintf(st->message, sizeof st->message, "%s", message ? message : "");
+  if (status != KT_GRPC_OK)
+    logf_(0, "stream %d %s: %s %s", st->id, st->path, kt_grpc_status_name(status), st->message);
+  if (st->headers_sent) {
+    stream_resume(st);
+    return;
+  }
+  char code[16], msg[800];
+  snprintf(code, sizeof code, "%d", status);
+  pct_encode(st->message, msg, sizeof msg);
+  nghttp2_nv h[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+                    NV("grpc-status", code), NV("grpc-message", msg)};
+  nghttp2_submit_response(c->s, st->id, h, msg[0] ? 4 : 3, NULL);
+  conn_mark_dirty(c);
+}
+
+/* The answer of a unary call: a message + grpc-status 0, or trailers-only
  * with the status and message. `framed` (owned) is the response message. */
 static void stream_respond(struct stream *st, int status, const char *message, uint8_t *framed,
                            size_t framed_len) {
-  struct conn *c = st->c;
   if (st->responded) {
     free(framed);
     return;
   }
-  st->responded = true;
-  ev_timer_stop(c->b->loop, &st->deadline);
-  if (status == KT_GRPC_OK && framed) {
-    st->resp = framed;
-    st->resp_len = framed_len;
-    st->resp_off = 0;
-    c->resp_bytes += framed_len;
-    nghttp2_nv h[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
-    nghttp2_data_provider p = {.source.ptr = st, .read_callback = resp_read};
-    nghttp2_submit_response(c->s, st->id, h, 2, &p);
-  } else {
+  if (status == KT_GRPC_OK && framed)
+    stream_send(st, framed, framed_len);
+  else
     free(framed);
-    char code[16], msg[800];
-    snprintf(code, sizeof code, "%d", status);
-    pct_encode(message ? message : "", msg, sizeof msg);
-    nghttp2_nv h[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
-                      NV("grpc-status", code), NV("grpc-message", msg)};
-    nghttp2_submit_response(c->s, st->id, h, msg[0] ? 4 : 3, NULL);
-    if (status != KT_GRPC_OK)
-      logf_(0, "stream %d %s: %s %s", st->id, st->path, kt_grpc_status_name(status), message);
-  }
-  conn_mark_dirty(c);
+  stream_finish(st, status, message);
 }
+
+/* ---- the server side of streaming calls (kt_bridge_stream_io) ---- */
+
+static void io_send(void *arg, uint8_t *framed, size_t len) { stream_send(arg, framed, len); }
+
+static bool io_room(void *arg, size_t n) {
+  struct stream *st = arg;
+  return st->q_bytes + n <= st->c->b->max_stream_queue_bytes &&
+         st->c->resp_bytes + n <= MAX_OUT_BYTES;
+}
+
+static void io_finish(void *arg, int status, const char *message) {
+  stream_finish(arg, status, message);
+}
+
+static void io_pending(void *arg, int delta) {
+  struct stream *st = arg;
+  if (delta > 0) {
+    st->pending++;
+    st->c->waiting++;
+  } else {
+    st->pending--;
+    st->c->waiting--;
+  }
+  conn_update_read(st->c);
+}
+
+static const struct kt_bridge_stream_io stream_io = {io_send, io_room, io_finish, io_pending};
 
 static void on_call_done(void *arg, int status, const char *message, uint8_t *framed,
                          size_t framed_len) {
@@ -262,13 +382,53 @@ static void stream_detach_call(struct stream *st) {
   }
 }
 
+/* The streaming side is done: no more io calls from it. */
+static void stream_close_bs(struct stream *st) {
+  if (st->bs) {
+    kt_bridge_stream_close(st->bs); /* cancels its watches */
+    st->bs = NULL;
+    st->c->b->ksubmitted = true;
+    st->c->waiting -= st->pending;
+    st->pending = 0;
+  }
+}
+
 static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents) {
   (void)loop;
   (void)revents;
   struct stream *st = w->data;
   stream_detach_call(st);
-  stream_respond(st, KT_GRPC_DEADLINE_EXCEEDED, "context deadline exceeded", NULL, 0);
+  stream_close_bs(st);
+  stream_finish(st, KT_GRPC_DEADLINE_EXCEEDED, "context deadline exceeded");
   conn_update_read(st->c);
+}
+
+/* Hands every complete request message of a streaming call to its stream,
+ * keeping a partial one. */
+static void stream_feed(struct stream *st) {
+  size_t max = st->c->b->max_request_bytes + GRPC_OVERHEAD_BYTES;
+  size_t off = 0;
+  while (st->bs && !st->responded && off < st->body_len) {
+    const uint8_t *msg = NULL;
+    size_t msg_len = 0;
+    long n = kt_grpc_frame_parse(st->body + off, st->body_len - off, max, &msg, &msg_len);
+    if (n < 0) {
+      stream_close_bs(st);
+      stream_finish(st, KT_GRPC_INTERNAL, "grpc: compressed or invalid message prefix");
+      break;
+    }
+    if (n == 0)
+      break;
+    off += (size_t)n;
+    kt_bridge_stream_recv(st->bs, msg, msg_len);
+    st->c->b->ksubmitted = true; /* what it submitted leaves before the loop sleeps */
+  }
+  if (st->responded) {
+    st->body_len = 0;
+  } else if (off > 0) {
+    memmove(st->body, st->body + off, st->body_len - off);
+    st->body_len -= off;
+  }
 }
 
 /* The request is complete (END_STREAM): decode and submit it. */
@@ -366,9 +526,17 @@ static void stream_headers_done(struct stream *st) {
   int kind = st->bad_path ? KT_BRIDGE_UNKNOWN : kt_bridge_method(st->path, msg, sizeof msg);
   if (st->bad_path)
     snprintf(msg, sizeof msg, "malformed method name");
-  if (kind != KT_BRIDGE_UNARY) {
+  if (kind != KT_BRIDGE_UNARY && kind != KT_BRIDGE_STREAM) {
     stream_respond(st, KT_GRPC_UNIMPLEMENTED, msg, NULL, 0);
     return;
+  }
+  if (kind == KT_BRIDGE_STREAM) {
+    st->streaming = true;
+    st->bs = kt_bridge_stream_open(c->b->kc, st->path, c->b->max_request_bytes, &stream_io, st);
+    if (!st->bs) {
+      stream_respond(st, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
+      return;
+    }
   }
   if (st->timeout_ms >= 0) {
     ev_timer_set(&st->deadline, st->timeout_ms / 1000.0, 0);
@@ -385,6 +553,19 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
     return 0;
   if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST)
     stream_headers_done(st);
+  if (st->streaming) {
+    if (f->hd.type == NGHTTP2_DATA)
+      stream_feed(st);
+    if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->responded && st->bs) {
+      if (st->body_len) {
+        stream_close_bs(st);
+        stream_finish(st, KT_GRPC_INTERNAL, "grpc: the stream ended inside a message");
+      } else {
+        kt_bridge_stream_eof(st->bs);
+      }
+    }
+    return 0;
+  }
   if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->responded)
     stream_dispatch(st);
   return 0;
@@ -398,6 +579,16 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
   if (!st || st->responded || st->dispatched)
     return 0;
   size_t max = c->b->max_request_bytes + GRPC_OVERHEAD_BYTES + 5;
+  if (st->body_len + len > max && st->streaming) {
+    /* Only the partial message is kept: more than one message's worth. */
+    char m[128];
+    snprintf(m, sizeof m, "grpc: received message larger than max (%zu vs. %zu)",
+             st->body_len + len - 5, max - 5);
+    st->body_len = 0;
+    stream_close_bs(st);
+    stream_finish(st, KT_GRPC_RESOURCE_EXHAUSTED, m);
+    return 0;
+  }
   if (st->body_len + len > max) {
     char m[128];
     snprintf(m, sizeof m, "grpc: received message larger than max (%zu vs. %zu)",
@@ -428,10 +619,15 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
 static void stream_free(struct stream *st) {
   struct conn *c = st->c;
   stream_detach_call(st);
+  stream_close_bs(st);
   ev_timer_stop(c->b->loop, &st->deadline);
-  if (st->resp)
-    c->resp_bytes -= st->resp_len - st->resp_off;
-  free(st->resp);
+  c->resp_bytes -= st->q_bytes;
+  while (st->q_head) {
+    struct qmsg *m = st->q_head;
+    st->q_head = m->next;
+    free(m->data);
+    free(m);
+  }
   free(st->body);
   if (st->prev)
     st->prev->next = st->next;
@@ -585,6 +781,12 @@ static void conn_close(struct conn *c) {
   ev_io_stop(loop, &c->wio);
   while (c->streams)
     stream_free(c->streams);
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    c->b->conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
   nghttp2_session_del(c->s);
   close(c->fd);
   free(c->out);
@@ -620,6 +822,10 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
     }
     c->b = b;
     c->fd = fd;
+    c->next = b->conns;
+    if (b->conns)
+      b->conns->prev = c;
+    b->conns = c;
     ev_io_init(&c->rio, on_conn_read, fd, EV_READ);
     ev_io_init(&c->wio, on_conn_write, fd, EV_WRITE);
     c->rio.data = c->wio.data = c;
@@ -677,21 +883,27 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: ketch-grpc [--listen-addr HOST:PORT] [--endpoints LIST]\n"
-             "                  [--max-request-bytes N] [--log-level debug|info|warn|error]\n"
-             "etcd's v3 gRPC API (KV, Maintenance.Status) in front of a ketch cluster.\n"
+             "                  [--max-request-bytes N] [--max-stream-queue-bytes N]\n"
+             "                  [--log-level debug|info|warn|error]\n"
+             "etcd's v3 gRPC API (KV, Watch, Lease, Cluster.MemberList, Maintenance.Status\n"
+             "and MoveLeader) in front of a ketch cluster.\n"
              "  --listen-addr        gRPC (h2c) listen address (default 127.0.0.1:2379)\n"
              "  --endpoints          ketch members, comma separated (default 127.0.0.1:2479)\n"
              "  --max-request-bytes  largest write request accepted (default 1572864)\n"
+             "  --max-stream-queue-bytes  responses a stream may queue for a client that\n"
+             "                       does not read; a watch beyond it is cancelled\n"
+             "                       (default 8388608)\n"
              "  --log-level          debug, info, warn or error (default info)\n");
 }
 
 int main(int argc, char **argv) {
   const char *listen_addr = "127.0.0.1:2379", *endpoints = "127.0.0.1:2479";
-  size_t max_req = 1572864;
+  size_t max_req = 1572864, max_queue = 8u << 20;
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
       {"endpoints", required_argument, 0, 'e'},
       {"max-request-bytes", required_argument, 0, 'm'},
+      {"max-stream-queue-bytes", required_argument, 0, 'q'},
       {"log-level", required_argument, 0, 'v'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
@@ -713,6 +925,16 @@ int main(int argc, char **argv) {
         return 2;
       }
       max_req = (size_t)v;
+      break;
+    }
+    case 'q': {
+      char *end;
+      unsigned long long v = strtoull(optarg, &end, 10);
+      if (*end || v < 1024 || v > (1u << 30)) {
+        fprintf(stderr, "ketch-grpc: --max-stream-queue-bytes: want 1024..%u\n", 1u << 30);
+        return 2;
+      }
+      max_queue = (size_t)v;
       break;
     }
     case 'v':
@@ -743,7 +965,7 @@ int main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
 
-  struct bridge b = {.max_request_bytes = max_req};
+  struct bridge b = {.max_request_bytes = max_req, .max_stream_queue_bytes = max_queue};
   b.loop = EV_DEFAULT;
   ketch_options ko;
   ketch_options_init(&ko);
@@ -787,7 +1009,9 @@ int main(int argc, char **argv) {
   logf_(1, "stopping");
   ev_io_stop(b.loop, &b.lio);
   close(lfd);
-  ketch_close(b.kc); /* pending calls complete (their streams are dropped below) */
+  while (b.conns) /* streams go first: their watches are cancelled */
+    conn_close(b.conns);
+  ketch_close(b.kc); /* pending calls complete, finding their streams gone */
   nghttp2_session_callbacks_del(callbacks);
   return 0;
 }
