@@ -438,13 +438,15 @@ def compare():
     before = set(d for d in os.listdir(tmp) if d.startswith("ketch-bench-compare-"))
     try:
         rc, out, err = run(["compare", "--rounds", "1", "--run-seconds", "0.3", "--keys", "500",
-                            "--json", "--out-dir", out_dir, "put:1", "range-s:4"], timeout=90)
+                            "--leases", "200", "--json", "--out-dir", out_dir, "put:1", "range-s:4",
+                            "lease-keepalive:4", "watch-latency:5", "watch:20"], timeout=120)
         if rc:
             return "exit %d: %s" % (rc, err[-500:])
         r = json.loads(out)
         if json.load(open(os.path.join(out_dir, "results.json"))) != r:
             return "results.json differs from stdout"
-        if [x["workload"] for x in r["rows"]] != ["put:1", "range-s:4"]:
+        if [x["workload"] for x in r["rows"]] != ["put:1", "range-s:4", "lease-keepalive:4",
+                                                  "watch-latency:5", "watch:20"]:
             return "rows %r" % r["rows"]
         for x in r["rows"]:
             if not (x["etcd"]["rps"] > 0 and x["ketch"]["rps"] > 0):
@@ -461,7 +463,11 @@ def compare():
                 return "restart figures %r" % r["restart"]
         if "- 3-member comparisons: not run" not in err or "| put, 1 client |" not in err:
             return "table / 3-member note missing on stderr: %r" % err[-800:]
-        if len(open(os.path.join(out_dir, "results.dat")).read().splitlines()) != 2:
+        for t in ("lease keep-alive, 4 clients", "watch latency, 5 watchers",
+                  "watch fan-out, 20 watchers"):
+            if "| " + t not in err:
+                return "table row %r missing: %r" % (t, err[-1500:])
+        if len(open(os.path.join(out_dir, "results.dat")).read().splitlines()) != 5:
             return "results.dat"
         left = [d for d in os.listdir(tmp) if d.startswith("ketch-bench-compare-")
                 and d not in before]

@@ -66,6 +66,7 @@ void usage(int status) {
       "            [--put-rate R (0: --clients writers, closed loop)] [--key-space-size N]\n"
       "                    fan-out: watchers of a key range, puts into it; events/s over all\n"
       "                    watchers, each watcher must get every event\n"
+      "            (both: --duration S puts for S seconds instead of --put-total)\n"
       "  lock: not supported by this tool yet\n");
   exit(status);
 }
@@ -323,8 +324,8 @@ void parse_workload(struct bench_cfg *cfg, const char *name, int argc, char **ar
       cfg->watchers = (long)cfg->watch_per_stream * cfg->streams;
     else if (cfg->watchers < 0)
       cfg->watchers = lat ? 100 : 1000;
-    if (cfg->put_total < 0)
-      cfg->put_total = lat ? 1000 : 2000;
+    if (cfg->put_total < 0) /* with --duration: puts until it ends */
+      cfg->put_total = cfg->duration_s ? 1000000000000L : lat ? 1000 : 2000;
     if (cfg->put_rate < 0)
       cfg->put_rate = lat ? 100 : 0;
     if (cfg->val_size < 20)

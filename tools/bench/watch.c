@@ -16,8 +16,8 @@
  * The run ends when every put has completed and every watcher has had an
  * event for each successful put, or when no event has come for
  * min(--timeout-ms, 5 s) after the last put completed (what is missing is
- * then reported). Accounting: put ok + errors == issued; events ==
- * watchers x ok puts, with each watcher's count between min and max; an event
+ * then reported). --duration S stops issuing puts after S seconds. Accounting: put ok + errors ==
+ * issued; events == watchers x ok puts, with each watcher's count between min and max; an event
  * whose value names no put of this run is "foreign".
  */
 #include <errno.h>
@@ -52,9 +52,10 @@ static struct {
   struct watcher *w;
   struct writer *wr;
   int *idle, n_idle;
-  uint64_t *sent_ns; /* per put */
+  uint64_t *sent_ns; /* per put, n_sent allocated */
+  long n_sent;
   char *val, key[BENCH_MAX_KEY + 64];
-  uint64_t rng, t0, last_event_ns, last_put_done_ns;
+  uint64_t rng, t0, end_ns, last_event_ns, last_put_done_ns;
   long put_done;
   bool closing;
 } S;
@@ -122,10 +123,25 @@ static uint64_t rnd(void) {
   return x * 0x2545F4914F6CDD1Dull;
 }
 
-static bool may_put(void) { return S.res->put_issued < S.cfg->put_total; }
+static bool may_put(void) {
+  if (S.closing || S.res->put_issued >= S.cfg->put_total)
+    return false;
+  return !S.end_ns || bench_now_ns() < S.end_ns;
+}
 
 static void put(int id, uint64_t now) {
   struct writer *w = &S.wr[id];
+  if (S.res->put_issued == S.n_sent) {
+    long n = S.n_sent ? 2 * S.n_sent : 4096;
+    uint64_t *p = realloc(S.sent_ns, (size_t)n * sizeof *p);
+    if (!p) {
+      S.closing = true; /* no more puts: out of memory */
+      S.idle[S.n_idle++] = id;
+      return;
+    }
+    S.sent_ns = p;
+    S.n_sent = n;
+  }
   long seq = S.res->put_issued++;
   char num[24];
   snprintf(num, sizeof num, "%020ld", seq);
@@ -166,7 +182,7 @@ static void put_done(struct bench_req *r, const char *err) {
     hist_add(&S.res->put_lat, now - S.sent_ns[w->seq]);
   }
   int id = (int)(w - S.wr);
-  if (!S.cfg->put_rate && !S.closing && may_put())
+  if (!S.cfg->put_rate && may_put())
     put(id, now);
   else
     S.idle[S.n_idle++] = id;
@@ -220,11 +236,10 @@ int watch_run(const struct bench_cfg *cfg, struct watch_result *res, char *err, 
   S.w = calloc((size_t)cfg->watchers, sizeof *S.w);
   S.wr = calloc((size_t)cfg->clients, sizeof *S.wr);
   S.idle = calloc((size_t)cfg->clients, sizeof *S.idle);
-  S.sent_ns = calloc((size_t)cfg->put_total, sizeof *S.sent_ns);
   S.val = malloc((size_t)cfg->val_size + 1);
   struct pollfd *pf = calloc((size_t)n, sizeof *pf);
   int rc = 1;
-  if (!S.conns || !S.w || !S.wr || !S.idle || !S.sent_ns || !S.val || !pf) {
+  if (!S.conns || !S.w || !S.wr || !S.idle || !S.val || !pf) {
     snprintf(err, err_len, "out of memory");
     goto out;
   }
@@ -281,6 +296,7 @@ int watch_run(const struct bench_cfg *cfg, struct watch_result *res, char *err, 
   }
   /* the puts, and the events they cause */
   S.t0 = bench_now_ns();
+  S.end_ns = cfg->duration_s ? S.t0 + (uint64_t)(cfg->duration_s * 1e9) : 0;
   uint64_t quiet_ns = (uint64_t)(cfg->timeout_ms < 5000 ? cfg->timeout_ms : 5000) * 1000000;
   uint64_t next_progress = S.t0 + 1000000000ull;
   for (;;) {
@@ -304,9 +320,9 @@ int watch_run(const struct bench_cfg *cfg, struct watch_result *res, char *err, 
       goto out;
     now = bench_now_ns();
     if (cfg->progress && now >= next_progress) {
-      fprintf(stderr, "ketch-bench: %s %s %5.1fs  puts %ld/%ld  events %ld/%ld\n", S.t->name,
-              cfg->workload_name, (double)(now - S.t0) / 1e9, S.put_done, cfg->put_total,
-              res->events, live * cfg->put_total);
+      fprintf(stderr, "ketch-bench: %s %s %5.1fs  puts %ld  events %ld/%ld\n", S.t->name,
+              cfg->workload_name, (double)(now - S.t0) / 1e9, S.put_done, res->events,
+              live * res->put_ok);
       next_progress = now + 1000000000ull;
     }
   }
