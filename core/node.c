@@ -45,12 +45,27 @@ void kt_node_reply_err(struct kt_conn *c, uint64_t id, int code, const struct kt
   kt_conn_send_error(c, id, code, e && e->code && e->msg[0] ? e->msg : kt_strerror(code));
 }
 
+/* A proposal of ours that will not be answered by its apply. */
+static void pending_fail(struct kt_node *n, struct pending *p, int code, const char *msg) {
+  if (p->done) {
+    struct kt_err e = {0};
+    kt_err_set(&e, code, "%s", msg);
+    kt_node_done_fn done = p->done;
+    p->done = NULL;
+    done(n, p->ctx, code, &e, NULL);
+  } else if (p->conn) {
+    kt_conn_send_error(p->conn, p->req_id, code, msg);
+    kt_conn_unref(p->conn);
+    p->conn = NULL;
+  }
+}
+
 /* ---- apply (log order) ---- */
 
 static void apply_publish(struct kt_node *n, const struct kt_member_publish_req *p);
 
 static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_conn *c,
-                      uint64_t req_id) {
+                      uint64_t req_id, const struct pending *own) {
   struct kt_err e = {0};
   int rc;
   switch (req->type) {
@@ -64,6 +79,10 @@ static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_con
       rc = kt_mvcc_apply(n->store, &req->u.op, &n->arena, &res, &e);
     if (kt_mvcc_revision(n->store) != rev)
       kt_watch_revision_done(n->watches, kt_mvcc_revision(n->store));
+    if (own && own->done) {
+      own->done(n, own->ctx, rc, &e, rc ? NULL : &res);
+      return;
+    }
     if (!c)
       return;
     if (rc)
@@ -136,17 +155,18 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
     fatal_stop(n, KT_ECORRUPT, "committed entry shorter than its header");
     return;
   }
+  struct pending own = {0};
   if (kt_get_u64be(ent->data) == n->member_id) {
     uint64_t seq = kt_get_u64be(ent->data + 8);
     while (n->pend_head < n->n_pend && n->pend[n->pend_head].seq <= seq) {
-      struct pending *p = &n->pend[n->pend_head++];
-      if (p->seq == seq) {
-        c = p->conn;
-        req_id = p->req_id;
-      } else if (p->conn) {
-        kt_conn_send_error(p->conn, p->req_id, KT_EUNKNOWN,
-                           "request outcome unknown: its proposal was lost (leader change)");
-        kt_conn_unref(p->conn);
+      struct pending p = n->pend[n->pend_head++];
+      if (p.seq == seq) {
+        own = p;
+        c = p.conn;
+        req_id = p.req_id;
+      } else {
+        pending_fail(n, &p, KT_EUNKNOWN,
+                     "request outcome unknown: its proposal was lost (leader change)");
       }
     }
     if (n->pend_head == n->n_pend)
@@ -162,7 +182,7 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
              de.msg);
     fatal_stop(n, KT_ECORRUPT, msg);
   } else {
-    apply_req(n, &req, c && kt_conn_open(c) ? c : NULL, req_id);
+    apply_req(n, &req, c && kt_conn_open(c) ? c : NULL, req_id, &own);
   }
   if (c)
     kt_conn_unref(c);
@@ -194,8 +214,34 @@ void kt_node_propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, cons
   }
   if (c)
     kt_conn_ref(c);
-  struct pending p = {seq, ev_now(n->loop), c, req_id};
+  struct pending p = {seq, ev_now(n->loop), c, req_id, n->next_done, n->next_done_ctx};
   FIFO_PUSH(n->pend, n->pend_head, n->n_pend, n->cap_pend, p);
+}
+
+void kt_node_propose_req(struct kt_node *n, const struct kt_req *req, kt_node_done_fn done,
+                         void *ctx) {
+  struct kt_buf body = {0};
+  kt_proto_encode_req_body(&body, req);
+  if (n->wal_failed || !n->serving) {
+    struct kt_err e = {0};
+    int code = n->wal_failed ? n->wal_failed : KT_ENOLEADER;
+    kt_err_set(&e, code, "%s", n->wal_failed ? n->wal_failed_msg : "no leader");
+    kt_buf_free(&body);
+    done(n, ctx, code, &e, NULL);
+    return;
+  }
+  size_t before = n->n_pend;
+  n->next_done = done;
+  n->next_done_ctx = ctx;
+  kt_node_propose(n, NULL, 0, body.p, body.len);
+  n->next_done = NULL;
+  n->next_done_ctx = NULL;
+  kt_buf_free(&body);
+  if (n->n_pend == before) { /* raft refused it */
+    struct kt_err e = {0};
+    kt_err_set(&e, KT_ENOLEADER, "proposal refused: no leader");
+    done(n, ctx, KT_ENOLEADER, &e, NULL);
+  }
 }
 
 /* Answer a waiting read with an error now; its slot is skipped later. */
@@ -568,6 +614,15 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
   case KT_MSG_LEASE_LEASES:
     kt_node_lease_request(n, c, req, body, body_len);
     return;
+  case KT_MSG_LOCK:
+  case KT_MSG_UNLOCK:
+  case KT_MSG_CAMPAIGN:
+  case KT_MSG_PROCLAIM:
+  case KT_MSG_LEADER:
+  case KT_MSG_OBSERVE:
+  case KT_MSG_RESIGN:
+    kt_node_lock_request(n, c, req);
+    return;
   default:
     kt_conn_send_error(c, req->id, KT_EUNSUPPORTED, "request type not supported by this member");
   }
@@ -581,13 +636,13 @@ static void wal_notify(void *arg) {
 }
 
 static void fail_pending(struct kt_node *n, int code, const char *msg) {
-  for (size_t i = n->pend_head; i < n->n_pend; i++) {
-    if (n->pend[i].conn) {
-      kt_conn_send_error(n->pend[i].conn, n->pend[i].req_id, code, msg);
-      kt_conn_unref(n->pend[i].conn);
-    }
-  }
-  n->pend_head = n->n_pend = 0;
+  size_t end = n->n_pend;
+  for (size_t i = n->pend_head; i < end; i++)
+    pending_fail(n, &n->pend[i], code, msg);
+  /* done callbacks may have proposed again: keep those */
+  memmove(n->pend, n->pend + end, (n->n_pend - end) * sizeof *n->pend);
+  n->n_pend -= end;
+  n->pend_head = 0;
 }
 
 static void on_wal_synced(struct ev_loop *loop, ev_async *w, int revents) {
@@ -818,6 +873,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
   kt_raft_tick(n->raft);
   kt_node_lease_tick(n);
   kt_node_watch_tick(n);
+  kt_node_lock_tick(n);
   move_check(n);
   /* Requests that waited two election timeouts for a leader fail. */
   ev_tstamp limit = 2.0 * n->cfg.election_timeout_ms / 1000.0;
@@ -839,12 +895,9 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
    * timeouts): the proposal may or may not commit later. */
   ev_tstamp wlimit = 5.0 + limit;
   while (n->pend_head < n->n_pend && ev_now(loop) - n->pend[n->pend_head].since > wlimit) {
-    struct pending *p = &n->pend[n->pend_head++];
-    if (p->conn) {
-      kt_conn_send_error(p->conn, p->req_id, KT_EUNKNOWN,
-                         "request outcome unknown: not committed within the request timeout");
-      kt_conn_unref(p->conn);
-    }
+    struct pending p = n->pend[n->pend_head++];
+    pending_fail(n, &p, KT_EUNKNOWN,
+                 "request outcome unknown: not committed within the request timeout");
   }
 }
 
@@ -1089,6 +1142,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     background_slice(n); /* one slice per turn even when never idle */
   request_read_index(n);
   process_ready(n);
+  kt_node_lock_flush(n);  /* lock waiters whose predecessor went */
   kt_node_watch_step(n);  /* catch-up from history, one slice */
   kt_node_watch_flush(n); /* events of what this turn applied */
   if (n->pers_head < n->n_pers) {
@@ -1313,6 +1367,7 @@ static void on_store_event(void *arg, const struct kt_event *ev) {
   if (n->watches)
     kt_watch_publish(n->watches, ev);
   kt_node_lease_event(n, ev);
+  kt_node_lock_event(n, ev);
 }
 
 /* An empty store at revision 1, as etcd's: the first write gets revision 2. */
@@ -1548,6 +1603,7 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
       (rc = load_or_create_meta(n, e)))
     goto fail;
   kt_node_lease_init(n);
+  kt_node_lock_init(n);
   n->store = new_store(n);
   if ((rc = load_snapshot(n, e)))
     goto fail;
@@ -1641,6 +1697,7 @@ fail:
     ev_async_stop(loop, &n->snap_async);
   }
   kt_node_watch_free(n);
+  kt_node_lock_free(n);
   kt_node_lease_free(n);
   if (n->store)
     kt_mvcc_free(n->store);
@@ -1692,6 +1749,7 @@ void kt_node_free(struct kt_node *n) {
   held_free(&n->reads);
   kt_server_free(n->server); /* closes connections: their watches go */
   kt_node_watch_free(n);
+  kt_node_lock_free(n);
   kt_node_lease_free(n);
   if (n->peers)
     kt_peer_free(n->peers);

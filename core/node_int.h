@@ -39,11 +39,19 @@ enum {
 #define META_MAGIC "KTMEMBER"
 
 /* A client write proposed to raft, waiting for its entry to be applied. */
+/* The outcome of an internal proposal (node_lock.c): rc 0 and res once
+ * applied (res NULL for non-KV types), or the error (EUNKNOWN when the
+ * proposal was lost, ENOSPACE...). Called once. */
+typedef void (*kt_node_done_fn)(struct kt_node *n, void *ctx, int rc, const struct kt_err *e,
+                                const struct kt_response_op *res);
+
 struct pending {
   uint64_t seq; /* this member's proposal number (in the entry's data) */
   ev_tstamp since;
   struct kt_conn *conn; /* NULL for the member's own proposals */
   uint64_t req_id;
+  kt_node_done_fn done; /* instead of conn: an internal proposal */
+  void *ctx;
 };
 
 /* A request kept with a copy of its body until it can run: a linearizable
@@ -103,6 +111,8 @@ struct kt_node {
   struct pending *pend;
   size_t n_pend, cap_pend, pend_head;
   uint64_t next_seq;
+  kt_node_done_fn next_done; /* for kt_node_propose_req's proposal */
+  void *next_done_ctx;
   /* Linearizable reads (several members): batches of one loop turn share
    * one read index; read_index_of[] maps a batch to its index once known. */
   struct held_queue reads;
@@ -155,6 +165,7 @@ struct kt_node {
   struct kt_watch_hub *watches;
   struct node_watch_state *ws;
   struct node_lease_state *ls;
+  struct node_lock_state *lk;
 
   bool stopping;
   int wal_failed; /* KT_ENOSPACE: writes refused, reads go on */
@@ -170,6 +181,17 @@ void kt_node_reply_err(struct kt_conn *c, uint64_t id, int code, const struct kt
 /* Propose a request body through raft (c NULL: the member's own). */
 void kt_node_propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
                      size_t body_len);
+/* Propose req (encoded here); done(ctx, ...) runs once with the outcome. */
+void kt_node_propose_req(struct kt_node *n, const struct kt_req *req, kt_node_done_fn done,
+                         void *ctx);
+
+/* node_lock.c: lock and election services (LOCK .. RESIGN). */
+void kt_node_lock_init(struct kt_node *n);
+void kt_node_lock_free(struct kt_node *n);
+void kt_node_lock_request(struct kt_node *n, struct kt_conn *c, const struct kt_req *req);
+void kt_node_lock_event(struct kt_node *n, const struct kt_event *ev); /* store hook */
+void kt_node_lock_flush(struct kt_node *n); /* end of turn: waiters whose predecessor went */
+void kt_node_lock_tick(struct kt_node *n);
 
 /* node_lease.c */
 void kt_node_lease_init(struct kt_node *n);

@@ -60,6 +60,20 @@ const char *kt_proto_type_name(int type) {
     return "lease_ttl";
   case KT_MSG_LEASE_LEASES:
     return "lease_leases";
+  case KT_MSG_LOCK:
+    return "lock";
+  case KT_MSG_UNLOCK:
+    return "unlock";
+  case KT_MSG_CAMPAIGN:
+    return "campaign";
+  case KT_MSG_PROCLAIM:
+    return "proclaim";
+  case KT_MSG_LEADER:
+    return "leader";
+  case KT_MSG_OBSERVE:
+    return "observe";
+  case KT_MSG_RESIGN:
+    return "resign";
   case KT_MSG_ERROR:
     return "error";
   default:
@@ -796,6 +810,34 @@ static int dec_text_list(struct dec *d, const char *field, struct kt_bytes **out
   return 0;
 }
 
+/* etcd's LeaderKey as a map {name, key, rev, lease}. */
+static int dec_leader(struct dec *d, struct kt_leader_key *l) {
+  uint32_t nf;
+  int rc;
+  path_push(d, "leader", -1);
+  if ((rc = rd_map(d, NULL, &nf)))
+    return rc;
+  while (nf--) {
+    struct kt_bytes k;
+    if ((rc = rd_key(d, &k)))
+      return rc;
+    if (KEY("name"))
+      rc = rd_bytes(d, "name", &l->name);
+    else if (KEY("key"))
+      rc = rd_bytes(d, "key", &l->key);
+    else if (KEY("rev"))
+      rc = rd_i64(d, "rev", &l->rev);
+    else if (KEY("lease"))
+      rc = rd_i64(d, "lease", &l->lease);
+    else
+      rc = skip(d, 0);
+    if (rc)
+      return rc;
+  }
+  path_pop(d);
+  return 0;
+}
+
 int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_req *req,
                         struct kt_err *e) {
   struct dec d = {.p = body, .end = body + len, .a = a, .e = e};
@@ -950,6 +992,38 @@ int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, str
         return rc;
     }
     break;
+  case KT_MSG_LOCK:
+  case KT_MSG_UNLOCK:
+  case KT_MSG_CAMPAIGN:
+  case KT_MSG_PROCLAIM:
+  case KT_MSG_LEADER:
+  case KT_MSG_OBSERVE:
+  case KT_MSG_RESIGN: {
+    struct kt_lock_req *l = &req->u.lock;
+    path_push(&d, kt_proto_type_name((int)rawtype), -1);
+    if ((rc = rd_map(&d, "payload", &nf)))
+      return rc;
+    while (nf--) {
+      struct kt_bytes k;
+      if ((rc = rd_key(&d, &k)))
+        return rc;
+      if (KEY("name"))
+        rc = rd_bytes(&d, "name", &l->name);
+      else if (KEY("key"))
+        rc = rd_bytes(&d, "key", &l->key);
+      else if (KEY("value"))
+        rc = rd_bytes(&d, "value", &l->value);
+      else if (KEY("lease"))
+        rc = rd_i64(&d, "lease", &l->lease);
+      else if (KEY("leader"))
+        rc = is_nil(&d) ? 0 : dec_leader(&d, &l->leader);
+      else
+        rc = skip(&d, 0);
+      if (rc)
+        return rc;
+    }
+    break;
+  }
   case KT_MSG_LEASE_GRANT:
   case KT_MSG_LEASE_REVOKE:
   case KT_MSG_LEASE_KEEPALIVE:
@@ -1409,6 +1483,32 @@ static int dec_lease_resp(struct dec *d, struct kt_lease_resp *l, struct kt_head
   return 0;
 }
 
+static int dec_lock_resp(struct dec *d, struct kt_lock_resp *l, struct kt_header *h) {
+  uint32_t nf;
+  int rc = rd_map(d, "payload", &nf);
+  if (rc)
+    return rc;
+  while (nf--) {
+    struct kt_bytes k;
+    if ((rc = rd_key(d, &k)))
+      return rc;
+    if (KEY("header"))
+      rc = dec_header(d, h);
+    else if (KEY("key"))
+      rc = rd_bytes(d, "key", &l->key);
+    else if (KEY("leader"))
+      rc = is_nil(d) ? 0 : dec_leader(d, &l->leader);
+    else if (KEY("kv")) {
+      l->has_kv = !is_nil(d);
+      rc = l->has_kv ? dec_kv(d, "kv", &l->kv) : 0;
+    } else
+      rc = skip(d, 0);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
 int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_resp *resp,
                          struct kt_err *e) {
   struct dec d = {.p = body, .end = body + len, .a = a, .e = e};
@@ -1465,6 +1565,18 @@ int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, st
     if ((rc = dec_watch_resp(&d, &resp->u.watch, &resp->header)))
       return rc;
     break;
+  case KT_MSG_LOCK:
+  case KT_MSG_UNLOCK:
+  case KT_MSG_CAMPAIGN:
+  case KT_MSG_PROCLAIM:
+  case KT_MSG_LEADER:
+  case KT_MSG_OBSERVE:
+  case KT_MSG_RESIGN: {
+    path_push(&d, kt_proto_type_name((int)rawtype), -1);
+    if ((rc = dec_lock_resp(&d, &resp->u.lock, &resp->header)))
+      return rc;
+    break;
+  }
   case KT_MSG_LEASE_GRANT:
   case KT_MSG_LEASE_REVOKE:
   case KT_MSG_LEASE_KEEPALIVE:
@@ -1826,6 +1938,18 @@ static void f_text_list(struct enc *w, struct map *m, const char *f, const struc
     pack_text(w, v[i]);
 }
 
+static void f_leader(struct enc *w, struct map *m, const struct kt_leader_key *l) {
+  if (!l->name.n && !l->key.n && !l->rev && !l->lease)
+    return;
+  name(w, m, "leader");
+  struct map lm = map_begin(w);
+  f_bytes(w, &lm, "name", l->name);
+  f_bytes(w, &lm, "key", l->key);
+  f_i64(w, &lm, "rev", l->rev);
+  f_i64(w, &lm, "lease", l->lease);
+  map_end(w, &lm);
+}
+
 static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t id) {
   struct enc w;
   enc_init(&w, out);
@@ -1836,6 +1960,9 @@ static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t 
     est += req->u.hello.client.n;
   else if (req->type == KT_MSG_WATCH_CREATE) /* names and values: < 100 bytes */
     est += 128 + req->u.watch_create.key.n + req->u.watch_create.range_end.n;
+  else if (req->type >= KT_MSG_LOCK && req->type <= KT_MSG_RESIGN)
+    est += 160 + req->u.lock.name.n + req->u.lock.key.n + req->u.lock.value.n +
+           req->u.lock.leader.name.n + req->u.lock.leader.key.n;
   kt_buf_reserve(out, est);
   envelope(&w, req->type, id);
   switch (req->type) {
@@ -1884,6 +2011,23 @@ static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t 
   case KT_MSG_WATCH_CANCEL: {
     struct map m = map_begin(&w);
     f_i64(&w, &m, "watch_id", req->u.watch_cancel.watch_id);
+    map_end(&w, &m);
+    break;
+  }
+  case KT_MSG_LOCK:
+  case KT_MSG_UNLOCK:
+  case KT_MSG_CAMPAIGN:
+  case KT_MSG_PROCLAIM:
+  case KT_MSG_LEADER:
+  case KT_MSG_OBSERVE:
+  case KT_MSG_RESIGN: {
+    const struct kt_lock_req *l = &req->u.lock;
+    struct map m = map_begin(&w);
+    f_bytes(&w, &m, "name", l->name);
+    f_bytes(&w, &m, "key", l->key);
+    f_bytes(&w, &m, "value", l->value);
+    f_i64(&w, &m, "lease", l->lease);
+    f_leader(&w, &m, &l->leader);
     map_end(&w, &m);
     break;
   }
@@ -2070,6 +2214,9 @@ void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
     est += watch_size(&resp->u.watch);
   else if (resp->type >= KT_MSG_LEASE_GRANT && resp->type <= KT_MSG_LEASE_LEASES)
     est += lease_size(&resp->u.lease);
+  else if (resp->type >= KT_MSG_LOCK && resp->type <= KT_MSG_RESIGN)
+    est += 128 + resp->u.lock.key.n + resp->u.lock.leader.name.n + resp->u.lock.leader.key.n +
+           resp->u.lock.kv.key.n + resp->u.lock.kv.value.n;
   kt_buf_reserve(out, est);
   envelope(&w, resp->type, resp->id);
   struct map m;
@@ -2115,6 +2262,25 @@ void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
       msgpack_pack_array(&w.pk, x->n_events);
       for (uint32_t i = 0; i < x->n_events; i++)
         pack_event(&w, &x->events[i]);
+    }
+    map_end(&w, &m);
+    break;
+  }
+  case KT_MSG_LOCK:
+  case KT_MSG_UNLOCK:
+  case KT_MSG_CAMPAIGN:
+  case KT_MSG_PROCLAIM:
+  case KT_MSG_LEADER:
+  case KT_MSG_OBSERVE:
+  case KT_MSG_RESIGN: {
+    const struct kt_lock_resp *l = &resp->u.lock;
+    m = map_begin(&w);
+    f_header(&w, &m, &resp->header);
+    f_bytes(&w, &m, "key", l->key);
+    f_leader(&w, &m, &l->leader);
+    if (l->has_kv) {
+      name(&w, &m, "kv");
+      pack_kv(&w, &l->kv);
     }
     map_end(&w, &m);
     break;

@@ -53,6 +53,13 @@ enum kt_msg_type {
   KT_MSG_MEMBER_LIST = 32,     /* etcd Cluster.MemberList */
   KT_MSG_MEMBER_PUBLISH = 39,  /* member -> cluster, only inside WAL entries */
   KT_MSG_MOVE_LEADER = 44,     /* etcd Maintenance.MoveLeader */
+  KT_MSG_LOCK = 80,            /* etcd v3lock.Lock: waits until held */
+  KT_MSG_UNLOCK = 81,          /* etcd v3lock.Unlock */
+  KT_MSG_CAMPAIGN = 82,        /* etcd v3election.Campaign: waits until leader */
+  KT_MSG_PROCLAIM = 83,        /* etcd v3election.Proclaim */
+  KT_MSG_LEADER = 84,          /* etcd v3election.Leader */
+  KT_MSG_OBSERVE = 85,         /* etcd v3election.Observe: a stream */
+  KT_MSG_RESIGN = 86,          /* etcd v3election.Resign */
   /* Reserved for later messages (PROTOCOL.md "Type numbers"); decoders answer
    * them EUNSUPPORTED until they are specified. */
   KT_MSG_RESERVED_WATCH_FIRST = 19,  /* 19..23 watch */
@@ -185,6 +192,29 @@ struct kt_lease_resp {
   uint32_t n_leases;
 };
 
+/* etcd's v3election LeaderKey: the key a campaign created. */
+struct kt_leader_key {
+  struct kt_bytes name, key;
+  int64_t rev, lease;
+};
+
+/* LOCK (name, lease), UNLOCK (key), CAMPAIGN (name, lease, value), PROCLAIM
+ * (leader, value), LEADER (name), OBSERVE (name), RESIGN (leader). */
+struct kt_lock_req {
+  struct kt_bytes name, key, value;
+  int64_t lease;
+  struct kt_leader_key leader;
+};
+
+/* LOCK: key (the lock's key: name/<lease in hex>). CAMPAIGN: leader. LEADER
+ * and OBSERVE frames: kv (the leader's key-value). Others: header only. */
+struct kt_lock_resp {
+  struct kt_bytes key;
+  struct kt_leader_key leader;
+  bool has_kv;
+  struct kt_kv kv;
+};
+
 struct kt_error_msg {
   uint32_t code; /* KT_E* */
   struct kt_bytes message;
@@ -203,6 +233,7 @@ struct kt_req {
     struct kt_watch_create_req watch_create;
     struct kt_watch_cancel_req watch_cancel; /* WATCH_PROGRESS: no fields */
     struct kt_lease_req lease;               /* LEASE_* */
+    struct kt_lock_req lock;                 /* LOCK .. RESIGN */
   } u;
 };
 
@@ -219,6 +250,7 @@ struct kt_resp {
     struct kt_member_list_resp member_list; /* MOVE_LEADER has only the header */
     struct kt_watch_resp watch;             /* WATCH_CREATE (CANCEL, PROGRESS: header) */
     struct kt_lease_resp lease;             /* LEASE_* */
+    struct kt_lock_resp lock;               /* LOCK .. RESIGN */
     struct kt_error_msg error;
   } u;
 };

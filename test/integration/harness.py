@@ -124,6 +124,15 @@ class Member:
             pass
 
 
+def GET_RSS_KB(member):
+    """Resident set size of a member's process, in KiB (from /proc)."""
+    with open("/proc/%d/status" % member.proc.pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for pid %d" % member.proc.pid)
+
+
 class ServerError(Exception):
     def __init__(self, code, message):
         super().__init__("%d: %s" % (code, message))
