@@ -50,6 +50,7 @@ GRPC_LIBS = $(shell pkg-config --libs $(GRPC_PKGS) 2>/dev/null)
 UNIT_TESTS := $(wildcard test/unit/*_test.c)
 FUZZ_TARGETS := $(wildcard test/fuzz/*_fuzz.c)
 PERF_SRCS := $(wildcard test/perf/*_perf.c)
+INTEG_SRCS := $(wildcard test/integration/*.c)
 
 obj = $(patsubst %.c,$(O)/obj/%.o,$(1))
 SERVER_OBJS := $(call obj,$(SERVER_SRCS))
@@ -73,6 +74,7 @@ LIBS := $(LIBDIR)/libketch.a $(LIBDIR)/libketch.so $(LIBDIR)/ketch.pc
 UNIT_BINS := $(patsubst test/unit/%.c,$(O)/test/%,$(UNIT_TESTS))
 FUZZ_REPLAYS := $(patsubst test/fuzz/%_fuzz.c,$(O)/test/fuzz/%_replay,$(FUZZ_TARGETS))
 PERF_BINS := $(patsubst test/perf/%.c,$(O)/perf/%,$(PERF_SRCS))
+INTEG_BINS := $(patsubst test/integration/%.c,$(O)/test/integration/%,$(INTEG_SRCS))
 
 .PHONY: all deps run test asan fuzz perf sim-soak clean format format-check bench
 .SECONDARY:
@@ -144,6 +146,11 @@ $(O)/test/fuzz/grpc_bridge_replay: $(O)/obj/test/fuzz/grpc_bridge_fuzz.o $(O)/ob
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS)
 
+# C clients that integration tests run (test/integration/*.c), on libketch.
+$(O)/test/integration/%: $(O)/obj/test/integration/%.o $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # Micro-benchmarks of single modules (store apply rate, snapshot speed...).
 $(O)/perf/%_perf: $(O)/obj/test/perf/%_perf.o $(LIBKT)
 	@mkdir -p $(dir $@)
@@ -172,7 +179,7 @@ bench: deps all
 	  subtitle='$$(nproc) cores, $$(date -u +%Y-%m-%d)'" tools/bench/plot.gp
 
 test: deps
-	$(MAKE) all $(UNIT_BINS) $(FUZZ_REPLAYS)
+	$(MAKE) all $(UNIT_BINS) $(FUZZ_REPLAYS) $(INTEG_BINS)
 	@O=$(O) BINDIR=$(BINDIR) sh test/run.sh
 
 asan:

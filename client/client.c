@@ -102,6 +102,7 @@ struct watch {
   int64_t cancel_deadline_ms; /* cancel sent: finish even without an answer */
   int final_err;
   int64_t compact_rev;
+  ketch_header final_hdr; /* of the server's canceled frame, if any */
   char final_msg[200];
   ketch_cb cb;
   void *arg;
@@ -1758,6 +1759,7 @@ static void deliver_finals(ketch_client *c) {
       res.watch.watch_id = (int64_t)w->handle;
       res.watch.canceled = true;
       res.watch.compact_revision = w->compact_rev;
+      res.header = w->final_hdr;
       c->watches[i] = NULL;
       bool was = c->in_cb;
       c->in_cb = true;
@@ -1868,6 +1870,8 @@ static bool watch_on_frame(ketch_client *c, const struct kt_resp *r) {
   }
   const struct kt_watch_resp *wr = &r->u.watch;
   if (wr->canceled) {
+    w->final_hdr = (ketch_header){r->header.cluster_id, r->header.member_id, r->header.revision,
+                                  r->header.raft_term};
     if (wr->compact_revision > 0) {
       watch_finish(c, w, KETCH_ECOMPACTED, kt_strerror(KT_ECOMPACTED), wr->compact_revision);
     } else if (w->cancel_wanted) {

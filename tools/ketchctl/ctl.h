@@ -125,4 +125,35 @@ int ctl_parse_op(int argc, char **argv, ketch_op *op);
  * bytes). base 0 accepts 0x / 0o / 0b / 0 prefixes. Returns 0 or -1. */
 int ctl_parse_int(const char *s, int base, int64_t *out, char *err, size_t errcap);
 
+/* ---- lock.c, elect.c: the concurrency commands ---- */
+
+/* Their flags (owned by main.c's flag table): lock --ttl (seconds, etcdctl's
+ * default 10), elect -l/--listen. */
+extern int64_t ctl_lock_ttl_s;
+extern bool ctl_elect_listen;
+/* The client of the global flags (exits like the other commands on error). */
+ketch_client *ctl_open_client(void);
+/* Another client on the same endpoints and timeouts, or NULL with the reason
+ * in msg. The caller closes it. */
+ketch_client *ctl_open_extra(char *msg, size_t msgcap);
+void ctl_run_lock(int argc, char **argv);
+void ctl_run_elect(int argc, char **argv);
+
+/* Shared by lock and elect (lock.c). ctl_hold_begin: if ttl_s > 0 a session
+ * lease of ttl_s seconds kept alive (its id is returned; else 0), and
+ * SIGINT/SIGTERM taken over by a thread. Until ctl_hold_acquired() — while
+ * the caller is blocked in a lock or a campaign — a signal revokes the lease
+ * on a second connection (removing the waiting key), prints etcdctl's
+ * "Error: context canceled" and exits 1. After it, a signal only sets
+ * ctl_hold_signaled(). ctl_hold_wait runs the client's loop until a signal
+ * (returns 0) or the session's lease is lost (-1). ctl_hold_end stops the
+ * keep-alive and revokes the session's lease. */
+int64_t ctl_hold_begin(ketch_client *c, int64_t ttl_s);
+void ctl_hold_acquired(void);
+bool ctl_hold_signaled(void);
+int ctl_hold_wait(ketch_client *c);
+/* One turn of the client's loop (at most max_ms), woken early by a signal. */
+void ctl_hold_pump(ketch_client *c, int max_ms);
+void ctl_hold_end(ketch_client *c);
+
 #endif

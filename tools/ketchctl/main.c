@@ -242,6 +242,14 @@ static struct flag endpoint_flags[] = {
     {0},
 };
 
+/* lock and elect (lock.c, elect.c) */
+int64_t ctl_lock_ttl_s;
+bool ctl_elect_listen;
+static struct flag lock_flags[] = {
+    {"ttl", 0, FT_INT, "10", "timeout for session", &ctl_lock_ttl_s, false}, {0}};
+static struct flag elect_flags[] = {
+    {"listen", 'l', FT_BOOL, "false", "observation mode", &ctl_elect_listen, false}, {0}};
+
 static struct flag help_flags[] = {{"help", 'h', FT_BOOL, "false", NULL, &help_flag, false}, {0}};
 
 /* Sets a flag from text; on error writes pflag's message into err. */
@@ -542,6 +550,8 @@ static const struct cmd commands[] = {
      compaction_flags, run_compaction},
     {"del", "del [options] <key> [range_end]",
      "Removes the specified key or range of keys [key, range_end)", NULL, del_flags, run_del},
+    {"elect", "elect <election-name> [proposal]", "Observes and participates in leader election",
+     NULL, elect_flags, ctl_run_elect},
     {"endpoint health", "endpoint health",
      "Checks the healthiness of endpoints specified in `--endpoints` flag", NULL, NULL, run_health},
     {"endpoint status", "endpoint status",
@@ -560,6 +570,8 @@ static const struct cmd commands[] = {
     {"lease revoke", "lease revoke <leaseID>", "Revokes leases", NULL, NULL, run_lease_revoke},
     {"lease timetolive", "lease timetolive <leaseID> [options]", "Get lease information", NULL,
      lease_ttl_flags, run_lease_timetolive},
+    {"lock", "lock <lockname> [exec-command arg1 arg2 ...]", "Acquires a named lock", NULL,
+     lock_flags, ctl_run_lock},
     {"member add", "member add <memberName> [options]", "Adds a member into the cluster", NULL,
      member_add_flags, run_member_change},
     {"member list", "member list", "Lists all members in the cluster",
@@ -836,6 +848,11 @@ static ketch_client *open_client(void) {
   if (!the_client)
     ctl_die(CTL_EXIT_BAD_CONNECTION, "%s", msg);
   return the_client;
+}
+
+ketch_client *ctl_open_client(void) { return open_client(); }
+ketch_client *ctl_open_extra(char *msg, size_t msgcap) {
+  return open_endpoints(g_endpoints, msg, msgcap);
 }
 
 static void check(ketch_client *c, int err, ketch_result *res) {
