@@ -3,7 +3,8 @@
  * protobuf request an etcd client sent. Every input is unpacked, validated and
  * converted into a libketch request that is queued on a handle that never
  * connects; closing the handle completes each call exactly once.
- * Streams (first byte 0xe0..0xef; even: Watch, odd: LeaseKeepAlive): the rest
+ * Streams (first byte 0xe0..0xef: (byte & 15) % 9 picks Watch, LeaseKeepAlive,
+ * Lock, Unlock, Campaign, Proclaim, Leader, Resign or Observe): the rest
  * is a sequence of request messages, each a 1-byte length and its bytes, fed
  * one by one; then the stream is closed and the handle too: every watch and
  * call must be released (LeakSanitizer) and io must not be used after close. */
@@ -15,6 +16,8 @@
 #include "../../tools/grpc-bridge/bridge_stream.c"
 #include "kv.pb-c.c"
 #include "rpc.pb-c.c"
+#include "v3election.pb-c.c"
+#include "v3lock.pb-c.c"
 
 static int calls_done;
 
@@ -53,12 +56,11 @@ static void io_pending(void *arg, int delta) {
 }
 static const struct kt_bridge_stream_io fuzz_io = {io_send, io_room, io_finish, io_pending};
 
-static void fuzz_stream(ketch_client *c, const uint8_t *d, size_t n, bool watch) {
+static void fuzz_stream(ketch_client *c, const uint8_t *d, size_t n, unsigned method) {
   stream_closed = false;
   stream_pending = 0;
-  kt_bridge_stream *s = kt_bridge_stream_open(
-      c, watch ? "/etcdserverpb.Watch/Watch" : "/etcdserverpb.Lease/LeaseKeepAlive", 1 << 20,
-      &fuzz_io, NULL);
+  kt_bridge_stream *s =
+      kt_bridge_stream_open(c, stream_methods[method % 9], 1 << 20, &fuzz_io, NULL);
   if (!s)
     return;
   size_t off = 0;
@@ -117,7 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   if (sel >= 0xe0) {
-    fuzz_stream(c, buf + 1, size - 1, (sel & 1) == 0);
+    fuzz_stream(c, buf + 1, size - 1, sel & 15);
     ketch_close(c);
     free(buf);
     return 0;

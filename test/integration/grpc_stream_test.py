@@ -27,6 +27,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 HEX_RE = re.compile(r"\b[0-9a-f]{16}\b")
 REMAIN_RE = re.compile(r"remaining\(\d+s\)")
+ATTACHED_RE = re.compile(r"attached keys\(\[(.*?)\]\)")
 VOLATILE = g.VOLATILE | {"ID", "id", "lease"}
 
 
@@ -36,6 +37,8 @@ def norm(b, ids=()):
     for i in ids:
         text = text.replace(str(i), "LEASE")
     text = REMAIN_RE.sub("remaining(N)", HEX_RE.sub("LEASE", text))
+    # etcd lists a lease's keys in Go map order: compare them as sets
+    text = ATTACHED_RE.sub(lambda m: "attached keys([%s])" % " ".join(sorted(m.group(1).split())), text)
     out = []
     for line in text.splitlines():
         s = line.strip()
@@ -54,7 +57,8 @@ def norm(b, ids=()):
 
 def norm_json(x):
     if isinstance(x, dict):
-        return {k: ("*" if k in VOLATILE else norm_json(v)) for k, v in x.items()}
+        return {k: ("*" if k in VOLATILE else sorted(v) if k == "keys" and isinstance(v, list)
+                    else norm_json(v)) for k, v in x.items()}
     if isinstance(x, list):
         return [norm_json(v) for v in x]
     return x
@@ -238,11 +242,24 @@ def pb():
     if _PB is None:
         out = tempfile.mkdtemp(prefix="ketch-pb-")
         subprocess.run(["protoc", "--proto_path", os.path.join(ROOT, "tools/grpc/proto"),
-                        "--python_out", out, "kv.proto", "rpc.proto"], check=True)
+                        "--python_out", out, "kv.proto", "rpc.proto", "v3lock.proto",
+                        "v3election.proto"], check=True)
         sys.path.insert(0, out)
         import rpc_pb2  # noqa
         _PB = rpc_pb2
     return _PB
+
+
+def unary(port, method, req, resp_type, timeout=10):
+    """One unary call; returns (status name, details, response or None)."""
+    import grpc
+    with grpc.insecure_channel("127.0.0.1:%d" % port) as ch:
+        call = ch.unary_unary(method, request_serializer=lambda m: m.SerializeToString(),
+                              response_deserializer=resp_type.FromString)
+        try:
+            return "OK", "", call(req, timeout=timeout)
+        except grpc.RpcError as e:
+            return e.code().name, e.details(), None
 
 
 class Stream:
@@ -438,6 +455,116 @@ def test_python_etcd3_watch_lease():
     e.bridge_alive()
 
 
+def lock_election_script(port):
+    """The same v3lock / v3election sequence on one server; returns what a
+    user sees, lease ids replaced by names."""
+    import threading
+    pb()
+    import v3lock_pb2 as lk
+    import v3election_pb2 as el
+    p = pb()
+    out, names = [], {}
+
+    def lease(ttl):
+        st, _, r = unary(port, "/etcdserverpb.Lease/LeaseGrant", p.LeaseGrantRequest(TTL=ttl),
+                         p.LeaseGrantResponse)
+        names["%x" % r.ID] = "L%d" % len(names)
+        names[str(r.ID)] = "L%d" % (len(names) - 1)
+        return r.ID
+
+    def show(tag, res):
+        st, det, r = res
+        text = "" if r is None else str(r).replace("\n", " ")
+        for k, v in names.items():
+            text = text.replace(k, v)
+        text = re.sub(r"(cluster_id|member_id|raft_term): \d+", r"\1: *", text)
+        # revisions relative to the script's start (the servers' pasts differ)
+        text = re.sub(r"\b(revision|create_revision|mod_revision|rev): (\d+)",
+                      lambda m: "%s: +%d" % (m.group(1), int(m.group(2)) - base[0]), text)
+        if tag.startswith("observe"):  # a watch response's header: the revision when sent
+            text = re.sub(r"header \{(.*?) revision: \+\d+", r"header {\1 revision: *", text)
+        out.append("%s: %s %s %s" % (tag, st, det, text))
+        return r
+
+    def later(fn):
+        box = []
+        t = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+        t.start()
+        return t, box
+
+    def get(key):
+        st, _, r = unary(port, "/etcdserverpb.KV/Range", p.RangeRequest(key=key), p.RangeResponse)
+        return [(kv.key, kv.value) for kv in r.kvs]
+
+    base = [unary(port, "/etcdserverpb.KV/Range", p.RangeRequest(key=b"x"), p.RangeResponse)[2].header.revision]
+    l1, l2, l3 = lease(60), lease(60), lease(60)
+    r1 = show("lock1", unary(port, "/v3lockpb.Lock/Lock", lk.LockRequest(name=b"lk", lease=l1), lk.LockResponse))
+    t, box = later(lambda: unary(port, "/v3lockpb.Lock/Lock", lk.LockRequest(name=b"lk", lease=l2), lk.LockResponse))
+    time.sleep(0.7)
+    out.append("lock2 waits: %s" % t.is_alive())
+    show("unlock1", unary(port, "/v3lockpb.Lock/Unlock", lk.UnlockRequest(key=r1.key), lk.UnlockResponse))
+    t.join(10)
+    r2 = show("lock2", box[0])
+    show("lock-again", unary(port, "/v3lockpb.Lock/Lock", lk.LockRequest(name=b"lk", lease=l2), lk.LockResponse))
+    # a waiter that gives up (deadline) leaves no key behind
+    show("lock3-timeout", unary(port, "/v3lockpb.Lock/Lock", lk.LockRequest(name=b"lk", lease=l3),
+                                lk.LockResponse, timeout=0.7))
+    time.sleep(0.5)
+    out.append("keys after timeout: %d" % len(get(b"lk/%x" % l3)))
+    show("unlock2", unary(port, "/v3lockpb.Lock/Unlock", lk.UnlockRequest(key=r2.key), lk.UnlockResponse))
+    show("lock-nolease", unary(port, "/v3lockpb.Lock/Lock", lk.LockRequest(name=b"lk", lease=12345), lk.LockResponse))
+    # election
+    show("leader-none", unary(port, "/v3electionpb.Election/Leader", el.LeaderRequest(name=b"el"), el.LeaderResponse))
+    obs = Stream.__new__(Stream)
+    import grpc
+    import queue
+    obs.ch = grpc.insecure_channel("127.0.0.1:%d" % port)
+    obs.it = obs.ch.unary_stream("/v3electionpb.Election/Observe",
+                                 request_serializer=lambda m: m.SerializeToString(),
+                                 response_deserializer=el.LeaderResponse.FromString)(
+        el.LeaderRequest(name=b"el"), timeout=30)
+    obs.q = queue.Queue()
+    c1 = show("campaign1", unary(port, "/v3electionpb.Election/Campaign",
+                                 el.CampaignRequest(name=b"el", lease=l1, value=b"a"), el.CampaignResponse))
+    show("leader", unary(port, "/v3electionpb.Election/Leader", el.LeaderRequest(name=b"el"), el.LeaderResponse))
+    show("proclaim", unary(port, "/v3electionpb.Election/Proclaim",
+                           el.ProclaimRequest(leader=c1.leader, value=b"b"), el.ProclaimResponse))
+    t, box = later(lambda: unary(port, "/v3electionpb.Election/Campaign",
+                                 el.CampaignRequest(name=b"el", lease=l2, value=b"c"), el.CampaignResponse))
+    time.sleep(0.7)
+    out.append("campaign2 waits: %s" % t.is_alive())
+    bad = el.LeaderKey(name=c1.leader.name, key=c1.leader.key, rev=c1.leader.rev + 1000, lease=l1)
+    show("proclaim-stale", unary(port, "/v3electionpb.Election/Proclaim",
+                                 el.ProclaimRequest(leader=bad, value=b"x"), el.ProclaimResponse))
+    show("proclaim-noleader", unary(port, "/v3electionpb.Election/Proclaim", el.ProclaimRequest(value=b"x"),
+                                    el.ProclaimResponse))
+    show("resign1", unary(port, "/v3electionpb.Election/Resign", el.ResignRequest(leader=c1.leader),
+                          el.ResignResponse))
+    t.join(10)
+    c2 = show("campaign2", box[0])
+    show("leader2", unary(port, "/v3electionpb.Election/Leader", el.LeaderRequest(name=b"el"), el.LeaderResponse))
+    for i in range(3):
+        show("observe%d" % i, ("OK", "", obs.recv()))
+    obs.it.cancel()
+    obs.ch.close()
+    show("resign2", unary(port, "/v3electionpb.Election/Resign", el.ResignRequest(leader=c2.leader),
+                          el.ResignResponse))
+    return out
+
+
+def test_lock_election_grpc_same_as_etcd():
+    """v3lock and v3election (served by etcd itself, run by the bridge on
+    ketch): the same calls, the same answers, errors and waiting."""
+    e = g.env()
+    want = lock_election_script(e.etcd_port)
+    got = lock_election_script(e.grpc_port)
+    diffs = ["  etcd:  %s\n  ketch: %s" % (w, k) for w, k in zip(want, got) if w != k]
+    assert len(want) == len(got) and not diffs, "\n".join(diffs)
+    assert "lock2 waits: True" in got and "campaign2 waits: True" in got, got
+    assert any(l.startswith("observe2: OK") and 'value: "c"' in l for l in got), got
+    e.bridge_alive()
+
+
 # ---- flow control: a client that stops reading a watch stream ----
 
 def h2_frame(typ, flags, sid, payload):
@@ -535,6 +662,123 @@ def test_slow_watcher_is_cancelled_not_buffered():
         assert rc == 0 and "Sanitizer" not in text and "runtime error" not in text, text[-3000:]
 
 
+def member_ids(port):
+    """{member id: Member} through MemberList (matched by peer URL)."""
+    p = pb()
+    e = g.env()
+    st, det, r = unary(port, "/etcdserverpb.Cluster/MemberList", p.MemberListRequest(), p.MemberListResponse)
+    assert st == "OK", (st, det)
+    out = {}
+    for m in r.members:
+        for mm in e.members:
+            if "http://127.0.0.1:%d" % mm.peer_port in m.peerURLs:
+                out[m.ID] = mm
+    assert len(out) == 3, r
+    return out
+
+
+def test_move_leader():
+    """Maintenance.MoveLeader as etcd: only the leader moves leadership;
+    etcdctl move-leader through a bridge that talks to the leader."""
+    p = pb()
+    e = g.env()
+    ids = member_ids(e.grpc_port)
+    st, det, r = unary(e.grpc_port, "/etcdserverpb.Maintenance/Status", p.StatusRequest(), p.StatusResponse)
+    assert st == "OK" and r.leader in ids, (st, det, r)
+    leader = r.leader
+    target = min(i for i in ids if i != leader)
+    port = free_port()
+    br = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
+                           "--endpoints", ids[leader].endpoint], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.STDOUT)
+    try:
+        g.wait_port(port, br, "ketch-grpc")
+        st, det, _ = unary(port, "/etcdserverpb.Maintenance/MoveLeader", p.MoveLeaderRequest(targetID=12345),
+                           p.MoveLeaderResponse)
+        assert (st, det) == ("FAILED_PRECONDITION", "etcdserver: bad leader transferee"), (st, det)
+        rc, out, err = e.ctl(port, ["move-leader", "%x" % target])
+        assert rc == 0 and out.strip() == b"Leadership transferred from %x to %x" % (leader, target), (out, err)
+        st, det, r = unary(port, "/etcdserverpb.Maintenance/Status", p.StatusRequest(), p.StatusResponse)
+        assert r.leader == target, r
+        st, det, _ = unary(port, "/etcdserverpb.Maintenance/MoveLeader", p.MoveLeaderRequest(targetID=leader),
+                           p.MoveLeaderResponse)
+        assert (st, det) == ("FAILED_PRECONDITION", "etcdserver: not leader"), (st, det)
+        rc, out, err = e.ctl(port, ["move-leader", "%x" % leader])
+        assert rc != 0 and b"no leader endpoint given" in err, (rc, out, err)
+    finally:
+        br.terminate()
+        br.wait(10)
+    e.bridge_alive()
+
+
+def bridge_member(e):
+    """The member the bridge's libketch handle is connected to (its TCP
+    connection in /proc)."""
+    inodes = set()
+    fd_dir = "/proc/%d/fd" % e.bridge.pid
+    for fd in os.listdir(fd_dir):
+        try:
+            link = os.readlink(os.path.join(fd_dir, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = set()
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            parts = line.split()
+            if parts[9] in inodes and parts[3] == "01":
+                ports.add(int(parts[2].split(":")[1], 16))
+    found = [m for m in e.members if m.port in ports]
+    assert len(found) == 1, (ports, [m.port for m in e.members])
+    return found[0]
+
+
+def test_watch_survives_member_loss():
+    """The member behind the bridge is killed: the gRPC watch goes on (libketch
+    resumes it on another member) with every change once, in order — the same
+    events a fresh watch over that history reports."""
+    e = g.env()
+    s = watch_stream()
+    try:
+        s.send(create(key=b"fo/", range_end=b"fo0"))
+        r = s.recv()
+        assert r.created, r
+        start = r.header.revision + 1
+        rc, _, err = e.ctl(e.grpc_port, ["put", "fo/0", "v0"])
+        assert rc == 0, err
+        victim = bridge_member(e)
+        victim.proc.kill()
+        victim.proc.wait()
+        for i in range(1, 6):
+            deadline = time.time() + 20
+            while True:
+                rc, _, err = e.ctl(e.grpc_port, ["put", "fo/%d" % i, "v%d" % i, "--command-timeout=3s"])
+                if rc == 0:
+                    break
+                assert time.time() < deadline, err
+                time.sleep(0.2)
+        live = []
+        while not any(ev.kv.key == b"fo/5" for ev in live):
+            live += list(s.recv(timeout=20).events)
+        s2 = watch_stream()
+        try:
+            s2.send(create(key=b"fo/", range_end=b"fo0", start_revision=start))
+            assert s2.recv().created
+            hist = []
+            while len(hist) < len(live):
+                hist += list(s2.recv().events)
+        finally:
+            s2.close()
+        key = lambda ev: (ev.kv.key, ev.kv.value, ev.kv.mod_revision)
+        assert [key(ev) for ev in live] == [key(ev) for ev in hist], (live, hist)
+        revs = [ev.kv.mod_revision for ev in live]
+        assert revs == sorted(set(revs)), revs
+    finally:
+        s.close()
+    e.bridge_alive()
+
+
 def test_shutdown_clean():
     g.test_shutdown_clean()
 
@@ -544,5 +788,7 @@ if __name__ == "__main__":
     atexit.register(g.teardown)
     run_tests([test_lease_same_as_etcd, test_watch_same_as_etcd, test_watch_compacted_same_as_etcd,
                test_lock_and_elect_same_as_etcd, test_member_list, test_watch_stream_protocol,
+               test_lock_election_grpc_same_as_etcd,
                test_watch_fragment, test_keepalive_stream, test_python_etcd3_watch_lease,
-               test_slow_watcher_is_cancelled_not_buffered, test_shutdown_clean])
+               test_slow_watcher_is_cancelled_not_buffered, test_move_leader,
+               test_watch_survives_member_loss, test_shutdown_clean])

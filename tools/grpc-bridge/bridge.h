@@ -12,7 +12,11 @@
  *                  Maintenance), and the ONE table of ketch error -> (gRPC
  *                  code, etcd message).
  *   bridge_stream.c  the etcd side of streaming calls: Watch.Watch (one
- *                  ketch_watch per gRPC watch) and Lease.LeaseKeepAlive.
+ *                  ketch_watch per gRPC watch), Lease.LeaseKeepAlive, and
+ *                  v3lock.Lock / v3election.Election (etcd's concurrency
+ *                  recipes run asynchronously on KV, Watch and the caller's
+ *                  lease; their unary calls take this path too, so a client
+ *                  that gives up while waiting is noticed).
  *
  * Data flow of a unary call: HEADERS (path, grpc-timeout) -> DATA (one
  * length-prefixed message, at END_STREAM) -> kt_bridge_call() decodes and

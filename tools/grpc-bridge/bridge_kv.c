@@ -142,6 +142,15 @@ static const char *const method_paths[M_N] = {
 static const char *const stream_paths[] = {
     "/etcdserverpb.Watch/Watch",
     "/etcdserverpb.Lease/LeaseKeepAlive",
+    /* v3lock and v3election are unary but may wait long: bridge_stream.c
+     * runs them, so a client that goes away is noticed (its key given up). */
+    "/v3lockpb.Lock/Lock",
+    "/v3lockpb.Lock/Unlock",
+    "/v3electionpb.Election/Campaign",
+    "/v3electionpb.Election/Proclaim",
+    "/v3electionpb.Election/Leader",
+    "/v3electionpb.Election/Observe",
+    "/v3electionpb.Election/Resign",
 };
 /* etcd's largest lease TTL (lease.MaxLeaseTTL, seconds). */
 #define MAX_LEASE_TTL_S 9000000000LL
@@ -171,7 +180,7 @@ int kt_bridge_method(const char *path, char *msg, size_t msg_len) {
     if (strlen(etcd_services[i]) == svc_len && memcmp(svc, etcd_services[i], svc_len) == 0) {
       snprintf(msg, msg_len,
                "ketch-grpc: %.*s/%.64s is not implemented (served: KV, Watch, Lease, "
-               "Cluster/MemberList, Maintenance/Status and MoveLeader)",
+               "Cluster/MemberList, Maintenance/Status and MoveLeader, Lock, Election)",
                (int)svc_len, svc, meth);
       return KT_BRIDGE_UNIMPLEMENTED;
     }

@@ -886,7 +886,7 @@ static void usage(FILE *f) {
              "                  [--max-request-bytes N] [--max-stream-queue-bytes N]\n"
              "                  [--log-level debug|info|warn|error]\n"
              "etcd's v3 gRPC API (KV, Watch, Lease, Cluster.MemberList, Maintenance.Status\n"
-             "and MoveLeader) in front of a ketch cluster.\n"
+             "and MoveLeader, v3lock, v3election) in front of a ketch cluster.\n"
              "  --listen-addr        gRPC (h2c) listen address (default 127.0.0.1:2379)\n"
              "  --endpoints          ketch members, comma separated (default 127.0.0.1:2479)\n"
              "  --max-request-bytes  largest write request accepted (default 1572864)\n"

@@ -36,13 +36,39 @@
 #include "../grpc/grpc_client.h"
 #include "kv.pb-c.h"
 #include "rpc.pb-c.h"
+#include "v3election.pb-c.h"
+#include "v3lock.pb-c.h"
 
 #define MAX_WATCHES_PER_STREAM 4096
 #define GRPC_OVERHEAD_BYTES (512u * 1024)
 
-enum { S_WATCH, S_KEEPALIVE };
+enum {
+  S_WATCH,
+  S_KEEPALIVE,
+  /* v3lock / v3election (etcd's concurrency recipes, run here) */
+  S_LOCK,
+  S_UNLOCK,
+  S_CAMPAIGN,
+  S_PROCLAIM,
+  S_LEADER,
+  S_RESIGN,
+  S_OBSERVE,
+};
+
+static const char *const stream_methods[] = {
+    [S_WATCH] = "/etcdserverpb.Watch/Watch",
+    [S_KEEPALIVE] = "/etcdserverpb.Lease/LeaseKeepAlive",
+    [S_LOCK] = "/v3lockpb.Lock/Lock",
+    [S_UNLOCK] = "/v3lockpb.Lock/Unlock",
+    [S_CAMPAIGN] = "/v3electionpb.Election/Campaign",
+    [S_PROCLAIM] = "/v3electionpb.Election/Proclaim",
+    [S_LEADER] = "/v3electionpb.Election/Leader",
+    [S_RESIGN] = "/v3electionpb.Election/Resign",
+    [S_OBSERVE] = "/v3electionpb.Election/Observe",
+};
 
 struct bwatch;
+struct rop;
 
 struct kt_bridge_stream {
   ketch_client *kc;
@@ -61,6 +87,8 @@ struct kt_bridge_stream {
   int64_t progress_rev;
   /* LeaseKeepAlive */
   size_t pending;
+  /* Lock / Election */
+  struct rop *op;
 };
 
 struct bwatch {
@@ -84,9 +112,14 @@ static void note_header(const ketch_header *h) {
     last_hdr = *h;
 }
 
+struct rop;
+static void rop_free(struct rop *op);
+
 static void stream_unref(kt_bridge_stream *s) {
-  if (--s->refs == 0)
+  if (--s->refs == 0) {
+    rop_free(s->op);
     free(s);
+  }
 }
 
 static void stream_finish(kt_bridge_stream *s, int status, const char *message) {
@@ -500,17 +533,614 @@ static void keepalive_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) 
   s->io->pending(s->arg, +1);
 }
 
+/* ---- Lock and Election: etcd's concurrency recipes, asynchronously ----
+ * The same steps as etcd's v3lock / v3election servers (clientv3's
+ * concurrency Mutex and Election) with the caller's lease, driven by ketch
+ * callbacks instead of a blocking goroutine:
+ *   Lock/Campaign: txn "create name/<lease hex> if absent" (Lock also reads
+ *   the owner), then waitDeletes: the newest key of name/ created before ours
+ *   is watched until deleted, repeatedly, until none is left: we hold it.
+ *   A client that goes away while waiting gives its key up (Lock: delete,
+ *   Campaign: resign), as etcd does on a cancelled context.
+ *   Observe: the oldest key of name/ (or the first put under it) and then
+ *   every change of that key until it is deleted; again.
+ * Every ketch call and watch holds a reference on the stream. */
+
+struct rop {
+  uint8_t *name, *key, *value; /* name without "/", name/<lease hex> */
+  size_t name_len, key_len, value_len;
+  int64_t lease, rev; /* rev: our key's create revision */
+  ketch_header hdr;   /* the answer's header */
+  struct rwatch *w;   /* the watch in use, if any */
+  bool have_key;      /* our key may exist: give it up if the client leaves */
+  bool answered, first_put;
+};
+
+struct rwatch {
+  kt_bridge_stream *s;
+  uint64_t handle;
+  bool stale; /* cancelled: ignore all but the final delivery */
+};
+
+static const char *const err_no_leader = "election: no leader";
+static const char *const err_not_leader = "election: not leader";
+static const char *const err_missing_leader = "\"leader\" field must be provided";
+
+static void rop_free(struct rop *op) {
+  if (!op)
+    return;
+  free(op->name);
+  free(op->key);
+  free(op->value);
+  free(op);
+}
+
+static uint8_t *dup_bytes(const void *p, size_t n) {
+  uint8_t *d = malloc(n ? n : 1);
+  if (d && n)
+    memcpy(d, p, n);
+  return d;
+}
+
+/* name + "/" (the prefix every candidate's key lives under). */
+static ketch_range_req prefix_req(const struct rop *op, char *buf, size_t cap) {
+  ketch_range_req q;
+  memset(&q, 0, sizeof q);
+  size_t n = op->name_len + 1 < cap ? op->name_len : cap - 1;
+  memcpy(buf, op->name, n);
+  buf[n] = '/';
+  q.key = buf;
+  q.key_len = n + 1;
+  q.prefix = true;
+  return q;
+}
+
+/* etcd's WithFirstCreate / WithLastCreate: one key, by create revision. */
+static void by_create(ketch_range_req *q, int order) {
+  q->sort_target = KETCH_SORT_CREATE;
+  q->sort_order = order;
+  q->limit = 1;
+}
+
+/* etcd's lock and election servers return their embedded client's errors
+ * as plain errors: gRPC code Unknown, etcd's message. */
+static void recipe_fail(kt_bridge_stream *s, int err, const char *message) {
+  int st;
+  const char *m = kt_bridge_error(err, message, &st);
+  stream_finish(s, KT_GRPC_UNKNOWN, m);
+}
+
+/* Answers a unary recipe call: the message, then OK. */
+static void recipe_answer(kt_bridge_stream *s, const void *m) {
+  s->op->answered = true;
+  send_msg(s, m);
+  stream_finish(s, KT_GRPC_OK, "");
+}
+
+static void on_recipe_watch(void *arg, int err, const ketch_result *res);
+
+static void rwatch_cancel(kt_bridge_stream *s) {
+  struct rwatch *w = s->op->w;
+  if (w) {
+    w->stale = true;
+    ketch_watch_cancel(s->kc, w->handle);
+    s->op->w = NULL;
+  }
+}
+
+static int rwatch_start(kt_bridge_stream *s, const ketch_watch_req *q) {
+  struct rwatch *w = calloc(1, sizeof *w);
+  if (!w)
+    return KETCH_ENOMEM;
+  w->s = s;
+  int err = ketch_watch(s->kc, q, on_recipe_watch, w, &w->handle);
+  if (err) {
+    free(w);
+    return err;
+  }
+  s->refs++;
+  s->op->w = w;
+  return 0;
+}
+
+static int submit_ok(kt_bridge_stream *s, int err) {
+  if (!err)
+    s->refs++;
+  return err;
+}
+
+static void wait_deletes(kt_bridge_stream *s);
+static void observe_start(kt_bridge_stream *s);
+
+/* The recipe's own key is held: answer Lock / Campaign. */
+static void recipe_acquired(kt_bridge_stream *s) {
+  struct rop *op = s->op;
+  Etcdserverpb__ResponseHeader h;
+  fill_header(&h, &op->hdr, s->kc);
+  op->have_key = false; /* the caller owns it now */
+  if (s->method == S_LOCK) {
+    V3lockpb__LockResponse r;
+    v3lockpb__lock_response__init(&r);
+    r.header = &h;
+    r.key.data = op->key;
+    r.key.len = op->key_len;
+    recipe_answer(s, &r);
+  } else {
+    V3electionpb__CampaignResponse r;
+    V3electionpb__LeaderKey lk;
+    v3electionpb__campaign_response__init(&r);
+    v3electionpb__leader_key__init(&lk);
+    lk.name.data = op->name;
+    lk.name.len = op->name_len;
+    lk.key.data = op->key;
+    lk.key.len = op->key_len;
+    lk.rev = op->rev;
+    lk.lease = op->lease;
+    r.header = &h;
+    r.leader = &lk;
+    recipe_answer(s, &r);
+  }
+}
+
+/* A client gone while waiting: give the key up, as etcd's cancelled
+ * Lock (Unlock) and Campaign (Resign) do. The answer only unrefs. */
+static void on_cleanup(void *arg, int err, const ketch_result *res) {
+  (void)err;
+  (void)res;
+  stream_unref(arg);
+}
+
+static void recipe_give_up(kt_bridge_stream *s) {
+  struct rop *op = s->op;
+  if (!op || !op->have_key || op->answered)
+    return;
+  op->have_key = false;
+  if (s->method == S_LOCK) {
+    ketch_delete_req d = {.key = op->key, .key_len = op->key_len};
+    submit_ok(s, ketch_delete_async(s->kc, &d, on_cleanup, s));
+  } else {
+    ketch_compare c = {.result = KETCH_CMP_EQUAL,
+                       .target = KETCH_CMP_CREATE,
+                       .key = op->key,
+                       .key_len = op->key_len,
+                       .int_value = op->rev};
+    ketch_op del = ketch_op_delete((ketch_delete_req){.key = op->key, .key_len = op->key_len});
+    ketch_txn_req t = {.compare = &c, .n_compare = 1, .success = &del, .n_success = 1};
+    submit_ok(s, ketch_txn_async(s->kc, &t, on_cleanup, s));
+  }
+}
+
+static void recipe_close(kt_bridge_stream *s) {
+  if (!s->op)
+    return;
+  rwatch_cancel(s);
+  recipe_give_up(s);
+}
+
+/* waitDeletes: the newest key created before ours, if any. */
+static void on_wd_range(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  struct rop *op = s->op;
+  if (s->io && !s->finished) {
+    if (err) {
+      recipe_give_up(s);
+      recipe_fail(s, err, res->message);
+    } else if (res->range.n_kvs == 0) {
+      if (s->method == S_LOCK)
+        op->hdr = res->header; /* etcd: the header of the last Get */
+      recipe_acquired(s);
+    } else {
+      const ketch_kv *kv = &res->range.kvs[0];
+      ketch_watch_req q;
+      memset(&q, 0, sizeof q);
+      q.key = kv->key;
+      q.key_len = kv->key_len;
+      q.start_revision = res->header.revision;
+      q.no_put = true;
+      int e = rwatch_start(s, &q);
+      if (e) {
+        recipe_give_up(s);
+        recipe_fail(s, e, ketch_errmsg(s->kc));
+      }
+    }
+  }
+  stream_unref(s);
+}
+
+static void wait_deletes(kt_bridge_stream *s) {
+  char buf[1024];
+  ketch_range_req q = prefix_req(s->op, buf, sizeof buf);
+  by_create(&q, KETCH_SORT_DESCEND);
+  q.max_create_revision = s->op->rev - 1;
+  q.keys_only = true;
+  int err = submit_ok(s, ketch_range_async(s->kc, &q, on_wd_range, s));
+  if (err) {
+    recipe_give_up(s);
+    recipe_fail(s, err, ketch_errmsg(s->kc));
+  }
+}
+
+static void send_leader(kt_bridge_stream *s, const ketch_header *kh, const ketch_kv *kv) {
+  Etcdserverpb__ResponseHeader h;
+  Mvccpb__KeyValue k;
+  V3electionpb__LeaderResponse r;
+  fill_header(&h, kh, s->kc);
+  fill_kv(&k, kv);
+  v3electionpb__leader_response__init(&r);
+  r.header = &h;
+  r.kv = &k;
+  if (s->method == S_OBSERVE && s->io && !s->io->room(s->arg, 64 + kv->key_len + kv->value_len)) {
+    stream_finish(s, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: observer too slow");
+    return;
+  }
+  send_msg(s, &r);
+}
+
+static void observe_key(kt_bridge_stream *s, const ketch_kv *kv, int64_t rev) {
+  ketch_watch_req q;
+  memset(&q, 0, sizeof q);
+  q.key = kv->key;
+  q.key_len = kv->key_len;
+  q.start_revision = rev;
+  s->op->first_put = false;
+  int e = rwatch_start(s, &q);
+  if (e)
+    recipe_fail(s, e, ketch_errmsg(s->kc));
+}
+
+static void on_recipe_watch(void *arg, int err, const ketch_result *res) {
+  struct rwatch *w = arg;
+  kt_bridge_stream *s = w->s;
+  if (err || res->watch.canceled) {
+    if (!w->stale && s->io && !s->finished) {
+      s->op->w = NULL;
+      if (s->method == S_OBSERVE) {
+        stream_finish(s, KT_GRPC_OK, ""); /* etcd: the observer's channel closes */
+      } else {
+        recipe_give_up(s);
+        recipe_fail(s, err ? err : KETCH_ECANCELED, res->message);
+      }
+    }
+    free(w);
+    stream_unref(s);
+    return;
+  }
+  if (w->stale || !s->io || s->finished)
+    return;
+  const ketch_watch_result *wr = &res->watch;
+  for (size_t i = 0; i < wr->n_events; i++) {
+    const ketch_event *e = &wr->events[i];
+    if (s->method != S_OBSERVE) { /* waitDelete: the older key is gone */
+      if (e->type == KETCH_EVENT_DELETE) {
+        rwatch_cancel(s);
+        wait_deletes(s);
+        return;
+      }
+      continue;
+    }
+    if (s->op->first_put) { /* no leader yet: the first put under the prefix */
+      if (e->type != KETCH_EVENT_PUT)
+        continue;
+      ketch_header h = res->header;
+      h.revision = e->kv.mod_revision;
+      send_leader(s, &h, &e->kv);
+      rwatch_cancel(s);
+      observe_key(s, &e->kv, e->kv.mod_revision + 1);
+      return;
+    }
+    if (e->type == KETCH_EVENT_DELETE) { /* the leader is gone: the next one */
+      rwatch_cancel(s);
+      observe_start(s);
+      return;
+    }
+    send_leader(s, &res->header, &e->kv);
+  }
+}
+
+static void on_observe_range(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  if (s->io && !s->finished) {
+    if (err) {
+      stream_finish(s, KT_GRPC_OK, ""); /* etcd: a failed Get ends the observation */
+    } else if (res->range.n_kvs > 0) {
+      send_leader(s, &res->header, &res->range.kvs[0]);
+      observe_key(s, &res->range.kvs[0], res->header.revision + 1);
+    } else {
+      char buf[1024];
+      ketch_range_req p = prefix_req(s->op, buf, sizeof buf);
+      ketch_watch_req q;
+      memset(&q, 0, sizeof q);
+      q.key = p.key;
+      q.key_len = p.key_len;
+      q.prefix = true;
+      q.start_revision = res->header.revision;
+      s->op->first_put = true;
+      int e = rwatch_start(s, &q);
+      if (e)
+        recipe_fail(s, e, ketch_errmsg(s->kc));
+    }
+  }
+  stream_unref(s);
+}
+
+static void observe_start(kt_bridge_stream *s) {
+  char buf[1024];
+  ketch_range_req q = prefix_req(s->op, buf, sizeof buf);
+  by_create(&q, KETCH_SORT_ASCEND);
+  int err = submit_ok(s, ketch_range_async(s->kc, &q, on_observe_range, s));
+  if (err)
+    recipe_fail(s, err, ketch_errmsg(s->kc));
+}
+
+static void on_leader(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  if (s->io && !s->finished) {
+    if (err)
+      recipe_fail(s, err, res->message);
+    else if (res->range.n_kvs == 0)
+      stream_finish(s, KT_GRPC_UNKNOWN, err_no_leader);
+    else {
+      s->op->answered = true;
+      send_leader(s, &res->header, &res->range.kvs[0]);
+      stream_finish(s, KT_GRPC_OK, "");
+    }
+  }
+  stream_unref(s);
+}
+
+/* The answer of Unlock, Proclaim, Resign: a header only (all three messages
+ * are {header = 1}); Proclaim and Resign also check the txn held. */
+static void on_simple(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  if (s->io && !s->finished) {
+    if (err) {
+      recipe_fail(s, err, res->message);
+    } else if (s->method == S_PROCLAIM && !res->txn.succeeded) {
+      stream_finish(s, KT_GRPC_UNKNOWN, err_not_leader);
+    } else {
+      Etcdserverpb__ResponseHeader h;
+      V3lockpb__UnlockResponse r; /* the same wire shape as the others */
+      fill_header(&h, &res->header, s->kc);
+      v3lockpb__unlock_response__init(&r);
+      r.header = &h;
+      recipe_answer(s, &r);
+    }
+  }
+  stream_unref(s);
+}
+
+/* Campaign's Proclaim of a new value over an existing key. */
+static void on_campaign_proclaim(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  if (s->io && !s->finished) {
+    if (err || !res->txn.succeeded) {
+      recipe_give_up(s);
+      if (err)
+        recipe_fail(s, err, res->message);
+      else
+        stream_finish(s, KT_GRPC_UNKNOWN, err_not_leader);
+    } else {
+      wait_deletes(s);
+    }
+  }
+  stream_unref(s);
+}
+
+static void on_create_txn(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  struct rop *op = s->op;
+  if (s->io && !s->finished) {
+    const ketch_txn_result *t = &res->txn;
+    if (err) {
+      recipe_fail(s, err, res->message);
+    } else if (t->n_responses < 1 || (!t->succeeded && t->responses[0].range.n_kvs == 0)) {
+      recipe_fail(s, KETCH_EINTERNAL, "ketch-grpc: unexpected txn answer");
+    } else {
+      op->have_key = true;
+      op->hdr = res->header;
+      op->rev = t->succeeded ? res->header.revision : t->responses[0].range.kvs[0].create_revision;
+      if (s->method == S_LOCK) {
+        const ketch_range_result *owner = t->n_responses > 1 ? &t->responses[1].range : NULL;
+        if (!owner || owner->n_kvs == 0 || owner->kvs[0].create_revision == op->rev)
+          recipe_acquired(s);
+        else
+          wait_deletes(s);
+      } else if (!t->succeeded && (t->responses[0].range.kvs[0].value_len != op->value_len ||
+                                   (op->value_len && memcmp(t->responses[0].range.kvs[0].value,
+                                                            op->value, op->value_len)))) {
+        ketch_compare c = {.result = KETCH_CMP_EQUAL,
+                           .target = KETCH_CMP_CREATE,
+                           .key = op->key,
+                           .key_len = op->key_len,
+                           .int_value = op->rev};
+        ketch_op put = ketch_op_put((ketch_put_req){.key = op->key,
+                                                    .key_len = op->key_len,
+                                                    .value = op->value,
+                                                    .value_len = op->value_len,
+                                                    .lease = op->lease});
+        ketch_txn_req q = {.compare = &c, .n_compare = 1, .success = &put, .n_success = 1};
+        int e = submit_ok(s, ketch_txn_async(s->kc, &q, on_campaign_proclaim, s));
+        if (e) {
+          recipe_give_up(s);
+          recipe_fail(s, e, ketch_errmsg(s->kc));
+        }
+      } else {
+        wait_deletes(s);
+      }
+    }
+  }
+  stream_unref(s);
+}
+
+/* Lock / Campaign: create name/<lease hex> unless it exists. */
+static int recipe_create(kt_bridge_stream *s) {
+  struct rop *op = s->op;
+  char buf[1024];
+  ketch_compare c = {.result = KETCH_CMP_EQUAL,
+                     .target = KETCH_CMP_CREATE,
+                     .key = op->key,
+                     .key_len = op->key_len,
+                     .int_value = 0};
+  ketch_range_req owner = prefix_req(op, buf, sizeof buf);
+  by_create(&owner, KETCH_SORT_ASCEND);
+  ketch_op ok[2] = {ketch_op_put((ketch_put_req){.key = op->key,
+                                                 .key_len = op->key_len,
+                                                 .value = op->value,
+                                                 .value_len = op->value_len,
+                                                 .lease = op->lease}),
+                    ketch_op_range(owner)};
+  ketch_op ko[2] = {ketch_op_range((ketch_range_req){.key = op->key, .key_len = op->key_len}),
+                    ketch_op_range(owner)};
+  size_t n = s->method == S_LOCK ? 2 : 1;
+  ketch_txn_req q = {
+      .compare = &c, .n_compare = 1, .success = ok, .n_success = n, .failure = ko, .n_failure = n};
+  return submit_ok(s, ketch_txn_async(s->kc, &q, on_create_txn, s));
+}
+
+static int rop_key(struct rop *op, const ProtobufCBinaryData *name, int64_t lease) {
+  char hex[24];
+  int hn = snprintf(hex, sizeof hex, "%llx", (unsigned long long)lease);
+  op->name = dup_bytes(name->data, name->len);
+  op->name_len = name->len;
+  op->key_len = name->len + 1 + (size_t)hn;
+  op->key = malloc(op->key_len);
+  if (!op->name || !op->key)
+    return KETCH_ENOMEM;
+  memcpy(op->key, name->data, name->len);
+  op->key[name->len] = '/';
+  memcpy(op->key + name->len + 1, hex, (size_t)hn);
+  op->lease = lease;
+  return 0;
+}
+
+/* A LeaderKey (Proclaim, Resign): its key and create revision. */
+static int rop_leader(struct rop *op, const V3electionpb__LeaderKey *lk) {
+  op->key = dup_bytes(lk->key.data, lk->key.len);
+  op->key_len = lk->key.len;
+  op->rev = lk->rev;
+  op->lease = lk->lease;
+  return op->key ? 0 : KETCH_ENOMEM;
+}
+
+static void recipe_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
+  if (s->op) { /* one request per call (all are unary or server-streaming) */
+    stream_finish(s, KT_GRPC_INTERNAL, "grpc: expected exactly one request message");
+    return;
+  }
+  struct rop *op = calloc(1, sizeof *op);
+  if (!op) {
+    stream_finish(s, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory");
+    return;
+  }
+  s->op = op;
+  ProtobufCMessage *m = NULL;
+  int err = 0;
+  const char *fail_msg = NULL;
+  switch (s->method) {
+  case S_LOCK: {
+    V3lockpb__LockRequest *r = v3lockpb__lock_request__unpack(NULL, len, msg);
+    m = (ProtobufCMessage *)r;
+    if (r && !(err = rop_key(op, &r->name, r->lease)))
+      err = recipe_create(s);
+    break;
+  }
+  case S_CAMPAIGN: {
+    V3electionpb__CampaignRequest *r = v3electionpb__campaign_request__unpack(NULL, len, msg);
+    m = (ProtobufCMessage *)r;
+    if (r && !(err = rop_key(op, &r->name, r->lease))) {
+      op->value = dup_bytes(r->value.data, r->value.len);
+      op->value_len = r->value.len;
+      err = op->value ? recipe_create(s) : KETCH_ENOMEM;
+    }
+    break;
+  }
+  case S_UNLOCK: {
+    V3lockpb__UnlockRequest *r = v3lockpb__unlock_request__unpack(NULL, len, msg);
+    m = (ProtobufCMessage *)r;
+    if (r) {
+      ketch_delete_req d = {.key = r->key.data, .key_len = r->key.len};
+      err = submit_ok(s, ketch_delete_async(s->kc, &d, on_simple, s));
+    }
+    break;
+  }
+  case S_PROCLAIM:
+  case S_RESIGN: {
+    V3electionpb__ProclaimRequest *p = NULL;
+    V3electionpb__ResignRequest *r = NULL;
+    const V3electionpb__LeaderKey *lk;
+    if (s->method == S_PROCLAIM) {
+      p = v3electionpb__proclaim_request__unpack(NULL, len, msg);
+      m = (ProtobufCMessage *)p;
+      lk = p ? p->leader : NULL;
+    } else {
+      r = v3electionpb__resign_request__unpack(NULL, len, msg);
+      m = (ProtobufCMessage *)r;
+      lk = r ? r->leader : NULL;
+    }
+    if (!m)
+      break;
+    if (!lk) {
+      fail_msg = err_missing_leader;
+      break;
+    }
+    if ((err = rop_leader(op, lk)))
+      break;
+    ketch_compare c = {.result = KETCH_CMP_EQUAL,
+                       .target = KETCH_CMP_CREATE,
+                       .key = op->key,
+                       .key_len = op->key_len,
+                       .int_value = op->rev};
+    ketch_op o = p ? ketch_op_put((ketch_put_req){.key = op->key,
+                                                  .key_len = op->key_len,
+                                                  .value = p->value.data,
+                                                  .value_len = p->value.len,
+                                                  .lease = op->lease})
+                   : ketch_op_delete((ketch_delete_req){.key = op->key, .key_len = op->key_len});
+    ketch_txn_req q = {.compare = &c, .n_compare = 1, .success = &o, .n_success = 1};
+    err = submit_ok(s, ketch_txn_async(s->kc, &q, on_simple, s));
+    break;
+  }
+  case S_LEADER:
+  case S_OBSERVE: {
+    V3electionpb__LeaderRequest *r = v3electionpb__leader_request__unpack(NULL, len, msg);
+    m = (ProtobufCMessage *)r;
+    if (!r)
+      break;
+    op->name = dup_bytes(r->name.data, r->name.len);
+    op->name_len = r->name.len;
+    if (!op->name) {
+      err = KETCH_ENOMEM;
+    } else if (s->method == S_OBSERVE) {
+      observe_start(s);
+    } else {
+      char buf[1024];
+      ketch_range_req q = prefix_req(op, buf, sizeof buf);
+      by_create(&q, KETCH_SORT_ASCEND);
+      err = submit_ok(s, ketch_range_async(s->kc, &q, on_leader, s));
+    }
+    break;
+  }
+  }
+  if (m)
+    protobuf_c_message_free_unpacked(m, NULL);
+  if (!m)
+    stream_finish(s, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf");
+  else if (fail_msg)
+    stream_finish(s, KT_GRPC_UNKNOWN, fail_msg);
+  else if (err)
+    recipe_fail(s, err, ketch_errmsg(s->kc));
+}
+
 /* ---- the stream ---- */
 
 kt_bridge_stream *kt_bridge_stream_open(ketch_client *kc, const char *path,
                                         size_t max_request_bytes,
                                         const struct kt_bridge_stream_io *io, void *arg) {
-  int method;
-  if (strcmp(path, "/etcdserverpb.Watch/Watch") == 0)
-    method = S_WATCH;
-  else if (strcmp(path, "/etcdserverpb.Lease/LeaseKeepAlive") == 0)
-    method = S_KEEPALIVE;
-  else
+  int method = -1;
+  for (int i = 0; i < (int)(sizeof stream_methods / sizeof stream_methods[0]); i++)
+    if (strcmp(path, stream_methods[i]) == 0)
+      method = i;
+  if (method < 0)
     return NULL;
   kt_bridge_stream *s = calloc(1, sizeof *s);
   if (!s)
@@ -529,8 +1159,10 @@ void kt_bridge_stream_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) 
     return;
   if (s->method == S_WATCH)
     watch_recv(s, msg, len);
-  else
+  else if (s->method == S_KEEPALIVE)
     keepalive_recv(s, msg, len);
+  else
+    recipe_recv(s, msg, len);
 }
 
 void kt_bridge_stream_eof(kt_bridge_stream *s) {
@@ -539,6 +1171,8 @@ void kt_bridge_stream_eof(kt_bridge_stream *s) {
   s->eof = true;
   if (s->method == S_KEEPALIVE && s->pending == 0)
     stream_finish(s, KT_GRPC_OK, "");
+  else if (s->method >= S_LOCK && !s->op)
+    stream_finish(s, KT_GRPC_INTERNAL, "grpc: the request ended without a message");
 }
 
 void kt_bridge_stream_close(kt_bridge_stream *s) {
@@ -553,5 +1187,6 @@ void kt_bridge_stream_close(kt_bridge_stream *s) {
     }
   }
   s->progress_waiting = 0;
+  recipe_close(s);
   stream_unref(s);
 }
