@@ -63,6 +63,7 @@ enum {
   W_LEASE_KEEPALIVE, /* one keep-alive of lease i mod --leases per request */
   W_WATCH,           /* fan-out throughput (watch.c) */
   W_WATCH_LATENCY,   /* put-to-event latency (watch.c) */
+  W_LOCK,            /* mutex contention (lock.c) */
 };
 enum { T_KETCH, T_ETCD };
 
@@ -237,6 +238,12 @@ struct watch_result {
 };
 int watch_run(const struct bench_cfg *cfg, struct watch_result *res, char *err, size_t err_len);
 void watch_report(const struct bench_cfg *cfg, const struct watch_result *r);
+
+/* ---- lock (lock.c) ----
+ * --clients threads contend for the mutex cfg->range_key; fills res as
+ * bench_run does (one request = one acquire + release). 0, or 1 with err
+ * (a client could not connect or open its session). */
+int lock_run(const struct bench_cfg *cfg, struct bench_result *res, char *err, size_t err_len);
 uint64_t bench_now_ns(void);
 /* The floor (floor.c): count x (write 256 B + fdatasync) on a preallocated
  * file in dir, and count loopback TCP round trips. 0, or -1 with err. */

@@ -22,6 +22,8 @@
  * put-to-event latency), watch:W (fan-out: W watchers of a key range over 10
  * streams, 16 writers as fast as they go: events/s). Connections: 1 for one
  * client, else 16 (etcd's benchmark defaults in the anchors). For the watch
+ * lock:C (C clients lock and unlock one mutex in turn: libketch's recipe vs
+ * etcd's v3lock service). For the watch
  * workloads every event missing from a watcher (watchers x ok puts minus
  * events received) counts as an error.
  */
@@ -250,6 +252,8 @@ static int parse_wl(const char *s, struct wl *w) {
     w->workload = W_TXN_PUT;
   else if (n == 5 && !strncmp(s, "mixed", 5))
     w->workload = W_MIXED;
+  else if (n == 4 && !strncmp(s, "lock", 4))
+    w->workload = W_LOCK;
   else if (n == 15 && !strncmp(s, "lease-keepalive", 15))
     w->workload = W_LEASE_KEEPALIVE;
   else if (n == 13 && !strncmp(s, "watch-latency", 13))
@@ -273,8 +277,10 @@ static bool is_watch(const struct wl *w) {
 static const char *wl_title(const struct wl *w, char *buf, size_t len) {
   static const char *const kinds[] = {"put", "range 1 key", "txn-put", "txn-mixed",
                                       "mixed 90% read"};
-  if (w->workload == W_LEASE_KEEPALIVE) {
-    snprintf(buf, len, "lease keep-alive, %d client%s", w->clients, w->clients == 1 ? "" : "s");
+  if (w->workload == W_LEASE_KEEPALIVE || w->workload == W_LOCK) {
+    snprintf(buf, len, "%s, %d client%s",
+             w->workload == W_LOCK ? "lock + unlock one mutex" : "lease keep-alive", w->clients,
+             w->clients == 1 ? "" : "s");
     return buf;
   }
   if (w->workload == W_WATCH_LATENCY) {
@@ -301,12 +307,13 @@ static double aim(const struct wl *w) {
 }
 
 static void usage_compare(void) {
-  fprintf(stderr, "usage: ketch-bench compare [--rounds N] [--run-seconds S] [--keys N] [--json]\n"
-                  "         [--out-dir DIR] [--ketch PATH] [--etcd PATH] [--data-dir-base DIR]\n"
-                  "         [--leases N] [WORKLOAD...]   (put:C range-l:C range-s:C txn-put:C\n"
-                  "         mixed:C lease-keepalive:C watch-latency:W watch:W; default put:1\n"
-                  "         put:16 put:64 put:256 range-l:64 range-s:64 lease-keepalive:64\n"
-                  "         watch-latency:100 watch:1000)\n");
+  fprintf(stderr,
+          "usage: ketch-bench compare [--rounds N] [--run-seconds S] [--keys N] [--json]\n"
+          "         [--out-dir DIR] [--ketch PATH] [--etcd PATH] [--data-dir-base DIR]\n"
+          "         [--leases N] [WORKLOAD...]   (put:C range-l:C range-s:C txn-put:C\n"
+          "         mixed:C lease-keepalive:C watch-latency:W watch:W lock:C; default put:1\n"
+          "         put:16 put:64 put:256 range-l:64 range-s:64 lease-keepalive:64\n"
+          "         watch-latency:100 watch:1000 lock:8)\n");
   exit(2);
 }
 
@@ -357,7 +364,8 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
                                       "range-s:64",
                                       "lease-keepalive:64",
                                       "watch-latency:100",
-                                      "watch:1000"};
+                                      "watch:1000",
+                                      "lock:8"};
     for (size_t i = 0; i < sizeof def / sizeof def[0]; i++)
       parse_wl(def[i], &wls[n_wl++]);
   }
@@ -448,6 +456,8 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
         c.txn_ops = 4;
         if (w->workload == W_RANGE)
           c.range_key = range_key;
+        if (w->workload == W_LOCK)
+          c.range_key = "ketch-bench-lock";
         if (w->workload == W_LEASE_KEEPALIVE && !w->lease_base[t]) {
           /* the leases, once per server, not measured */
           struct bench_cfg g = c;
@@ -482,8 +492,9 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
           c.key_space = 1000;
         }
         double cpu0 = proc_cpu_s(srv[t].pid);
-        int brc =
-            is_watch(w) ? watch_run(&c, &wr, err, sizeof err) : bench_run(&c, &r, err, sizeof err);
+        int brc = is_watch(w)             ? watch_run(&c, &wr, err, sizeof err)
+                  : w->workload == W_LOCK ? lock_run(&c, &r, err, sizeof err)
+                                          : bench_run(&c, &r, err, sizeof err);
         double cpu1 = proc_cpu_s(srv[t].pid);
         long ops = is_watch(w) ? wr.events : r.ok;
         double secs = is_watch(w) ? wr.seconds : r.seconds;

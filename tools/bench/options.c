@@ -67,7 +67,10 @@ void usage(int status) {
       "                    fan-out: watchers of a key range, puts into it; events/s over all\n"
       "                    watchers, each watcher must get every event\n"
       "            (both: --duration S puts for S seconds instead of --put-total)\n"
-      "  lock: not supported by this tool yet\n");
+      "  lock [NAME] [--lease-ttl S (300)]\n"
+      "                    --clients clients (threads, a connection and session each) lock and\n"
+      "                    unlock mutex NAME (ketch-bench-lock) in turn; one request = one\n"
+      "                    acquire + release (ketch: libketch's mutex recipe; etcd: v3lock)\n");
   exit(status);
 }
 
@@ -284,7 +287,8 @@ void parse_workload(struct bench_cfg *cfg, const char *name, int argc, char **ar
   } names[] = {{"put", W_PUT},         {"range", W_RANGE},
                {"txn-put", W_TXN_PUT}, {"txn-mixed", W_TXN_MIXED},
                {"mixed", W_MIXED},     {"lease-keepalive", W_LEASE_KEEPALIVE},
-               {"watch", W_WATCH},     {"watch-latency", W_WATCH_LATENCY}};
+               {"watch", W_WATCH},     {"watch-latency", W_WATCH_LATENCY},
+               {"lock", W_LOCK}};
   cfg->workload = -1;
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcmp(name, names[i].name))
@@ -297,7 +301,13 @@ void parse_workload(struct bench_cfg *cfg, const char *name, int argc, char **ar
     if (apply(cfg, o, optarg))
       usage(2);
   int npos = argc - optind;
-  if (cfg->workload == W_RANGE) {
+  if (cfg->workload == W_LOCK) {
+    if (npos > 1) {
+      fprintf(stderr, "ketch-bench: lock takes one NAME at most\n");
+      exit(2);
+    }
+    cfg->range_key = npos ? argv[optind] : "ketch-bench-lock";
+  } else if (cfg->workload == W_RANGE) {
     if (npos < 1 || npos > 2) {
       fprintf(stderr, "ketch-bench: range needs KEY [END]\n");
       exit(2);
