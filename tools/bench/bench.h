@@ -7,7 +7,10 @@
  * of each workload), hist.c (latency histogram), target_ketch.c /
  * target_etcd.c (submit a request, poll integration), run.c (the loop:
  * closed or open loop, progress line), report.c (text and JSON), floor.c
- * (the disk + loopback floor), compare.c (ketch vs etcd side by side).
+ * (the disk + loopback floor), compare.c (ketch vs etcd side by side),
+ * watch.c (watch, watch-latency: watchers + writers in one loop), lock.c
+ * (lock: one thread per client, synchronous lock/unlock). lease-keepalive
+ * is bench_run's loop after an unmeasured grant run (run.c).
  *
  * Data flow of a run: one ppoll() over every connection's fd → the target's
  * process() → completion callbacks record the latency (from the send time in
