@@ -650,6 +650,17 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
           "RSS after restart: ketch %.1f MB, etcd %.1f MB\n",
           du_mb[T_KETCH], du_mb[T_ETCD], restart_s[T_KETCH], restart_s[T_ETCD],
           (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
+  if (rss[T_KETCH] > rss[T_ETCD])
+    fprintf(f, "- SHORT: RSS at the end: ketch %.1f MB > etcd %.1f MB\n",
+            (double)rss[T_KETCH] / 1024, (double)rss[T_ETCD] / 1024);
+  if (rss_restart[T_KETCH] > rss_restart[T_ETCD])
+    fprintf(f, "- SHORT: RSS after restart: ketch %.1f MB > etcd %.1f MB\n",
+            (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
+  if (du_mb[T_KETCH] > du_mb[T_ETCD])
+    fprintf(f, "- SHORT: data dir: ketch %.1f MB > etcd %.1f MB\n", du_mb[T_KETCH], du_mb[T_ETCD]);
+  if (restart_s[T_KETCH] > restart_s[T_ETCD])
+    fprintf(f, "- SHORT: restart to serving: ketch %.2f s > etcd %.2f s\n", restart_s[T_KETCH],
+            restart_s[T_ETCD]);
   fprintf(f, "- 3-member comparisons: not run (ketch needs the cluster issue first).\n");
   rc = 0;
 out:
