@@ -12,6 +12,16 @@
  * heap block owned by the caller for a synchronous call) and runs the
  * callback. Deadlines and failover run in the same call.
  *
+ * Streams. A watch (struct watch) is not a slot: it has no deadline and
+ * lives across connections. Its WATCH_CREATE goes out on every connection
+ * that reaches READY (id WATCH_BIT | seq | index), starting where the last
+ * delivered event left it (see struct watch); its frames are filtered so
+ * that nothing is delivered twice; its last delivery (canceled) runs from
+ * deliver_finals() at the end of ketch_process(), never from a submit. A
+ * kept-alive lease (struct keepalive) is a timer that submits an ordinary
+ * LEASE_KEEPALIVE request (a read: resent after a reconnect) when due.
+ * timers() runs both; their deadlines count in ketch_timeout_ms().
+ *
  * Invariants:
  *   - A slot is either free (id == 0, on the free list) or pending (on the
  *     FIFO `pending` list in submission order). Since every request gets the
@@ -41,7 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SLOT_BITS 24
+#define SLOT_BITS 24 /* also: at most 2^24 watches' indexes (MAX_WATCHES is less) */
 #define SLOT_MASK ((1u << SLOT_BITS) - 1)
 #define READ_CHUNK (64 * 1024)
 #define BACKOFF_MIN_MS 20

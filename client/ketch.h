@@ -375,7 +375,7 @@ typedef struct ketch_event {
  * not created, not canceled) every event up to header.revision was
  * delivered. */
 typedef struct ketch_watch_result {
-  int64_t watch_id;
+  int64_t watch_id;          /* the watch's handle (ketch_watch's *out) */
   bool created;              /* the watch is established (first delivery) */
   bool canceled;             /* last delivery: the watch ended (see err/compact_revision) */
   int64_t compact_revision;  /* canceled because start_revision was compacted */
@@ -385,7 +385,10 @@ typedef struct ketch_watch_result {
 } ketch_watch_result;
 
 /* The result of one request. `type` says which union member is filled.
- * When err != 0 the header and the union are zero and `message` explains. */
+ * When err != 0 the header and the union are zero and `message` explains
+ * (except a watch's last delivery: watch.canceled, watch_id and
+ * compact_revision are set, and the header of the server's canceled frame
+ * when there was one). */
 typedef struct ketch_result {
   int type;            /* KETCH_OP_* of the request */
   int err;             /* 0 or KETCH_E* */
@@ -515,8 +518,12 @@ int ketch_lease_leases(ketch_client *c, ketch_result **out);
  * deadline counts in ketch_timeout_ms), across reconnects, until
  * ketch_lease_keepalive_stop() or the lease is found gone. cb (may be NULL)
  * runs after each renewal with type KETCH_OP_LEASE_KEEPALIVE; a result with
- * ttl 0 (lease gone) is the last one. Returns KETCH_EINVAL for id <= 0,
- * KETCH_EBUSY if the handle already keeps 65536 leases alive. */
+ * ttl 0 (lease gone) is the last one. A renewal that fails (timeout, no
+ * endpoint) is retried every 0.5 s without a callback; once a whole TTL has
+ * passed without a successful renewal the lease is presumed lost and cb gets
+ * that error as its last result. Starting a lease that is already kept alive
+ * replaces its cb/arg. Returns KETCH_EINVAL for id <= 0, KETCH_EBUSY if the
+ * handle already keeps 65536 leases alive. */
 int ketch_lease_keepalive_start(ketch_client *c, int64_t id, ketch_cb cb, void *arg);
 int ketch_lease_keepalive_stop(ketch_client *c, int64_t id); /* KETCH_ENOTFOUND */
 
@@ -638,7 +645,9 @@ short ketch_events(const ketch_client *c);
 int ketch_timeout_ms(const ketch_client *c);
 int ketch_process(ketch_client *c);
 
-/* Number of requests submitted and not yet completed. */
+/* Number of requests submitted and not yet completed. Watches are not
+ * requests (nor are keep-alives, but a renewal in flight is): ketch_run()
+ * does not wait for them. */
 size_t ketch_pending(const ketch_client *c);
 
 /* A small loop of its own for programs without one: poll + ketch_process

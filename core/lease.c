@@ -448,6 +448,15 @@ void kt_lease_each(const struct kt_lease_mgr *m,
   free(v);
 }
 
+void kt_lease_each_unsorted(const struct kt_lease_mgr *m,
+                            void (*fn)(void *arg, int64_t id, int64_t granted_ttl_s), void *arg) {
+  for (size_t i = 0; i < m->leases.cap; i++) {
+    const struct kt_lease *l = m->leases.s[i].p;
+    if (l)
+      fn(arg, l->id, l->ttl_s);
+  }
+}
+
 void kt_lease_promote(struct kt_lease_mgr *m, int64_t now_ms, int64_t extend_ms) {
   kt_lease_demote(m);
   m->leader = true;

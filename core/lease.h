@@ -124,6 +124,10 @@ int kt_lease_keys(const struct kt_lease_mgr *m, int64_t id,
 void kt_lease_each(const struct kt_lease_mgr *m,
                    void (*fn)(void *arg, int64_t id, int64_t granted_ttl_s), void *arg);
 
+/* The same in table order: O(n), no sort (snapshots: any order restores). */
+void kt_lease_each_unsorted(const struct kt_lease_mgr *m,
+                            void (*fn)(void *arg, int64_t id, int64_t granted_ttl_s), void *arg);
+
 /* Leader side (not deterministic; never changes the applied state) --------- */
 
 /* Becomes leader: every lease gets expiry = now + ttl*1000 + extend_ms. O(n). */

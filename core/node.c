@@ -759,6 +759,9 @@ static void raft_event(struct kt_node *n, const struct kt_raft_event *ev) {
   case KT_RAFT_EV_BECAME_LEADER:
     n->lead_index = ev->a;
     break;
+  case KT_RAFT_EV_NEED_SNAPSHOT:
+    kt_node_install_need(n, ev->a);
+    break;
   default:
     break;
   }
@@ -839,9 +842,20 @@ static void process_ready(struct kt_node *n) {
   /* Raft keeps applied entries in memory only for followers to catch up
    * from: none with one member; a window of RAFT_KEEP_ENTRIES with several
    * (further behind needs a snapshot install: the cluster issue). */
-  uint64_t keep = n->n_members > 1 ? RAFT_KEEP_ENTRIES : 0;
-  if (n->applied_index >= kt_raft_first_index(n->raft) + keep + 1024)
-    kt_raft_compact(n->raft, n->applied_index - keep);
+  if (n->n_members == 1) {
+    if (n->applied_index >= kt_raft_first_index(n->raft) + 1024)
+      kt_raft_compact(n->raft, n->applied_index);
+  } else {
+    /* never past the newest snapshot: a follower further behind gets that
+     * snapshot and continues from the entries after it */
+    uint64_t keep =
+        n->cfg.snapshot_catchup_entries ? n->cfg.snapshot_catchup_entries : RAFT_KEEP_ENTRIES;
+    uint64_t to = n->applied_index > keep ? n->applied_index - keep : 0;
+    if (to > n->durable_snap_index)
+      to = n->durable_snap_index;
+    if (to >= kt_raft_first_index(n->raft) + 1024)
+      kt_raft_compact(n->raft, to);
+  }
   serve_ready_reads(n);
   move_check(n);
   if (n->serving && held_count(&n->defer))
@@ -873,6 +887,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
   kt_raft_tick(n->raft);
   kt_node_lease_tick(n);
   kt_node_watch_tick(n);
+  kt_node_install_tick(n);
   kt_node_lock_tick(n);
   move_check(n);
   /* Requests that waited two election timeouts for a leader fail. */
@@ -968,7 +983,7 @@ static void on_snap_progress(struct ev_loop *loop, ev_async *w, int revents) {
   n->snap_w = NULL;
   kt_arena_free(&n->snap_arena);
   n->prev_snap_index = n->last_snap_index;
-  n->last_snap_index = n->snap_index;
+  n->last_snap_index = n->durable_snap_index = n->snap_index;
   /* Keep two snapshots, and the WAL from the older one on, so a corrupt
    * newest snapshot still recovers from the older one + WAL. */
   if (kt_snap_purge(n->snap_dir, SNAP_KEEP, NULL, &e))
@@ -1392,6 +1407,32 @@ static int load_snapshot_leases(struct kt_node *n, const struct kt_snap_meta *me
 }
 
 /* The newest snapshot that loads whole; older ones are the fallback. */
+int kt_node_load_snapshot_file(struct kt_node *n, const char *path, struct kt_snap_meta *meta,
+                               struct kt_mvcc **store, struct kt_lease_mgr **leases,
+                               struct kt_err *e) {
+  struct kt_lease_mgr *old = n->leases;
+  n->leases = kt_node_lease_mgr_new(n); /* restore_done attaches keys into it */
+  struct kt_mvcc *s = new_store(n);
+  struct restore rs = {.n = n, .store = s};
+  int rc = kt_snap_load(path, restore_rec, &rs, meta, e);
+  restore_flush(&rs);
+  kt_buf_free(&rs.key);
+  if (!rc)
+    rc = load_snapshot_leases(n, meta, e);
+  kt_node_lease_restore_done(n, rc == 0);
+  if (rc) {
+    kt_lease_free(n->leases);
+    n->leases = old;
+    kt_mvcc_free(s);
+    return rc;
+  }
+  kt_mvcc_restore_done(s, meta->revision, meta->compact_revision);
+  *store = s;
+  *leases = n->leases;
+  n->leases = old;
+  return 0;
+}
+
 static int load_snapshot(struct kt_node *n, struct kt_err *e) {
   struct kt_snap_entry *list = NULL;
   size_t cnt = 0;
@@ -1402,26 +1443,20 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
     snprintf(path, sizeof path, "%s/%s", n->snap_dir, list[i].name);
     struct kt_snap_meta meta = {0};
     struct kt_err le = {0};
-    struct kt_mvcc *s = new_store(n);
-    struct restore rs = {.n = n, .store = s};
-    int rc = kt_snap_load(path, restore_rec, &rs, &meta, &le);
-    restore_flush(&rs);
-    kt_buf_free(&rs.key);
-    if (!rc)
-      rc = load_snapshot_leases(n, &meta, &le);
-    kt_node_lease_restore_done(n, rc == 0);
-    if (rc) {
+    struct kt_mvcc *s;
+    struct kt_lease_mgr *lm;
+    if (kt_node_load_snapshot_file(n, path, &meta, &s, &lm, &le)) {
       kt_log(KT_LOG_ERROR, "snap", "snapshot refused: %s%s", le.msg,
              i + 1 < cnt ? " (falling back to an older snapshot)" : "");
-      kt_mvcc_free(s);
       kt_snap_meta_free(&meta);
       continue;
     }
-    kt_mvcc_restore_done(s, meta.revision, meta.compact_revision);
     kt_mvcc_free(n->store);
     n->store = s;
+    kt_lease_free(n->leases);
+    n->leases = lm;
     n->applied_term = meta.term;
-    n->applied_index = n->last_snap_index = meta.index;
+    n->applied_index = n->last_snap_index = n->durable_snap_index = meta.index;
     kt_log(KT_LOG_INFO, "snap",
            "recovered from snapshot file=%s index=%llu revision=%lld keys=%llu", list[i].name,
            (unsigned long long)meta.index, (long long)meta.revision,
@@ -1512,12 +1547,19 @@ static void on_peer_message(void *arg, uint64_t from, const uint8_t *msg, size_t
   kt_raft_step(n->raft, &m);
 }
 
+static void on_peer_snapshot(void *arg, uint64_t from, const uint8_t *msg, size_t len) {
+  kt_node_install_chunk(arg, from, msg, len);
+}
+static void on_snapshot_room(void *arg, uint64_t peer) { kt_node_install_room(arg, peer); }
+
 static int start_peers(struct kt_node *n, struct kt_err *e) {
   if (n->n_members == 1)
     return 0;
   struct kt_peer_config pc = {.cluster_id = n->cluster_id,
                               .member_id = n->member_id,
                               .on_message = on_peer_message,
+                              .on_snapshot = on_peer_snapshot,
+                              .on_snapshot_room = on_snapshot_room,
                               .arg = n};
   n->peers = kt_peer_new(n->loop, &pc);
   for (size_t i = 0; i < n->n_members; i++) {
@@ -1604,6 +1646,7 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
     goto fail;
   kt_node_lease_init(n);
   kt_node_lock_init(n);
+  kt_node_install_init(n);
   n->store = new_store(n);
   if ((rc = load_snapshot(n, e)))
     goto fail;
@@ -1698,6 +1741,7 @@ fail:
   }
   kt_node_watch_free(n);
   kt_node_lock_free(n);
+  kt_node_install_free(n);
   kt_node_lease_free(n);
   if (n->store)
     kt_mvcc_free(n->store);
@@ -1750,6 +1794,7 @@ void kt_node_free(struct kt_node *n) {
   kt_server_free(n->server); /* closes connections: their watches go */
   kt_node_watch_free(n);
   kt_node_lock_free(n);
+  kt_node_install_free(n);
   kt_node_lease_free(n);
   if (n->peers)
     kt_peer_free(n->peers);

@@ -86,6 +86,10 @@ struct kt_node_config {
    * this many ms (etcd's --experimental-watch-progress-notify-interval);
    * 0 = 10 minutes. */
   uint64_t watch_progress_ms;
+  /* Entries kept in memory behind the applied index for followers to catch
+   * up from (etcd's --experimental-snapshot-catchup-entries); one further
+   * behind gets a snapshot. 0 = 100000. */
+  uint64_t snapshot_catchup_entries;
 };
 
 /* Recover from the data dir (creating it if new) and start serving on the

@@ -137,7 +137,9 @@ struct kt_node {
   struct kt_arena snap_arena;
   bool snap_iter_done, snap_finish_sent;
   uint64_t snap_index, last_snap_index, prev_snap_index;
-  uint64_t log_bytes_since_snap; /* entry bytes applied since the last snapshot started */
+  uint64_t durable_snap_index;     /* newest snapshot file complete on disk */
+  struct node_install_state *inst; /* snapshot transfers (node_install.c) */
+  uint64_t log_bytes_since_snap;   /* entry bytes applied since the last snapshot started */
   int64_t snap_rev;
 
   /* Auto-compaction: (time, revision) samples, oldest first. */
@@ -193,8 +195,21 @@ void kt_node_lock_event(struct kt_node *n, const struct kt_event *ev); /* store 
 void kt_node_lock_flush(struct kt_node *n); /* end of turn: waiters whose predecessor went */
 void kt_node_lock_tick(struct kt_node *n);
 
+int kt_node_load_snapshot_file(struct kt_node *n, const char *path, struct kt_snap_meta *meta,
+                               struct kt_mvcc **store, struct kt_lease_mgr **leases,
+                               struct kt_err *e);
+
+/* node_install.c: snapshot transfer to followers behind the log, install. */
+void kt_node_install_init(struct kt_node *n);
+void kt_node_install_free(struct kt_node *n);
+void kt_node_install_need(struct kt_node *n, uint64_t peer); /* raft: NEED_SNAPSHOT */
+void kt_node_install_room(struct kt_node *n, uint64_t peer); /* peer: chunk room */
+void kt_node_install_chunk(struct kt_node *n, uint64_t from, const uint8_t *msg, size_t len);
+void kt_node_install_tick(struct kt_node *n);
+
 /* node_lease.c */
 void kt_node_lease_init(struct kt_node *n);
+struct kt_lease_mgr *kt_node_lease_mgr_new(const struct kt_node *n);
 void kt_node_lease_free(struct kt_node *n);
 /* The mvcc on_event hook's lease half: attach/detach keys. */
 void kt_node_lease_event(struct kt_node *n, const struct kt_event *ev);

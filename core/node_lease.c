@@ -83,9 +83,13 @@ static int64_t min_ttl_s(const struct kt_node *n) {
   return (int64_t)ceil(1.5 * n->cfg.election_timeout_ms / 1000.0);
 }
 
-void kt_node_lease_init(struct kt_node *n) {
+struct kt_lease_mgr *kt_node_lease_mgr_new(const struct kt_node *n) {
   struct kt_lease_cfg lc = {.id_seed = n->cluster_id};
-  n->leases = kt_lease_new(&lc);
+  return kt_lease_new(&lc);
+}
+
+void kt_node_lease_init(struct kt_node *n) {
+  n->leases = kt_node_lease_mgr_new(n);
   n->ls = calloc(1, sizeof *n->ls);
   kt_assert(n->ls);
 }
@@ -310,7 +314,7 @@ void kt_node_lease_request(struct kt_node *n, struct kt_conn *c, const struct kt
   case KT_MSG_LEASE_GRANT: {
     int64_t ttl = req->u.lease.ttl;
     if (ttl > KT_LEASE_MAX_TTL_S) {
-      kt_conn_send_error(c, req->id, KT_EINVAL, "lease TTL too large");
+      kt_conn_send_error(c, req->id, KT_EINVAL, "too large lease TTL");
       return;
     }
     if (req->u.lease.id < 0) {
@@ -513,7 +517,8 @@ void kt_node_lease_save(struct kt_node *n, struct kt_buf *out) {
     kt_put_u64be(h + 8 + 8 * i, st[i]);
   kt_put_u64be(h + 40, kt_lease_count(n->leases));
   kt_buf_append(out, h, sizeof h);
-  kt_lease_each(n->leases, save_one, out);
+  kt_buf_reserve(out, 16 * kt_lease_count(n->leases));
+  kt_lease_each_unsorted(n->leases, save_one, out);
 }
 
 int kt_node_lease_load(struct kt_node *n, const uint8_t *p, size_t len, struct kt_err *e) {

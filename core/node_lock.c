@@ -44,12 +44,12 @@ struct lockop {
   uint64_t req_id;
   struct kt_buf name, key, value, wait; /* wait: the key (or name/) watched */
   int64_t lease, rev;
-  uint8_t type; /* K_WRITE: the request type */
+  uint8_t type;       /* K_WRITE: the request type */
   struct kt_buf last; /* OBSERVE: the last leader key sent */
   int64_t last_mod;
   bool waiting, marked, dead;
-  struct lockop *hnext;  /* chain in the map bucket of `wait` */
-  struct lockop *mnext;  /* marked list */
+  struct lockop *hnext; /* chain in the map bucket of `wait` */
+  struct lockop *mnext; /* marked list */
   struct lockop *all_next;
 };
 
@@ -313,8 +313,8 @@ static void acquire(struct kt_node *n, struct kt_conn *c, const struct kt_req *r
   struct kt_request_op fail_ops[2] = {put, get};
   struct kt_req t = {.type = KT_MSG_TXN};
   t.u.op.type = KT_OP_TXN;
-  t.u.op.u.txn = (struct kt_txn_req){.compare = &cmp, .n_compare = 1, .success = &put,
-                                     .n_success = 1};
+  t.u.op.u.txn =
+      (struct kt_txn_req){.compare = &cmp, .n_compare = 1, .success = &put, .n_success = 1};
   if (o->kind == K_CAMPAIGN) { /* campaigning again: the new value */
     t.u.op.u.txn.failure = fail_ops;
     t.u.op.u.txn.n_failure = 2;
@@ -338,14 +338,14 @@ static void release_done(struct kt_node *n, void *ctx, int rc, const struct kt_e
  * does the same when the caller's context ends). */
 static void release_key(struct kt_node *n, struct lockop *o) {
   unwait(n, o);
-  struct kt_compare cmp = {.result = KT_CMP_EQUAL, .target = KT_CMP_CREATE, .key = kb(&o->key),
-                           .int_value = o->rev};
+  struct kt_compare cmp = {
+      .result = KT_CMP_EQUAL, .target = KT_CMP_CREATE, .key = kb(&o->key), .int_value = o->rev};
   struct kt_request_op del = {.type = KT_OP_DELETE};
   del.u.del.key = kb(&o->key);
   struct kt_req t = {.type = KT_MSG_TXN};
   t.u.op.type = KT_OP_TXN;
-  t.u.op.u.txn = (struct kt_txn_req){.compare = &cmp, .n_compare = 1, .success = &del,
-                                     .n_success = 1};
+  t.u.op.u.txn =
+      (struct kt_txn_req){.compare = &cmp, .n_compare = 1, .success = &del, .n_success = 1};
   kt_node_propose_req(n, &t, release_done, o);
 }
 
@@ -373,14 +373,16 @@ static void guarded_write(struct kt_node *n, struct kt_conn *c, const struct kt_
   o->type = req->type;
   kt_buf_append(&o->key, key.p, key.n);
   kt_buf_append(&o->value, q->value.p, q->value.n);
-  struct kt_compare cmp = {.result = KT_CMP_EQUAL, .target = KT_CMP_CREATE, .key = kb(&o->key),
+  struct kt_compare cmp = {.result = KT_CMP_EQUAL,
+                           .target = KT_CMP_CREATE,
+                           .key = kb(&o->key),
                            .int_value = q->leader.rev};
   struct kt_request_op w = {.type = KT_OP_DELETE};
   w.u.del.key = kb(&o->key);
   if (req->type == KT_MSG_PROCLAIM) {
     w.type = KT_OP_PUT;
-    w.u.put = (struct kt_put_req){.key = kb(&o->key), .value = kb(&o->value),
-                                  .lease = q->leader.lease};
+    w.u.put =
+        (struct kt_put_req){.key = kb(&o->key), .value = kb(&o->value), .lease = q->leader.lease};
   }
   struct kt_req t = {.type = KT_MSG_TXN};
   t.u.op.type = KT_OP_TXN;

@@ -9,6 +9,9 @@
 int kt_raft_test_bug;
 
 enum { PR_PROBE, PR_REPLICATE, PR_SNAPSHOT };
+/* A follower in SNAPSHOT state that acked nothing for this many election
+ * timeouts is probed again (the node's transfer failed or the peer died). */
+#define SNAPSHOT_WAIT_ELECTIONS 3
 
 struct progress {
   uint64_t id, match, next;
@@ -941,6 +944,15 @@ void kt_raft_tick(struct kt_raft *r) {
     /* a replicate stream whose messages got lost: resend from match + 1 */
     for (size_t i = 0; r->role == KT_RAFT_LEADER && i < r->n_prs; i++) {
       struct progress *pr = &r->prs[i];
+      if (pr->state == PR_SNAPSHOT) { /* no install reported for long: ask again */
+        if (++pr->stall_ticks >= SNAPSHOT_WAIT_ELECTIONS * r->election_ticks) {
+          pr->stall_ticks = 0;
+          pr->probed_compacted = false;
+          pr_become_probe(r, pr);
+          send_append(r, pr, true);
+        }
+        continue;
+      }
       if (pr->state != PR_REPLICATE || pr->infl_count == 0) {
         pr->stall_ticks = 0;
       } else if (++pr->stall_ticks >= KT_MAX(r->election_ticks / 2, 2)) {
@@ -1032,6 +1044,45 @@ void kt_raft_hs_persisted(struct kt_raft *r, const struct kt_raft_hard_state *hs
     r->d_vote = hs->vote;
   }
   release_held(r);
+}
+
+int kt_raft_install_snapshot(struct kt_raft *r, uint64_t index, uint64_t term) {
+  kt_assert(!r->in_ready);
+  if (term == 0 || term > r->term)
+    return KT_EINVAL;
+  if (index <= r->commit) {
+    /* stale: tell the leader how far we are (as etcd), so it replicates
+     * from there instead of asking for snapshots again */
+    if (r->lead && r->lead != r->id) {
+      struct kt_raft_msg resp = {.type = KT_RAFT_MSG_APP_RESP, .to = r->lead, .index = r->commit};
+      hold(r, resp, r->commit);
+    }
+    return KT_EINVAL;
+  }
+  for (size_t i = 0; i < r->log.n; i++)
+    if (r->log.v[i].data)
+      VEC_PUSH(r->grave, r->log.v[i].data);
+  r->log.n = 0;
+  r->first = index + 1;
+  r->comp_term = term;
+  r->commit = r->persisted = r->handed = r->applied = index;
+  if (r->lead && r->lead != r->id) {
+    struct kt_raft_msg resp = {.type = KT_RAFT_MSG_APP_RESP, .to = r->lead, .index = index};
+    send(r, resp);
+  }
+  return 0;
+}
+
+void kt_raft_report_snapshot_failed(struct kt_raft *r, uint64_t peer) {
+  kt_assert(!r->in_ready);
+  if (r->role != KT_RAFT_LEADER)
+    return;
+  for (size_t i = 0; i < r->n_prs; i++)
+    if (r->prs[i].id == peer && r->prs[i].state == PR_SNAPSHOT) {
+      r->prs[i].stall_ticks = 0;
+      r->prs[i].probed_compacted = false; /* probe at our compaction point first */
+      pr_become_probe(r, &r->prs[i]);
+    }
 }
 
 int kt_raft_compact(struct kt_raft *r, uint64_t index) {

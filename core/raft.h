@@ -79,8 +79,9 @@
  * Memory: entries stay here until kt_raft_compact; call it after applying
  * (keeping a tail for slow followers, like etcd's 5000 catch-up entries).
  *
- * Seams for later (types reserved, not implemented): snapshot send/install
- * (KT_RAFT_MSG_SNAP, PR_SNAPSHOT), membership changes (voters are fixed at
+ * Snapshots travel outside raft (the node streams the file on the peer
+ * snapshot channel, then calls kt_raft_install_snapshot on the follower);
+ * KT_RAFT_MSG_SNAP stays reserved. Seams for later: membership changes (voters are fixed at
  * kt_raft_new; learners and one-at-a-time changes next: KT_RAFT_ENTRY_CONF).
  */
 #ifndef KT_RAFT_H
@@ -248,6 +249,21 @@ void kt_raft_hs_persisted(struct kt_raft *r, const struct kt_raft_hard_state *hs
  * up to and including index (index <= applied). The node calls this after
  * it saved a snapshot at index. Errors: KT_EINVAL. */
 int kt_raft_compact(struct kt_raft *r, uint64_t index);
+
+/* Snapshot install, follower side: the node made a snapshot covering
+ * `index` (entry term `term`) durable, restored its state machine from it and
+ * restarted its log after it (WAL reset). The log is dropped; commit,
+ * persisted and applied become index; the leader hears an append ack at
+ * index (so it replicates from index + 1). Errors: KT_EINVAL (term 0 or
+ * beyond the current term; or stale: index not past commit — then the
+ * leader is told our commit index instead, and nothing else changes). */
+int kt_raft_install_snapshot(struct kt_raft *r, uint64_t index, uint64_t term);
+/* Leader side: the node's transfer of a snapshot to peer failed (etcd's
+ * ReportSnapshot failure): it is probed again, which asks for a snapshot
+ * again if still needed (KT_RAFT_EV_NEED_SNAPSHOT). A follower that does not
+ * ack for 3 election timeouts after NEED_SNAPSHOT is probed again too (a
+ * transfer still running is not restarted: the node dedups). */
+void kt_raft_report_snapshot_failed(struct kt_raft *r, uint64_t peer);
 
 /* Read-only accessors (for the node's status and for tests). */
 enum kt_raft_role kt_raft_role(const struct kt_raft *r);

@@ -776,6 +776,22 @@ synced: /* caught up to h->rev: join the group at its tail */
   return work + pushed + 1;
 }
 
+void kt_watch_hub_set_store(struct kt_watch_hub *h, struct kt_mvcc *store) {
+  kt_assert(!h->touched);
+  for (uint32_t i = 0; i < h->ids_cap; i++) {
+    struct watcher *w = h->ids[i];
+    if (!w || w->canceled)
+      continue;
+    if (w->synced)
+      move_aside(h, w); /* resumes after what it has, from the new history */
+    pass_free(w);
+    hold_release(h, w);
+  }
+  h->store = store;
+  h->rev = kt_mvcc_revision(store);
+  h->sub = 0;
+}
+
 bool kt_watch_step(struct kt_watch_hub *h, size_t budget) {
   kt_assert(!h->touched); /* not between a publish and its revision_done */
   size_t used = 0;

@@ -84,6 +84,11 @@ void kt_watch_publish(struct kt_watch_hub *h, const struct kt_event *ev);
 /* The write at `rev` is fully applied: its events become ready. */
 void kt_watch_revision_done(struct kt_watch_hub *h, int64_t rev);
 
+/* The store was replaced (a snapshot installed on a follower): every watcher
+ * resumes from the new store's history after the events it already has
+ * (cancelled with ECOMPACTED if they were compacted away). O(watchers). */
+void kt_watch_hub_set_store(struct kt_watch_hub *h, struct kt_mvcc *store);
+
 /* Catch-up work: advance unsynced watchers by about `budget` units in total
  * (keys read from history + events queued; each watcher visited reads at
  * least one slice of its range). Returns true if it made progress and

@@ -49,6 +49,7 @@ enum {
   O_COMPACT_RETENTION,
   O_FORCE_NEW,
   O_WATCH_PROGRESS,
+  O_CATCHUP,
   O_LISTEN_METRICS,
   O_LOG_LEVEL,
   O_CONFIG_FILE,
@@ -131,6 +132,10 @@ static const struct opt opts[O_COUNT] = {
     [O_WATCH_PROGRESS] = {"experimental-watch-progress-notify-interval", K_DURATION,
                           OFF(watch_progress_notify_ms), "10m", 0, 0, 0, "DURATION",
                           "Interval of progress notifications to watches that asked for them."},
+    [O_CATCHUP] = {"experimental-snapshot-catchup-entries", K_U64, OFF(snapshot_catchup_entries),
+                   "100000", 1, UINT64_MAX, 0, "N",
+                   "Entries kept for slow followers to catch up from; further behind, they "
+                   "receive a snapshot."},
     [O_LISTEN_METRICS] = {"listen-metrics-urls", K_URLS, OFF(listen_metrics_urls), "", 0, 0,
                           OPT_EMPTY, "URLS",
                           "List of URLs to listen on for the metrics and health endpoints."},

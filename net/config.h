@@ -101,6 +101,7 @@ struct kt_config {
   int auto_compaction_mode;                /* enum kt_compaction_mode, default PERIODIC */
   const char *auto_compaction_retention;   /* raw, "0" = off */
   uint64_t watch_progress_notify_ms;       /* 600000 (10m) */
+  uint64_t snapshot_catchup_entries;       /* 100000 */
   uint64_t auto_compaction_retention_ms;   /* periodic mode; 0 = off */
   uint64_t auto_compaction_retention_revs; /* revision mode; 0 = off */
   bool force_new_cluster;

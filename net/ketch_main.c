@@ -92,6 +92,7 @@ int main(int argc, char **argv) {
       .heartbeat_ms = cfg.heartbeat_interval_ms,
       .election_timeout_ms = cfg.election_timeout_ms,
       .watch_progress_ms = cfg.watch_progress_notify_ms,
+      .snapshot_catchup_entries = cfg.snapshot_catchup_entries,
       .auto_compaction_revision_mode = cfg.auto_compaction_mode == KT_COMPACT_REVISION,
       .auto_compaction_retention_ms = cfg.auto_compaction_retention_ms,
       .auto_compaction_retention_revs = cfg.auto_compaction_retention_revs,

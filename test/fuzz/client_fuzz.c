@@ -4,7 +4,9 @@
  * input to it: byte 0 selects whether a valid HELLO response comes first
  * (bit 0 set) or the input must carry its own; the rest is the raw stream.
  * Seven requests of every type are pending (ids (n << 24) | slot, slots 0..6
- * in submission order: get, range, put, delete, txn, status, compact), so
+ * in submission order: get, range, put, delete, txn, status, compact), then
+ * a lease time-to-live with keys (slot 7, id (8 << 24) | 7) and one watch
+ * (its stream id, sent after the HELLO: (1 << 62) | (9 << 24) | 0), so
  * inputs can answer them, answer them wrongly, or break the framing. The
  * callbacks read every byte of every result. Whatever arrives, the client must
  * neither crash nor read out of bounds; pending requests end at close.
@@ -58,8 +60,24 @@ static void touch_op(const ketch_op_result *o) {
 static void cb(void *arg, int err, const ketch_result *res) {
   (void)arg;
   sink += (uint64_t)err + strlen(res->message);
+  if (res->type == KETCH_OP_WATCH) {
+    sink += (uint64_t)res->watch.compact_revision + res->watch.created + res->watch.canceled;
+    for (size_t i = 0; i < res->watch.n_events; i++) {
+      touch_kv(&res->watch.events[i].kv);
+      if (res->watch.events[i].prev_kv)
+        touch_kv(res->watch.events[i].prev_kv);
+    }
+    return;
+  }
   if (err)
     return;
+  if (res->type >= KETCH_OP_LEASE_GRANT && res->type <= KETCH_OP_LEASE_LEASES) {
+    for (size_t i = 0; i < res->lease.n_keys; i++)
+      touch_kv(&res->lease.keys[i]);
+    for (size_t i = 0; i < res->lease.n_leases; i++)
+      sink += (uint64_t)res->lease.leases[i];
+    return;
+  }
   if (res->type == KETCH_OP_STATUS) {
     sink += strlen(res->status.version);
     for (size_t i = 0; i < res->status.n_errors; i++)
@@ -123,6 +141,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ketch_txn_async(c, &tq, cb, NULL);
   ketch_status_async(c, cb, NULL);
   ketch_compact_async(c, 5, false, cb, NULL);
+  ketch_lease_timetolive_async(c, 5, true, cb, NULL);
+  ketch_watch_req wq = {
+      .key = "a", .key_len = 1, .prefix = true, .prev_kv = true, .fragment = true};
+  uint64_t wh;
+  ketch_watch(c, &wq, cb, NULL, &wh);
 
   int afd = -1;
   for (int i = 0; i < 1000 && afd < 0; i++) {

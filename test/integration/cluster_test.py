@@ -11,12 +11,13 @@ EUNKNOWN, ENOLEADER, ETIMEOUT = 13, 11, 12
 TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]
 
 
-def start_cluster(n=3, token="it-cluster"):
+def start_cluster(n=3, token="it-cluster", extra=()):
     ports = [(free_port(), free_port()) for _ in range(n)]
     names = ["n%d" % i for i in range(n)]
     ic = ",".join("%s=http://127.0.0.1:%d" % (names[i], ports[i][1]) for i in range(n))
     ms = [Member(name=names[i], port=ports[i][0], peer_port=ports[i][1], wait=False,
-                 extra=["--initial-cluster", ic, "--initial-cluster-token", token] + TIMING)
+                 extra=["--initial-cluster", ic, "--initial-cluster-token", token] + TIMING +
+                 list(extra))
           for i in range(n)]
     for m in ms:
         m.wait_ready()

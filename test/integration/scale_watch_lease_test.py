@@ -1,7 +1,8 @@
 """Watch and lease at scale against a real bin/ketch: 100k watchers on
 distinct keys and 10k on one prefix (memory per watcher measured from the
-server's RSS, delivery checked), and 20k leases expiring together (reads keep
-being served: the worst read latency during the storm is measured)."""
+server's RSS, delivery checked), and 100k leases expiring together (reads
+keep being served: the worst read latency during the storm is measured)."""
+import os
 import struct
 import time
 
@@ -69,31 +70,37 @@ def test_100k_watchers_on_distinct_keys_and_10k_on_one_prefix():
         m.cleanup()
 
 
-def test_20k_leases_expiring_together_do_not_stall_reads():
-    m = Member()
+def test_100k_leases_expiring_together_do_not_stall_reads():
+    """etcd issue #12105: many leases expiring at once. Revocations are
+    proposed at most 200 per tick (2000/s), so reads go on; the storm is
+    watched for 10 s (about 20k expiries), not to its end."""
+    m = Member(extra=os.environ.get("KT_EXTRA", "").split())
     try:
         c = Conn(m.port)
-        n = 20000
+        n = 100000
         pipeline(c, ((GRANT, {"ttl": 2}) for _ in range(n)))
         leases = [p["id"] for _, _, p in recv_n(c, n)]
-        pipeline(c, ((PUT, {"key": b"l%05d" % i, "value": b"v", "lease": lid})
+        pipeline(c, ((PUT, {"key": b"l%06d" % i, "value": b"v", "lease": lid})
                      for i, lid in enumerate(leases)))
         assert all(t == PUT for t, _, _ in recv_n(c, n))
-        t_grant = time.time()
         r = Conn(m.port)
+        count = lambda: r.call(RANGE, {"key": b"l", "range_end": b"m", "count_only": True}).get(
+            "count", 0)
+        while count() == n:  # wait for the storm to begin
+            time.sleep(0.05)
+        t_start = time.time()
         worst, reads = 0.0, 0
-        while True:
+        c.put("probe", "p")
+        while time.time() - t_start < 10:
             t0 = time.time()
-            left = r.call(RANGE, {"key": b"l", "range_end": b"m", "count_only": True}).get("count", 0)
+            assert r.get_value("probe") == b"p"  # a linearizable point read
             worst = max(worst, time.time() - t0)
             reads += 1
-            if left == 0 or time.time() - t_grant > 40:
-                break
             time.sleep(0.01)
-        took = time.time() - t_grant
-        print("  20k leases expired in %.1f s; worst read latency during it %.1f ms (%d reads)"
-              % (took, worst * 1e3, reads))
-        assert left == 0, left
+        gone = n - count()
+        print("  100k leases expiring: %d expired in 10 s (%.0f/s); worst read latency %.1f ms "
+              "(%d reads)" % (gone, gone / 10.0, worst * 1e3, reads))
+        assert gone >= 10000, gone  # spread, but moving
         assert worst < 0.2, worst
     finally:
         m.cleanup()
@@ -102,5 +109,5 @@ def test_20k_leases_expiring_together_do_not_stall_reads():
 if __name__ == "__main__":
     run_tests([
         test_100k_watchers_on_distinct_keys_and_10k_on_one_prefix,
-        test_20k_leases_expiring_together_do_not_stall_reads,
+        test_100k_leases_expiring_together_do_not_stall_reads,
     ])

@@ -12,6 +12,12 @@
  *     may be torn (its hard state and a prefix of its entries reach the disk
  *     unreported); the member restarts from its disk.
  *   - clients propose entries and ask for ReadIndex reads on random members.
+ *   - snapshots: each member snapshots its applied state now and then (the
+ *     state machine is the applied prefix of the global log), compacts its
+ *     in-memory log to its snapshot and purges its disk log; a leader asked
+ *     for a snapshot (KT_RAFT_EV_NEED_SNAPSHOT) sends its own over the
+ *     network (delayed, dropped like any message: then reported failed), and
+ *     the follower installs it (disk log reset, kt_raft_install_snapshot).
  * Checks, on every step: at most one leader per term; log matching; leader
  * completeness; committed entries never change (every (index, term, data)
  * any member commits is recorded globally and compared); every member
@@ -41,6 +47,11 @@ struct sim_opts {
 
 struct sim_stats {
   uint64_t committed, elections, crashes, msgs, dropped, reads, transfers;
+  uint64_t snapshots_sent, installs;
+};
+
+struct failed_snap {
+  uint64_t from, to;
 };
 
 struct disk_write {
@@ -56,10 +67,12 @@ struct sim_node {
   bool alive;
   uint64_t restart_at;
   int group; /* partition group */
-  /* disk */
+  /* disk: snapshot (snap_index, snap_term) then dlog[0..dn) = indexes
+   * dfirst.. (dfirst == snap_index + 1 once the log was purged or reset) */
   struct kt_raft_hard_state hs;
   struct kt_raft_entry *dlog;
   size_t dn, dcap;
+  uint64_t dfirst, snap_index, snap_term;
   struct disk_write *wq;
   size_t wq_n, wq_cap;
   /* state machine: applied sequence is checked against the global table */
@@ -68,7 +81,8 @@ struct sim_node {
 
 struct net_msg {
   uint64_t at, seq;
-  uint64_t to;
+  uint64_t to, from;
+  uint64_t snap_index, snap_term; /* a snapshot delivery when snap_index > 0 */
   uint8_t *p;
   size_t n;
 };
@@ -110,6 +124,8 @@ struct sim {
   bool failed;
   struct kt_buf enc;
   struct kt_arena arena;
+  struct failed_snap *failed_snaps; /* reported at the next unit, outside ready */
+  size_t n_failed_snaps, cap_failed_snaps;
 };
 
 static void sim_fail(struct sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -202,12 +218,15 @@ static void node_start(struct sim *s, struct sim_node *nd) {
       .hs = nd->hs,
       .entries = nd->dlog,
       .n_entries = nd->dn,
+      .first_index = nd->dfirst,
+      .compacted_term = nd->dfirst > 1 ? nd->snap_term : 0,
+      .applied = nd->snap_index,
   };
   int rc = kt_raft_new(&c, &nd->r);
   kt_assert(rc == 0);
   nd->alive = true;
-  nd->applied = 0;
-  nd->checked_commit = 0;
+  nd->applied = nd->snap_index; /* the state machine restarts from the snapshot */
+  nd->checked_commit = nd->snap_index;
 }
 
 static void free_write(struct disk_write *w) {
@@ -318,6 +337,67 @@ static void send_msg(struct sim *s, const struct kt_raft_msg *m) {
   }
 }
 
+/* The leader's snapshot travels as one message (the node streams chunks on
+ * its own channel; here one delayed delivery). Lost: reported failed. */
+static void send_snapshot(struct sim *s, struct sim_node *from, uint64_t to_id) {
+  struct sim_node *to = node_of(s, to_id);
+  s->st.snapshots_sent++;
+  if (!from->snap_index || from->group != to->group || s->oneway[from->id][to_id] ||
+      chance(s, s->drop_pct)) {
+    GROW(s->failed_snaps, s->n_failed_snaps, s->cap_failed_snaps);
+    s->failed_snaps[s->n_failed_snaps++] = (struct failed_snap){from->id, to_id};
+    return;
+  }
+  struct net_msg nm = {.at = s->now + 1 + kt_rng_below(&s->rng, 50),
+                       .seq = s->seq++,
+                       .to = to_id,
+                       .from = from->id,
+                       .snap_index = from->snap_index,
+                       .snap_term = from->snap_term};
+  net_push(s, nm);
+}
+
+/* A follower installs a snapshot: state machine = the committed prefix up
+ * to its index, disk log reset after it, raft told. */
+static void install_snapshot(struct sim *s, struct sim_node *nd, uint64_t index, uint64_t term) {
+  if (index > s->gn) {
+    sim_fail(s, "snapshot at %llu beyond the %zu known committed", (unsigned long long)index,
+             s->gn);
+    return;
+  }
+  if (index <= kt_raft_commit(nd->r)) { /* stale: raft tells the leader our commit */
+    if (kt_raft_install_snapshot(nd->r, index, term) != KT_EINVAL)
+      sim_fail(s, "n%llu took a stale snapshot %llu", (unsigned long long)nd->id,
+               (unsigned long long)index);
+    return;
+  }
+  if (s->g[index - 1].term != term) {
+    sim_fail(s, "snapshot at %llu has term %llu, committed term %llu", (unsigned long long)index,
+             (unsigned long long)term, (unsigned long long)s->g[index - 1].term);
+    return;
+  }
+  for (size_t i = 0; i < nd->wq_n; i++)
+    free_write(&nd->wq[i]); /* superseded by the reset */
+  nd->wq_n = 0;
+  for (size_t i = 0; i < nd->dn; i++)
+    free(nd->dlog[i].data);
+  nd->dn = 0;
+  nd->dfirst = index + 1;
+  nd->snap_index = index;
+  nd->snap_term = term;
+  nd->hs.commit = KT_MAX(nd->hs.commit, index);
+  if (kt_raft_install_snapshot(nd->r, index, term) != 0) {
+    sim_fail(s, "n%llu refused snapshot %llu", (unsigned long long)nd->id,
+             (unsigned long long)index);
+    return;
+  }
+  nd->applied = nd->checked_commit = index;
+  s->st.installs++;
+  if (s->o.verbose)
+    printf("  t=%llu n%llu installed snapshot %llu\n", (unsigned long long)s->now,
+           (unsigned long long)nd->id, (unsigned long long)index);
+}
+
 static void process_ready(struct sim *s, struct sim_node *nd) {
   for (int guard = 0; guard < 100 && nd->alive && kt_raft_has_ready(nd->r); guard++) {
     struct kt_raft_ready rd;
@@ -330,6 +410,8 @@ static void process_ready(struct sim *s, struct sim_node *nd) {
       }
       if (rd.events[i].type == KT_RAFT_EV_BECAME_LEADER)
         on_leader(s, nd, rd.events[i].term);
+      if (rd.events[i].type == KT_RAFT_EV_NEED_SNAPSHOT)
+        send_snapshot(s, nd, rd.events[i].a);
     }
     if (rd.n_entries || rd.hs_changed) {
       GROW(nd->wq, nd->wq_n, nd->wq_cap);
@@ -393,10 +475,10 @@ static void disk_apply(struct sim_node *nd, struct disk_write *w, size_t n) {
   if (n == 0)
     return;
   uint64_t first = w->ents[0].index;
-  kt_assert(first >= 1 && first <= nd->dn + 1);
-  for (size_t i = first - 1; i < nd->dn; i++)
+  kt_assert(first >= nd->dfirst && first <= nd->dfirst + nd->dn);
+  for (size_t i = first - nd->dfirst; i < nd->dn; i++)
     free(nd->dlog[i].data);
-  nd->dn = first - 1;
+  nd->dn = first - nd->dfirst;
   for (size_t i = 0; i < n; i++) {
     GROW(nd->dlog, nd->dn, nd->dcap);
     nd->dlog[nd->dn++] = w->ents[i];
@@ -444,23 +526,32 @@ static void check_log_matching(struct sim *s) {
     }
 }
 
-/* Log compaction without snapshots (next session): every member drops the
- * entries every member has applied (a dead member counts its disk), so no
- * one ever needs a compacted entry. Exercises the compaction point. */
-static void compact_logs(struct sim *s) {
-  uint64_t low = UINT64_MAX;
+/* Each member snapshots its applied state now and then and compacts its
+ * in-memory log to the snapshot (keeping a small random tail, like the
+ * node's catch-up window), and purges its disk log up to it: followers that
+ * fall behind need a snapshot. */
+static void snapshot_and_compact(struct sim *s) {
   for (int i = 0; i < s->o.n; i++) {
     struct sim_node *nd = &s->nodes[i];
-    low = KT_MIN(low, nd->alive ? kt_raft_applied(nd->r) : 0);
-  }
-  if (low < 2)
-    return;
-  low -= kt_rng_below(&s->rng, 2);
-  for (int i = 0; i < s->o.n; i++) {
-    struct sim_node *nd = &s->nodes[i];
-    if (nd->alive && low >= kt_raft_first_index(nd->r) && kt_raft_compact(nd->r, low) != 0)
+    if (!nd->alive || nd->applied < nd->snap_index + 4 || !chance(s, 500))
+      continue;
+    const struct kt_raft_entry *e = kt_raft_entry_at(nd->r, nd->applied);
+    if (!e || nd->applied > nd->dfirst - 1 + nd->dn)
+      continue; /* not durable on its disk yet */
+    nd->snap_index = nd->applied;
+    nd->snap_term = e->term;
+    uint64_t keep = kt_rng_below(&s->rng, 8);
+    uint64_t to = nd->snap_index > keep ? nd->snap_index - keep : 0;
+    if (to >= kt_raft_first_index(nd->r) && kt_raft_compact(nd->r, to) != 0)
       sim_fail(s, "n%llu refused to compact to %llu", (unsigned long long)nd->id,
-               (unsigned long long)low);
+               (unsigned long long)to);
+    /* purge the disk log up to the snapshot */
+    uint64_t drop = nd->snap_index + 1 - nd->dfirst;
+    for (uint64_t j = 0; j < drop; j++)
+      free(nd->dlog[j].data);
+    memmove(nd->dlog, nd->dlog + drop, (nd->dn - drop) * sizeof *nd->dlog);
+    nd->dn -= drop;
+    nd->dfirst = nd->snap_index + 1;
   }
 }
 
@@ -485,7 +576,10 @@ static void sim_unit(struct sim *s, bool chaos) {
   while (s->hn && s->heap[0].at <= s->now && !s->failed) {
     struct net_msg nm = net_pop(s);
     struct sim_node *to = node_of(s, nm.to);
-    if (to->alive) {
+    if (to->alive && nm.snap_index) {
+      install_snapshot(s, to, nm.snap_index, nm.snap_term);
+      process_ready(s, to);
+    } else if (to->alive) {
       struct kt_raft_msg m;
       struct kt_err e;
       kt_arena_reset(&s->arena);
@@ -497,6 +591,14 @@ static void sim_unit(struct sim *s, bool chaos) {
     }
     free(nm.p);
   }
+  for (size_t i = 0; i < s->n_failed_snaps; i++) {
+    struct sim_node *from = node_of(s, s->failed_snaps[i].from);
+    if (from->alive) {
+      kt_raft_report_snapshot_failed(from->r, s->failed_snaps[i].to);
+      process_ready(s, from);
+    }
+  }
+  s->n_failed_snaps = 0;
   for (int i = 0; i < s->o.n && !s->failed; i++) {
     struct sim_node *nd = &s->nodes[i];
     if (!nd->alive) {
@@ -559,8 +661,8 @@ static void sim_unit(struct sim *s, bool chaos) {
   }
   if ((s->now / 10) % 50 == 0)
     check_log_matching(s);
-  if ((s->now / 10) % 100 == 0)
-    compact_logs(s);
+  if ((s->now / 10) % 20 == 0)
+    snapshot_and_compact(s);
 }
 
 static void sim_free(struct sim *s) {
@@ -584,6 +686,7 @@ static void sim_free(struct sim *s) {
   free(s->g);
   free(s->leader_of);
   free(s->reads);
+  free(s->failed_snaps);
   kt_buf_free(&s->enc);
   kt_arena_free(&s->arena);
 }
@@ -603,6 +706,7 @@ static int sim_run(const struct sim_opts *o, struct sim_stats *st, char *why, si
   for (int i = 0; i < o->n; i++) {
     s->voters[i] = (uint64_t)i + 1;
     s->nodes[i].id = (uint64_t)i + 1;
+    s->nodes[i].dfirst = 1;
   }
   for (int i = 0; i < o->n; i++)
     node_start(s, &s->nodes[i]);

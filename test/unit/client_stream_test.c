@@ -455,7 +455,8 @@ struct seen {
   int64_t compact_rev, progress_rev;
   char events[MAX_SEEN][16]; /* "P key@rev" */
   int n_events;
-  ketch_result *kept; /* a dup of the first event delivery */
+  ketch_result *kept;  /* a dup of the first event delivery */
+  ketch_result *kept2; /* and of the second */
 };
 static struct seen S;
 
@@ -477,6 +478,8 @@ static void watch_user(void *arg, int err, const ketch_result *res) {
     S.progress++;
     S.progress_rev = res->header.revision;
   }
+  if (res->watch.n_events && S.kept && !S.kept2)
+    S.kept2 = ketch_result_dup(res);
   if (res->watch.n_events && !S.kept)
     S.kept = ketch_result_dup(res);
   for (size_t i = 0; i < res->watch.n_events && S.n_events < MAX_SEEN; i++) {
@@ -545,6 +548,7 @@ static void watch_answer(struct peer *p, const struct logged *q) {
 
 static void seen_reset(void) {
   ketch_result_free(S.kept);
+  ketch_result_free(S.kept2);
   memset(&S, 0, sizeof S);
 }
 
@@ -579,6 +583,17 @@ TEST(watch_created_events_progress_cancel) {
   CHECK_BYTES(S.kept->watch.events[2].kv.key, S.kept->watch.events[2].kv.key_len, "k2");
   CHECK_BYTES(S.kept->watch.events[2].kv.value, S.kept->watch.events[2].kv.value_len, "val");
   CHECK(S.kept->watch.events[0].prev_kv == NULL);
+  CHECK(S.kept2 && S.kept2->watch.n_events == 2);
+  CHECK_EQ(S.kept2->watch.events[0].type, KETCH_EVENT_DELETE);
+  const ketch_kv *pk = S.kept2->watch.events[1].prev_kv;
+  CHECK(pk != NULL);
+  CHECK_BYTES(pk->key, pk->key_len, "k0");
+  CHECK_BYTES(pk->value, pk->value_len, "val");
+  CHECK_EQ(pk->mod_revision, 11);
+  ketch_result *d = ketch_result_dup(S.kept2); /* a dup of a dup */
+  ketch_result_free(S.kept2);
+  S.kept2 = d;
+  CHECK_BYTES(d->watch.events[1].prev_kv->key, d->watch.events[1].prev_kv->key_len, "k0");
   ketch_watch_progress(c);
   CHECK(pump_until(c, &P.n_log, 2));
   CHECK_EQ(last_logged(KT_MSG_WATCH_PROGRESS)->type, KT_MSG_WATCH_PROGRESS);

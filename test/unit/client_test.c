@@ -974,6 +974,58 @@ static void fz_resp(struct kt_buf *b, uint8_t type, uint64_t id) {
   kt_proto_encode_resp(b, &r);
 }
 
+#define FZ_WATCH_ID ((1ull << 62) | (9ull << 24))
+
+static void fz_watch(struct kt_buf *b) {
+  static struct kt_event ev[3];
+  for (int i = 0; i < 3; i++) {
+    memset(&ev[i], 0, sizeof ev[i]);
+    ev[i].type = i == 2 ? KT_EVENT_DELETE : KT_EVENT_PUT;
+    ev[i].kv.key = (struct kt_bytes){(const uint8_t *)"ab", 2};
+    ev[i].kv.value = (struct kt_bytes){(const uint8_t *)(i == 2 ? "" : "vv"), i == 2 ? 0 : 2};
+    ev[i].kv.mod_revision = 11 + (i > 0);
+    ev[i].has_prev_kv = i == 1;
+    ev[i].prev_kv = ev[0].kv;
+  }
+  struct kt_resp r;
+  memset(&r, 0, sizeof r);
+  r.type = KT_MSG_WATCH_CREATE;
+  r.id = FZ_WATCH_ID;
+  r.header = (struct kt_header){1, 2, 10, 3};
+  r.u.watch.watch_id = 4;
+  r.u.watch.created = true;
+  kt_proto_encode_resp(b, &r);
+  r.u.watch.created = false;
+  r.u.watch.events = ev;
+  r.u.watch.n_events = 2;
+  r.u.watch.fragment = true;
+  kt_proto_encode_resp(b, &r);
+  r.u.watch.events = ev + 1;
+  r.u.watch.fragment = false;
+  kt_proto_encode_resp(b, &r);
+  r.u.watch.n_events = 0;
+  r.header.revision = 20;
+  kt_proto_encode_resp(b, &r);
+  r.u.watch.canceled = true;
+  r.u.watch.compact_revision = 15;
+  kt_proto_encode_resp(b, &r);
+}
+
+static void fz_lease(struct kt_buf *b) {
+  static struct kt_bytes keys[2] = {{(const uint8_t *)"k1", 2}, {(const uint8_t *)"", 0}};
+  struct kt_resp r;
+  memset(&r, 0, sizeof r);
+  r.type = KT_MSG_LEASE_TTL;
+  r.id = fz_id(8);
+  r.header = (struct kt_header){1, 2, 10, 3};
+  r.u.lease.id = 5;
+  r.u.lease.ttl = 7;
+  r.u.lease.granted_ttl = 10;
+  r.u.lease.keys = keys;
+  r.u.lease.n_keys = 2;
+  kt_proto_encode_resp(b, &r);
+}
+
 static void fz_write(const char *name, uint8_t sel, const struct kt_buf *b) {
   char path[200];
   snprintf(path, sizeof path, "test/fuzz/corpus/client/%s", name);
@@ -1040,6 +1092,12 @@ TEST(write_client_fuzz_corpus) {
   kt_buf_reset(&b);
   kt_buf_append(&b, "\0\0\0\3\x93\x01\xc0", 7);
   fz_write("bad-body", 1, &b);
+  kt_buf_reset(&b);
+  fz_watch(&b); /* created, events (a fragment), progress, canceled */
+  fz_write("watch-stream", 1, &b);
+  kt_buf_reset(&b);
+  fz_lease(&b);
+  fz_write("lease-ttl-keys", 1, &b);
   kt_buf_reset(&b);
   fz_resp(&b, KT_MSG_DELETE, fz_id(4));
   for (size_t i = 0; i < b.len; i++) /* flip every byte of the body */
@@ -1190,4 +1248,296 @@ TEST(member_list_and_move_leader_on_one_member) {
   CHECK_EQ(kept[1]->type, KETCH_OP_MOVE_LEADER);
   for (int i = 0; i < 2; i++)
     ketch_result_free(kept[i]);
+}
+
+/* ---- leases and watches against a real member ---- */
+
+static int64_t key_count(ketch_client *c, const char *prefix) {
+  ketch_range_req q = {
+      .key = prefix, .key_len = strlen(prefix), .prefix = true, .count_only = true};
+  ketch_result *r = NULL;
+  if (ketch_range(c, &q, &r) != 0)
+    return -1;
+  int64_t n = r->range.count;
+  ketch_result_free(r);
+  return n;
+}
+
+TEST(lease_grant_timetolive_keys_keepalive_list_revoke) {
+  ketch_client *c = open_or_null(shared_ep(), NULL);
+  CHECK(c != NULL);
+  ketch_result *r;
+  CHECK_EQ(ketch_lease_grant(c, 10, 0, &r), 0);
+  CHECK_EQ(r->type, KETCH_OP_LEASE_GRANT);
+  int64_t id = r->lease.id;
+  CHECK(id > 0);
+  CHECK_EQ(r->lease.ttl, 10);
+  CHECK(r->header.member_id == ketch_member_id(c));
+  ketch_result_free(r);
+  CHECK_EQ(ketch_lease_grant(c, 10, id, &r), KETCH_ELEASEEXISTS);
+  CHECK_EQ(ketch_lease_grant(c, 0, 0, &r), KETCH_EINVAL);
+  ketch_put_req p = {.key = "ls/a", .key_len = 4, .value = "1", .value_len = 1, .lease = id};
+  CHECK_EQ(ketch_put(c, &p, NULL), 0);
+  p.key = "ls/b";
+  CHECK_EQ(ketch_put(c, &p, NULL), 0);
+  CHECK_EQ(ketch_lease_timetolive(c, id, true, &r), 0);
+  CHECK_EQ(r->lease.id, id);
+  CHECK_EQ(r->lease.granted_ttl, 10);
+  CHECK(r->lease.ttl >= 8 && r->lease.ttl <= 10);
+  CHECK_EQ(r->lease.n_keys, 2);
+  bool a = false, b = false;
+  for (size_t i = 0; i < 2; i++) {
+    a |= kv_is(&r->lease.keys[i], "ls/a", NULL);
+    b |= kv_is(&r->lease.keys[i], "ls/b", NULL);
+  }
+  CHECK(a && b);
+  ketch_result *d = ketch_result_dup(r);
+  ketch_result_free(r);
+  CHECK_EQ(d->lease.n_keys, 2);
+  CHECK(kv_is(&d->lease.keys[0], "ls/a", NULL) || kv_is(&d->lease.keys[0], "ls/b", NULL));
+  ketch_result_free(d);
+  CHECK_EQ(ketch_lease_keepalive_once(c, id, &r), 0);
+  CHECK_EQ(r->lease.ttl, 10);
+  ketch_result_free(r);
+  CHECK_EQ(ketch_lease_leases(c, &r), 0);
+  bool listed = false;
+  for (size_t i = 0; i < r->lease.n_leases; i++) {
+    listed |= r->lease.leases[i] == id;
+    if (i)
+      CHECK(r->lease.leases[i - 1] < r->lease.leases[i]);
+  }
+  CHECK(listed);
+  ketch_result_free(r);
+  /* revoke deletes the attached keys in one revision */
+  CHECK_EQ(key_count(c, "ls/"), 2);
+  CHECK_EQ(ketch_lease_revoke(c, id, &r), 0);
+  ketch_result_free(r);
+  CHECK_EQ(key_count(c, "ls/"), 0);
+  CHECK_EQ(ketch_lease_timetolive(c, id, false, &r), 0);
+  CHECK_EQ(r->lease.ttl, -1);
+  ketch_result_free(r);
+  CHECK_EQ(ketch_lease_revoke(c, id, &r), KETCH_ELEASENOTFOUND);
+  CHECK_STR(ketch_errmsg(c), "requested lease not found");
+  CHECK_EQ(ketch_lease_keepalive_once(c, id, &r), 0); /* etcd: ttl 0 when gone */
+  CHECK_EQ(r->lease.ttl, 0);
+  ketch_result_free(r);
+  ketch_close(c);
+}
+
+static int ka_n, ka_zero;
+static void ka_count(void *arg, int err, const ketch_result *res) {
+  (void)arg;
+  if (!err && res->lease.ttl > 0)
+    ka_n++;
+  else
+    ka_zero++;
+}
+
+/* A lease kept alive by the handle outlives its TTL while the caller only
+ * makes synchronous calls (the renewals run inside them); once stopped it
+ * expires and its key goes with it. */
+TEST(keepalive_runs_inside_sync_calls_and_expiry_deletes_keys) {
+  ketch_client *c = open_or_null(shared_ep(), NULL);
+  CHECK(c != NULL);
+  ketch_result *r;
+  CHECK_EQ(ketch_lease_grant(c, 2, 0, &r), 0);
+  int64_t id = r->lease.id;
+  ketch_result_free(r);
+  ketch_put_req p = {.key = "ka/k", .key_len = 4, .value = "v", .value_len = 1, .lease = id};
+  CHECK_EQ(ketch_put(c, &p, NULL), 0);
+  ka_n = ka_zero = 0;
+  CHECK_EQ(ketch_lease_keepalive_start(c, id, ka_count, NULL), 0);
+  int64_t end = mono_ms() + 4000;
+  while (mono_ms() < end) { /* only synchronous calls, 50 ms apart */
+    CHECK_EQ(key_count(c, "ka/"), 1);
+    usleep(50000);
+  }
+  CHECK(ka_n >= 5); /* at once, then every 666 ms */
+  CHECK_EQ(ka_zero, 0);
+  CHECK_EQ(ketch_lease_timetolive(c, id, false, &r), 0);
+  CHECK(r->lease.ttl >= 1);
+  ketch_result_free(r);
+  CHECK_EQ(ketch_lease_keepalive_stop(c, id), 0);
+  int n = ka_n;
+  end = mono_ms() + 6000;
+  while (key_count(c, "ka/") != 0 && mono_ms() < end)
+    usleep(100000);
+  CHECK_EQ(key_count(c, "ka/"), 0);
+  CHECK_EQ(ka_n, n);
+  CHECK_EQ(ketch_lease_timetolive(c, id, false, &r), 0);
+  CHECK_EQ(r->lease.ttl, -1);
+  ketch_result_free(r);
+  /* keep-alive of a lease that is gone: one last callback with ttl 0 */
+  CHECK_EQ(ketch_lease_keepalive_start(c, id, ka_count, NULL), 0);
+  poll_loop(c, &ka_zero, 1, 3000);
+  CHECK_EQ(ka_zero, 1);
+  CHECK_EQ(ketch_lease_keepalive_stop(c, id), KETCH_ENOTFOUND);
+  ketch_close(c);
+}
+
+struct wlog {
+  int created, canceled, err, n;
+  int64_t compact, last_rev;
+  char ev[64][24];
+  int64_t rev[64];
+};
+static void wlog_cb(void *arg, int err, const ketch_result *res) {
+  struct wlog *l = arg;
+  if (res->watch.canceled) {
+    l->canceled++;
+    l->err = err;
+    l->compact = res->watch.compact_revision;
+    return;
+  }
+  l->created += res->watch.created;
+  for (size_t i = 0; i < res->watch.n_events && l->n < 64; i++) {
+    const ketch_event *e = &res->watch.events[i];
+    snprintf(l->ev[l->n], sizeof l->ev[0], "%c %.*s=%.*s", e->type ? 'D' : 'P', (int)e->kv.key_len,
+             e->kv.key, (int)e->kv.value_len, e->kv.value);
+    l->rev[l->n++] = e->kv.mod_revision;
+  }
+}
+
+/* Events arrive in order, with the writes' revisions, while the caller makes
+ * synchronous writes on the same handle; then a watch from an old revision
+ * replays history; cancel ends with canceled. */
+TEST(watch_events_in_order_during_sync_calls_history_and_cancel) {
+  ketch_client *c = open_or_null(shared_ep(), NULL);
+  CHECK(c != NULL);
+  static struct wlog l;
+  memset(&l, 0, sizeof l);
+  ketch_watch_req wq = {.key = "wt/", .key_len = 3, .prefix = true, .prev_kv = true};
+  uint64_t h;
+  CHECK_EQ(ketch_watch(c, &wq, wlog_cb, &l, &h), 0);
+  int64_t revs[4];
+  ketch_result *r;
+  const char *keys[4] = {"wt/a", "wt/b", "wt/a", "other"};
+  for (int i = 0; i < 4; i++) {
+    char v[16];
+    snprintf(v, sizeof v, "v%d", i);
+    CHECK_EQ(put_s(c, keys[i], v, &r), 0);
+    revs[i] = r->header.revision;
+    ketch_result_free(r);
+  }
+  ketch_delete_req dq = {.key = "wt/b", .key_len = 4};
+  CHECK_EQ(ketch_delete(c, &dq, &r), 0);
+  int64_t del_rev = r->header.revision;
+  ketch_result_free(r);
+  CHECK_EQ(ketch_status(c, &r), 0); /* one more round trip: the events are in */
+  ketch_result_free(r);
+  CHECK_EQ(l.created, 1);
+  CHECK_EQ(l.n, 4);
+  CHECK_STR(l.ev[0], "P wt/a=v0");
+  CHECK_STR(l.ev[1], "P wt/b=v1");
+  CHECK_STR(l.ev[2], "P wt/a=v2");
+  CHECK_STR(l.ev[3], "D wt/b=");
+  CHECK_EQ(l.rev[0], revs[0]);
+  CHECK_EQ(l.rev[2], revs[2]);
+  CHECK_EQ(l.rev[3], del_rev);
+  /* history: a second watch from the first put's revision sees the same */
+  static struct wlog h2;
+  memset(&h2, 0, sizeof h2);
+  wq.start_revision = revs[0];
+  uint64_t hh;
+  CHECK_EQ(ketch_watch(c, &wq, wlog_cb, &h2, &hh), 0);
+  CHECK(hh != h);
+  poll_loop(c, &h2.n, 4, 3000);
+  CHECK_EQ(h2.n, 4);
+  for (int i = 0; i < 4; i++) {
+    CHECK_STR(h2.ev[i], l.ev[i]);
+    CHECK_EQ(h2.rev[i], l.rev[i]);
+  }
+  CHECK_EQ(ketch_watch_cancel(c, h), 0);
+  CHECK_EQ(ketch_watch_cancel(c, hh), 0);
+  poll_loop(c, &h2.canceled, 1, 3000);
+  poll_loop(c, &l.canceled, 1, 3000);
+  CHECK_EQ(l.canceled, 1);
+  CHECK_EQ(l.err, 0);
+  CHECK_EQ(h2.err, 0);
+  CHECK_EQ(put_s(c, "wt/z", "after", NULL), 0);
+  CHECK_EQ(l.n, 4);
+  ketch_close(c);
+}
+
+TEST(watch_from_a_compacted_revision_is_canceled_with_the_compaction) {
+  ketch_client *c = open_or_null(shared_ep(), NULL);
+  CHECK(c != NULL);
+  ketch_result *r;
+  CHECK_EQ(put_s(c, "wc/k", "1", &r), 0);
+  int64_t first = r->header.revision;
+  ketch_result_free(r);
+  CHECK_EQ(put_s(c, "wc/k", "2", &r), 0);
+  int64_t second = r->header.revision;
+  ketch_result_free(r);
+  CHECK_EQ(ketch_compact(c, second, false, NULL), 0);
+  static struct wlog l;
+  memset(&l, 0, sizeof l);
+  ketch_watch_req wq = {.key = "wc/k", .key_len = 4, .start_revision = first};
+  uint64_t h;
+  CHECK_EQ(ketch_watch(c, &wq, wlog_cb, &l, &h), 0);
+  poll_loop(c, &l.canceled, 1, 3000);
+  CHECK_EQ(l.canceled, 1);
+  CHECK_EQ(l.err, KETCH_ECOMPACTED);
+  CHECK_EQ(l.compact, second);
+  CHECK_EQ(l.n, 0);
+  /* from compact_revision + 1 (the earliest, net/PROTOCOL.md 7.12; etcd also
+   * takes compact_revision itself, whose deletes it may have lost) */
+  CHECK_EQ(put_s(c, "wc/k", "3", NULL), 0);
+  memset(&l, 0, sizeof l);
+  wq.start_revision = second + 1;
+  CHECK_EQ(ketch_watch(c, &wq, wlog_cb, &l, &h), 0);
+  poll_loop(c, &l.n, 1, 3000);
+  CHECK_EQ(l.n, 1);
+  CHECK_STR(l.ev[0], "P wc/k=3");
+  ketch_close(c); /* ends the open watch with ECANCELED */
+  CHECK_EQ(l.canceled, 1);
+  CHECK_EQ(l.err, KETCH_ECANCELED);
+}
+
+struct wcount {
+  int events, done;
+  int64_t last_rev;
+  bool disorder;
+};
+static void wcount_cb(void *arg, int err, const ketch_result *res) {
+  struct wcount *w = arg;
+  (void)err;
+  for (size_t i = 0; i < res->watch.n_events; i++) {
+    if (res->watch.events[i].kv.mod_revision <= w->last_rev)
+      w->disorder = true;
+    w->last_rev = res->watch.events[i].kv.mod_revision;
+    w->events++;
+  }
+}
+
+/* 10000 pipelined puts on the handle that also watches their prefix: every
+ * event arrives once, in order (the time is printed, not asserted). */
+TEST(watch_keeps_up_with_10k_pipelined_puts) {
+  ketch_options o = {.max_outstanding = 10000, .request_timeout_ms = 30000};
+  ketch_client *c = open_or_null(shared_ep(), &o);
+  CHECK(c != NULL);
+  static struct wcount wc;
+  memset(&wc, 0, sizeof wc);
+  ketch_watch_req wq = {.key = "w10k/", .key_len = 5, .prefix = true};
+  uint64_t h;
+  CHECK_EQ(ketch_watch(c, &wq, wcount_cb, &wc, &h), 0);
+  CHECK_EQ(ketch_status(c, NULL), 0); /* the watch is open before the writes */
+  struct pipe_state st = {0};
+  char key[32];
+  int64_t t0 = mono_ms();
+  for (int i = 0; i < 10000; i++) {
+    snprintf(key, sizeof key, "w10k/%05d", i);
+    ketch_put_req p = {.key = key, .key_len = strlen(key), .value = "v", .value_len = 1};
+    CHECK_EQ(ketch_put_async(c, &p, pipe_cb, &st), 0);
+  }
+  poll_loop(c, &wc.events, 10000, 30000);
+  int64_t t1 = mono_ms();
+  poll_loop(c, &st.done, 10000, 5000);
+  fprintf(stderr, "client_test: 10000 puts watched on the same handle in %lld ms\n",
+          (long long)(t1 - t0));
+  CHECK_EQ(st.ok, 10000);
+  CHECK_EQ(wc.events, 10000);
+  CHECK(!wc.disorder);
+  CHECK_EQ(wc.last_rev, st.max_rev);
+  ketch_close(c);
 }

@@ -47,14 +47,17 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, uint64_t first, 
     tot.msgs += st.msgs;
     tot.reads += st.reads;
     tot.transfers += st.transfers;
+    tot.snapshots_sent += st.snapshots_sent;
+    tot.installs += st.installs;
   }
   fprintf(stderr,
           "sim n=%d crashes=%d seeds=%llu: committed=%llu elections=%llu crashes=%llu "
-          "msgs=%llu reads=%llu transfers=%llu\n",
+          "msgs=%llu reads=%llu transfers=%llu snapshots sent=%llu installed=%llu\n",
           n, crashes, (unsigned long long)count, (unsigned long long)tot.committed,
           (unsigned long long)tot.elections, (unsigned long long)tot.crashes,
           (unsigned long long)tot.msgs, (unsigned long long)tot.reads,
-          (unsigned long long)tot.transfers);
+          (unsigned long long)tot.transfers, (unsigned long long)tot.snapshots_sent,
+          (unsigned long long)tot.installs);
   return failures;
 }
 

@@ -1370,9 +1370,25 @@ static void run_lease_list(int argc, char **argv) {
  * interactive, stdin lines go to on_line. */
 static void stream_loop(ketch_client *c, const bool *done, void (*on_line)(ketch_client *, char *));
 
+/* etcdctl refuses table output at the first response; from a callback we
+ * only note it (exiting there would close the handle inside its callback). */
+static bool table_refused;
+static bool refuse_table_in_cb(bool *done) {
+  if (ctl_display.format != CTL_TABLE)
+    return false;
+  table_refused = *done = true;
+  return true;
+}
+static void die_if_table_refused(void) {
+  if (table_refused)
+    ctl_die(CTL_EXIT_BAD_FEATURE, "table not supported as output format");
+}
+
 static bool ka_done;
 static void ka_print(void *arg, int err, const ketch_result *res) {
   (void)arg;
+  if (!err && res->lease.ttl > 0 && refuse_table_in_cb(&ka_done))
+    return;
   if (err || res->lease.ttl <= 0) {
     ka_done = true; /* clientv3 closes the channel: lease gone or lost */
     return;
@@ -1402,6 +1418,7 @@ static void run_lease_keepalive(int argc, char **argv) {
   if (err)
     ctl_die(CTL_EXIT_BAD_CONNECTION, "%s", ctl_errtext(err, ketch_errmsg(c)));
   stream_loop(c, &ka_done, NULL);
+  die_if_table_refused();
   if (ctl_display.format == CTL_SIMPLE)
     printf("lease %016" PRIx64 " expired or revoked.\n", (uint64_t)id);
 }
@@ -1414,6 +1431,8 @@ static void watch_print(void *arg, int err, const ketch_result *res) {
   (void)arg;
   if (res->watch.created)
     return; /* clientv3 does not hand `created` to the channel */
+  if (refuse_table_in_cb(&watch_done))
+    return;
   if (res->watch.canceled) {
     if (!err)
       return;
@@ -1513,6 +1532,7 @@ static void run_watch(int argc, char **argv) {
     c = open_client();
     watch_in_interactive = true;
     stream_loop(c, &watch_done, watch_line);
+    die_if_table_refused();
     return;
   }
   if (argc < 1)
@@ -1524,6 +1544,7 @@ static void run_watch(int argc, char **argv) {
   if (why)
     ctl_die(CTL_EXIT_BAD_ARGS, "%s", why);
   stream_loop(c, &watch_done, NULL);
+  die_if_table_refused();
   ctl_die(CTL_EXIT_INTERRUPTED, "watch is canceled by the server");
 }
 

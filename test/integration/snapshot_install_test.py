@@ -1,0 +1,69 @@
+"""A follower further behind than the leader's in-memory log gets the
+leader's newest snapshot over the peer snapshot channel, installs it and
+catches up; leases and their keys come with it; it serves and keeps
+replicating afterwards, and recovers from the installed snapshot on restart."""
+import time
+
+from cluster_test import TIMING, cleanup, start_cluster, wait_leader
+from harness import PUT, RANGE, Conn, run_tests
+
+GRANT = 24
+SMALL = ["--experimental-snapshot-catchup-entries", "100", "--snapshot-count", "200"]
+
+
+def wait_value(m, key, want, timeout=20):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            r = Conn(m.port, timeout=2).get(key, serializable=True)
+            kvs = r.get("kvs") or []
+            last = kvs[0][1] if kvs else None
+            if last == want:
+                return
+        except (OSError, ConnectionError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError("%s: %r is %r, want %r" % (m.name, key, last, want))
+
+
+def test_lagging_follower_installs_snapshot_and_catches_up():
+    ms = start_cluster(extra=SMALL)
+    try:
+        leader = wait_leader(ms)
+        lag = [m for m in ms if m is not leader][0]
+        c = Conn(leader.port)
+        lid = c.call(GRANT, {"ttl": 600})["id"]
+        c.put("leased", "v", lease=lid)
+        lag.kill9()
+        for i in range(3000):  # far past the 100 entries kept
+            c.send(PUT, {"key": b"k%03d" % (i % 300), "value": b"v%05d" % i + b"x" * 100})
+            if i % 500 == 499:
+                for _ in range(500):
+                    t, _, p = c.recv()
+                    assert t == PUT, p
+        lag.start()
+        wait_value(lag, "k299", b"v02999" + b"x" * 100)
+        log = lag.logtext()
+        assert "installed snapshot" in log, log[-3000:]
+        for line in log.splitlines():
+            if "installed snapshot" in line or "receiving snapshot" in line:
+                print("  " + line.split(" ", 4)[-1])
+        assert "sending snapshot" in leader.logtext()
+        # leases came with the snapshot: the key is attached on the follower
+        r = Conn(lag.port).get("leased", serializable=True)
+        assert r["kvs"][0][5] == lid, r
+        # replication goes on after the install
+        c.put("after", "1")
+        wait_value(lag, "after", b"1")
+        # and the follower restarts from the installed snapshot
+        lag.stop()
+        lag.start()
+        wait_value(lag, "after", b"1")
+        wait_value(lag, "k000", b"v02700" + b"x" * 100)
+    finally:
+        cleanup(ms)
+
+
+if __name__ == "__main__":
+    run_tests([test_lagging_follower_installs_snapshot_and_catches_up])
