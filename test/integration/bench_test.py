@@ -427,12 +427,70 @@ def etcd_tests():
 
         stream_tests(ep, "etcd")
 
+        def stream_lost():
+            # etcd killed under a keep-alive run: the keep-alives in flight on
+            # the lost streams and every later one fail, each counted once
+            def kill():
+                time.sleep(0.8)
+                p.send_signal(signal.SIGKILL)
+            th = threading.Thread(target=kill)
+            th.start()
+            try:
+                rc, r = bench_json("etcd://" + ep, ["lease-keepalive", "--leases", "50"],
+                                   ["--clients", "4", "--rate", "500", "--duration", "2",
+                                    "--timeout-ms", "1000"])
+            finally:
+                th.join()
+                p.wait()
+            why = sane(r, want_errors=r["errors"])
+            return why or first((r["ok"] < 100, "only %d ok before the kill" % r["ok"]),
+                                (r["errors"] == 0, "no error after the kill"),
+                                (not set(r["errors_by_code"]) <= {"UNAVAILABLE", "STREAM_ENDED",
+                                                                  "DEADLINE_EXCEEDED"},
+                                 "errors %r" % r["errors_by_code"]),
+                                (rc != 1, "exit %d, want 1" % rc))
+        check("etcd/stream-lost-counted", stream_lost)
+
         def dead_server():
-            p.send_signal(signal.SIGKILL)
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
             p.wait()
             rc, out, err = run(["--endpoints", "etcd://" + ep, "--total", "10", "put"])
             return None if rc == 1 and "connect" in err else "exit %d: %r" % (rc, err[-300:])
         check("etcd/unreachable", dead_server)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def etcd_watch_lost():
+    """etcd killed under watch-latency: every watch ends (counted), the
+    missing events are reported, exit 1."""
+    p, d, ep = start_etcd()
+    try:
+        def kill():
+            time.sleep(0.8)
+            p.send_signal(signal.SIGKILL)
+        th = threading.Thread(target=kill)
+        th.start()
+        try:
+            rc, r = bench_json("etcd://" + ep, ["watch-latency", "--watchers", "10", "--streams",
+                                                "2", "--put-total", "400", "--put-rate", "200"],
+                               ["--timeout-ms", "1000"])
+        finally:
+            th.join()
+            p.wait()
+        return first((r["put_ok"] + r["put_errors"] != r["put_issued"] or r["put_issued"] != 400,
+                      "puts %d ok + %d errors != %d issued" % (r["put_ok"], r["put_errors"],
+                                                               r["put_issued"])),
+                     (r["put_ok"] < 50 or r["put_errors"] == 0, "puts %d ok %d errors" % (
+                         r["put_ok"], r["put_errors"])),
+                     (r["ended"] != 10, "ended %d, want all 10 watches" % r["ended"]),
+                     (r["events"] > r["expected"], "events %d > expected %d" % (
+                         r["events"], r["expected"])),
+                     (rc != 1, "exit %d, want 1" % rc))
     finally:
         if p.poll() is None:
             p.kill()
@@ -497,6 +555,8 @@ def main():
     finally:
         m.cleanup()
     etcd_tests()
+    if shutil.which("etcd"):
+        check("etcd/watch-stream-lost-counted", etcd_watch_lost)
     check("compare", compare)
 
 
