@@ -31,7 +31,7 @@ for r in "$O"/test/fuzz/*_replay; do
   n=$(basename "$r" _replay)
   run "fuzz/$n" "$r" test/fuzz/corpus/"$n"
 done
-if command -v clang-format >/dev/null && [ -d .git ]; then
+if command -v clang-format >/dev/null && [ -e .git ]; then
   run "lint/clang-format" sh -c 'clang-format --dry-run -Werror $(git ls-files "*.c" "*.h") 2>&1 | head -20; if clang-format --dry-run -Werror $(git ls-files "*.c" "*.h") >/dev/null 2>&1; then echo "ok lint/clang-format"; else echo "FAIL lint/clang-format: run make format"; fi'
 fi
 for t in test/integration/*_test.py; do

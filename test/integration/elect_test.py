@@ -1,7 +1,8 @@
 """test/integration/elect_test.py — libketch's election (client/recipes.c) and
 `ketchctl elect` against a real bin/ketch.
 
-  three candidates: A, B, C campaign in that order with an observer running;
+  three candidates: A, B, C campaign in that order with an observer running
+      (and a second one started while B leads);
       A proclaims a new value, resigns, B leads, B is kill -9'd, C leads only
       after B's lease expires; the observer sees exactly the leaders and values
       in order; leader() follows; a resigned leader cannot proclaim
@@ -62,6 +63,10 @@ def test_three_candidates_observer_sees_leaders_in_order():
         assert seen[-1] == [keys["b"], "b"], seen
         a.send("proclaim a3\n")
         assert a.line() == "error ENOTFOUND", "a resigned leader proclaimed"
+        late = client(ep, "observe", "el")  # starts with a leader in place
+        procs.append(late)
+        assert late.line() == "observing"
+        assert late.line().split()[1:3] == [keys["b"], "b"]
         cands["c"].no_line(0.3)
 
         t_kill = kill_after_renewal(cands["b"])
@@ -73,11 +78,13 @@ def test_three_candidates_observer_sees_leaders_in_order():
         o = obs.line().split()
         assert o[1:3] == [keys["c"], "c"], o
         assert (int(o[3]) - t_kill) / 1e9 >= ttl - 0.3, "the observer saw c before b's lease expired"
+        assert late.line().split()[1:3] == [keys["c"], "c"]
         assert client(ep, "leader", "el").line() == "leader %s c" % keys["c"]
 
         cands["c"].send("resign\n")
         assert cands["c"].line() == "resigned"
         obs.no_line(0.5)  # no leader: nothing to report
+        late.no_line(0.1)
         assert client(ep, "leader", "el").line() == "error ENOTFOUND"
         for name in ("a", "c"):
             cands[name].send("quit\n")

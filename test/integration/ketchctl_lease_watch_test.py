@@ -249,7 +249,8 @@ def cases():
     watch_case("watch/table-refused", ["watch", "wa/1", "-w", "table"], [["put", "wa/1", "t"]])
     watch_case("watch/sigterm", ["watch", "wa/1"], [["put", "wa/1", "x"]], sig=signal.SIGTERM)
     watch_case("watch/interactive", ["watch", "-i"], [["put", "wa/1", "i1"], ["put", "wa/2", "i2"]],
-               stdin="watch wa/1\nwatch wa/2 --prev-kv\nfoo bar\nwatch\n\nwatch a --prefix b\n")
+               stdin="watch wa/1\nwatch wa/2 --prev-kv\nfoo bar\nwatch\n\nwatch a --prefix b\n",
+               settle=2.0)  # both must have read stdin to its EOF (and said so) on a busy box
     c("err/watch-no-args", ["watch"])
     c("err/watch-prefix-and-range", ["watch", "a", "b", "--prefix"])
     kt.compare("err/watch-bad-rev", ["watch", "a", "--rev", "x"], stdout_part=kt.help_part)

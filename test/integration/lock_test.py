@@ -287,6 +287,35 @@ def test_try_lock_busy_and_timeout_leave_no_key():
     with_member(body)
 
 
+def test_waiters_served_in_arrival_order():
+    """Five waiters queue behind a holder; when it lets go they get the lock
+    one after the other in the order they asked (revision order), each only
+    after the previous one released it."""
+    def body(m, procs):
+        from harness import Conn
+        h = client(m.endpoint, "hold", "fifo", 10)
+        procs.append(h)
+        f = h.line().split()
+        assert f[0] == "enter", f
+        ws = []
+        for _ in range(5):
+            w = client(m.endpoint, "lock", "fifo", 10, 30000)
+            procs.append(w)
+            w.no_line(0.3)  # queued before the next one starts
+            ws.append(w)
+        Conn(m.port).call(3, {"key": f[3].encode()})  # DELETE: the holder lets go
+        got = []
+        for w in ws:
+            f = w.line().split()
+            assert f[0] == "acquired", f
+            got.append((int(f[1]), int(f[2])))
+            assert w.wait() == 0
+        revs, times = [g[0] for g in got], [g[1] for g in got]
+        assert revs == sorted(set(revs)), "fencing revisions not in arrival order: %r" % revs
+        assert times == sorted(times), "served out of arrival order: %r" % got
+    with_member(body)
+
+
 def test_waiter_whose_session_expired_is_told_not_granted():
     """A waiter frozen past its TTL loses its key; when its predecessor goes it
     must not report the lock as held (etcd 3.4 would): ELEASENOTFOUND."""
@@ -569,6 +598,7 @@ Server.run_plain = staticmethod(_run_plain)
 if __name__ == "__main__":
     run_tests([test_counter_under_lock, test_holder_killed_waiter_gets_lock_after_ttl,
                test_try_lock_busy_and_timeout_leave_no_key,
+               test_waiters_served_in_arrival_order,
                test_waiter_whose_session_expired_is_told_not_granted, test_ketchctl_lock_like_etcdctl,
                test_ketchctl_lock_command_keeps_session_alive, test_counter_on_three_members,
                test_lock_survives_the_kill_of_its_member])

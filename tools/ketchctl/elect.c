@@ -19,11 +19,16 @@
 #define ELECT_SESSION_TTL_S 60
 
 static atomic_bool observer_lost;
+static bool table_refused; /* noted in the callback, refused outside it */
 
 static void observe_cb(void *arg, int err, const ketch_result *res) {
   (void)arg;
   if (err || res->watch.canceled) {
     atomic_store(&observer_lost, true);
+    return;
+  }
+  if (res->watch.n_events && ctl_display.format == CTL_TABLE) {
+    table_refused = true; /* exiting here would close the handle inside its callback */
     return;
   }
   for (size_t i = 0; i < res->watch.n_events; i++) {
@@ -44,8 +49,10 @@ static void observe(ketch_client *c, const char *name) {
   int err = ketch_election_observe(c, name, observe_cb, NULL, &id);
   if (err)
     ctl_die(CTL_EXIT_ERROR, "%s", ctl_errtext(err, ketch_errmsg(c)));
-  while (!ctl_hold_signaled() && !atomic_load(&observer_lost))
+  while (!ctl_hold_signaled() && !atomic_load(&observer_lost) && !table_refused)
     ctl_hold_pump(c, 1000);
+  if (table_refused)
+    ctl_die(CTL_EXIT_BAD_FEATURE, "table not supported as output format");
   if (!ctl_hold_signaled())
     ctl_die(CTL_EXIT_ERROR, "elect: observer lost");
   ketch_watch_cancel(c, id);

@@ -17,8 +17,8 @@
  * the session's lease on a connection of its own — the waiting key goes with
  * it, so no one waits on us — prints etcdctl's "Error: context canceled" and
  * exits 1. Once the lock is held it only flags the signal and wakes the main
- * loop through a pipe. The session's lease is revoked on every orderly exit
- * (etcdctl leaves it to expire; the output is the same).
+ * loop through a pipe. The session's lease is revoked on every exit, errors
+ * included (etcdctl leaves it to expire; the output is the same).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -83,6 +83,24 @@ static void *signal_thread(void *arg) {
   return NULL;
 }
 
+/* The session is ours to end: the keys it holds go with it. Idempotent. */
+void ctl_hold_end(ketch_client *c) {
+  if (hold_lease) {
+    ketch_lease_keepalive_stop(c, hold_lease);
+    ketch_lease_revoke(c, hold_lease, NULL);
+    hold_lease = 0;
+  }
+}
+
+static ketch_client *hold_client;
+
+/* Every exit (an error, "table not supported" after the lock was taken...)
+ * ends the session, so no one waits for its TTL. */
+static void hold_atexit(void) {
+  if (hold_client)
+    ctl_hold_end(hold_client);
+}
+
 int64_t ctl_hold_begin(ketch_client *c, int64_t ttl_s) {
   sigset_t set;
   sigemptyset(&set);
@@ -102,6 +120,8 @@ int64_t ctl_hold_begin(ketch_client *c, int64_t ttl_s) {
     if (err)
       ctl_die(CTL_EXIT_ERROR, "%s", ctl_errtext(err, ketch_errmsg(c)));
   }
+  hold_client = c;
+  atexit(hold_atexit); /* runs before main.c's, which closes the client */
   pthread_t t;
   if (pthread_create(&t, NULL, signal_thread, NULL))
     ctl_die(CTL_EXIT_ERROR, "cannot start the signal thread");
@@ -143,14 +163,6 @@ int ctl_hold_wait(ketch_client *c) {
     if (atomic_load(&hold_lost))
       return -1;
     ctl_hold_pump(c, 1000);
-  }
-}
-
-/* The session is ours to end: the key it holds goes with it. */
-void ctl_hold_end(ketch_client *c) {
-  if (hold_lease) {
-    ketch_lease_keepalive_stop(c, hold_lease);
-    ketch_lease_revoke(c, hold_lease, NULL);
   }
 }
 
