@@ -265,7 +265,8 @@ static int answer(struct kt_node *n, const struct kt_req *req, struct kt_resp *r
     kt_lease_each(n->leases, collect_id, tmp);
     l->n_leases = (uint32_t)(tmp->len / sizeof(int64_t));
     l->leases = kt_arena_alloc(a, tmp->len ? tmp->len : 1);
-    memcpy(l->leases, tmp->p, tmp->len);
+    if (tmp->len) /* memcpy from NULL is UB even for 0 bytes (UBSan, lease list of none) */
+      memcpy(l->leases, tmp->p, tmp->len);
     return 0;
   default:
     return kt_err_set(e, KT_EUNSUPPORTED, "not a lease query");

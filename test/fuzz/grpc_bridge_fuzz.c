@@ -101,7 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                       "/etcdserverpb.Cluster/MemberList",
                                       "/etcdserverpb.Maintenance/MoveLeader",
                                       "/etcdserverpb.Lease/LeaseKeepAlive",
-                                      "/etcdserverpb.Cluster/MemberAdd"};
+                                      "/etcdserverpb.Maintenance/Alarm"};
   unsigned sel = buf[0];
   if (sel >= 0xf0) { /* a grpc-timeout value */
     int64_t t = kt_bridge_parse_timeout(buf + 1, size - 1);

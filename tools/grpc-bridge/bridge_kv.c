@@ -122,6 +122,7 @@ enum {
   M_LEASE_LEASES,
   M_MEMBER_LIST,
   M_MOVE_LEADER,
+  M_ALARM,
   M_N
 };
 static const char *const method_paths[M_N] = {
@@ -137,6 +138,7 @@ static const char *const method_paths[M_N] = {
     "/etcdserverpb.Lease/LeaseLeases",
     "/etcdserverpb.Cluster/MemberList",
     "/etcdserverpb.Maintenance/MoveLeader",
+    "/etcdserverpb.Maintenance/Alarm",
 };
 /* Streaming methods, served by bridge_stream.c. */
 static const char *const stream_paths[] = {
@@ -180,7 +182,7 @@ int kt_bridge_method(const char *path, char *msg, size_t msg_len) {
     if (strlen(etcd_services[i]) == svc_len && memcmp(svc, etcd_services[i], svc_len) == 0) {
       snprintf(msg, msg_len,
                "ketch-grpc: %.*s/%.64s is not implemented (served: KV, Watch, Lease, "
-               "Cluster/MemberList, Maintenance/Status and MoveLeader, Lock, Election)",
+               "Cluster/MemberList, Maintenance/Status, MoveLeader and Alarm GET, Lock, Election)",
                (int)svc_len, svc, meth);
       return KT_BRIDGE_UNIMPLEMENTED;
     }
@@ -734,6 +736,35 @@ static void on_result(void *arg, int err, const ketch_result *res) {
   case M_MEMBER_LIST:
     m = (const ProtobufCMessage *)mk_members(&a, h, &res->member_list);
     break;
+  case M_ALARM: {
+    /* The connected member's alarms, from its status: etcd's
+     * "memberID:<id> alarm:<type>" strings (member 0: that member). etcd
+     * lists the cluster's: the others' are not known here. */
+    const ketch_status_result *st = &res->status;
+    Etcdserverpb__AlarmResponse *o = ar_alloc(&a, sizeof *o);
+    Etcdserverpb__AlarmMember **v = ar_alloc(&a, (st->n_errors ? st->n_errors : 1) * sizeof *v);
+    if (!o || !v)
+      break;
+    etcdserverpb__alarm_response__init(o); /* no header: etcd sends none */
+    o->alarms = v;
+    for (size_t i = 0; i < st->n_errors; i++) {
+      unsigned long long id = 0;
+      char type[16];
+      if (sscanf(st->errors[i], "memberID:%llu alarm:%15s", &id, type) != 2)
+        continue;
+      Etcdserverpb__AlarmMember *am = ar_alloc(&a, sizeof *am);
+      if (!am)
+        break;
+      etcdserverpb__alarm_member__init(am);
+      am->memberid = id ? id : res->header.member_id;
+      am->alarm = strcmp(type, "NOSPACE") == 0   ? ETCDSERVERPB__ALARM_TYPE__NOSPACE
+                  : strcmp(type, "CORRUPT") == 0 ? ETCDSERVERPB__ALARM_TYPE__CORRUPT
+                                                 : ETCDSERVERPB__ALARM_TYPE__NONE;
+      v[o->n_alarms++] = am;
+    }
+    m = (const ProtobufCMessage *)o;
+    break;
+  }
   case M_MOVE_LEADER: {
     Etcdserverpb__MoveLeaderResponse *o = ar_alloc(&a, sizeof *o);
     if (o) {
@@ -833,7 +864,10 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
       err = KETCH_EINVAL;
       put_check_msg = "too large lease TTL";
     } else if (r) {
-      err = ketch_lease_grant_async(kc, r->ttl, r->id, on_result, c);
+      /* etcd raises a TTL below its minimum (0 and negative too) to the
+       * minimum; libketch refuses ttl <= 0: ask for 1 s, the member raises
+       * it to its own minimum. */
+      err = ketch_lease_grant_async(kc, r->ttl > 0 ? r->ttl : 1, r->id, on_result, c);
     }
     break;
   }
@@ -868,6 +902,18 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
     req = (ProtobufCMessage *)r;
     if (r)
       err = ketch_member_list_async(kc, on_result, c);
+    break;
+  }
+  case M_ALARM: {
+    Etcdserverpb__AlarmRequest *r = etcdserverpb__alarm_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r && r->action != ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__GET) {
+      err = KETCH_EUNSUPPORTED;
+      put_check_msg = "ketch-grpc: Maintenance/Alarm ACTIVATE and DEACTIVATE are not "
+                      "implemented (GET is)";
+    } else if (r) {
+      err = ketch_status_async(kc, on_result, c);
+    }
     break;
   }
   case M_MOVE_LEADER: {

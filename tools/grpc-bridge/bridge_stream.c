@@ -13,7 +13,9 @@
  * canceled delivery answers it. WatchProgressRequest -> ketch_watch_progress()
  * and, once every created watch of the stream reported progress, one
  * WatchResponse{watch_id -1, header.revision = the smallest reported} (etcd
- * 3.4's shape).
+ * 3.4's shape); if a watch is still catching up (the member sends it no
+ * progress), the request is dropped as etcd 3.5 does (see
+ * on_progress_barrier). A stream without watches gets the member's revision.
  *
  * Watch ids are the bridge's, per gRPC stream, as etcd: auto ids count up
  * from 0 skipping ids in use; a client-chosen watch_id is used as given, and
@@ -294,10 +296,14 @@ static void on_watch(void *arg, int err, const ketch_result *res) {
       if (w->cancel_requested) {
         send_ctrl(s, &h, w->id, false, true, 0, NULL);
       } else if (err == KETCH_ECOMPACTED || wr->compact_revision) {
+        /* etcd's compact_revision is where a new watch may start, and its
+         * clients resume there; ketch's is the compaction revision itself,
+         * at which it refuses to start (deletes there are gone): + 1. */
+        int64_t resume = wr->compact_revision > 0 ? wr->compact_revision + 1 : 0;
         h.revision = 0; /* as etcd's compacted response */
         if (!w->created)
           send_ctrl(s, &last_hdr, w->id, true, false, 0, NULL);
-        send_ctrl(s, &h, w->id, false, true, wr->compact_revision, NULL);
+        send_ctrl(s, &h, w->id, false, true, resume, NULL);
       } else {
         int st;
         const char *m = kt_bridge_error(err ? err : KETCH_ECANCELED, res->message, &st);
@@ -415,6 +421,26 @@ static void on_progress_status(void *arg, int err, const ketch_result *res) {
   stream_unref(s);
 }
 
+/* The barrier after ketch_watch_progress(): the member answers this status
+ * after the progress frames it sent at once (same connection, in order). A
+ * watch still catching up got none: then the request is dropped, as etcd
+ * 3.5 does when not every watcher is synced (the client asks again). */
+static void on_progress_barrier(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  (void)err;
+  (void)res;
+  if (s->io) {
+    s->io->pending(s->arg, -1);
+    if (s->progress_waiting > 0) {
+      for (struct bwatch *w = s->watches; w; w = w->next)
+        w->progress_pending = false;
+      s->progress_waiting = 0;
+      s->progress_requests = 0;
+    }
+  }
+  stream_unref(s);
+}
+
 static void watch_progress(kt_bridge_stream *s) {
   size_t n = 0;
   for (struct bwatch *w = s->watches; w; w = w->next) {
@@ -436,6 +462,10 @@ static void watch_progress(kt_bridge_stream *s) {
   s->progress_waiting += n;
   s->progress_requests++;
   ketch_watch_progress(s->kc);
+  if (ketch_status_async(s->kc, on_progress_barrier, s) == 0) {
+    s->refs++;
+    s->io->pending(s->arg, +1);
+  }
 }
 
 static void watch_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
@@ -929,7 +959,14 @@ static void on_campaign_proclaim(void *arg, int err, const ketch_result *res) {
 static void on_create_txn(void *arg, int err, const ketch_result *res) {
   kt_bridge_stream *s = arg;
   struct rop *op = s->op;
-  if (s->io && !s->finished) {
+  if (!s->io && !err && res->txn.n_responses > 0 &&
+      (res->txn.succeeded || res->txn.responses[0].range.n_kvs > 0)) {
+    /* The client left while the key was being created: give it up. */
+    op->have_key = true;
+    op->rev = res->txn.succeeded ? res->header.revision
+                                 : res->txn.responses[0].range.kvs[0].create_revision;
+    recipe_give_up(s);
+  } else if (s->io && !s->finished) {
     const ketch_txn_result *t = &res->txn;
     if (err) {
       recipe_fail(s, err, res->message);
