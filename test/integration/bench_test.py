@@ -5,10 +5,12 @@ accounted for (ok + errors == issued == --total), the JSON fields present and
 sane (p50 <= p90 <= p99 <= p99.9 <= max, rps consistent with ok / seconds);
 --duration and open loop (--rate: the offered schedule is kept, and a server
 stalled with SIGSTOP is charged for every request it delayed — coordinated
-omission accounted for); the subcommands needing server features that do not
-exist yet refuse with exit 2; floor. Then the etcd target against a real etcd
-(Debian etcd-server) started here: put + range over etcd's gRPC API, counts
-right, and the values written through ketch-bench's gRPC path read back with
+omission accounted for); lease-keepalive (every keep-alive accounted for, an
+expired lease's keep-alive counted as LEASE_NOT_FOUND), watch-latency and
+watch fan-out (events received == watchers x puts, each watcher every event);
+lock (acquisitions accounted for, none overlapping); floor. Then the etcd target against a real etcd
+(Debian etcd-server) started here: put + range + the lease and watch streams
+over etcd's gRPC API, counts right, and the values written through ketch-bench's gRPC path read back with
 Debian's etcdctl. Prints "ok NAME" / "FAIL NAME: why".
 """
 import json
@@ -217,11 +219,13 @@ def ketch_tests(m):
     check("ketch/errors-by-code", errors_counted)
 
     def not_yet():
-        for cmd in ("watch", "watch-latency", "lease-keepalive", "lock"):
+        for cmd in ("watch-get", "stm"):
             rc, out, err = run(["--endpoints", ep, cmd])
-            if rc != 2 or "not supported by this server yet" not in err or out:
+            if rc != 2 or "not supported by this tool yet" not in err or out:
                 return "%s: exit %d out %r err %r" % (cmd, rc, out, err)
     check("ketch/unsupported-subcommands", not_yet)
+
+    stream_tests(ep, "ketch")
 
     def bad_flags():
         for args in (["put", "--key-size", "0"], ["range"], ["range", "a", "--consistency", "x"],
@@ -245,6 +249,91 @@ def ketch_tests(m):
         finally:
             shutil.rmtree(d, ignore_errors=True)
     check("floor", floor)
+
+
+def watch_sane(r, watchers, puts):
+    """Why a watch / watch-latency result does not account for every event."""
+    for f in ("target", "workload", "watchers", "created", "put_issued", "put_ok", "put_errors",
+              "events", "expected", "foreign", "ended", "min_per_watcher", "max_per_watcher",
+              "seconds", "events_per_s", "p50_ms", "p99_ms", "max_ms", "errors_by_code"):
+        if f not in r:
+            return "field %s missing" % f
+    if r["watchers"] != watchers or r["created"] != watchers:
+        return "watchers %d, created %d, want %d" % (r["watchers"], r["created"], watchers)
+    if r["put_issued"] != puts or r["put_ok"] + r["put_errors"] != puts or r["put_errors"]:
+        return "puts: %d issued %d ok %d errors, want %d ok" % (
+            r["put_issued"], r["put_ok"], r["put_errors"], puts)
+    if r["events"] != watchers * puts or r["expected"] != watchers * puts:
+        return "events %d (expected %d), want %d x %d" % (r["events"], r["expected"],
+                                                           watchers, puts)
+    if r["min_per_watcher"] != puts or r["max_per_watcher"] != puts:
+        return "per watcher %d..%d, want %d each" % (r["min_per_watcher"], r["max_per_watcher"],
+                                                     puts)
+    if r["foreign"] or r["ended"]:
+        return "foreign %d ended %d" % (r["foreign"], r["ended"])
+    if not 0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"]:
+        return "latency percentiles %r" % ((r["p50_ms"], r["p99_ms"], r["max_ms"]),)
+    if abs(r["events_per_s"] - r["events"] / r["seconds"]) > 0.01 * r["events_per_s"] + 1:
+        return "events_per_s %.1f != events / seconds" % r["events_per_s"]
+    return None
+
+
+def stream_tests(ep, t):
+    """lease-keepalive, watch-latency and watch against endpoint ep (target t)."""
+    if t == "etcd":
+        ep = "etcd://" + ep
+
+    def keepalive():
+        rc, r = bench_json(ep, ["lease-keepalive", "--leases", "300"],
+                           ["--clients", "16", "--conns", "4", "--total", "3000"])
+        return sane(r, 3000) or first((rc, "exit %d" % rc),
+                                      (r.get("leases") != 300, "leases %r" % r.get("leases")),
+                                      (r["workload"] != "lease-keepalive", "workload"))
+    check(t + "/lease-keepalive", keepalive)
+
+    def keepalive_expired():
+        # TTL 1 s, each of 20 leases renewed every 2 s (10/s): the leases
+        # expire between renewals, so later keep-alives are answered TTL 0
+        rc, r = bench_json(ep, ["lease-keepalive", "--leases", "20", "--lease-ttl", "1"],
+                           ["--clients", "4", "--rate", "10", "--duration", "5"])
+        why = sane(r, want_errors=r["errors"])
+        return why or first((r["errors"] == 0, "no keep-alive failed: %r" % r["errors_by_code"]),
+                            (set(r["errors_by_code"]) != {"LEASE_NOT_FOUND"},
+                             "errors %r" % r["errors_by_code"]),
+                            (rc != 1, "exit %d with errors, want 1" % rc))
+    check(t + "/lease-keepalive-expired-counted", keepalive_expired)
+
+    def watch_latency():
+        rc, r = bench_json(ep, ["watch-latency", "--watchers", "20", "--streams", "4",
+                                "--put-total", "100", "--put-rate", "200"])
+        why = watch_sane(r, 20, 100)
+        return why or first((rc, "exit %d" % rc),
+                            (not 0.4 < r["puts_per_s"] / 200 < 1.1, "put rate %r" % r["puts_per_s"]))
+    check(t + "/watch-latency", watch_latency)
+
+    def watch_fanout():
+        rc, r = bench_json(ep, ["watch", "--streams", "4", "--watch-per-stream", "25",
+                                "--put-total", "400", "--key-space-size", "50"],
+                           ["--clients", "8"])
+        return watch_sane(r, 100, 400) or first((rc, "exit %d" % rc))
+    check(t + "/watch-fanout", watch_fanout)
+
+    def watch_text():
+        rc, out, err = run(["--endpoints", ep, "watch-latency", "--watchers", "3", "--streams",
+                            "2", "--put-total", "10", "--put-rate", "100"])
+        for part in ("Events: 30 received, 30 expected", "Events/sec:", "99.9% in"):
+            if part not in out:
+                return "text report lacks %r: %s" % (part, out)
+        return "exit %d" % rc if rc else None
+    check(t + "/watch-text-report", watch_text)
+
+    def lock():
+        # clients contend for one mutex; each acquisition is checked to be
+        # alone in the critical section (MUTEX_OVERLAP otherwise)
+        n = 200 if t == "ketch" else 30
+        rc, r = bench_json(ep, ["lock", "bench-test-lock"], ["--clients", "4", "--total", str(n)])
+        return sane(r, n) or first((rc, "exit %d" % rc), (r["workload"] != "lock", "workload"))
+    check(t + "/lock", lock)
 
 
 def start_etcd():
@@ -336,12 +425,72 @@ def etcd_tests():
                                  "errors_by_code %r" % r["errors_by_code"]))
         check("etcd/errors-by-grpc-status", errors)
 
+        stream_tests(ep, "etcd")
+
+        def stream_lost():
+            # etcd killed under a keep-alive run: the keep-alives in flight on
+            # the lost streams and every later one fail, each counted once
+            def kill():
+                time.sleep(0.8)
+                p.send_signal(signal.SIGKILL)
+            th = threading.Thread(target=kill)
+            th.start()
+            try:
+                rc, r = bench_json("etcd://" + ep, ["lease-keepalive", "--leases", "50"],
+                                   ["--clients", "4", "--rate", "500", "--duration", "2",
+                                    "--timeout-ms", "1000"])
+            finally:
+                th.join()
+                p.wait()
+            why = sane(r, want_errors=r["errors"])
+            return why or first((r["ok"] < 100, "only %d ok before the kill" % r["ok"]),
+                                (r["errors"] == 0, "no error after the kill"),
+                                (not set(r["errors_by_code"]) <= {"UNAVAILABLE", "STREAM_ENDED",
+                                                                  "DEADLINE_EXCEEDED"},
+                                 "errors %r" % r["errors_by_code"]),
+                                (rc != 1, "exit %d, want 1" % rc))
+        check("etcd/stream-lost-counted", stream_lost)
+
         def dead_server():
-            p.send_signal(signal.SIGKILL)
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
             p.wait()
             rc, out, err = run(["--endpoints", "etcd://" + ep, "--total", "10", "put"])
             return None if rc == 1 and "connect" in err else "exit %d: %r" % (rc, err[-300:])
         check("etcd/unreachable", dead_server)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def etcd_watch_lost():
+    """etcd killed under watch-latency: every watch ends (counted), the
+    missing events are reported, exit 1."""
+    p, d, ep = start_etcd()
+    try:
+        def kill():
+            time.sleep(0.8)
+            p.send_signal(signal.SIGKILL)
+        th = threading.Thread(target=kill)
+        th.start()
+        try:
+            rc, r = bench_json("etcd://" + ep, ["watch-latency", "--watchers", "10", "--streams",
+                                                "2", "--put-total", "400", "--put-rate", "200"],
+                               ["--timeout-ms", "1000"])
+        finally:
+            th.join()
+            p.wait()
+        return first((r["put_ok"] + r["put_errors"] != r["put_issued"] or r["put_issued"] != 400,
+                      "puts %d ok + %d errors != %d issued" % (r["put_ok"], r["put_errors"],
+                                                               r["put_issued"])),
+                     (r["put_ok"] < 50 or r["put_errors"] == 0, "puts %d ok %d errors" % (
+                         r["put_ok"], r["put_errors"])),
+                     (r["ended"] != 10, "ended %d, want all 10 watches" % r["ended"]),
+                     (r["events"] > r["expected"], "events %d > expected %d" % (
+                         r["events"], r["expected"])),
+                     (rc != 1, "exit %d, want 1" % rc))
     finally:
         if p.poll() is None:
             p.kill()
@@ -356,13 +505,16 @@ def compare():
     before = set(d for d in os.listdir(tmp) if d.startswith("ketch-bench-compare-"))
     try:
         rc, out, err = run(["compare", "--rounds", "1", "--run-seconds", "0.3", "--keys", "500",
-                            "--json", "--out-dir", out_dir, "put:1", "range-s:4"], timeout=90)
+                            "--leases", "200", "--json", "--out-dir", out_dir, "put:1", "range-s:4",
+                            "lease-keepalive:4", "watch-latency:5", "watch:20", "lock:3"],
+                           timeout=120)
         if rc:
             return "exit %d: %s" % (rc, err[-500:])
         r = json.loads(out)
         if json.load(open(os.path.join(out_dir, "results.json"))) != r:
             return "results.json differs from stdout"
-        if [x["workload"] for x in r["rows"]] != ["put:1", "range-s:4"]:
+        if [x["workload"] for x in r["rows"]] != ["put:1", "range-s:4", "lease-keepalive:4",
+                                                  "watch-latency:5", "watch:20", "lock:3"]:
             return "rows %r" % r["rows"]
         for x in r["rows"]:
             if not (x["etcd"]["rps"] > 0 and x["ketch"]["rps"] > 0):
@@ -371,6 +523,10 @@ def compare():
                 return "ratio %r" % x
             if x["etcd"]["errors"] or x["ketch"]["errors"]:
                 return "errors: %r" % x
+            # (watch-latency's 30 puts in 0.3 s may cost a server less than
+            # one clock tick of CPU: 0 is possible there)
+            if x["workload"].startswith("watch-latency"):
+                continue
             if not (x["etcd"]["server_cpu_s_per_100k"] > 0 and x["ketch"]["server_cpu_s_per_100k"] > 0):
                 return "server CPU not measured: %r" % x
         for t in ("ketch", "etcd"):
@@ -379,7 +535,11 @@ def compare():
                 return "restart figures %r" % r["restart"]
         if "- 3-member comparisons: not run" not in err or "| put, 1 client |" not in err:
             return "table / 3-member note missing on stderr: %r" % err[-800:]
-        if len(open(os.path.join(out_dir, "results.dat")).read().splitlines()) != 2:
+        for t in ("lease keep-alive, 4 clients", "watch latency, 5 watchers",
+                  "watch fan-out, 20 watchers", "lock + unlock one mutex, 3 clients"):
+            if "| " + t not in err:
+                return "table row %r missing: %r" % (t, err[-1500:])
+        if len(open(os.path.join(out_dir, "results.dat")).read().splitlines()) != 6:
             return "results.dat"
         left = [d for d in os.listdir(tmp) if d.startswith("ketch-bench-compare-")
                 and d not in before]
@@ -395,6 +555,8 @@ def main():
     finally:
         m.cleanup()
     etcd_tests()
+    if shutil.which("etcd"):
+        check("etcd/watch-stream-lost-counted", etcd_watch_lost)
     check("compare", compare)
 
 

@@ -7,7 +7,10 @@
  * of each workload), hist.c (latency histogram), target_ketch.c /
  * target_etcd.c (submit a request, poll integration), run.c (the loop:
  * closed or open loop, progress line), report.c (text and JSON), floor.c
- * (the disk + loopback floor), compare.c (ketch vs etcd side by side).
+ * (the disk + loopback floor), compare.c (ketch vs etcd side by side),
+ * watch.c (watch, watch-latency: watchers + writers in one loop), lock.c
+ * (lock: one thread per client, synchronous lock/unlock). lease-keepalive
+ * is bench_run's loop after an unmeasured grant run (run.c).
  *
  * Data flow of a run: one ppoll() over every connection's fd → the target's
  * process() → completion callbacks record the latency (from the send time in
@@ -59,6 +62,11 @@ enum {
   W_TXN_PUT,
   W_TXN_MIXED,
   W_MIXED,
+  W_LEASE_GRANT,     /* the setup of lease-keepalive (not a subcommand) */
+  W_LEASE_KEEPALIVE, /* one keep-alive of lease i mod --leases per request */
+  W_WATCH,           /* fan-out throughput (watch.c) */
+  W_WATCH_LATENCY,   /* put-to-event latency (watch.c) */
+  W_LOCK,            /* mutex contention (lock.c) */
 };
 enum { T_KETCH, T_ETCD };
 
@@ -86,6 +94,14 @@ struct bench_cfg {
   const char *range_key, *range_end;
   bool serializable, prefix;
   long limit;
+  /* lease-keepalive: leases lease_base + 0 .. + leases-1, granted with
+   * lease_ttl_s before the measured keep-alives */
+  long leases;
+  int64_t lease_base, lease_ttl_s;
+  /* watch, watch-latency (watch.c) */
+  long watchers, put_total;
+  int streams, watch_per_stream;
+  double put_rate; /* puts/s; 0 = as fast as --clients writers go */
 };
 
 void cfg_defaults(struct bench_cfg *cfg);
@@ -95,7 +111,7 @@ void usage(int status);
 void parse_workload(struct bench_cfg *cfg, const char *name, int argc, char **argv);
 
 /* ---- one request (workload.c) ---- */
-enum { OP_PUT, OP_RANGE, OP_TXN };
+enum { OP_PUT, OP_RANGE, OP_TXN, OP_LEASE_GRANT, OP_KEEPALIVE };
 struct bench_kv {
   const char *key;
   size_t key_len;
@@ -113,6 +129,12 @@ struct bench_op {
   bool serializable;
   int n_puts;
   struct bench_kv keys[BENCH_MAX_TXN_OPS];
+  /* OP_LEASE_GRANT: lease with ttl_s; OP_KEEPALIVE: lease */
+  int64_t lease, ttl_s;
+  /* the issuing client's slot for a target's per-client state (the etcd
+   * target's keep-alive stream), -1 until the target sets it; NULL when the
+   * request has no client (then the target uses a shared state) */
+  int *client_state;
 };
 
 struct workload_state {
@@ -128,11 +150,28 @@ void workload_next(struct workload_state *w, const struct bench_cfg *cfg, struct
 /* Key number k formatted as the workload's key (zero-padded decimal). */
 size_t workload_key(char *out, int key_size, uint64_t k);
 
-/* ---- targets (target_ketch.c, target_etcd.c) ---- */
-/* A target completes every accepted request exactly once by calling
- * bench_done(arg, err) (run.c): err is NULL for success, else a static error
- * name ("ETIMEOUT", "UNAVAILABLE"). */
+/* ---- targets (target_ketch.c, target_etcd.c) ----
+ * A target completes every accepted request exactly once by calling
+ * bench_done(arg, err): err is NULL for success, else a static error name
+ * ("ETIMEOUT", "UNAVAILABLE"). arg is a struct bench_req (the submitter's),
+ * and bench_done calls its done. */
+struct bench_req {
+  void (*done)(struct bench_req *r, const char *err);
+};
 void bench_done(void *arg, const char *err);
+
+/* Watch deliveries (watch.c): for an accepted watch the target calls
+ * bench_watch_created(arg) once when the server confirms it, then
+ * bench_watch_event(arg, value) for every event in order, and
+ * bench_watch_end(arg, err) if the watch ends (canceled, stream lost); err
+ * names why. Nothing runs after bench_watch_end. */
+void bench_watch_created(void *arg);
+void bench_watch_event(void *arg, const char *value, size_t value_len);
+void bench_watch_end(void *arg, const char *err);
+struct bench_watch_req {
+  const char *key, *end; /* end NULL: the one key */
+  size_t key_len, end_len;
+};
 struct target {
   const char *name;
   int (*open)(void **conn, const char *endpoints, int max_outstanding, int timeout_ms, char *err,
@@ -146,6 +185,9 @@ struct target {
   short (*events)(const void *conn);
   int (*timeout_ms)(const void *conn);
   void (*process)(void *conn);
+  /* Opens a watch on conn (each connection is one watch stream). 0 =
+   * accepted, else *err_name says why and nothing will be delivered. */
+  int (*watch)(void *conn, const struct bench_watch_req *req, void *arg, const char **err_name);
 };
 extern const struct target target_ketch, target_etcd;
 
@@ -162,6 +204,8 @@ struct bench_result {
     long n;
   } err[BENCH_MAX_ERR_KINDS];
   int n_err;
+  long leases;    /* lease-keepalive: leases granted before the run */
+  double grant_s; /* ... in this many seconds */
 };
 /* Runs cfg's workload. Returns 0, or 1 with err filled (could not connect).
  * The result is filled either way (counts of what ran). */
@@ -175,6 +219,34 @@ void report_json(const struct bench_cfg *cfg, const struct bench_result *r);
 /* argv[0] is the subcommand; cfg holds the global flags given before it. */
 int floor_main(const struct bench_cfg *cfg, int argc, char **argv);   /* floor.c */
 int compare_main(const struct bench_cfg *cfg, int argc, char **argv); /* compare.c */
+/* lease-keepalive: grants cfg->leases leases (unmeasured, counted in
+ * *grant), then runs the keep-alives as bench_run does. 0, or 1 with err. */
+int bench_lease_keepalive(struct bench_cfg *cfg, struct bench_result *grant,
+                          struct bench_result *res, char *err, size_t err_len);
+
+/* ---- watch, watch-latency (watch.c) ---- */
+struct watch_result {
+  long watchers, created, put_issued, put_ok, put_errors;
+  long events, expected, foreign;               /* expected = watchers x put_ok */
+  long min_per_watcher, max_per_watcher, ended; /* events of the poorest / richest watcher */
+  double seconds; /* first put sent .. last event received (or the end) */
+  double setup_s; /* creating the watches */
+  double cpu_s;
+  struct hist lat, put_lat; /* put sent -> event received; put latency */
+  struct {
+    const char *name;
+    long n;
+  } err[BENCH_MAX_ERR_KINDS];
+  int n_err;
+};
+int watch_run(const struct bench_cfg *cfg, struct watch_result *res, char *err, size_t err_len);
+void watch_report(const struct bench_cfg *cfg, const struct watch_result *r);
+
+/* ---- lock (lock.c) ----
+ * --clients threads contend for the mutex cfg->range_key; fills res as
+ * bench_run does (one request = one acquire + release). 0, or 1 with err
+ * (a client could not connect or open its session). */
+int lock_run(const struct bench_cfg *cfg, struct bench_result *res, char *err, size_t err_len);
 uint64_t bench_now_ns(void);
 /* The floor (floor.c): count x (write 256 B + fdatasync) on a preallocated
  * file in dir, and count loopback TCP round trips. 0, or -1 with err. */

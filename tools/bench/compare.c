@@ -15,8 +15,17 @@
  * both (etcd through its v3 gRPC API, ketch through libketch).
  *
  * Workloads: put:C (C clients), range-l:C / range-s:C (one loaded key,
- * linearizable / serializable), txn-put:C, mixed:C (90% reads). Connections:
- * 1 for one client, else 16 (etcd's benchmark defaults in the anchors).
+ * linearizable / serializable), txn-put:C, mixed:C (90% reads),
+ * lease-keepalive:C (keep-alives of --leases leases granted once per server
+ * before the first round, not measured), watch-latency:W (W watchers of one
+ * key over min(W, 10) streams, one writer at 100 puts/s: events/s and the
+ * put-to-event latency), watch:W (fan-out: W watchers of a key range over 10
+ * streams, 16 writers as fast as they go: events/s). Connections: 1 for one
+ * client, else 16 (etcd's benchmark defaults in the anchors). For the watch
+ * lock:C (C clients lock and unlock one mutex in turn: libketch's recipe vs
+ * etcd's v3lock service). For the watch
+ * workloads every event missing from a watcher (watchers x ok puts minus
+ * events received) counts as an error.
  */
 #include <errno.h>
 #include <ftw.h>
@@ -45,6 +54,7 @@ struct wl {
   double rps[2][MAX_ROUNDS], p50[2][MAX_ROUNDS], p99[2][MAX_ROUNDS], cpu[2][MAX_ROUNDS];
   long errors[2];
   double med_rps[2], med_p50[2], med_p99[2], med_cpu[2]; /* cpu: server s per 100k requests */
+  int64_t lease_base[2]; /* lease-keepalive: leases granted on that server, 0 = not yet */
 };
 
 struct server {
@@ -229,7 +239,7 @@ static int parse_wl(const char *s, struct wl *w) {
   const char *colon = strchr(s, ':');
   int clients = colon ? atoi(colon + 1) : 64;
   size_t n = colon ? (size_t)(colon - s) : strlen(s);
-  if (clients < 1 || clients > 4096)
+  if (clients < 1 || clients > 100000)
     return -1;
   w->clients = clients;
   if (n == 3 && !strncmp(s, "put", 3))
@@ -242,15 +252,45 @@ static int parse_wl(const char *s, struct wl *w) {
     w->workload = W_TXN_PUT;
   else if (n == 5 && !strncmp(s, "mixed", 5))
     w->workload = W_MIXED;
+  else if (n == 4 && !strncmp(s, "lock", 4))
+    w->workload = W_LOCK;
+  else if (n == 15 && !strncmp(s, "lease-keepalive", 15))
+    w->workload = W_LEASE_KEEPALIVE;
+  else if (n == 13 && !strncmp(s, "watch-latency", 13))
+    w->workload = W_WATCH_LATENCY, w->clients = colon ? clients : 100;
+  else if (n == 5 && !strncmp(s, "watch", 5))
+    w->workload = W_WATCH, w->clients = colon ? clients : 1000;
   else
     return -1;
-  snprintf(w->name, sizeof w->name, "%.*s:%d", (int)n, s, clients);
+  if (w->workload >= W_WATCH && w->clients > 100000)
+    return -1;
+  if (w->workload < W_WATCH && w->clients > 4096)
+    return -1;
+  snprintf(w->name, sizeof w->name, "%.*s:%d", (int)n, s, w->clients);
   return 0;
+}
+
+static bool is_watch(const struct wl *w) {
+  return w->workload == W_WATCH || w->workload == W_WATCH_LATENCY;
 }
 
 static const char *wl_title(const struct wl *w, char *buf, size_t len) {
   static const char *const kinds[] = {"put", "range 1 key", "txn-put", "txn-mixed",
                                       "mixed 90% read"};
+  if (w->workload == W_LEASE_KEEPALIVE || w->workload == W_LOCK) {
+    snprintf(buf, len, "%s, %d client%s",
+             w->workload == W_LOCK ? "lock + unlock one mutex" : "lease keep-alive", w->clients,
+             w->clients == 1 ? "" : "s");
+    return buf;
+  }
+  if (w->workload == W_WATCH_LATENCY) {
+    snprintf(buf, len, "watch latency, %d watchers, 100 puts/s (events/s)", w->clients);
+    return buf;
+  }
+  if (w->workload == W_WATCH) {
+    snprintf(buf, len, "watch fan-out, %d watchers, 16 writers (events/s)", w->clients);
+    return buf;
+  }
   snprintf(buf, len, "%s%s, %d client%s", kinds[w->workload],
            w->workload == W_RANGE ? (w->serializable ? " serializable" : " linearizable") : "",
            w->clients, w->clients == 1 ? "" : "s");
@@ -267,17 +307,20 @@ static double aim(const struct wl *w) {
 }
 
 static void usage_compare(void) {
-  fprintf(stderr, "usage: ketch-bench compare [--rounds N] [--run-seconds S] [--keys N] [--json]\n"
-                  "         [--out-dir DIR] [--ketch PATH] [--etcd PATH] [--data-dir-base DIR]\n"
-                  "         [WORKLOAD...]   (put:C range-l:C range-s:C txn-put:C mixed:C;\n"
-                  "         default put:1 put:16 put:64 put:256 range-l:64 range-s:64)\n");
+  fprintf(stderr,
+          "usage: ketch-bench compare [--rounds N] [--run-seconds S] [--keys N] [--json]\n"
+          "         [--out-dir DIR] [--ketch PATH] [--etcd PATH] [--data-dir-base DIR]\n"
+          "         [--leases N] [WORKLOAD...]   (put:C range-l:C range-s:C txn-put:C\n"
+          "         mixed:C lease-keepalive:C watch-latency:W watch:W lock:C; default put:1\n"
+          "         put:16 put:64 put:256 range-l:64 range-s:64 lease-keepalive:64\n"
+          "         watch-latency:100 watch:1000 lock:8)\n");
   exit(2);
 }
 
 int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   int rounds = 3;
   double run_s = 3;
-  long keys = 100000;
+  long keys = 100000, leases = 10000;
   bool json = gcfg->json;
   const char *out_dir = NULL, *etcd_bin = "etcd", *base = getenv("TMPDIR");
   char ketch_bin[PATH_MAX] = "";
@@ -292,6 +335,8 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
       run_s = atof(argv[++i]);
     else if (!strcmp(a, "--keys") && more)
       keys = atol(argv[++i]);
+    else if (!strcmp(a, "--leases") && more)
+      leases = atol(argv[++i]);
     else if (!strcmp(a, "--json"))
       json = true;
     else if (!strcmp(a, "--out-dir") && more)
@@ -307,12 +352,21 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     else
       usage_compare();
   }
-  if (rounds < 1 || rounds > MAX_ROUNDS || !(run_s > 0) || keys < 1)
+  if (rounds < 1 || rounds > MAX_ROUNDS || !(run_s > 0) || keys < 1 || leases < 1 ||
+      leases > 10000000)
     usage_compare();
   if (!n_wl) {
-    static const char *const def[] = {"put:1",   "put:16",     "put:64",
-                                      "put:256", "range-l:64", "range-s:64"};
-    for (int i = 0; i < 6; i++)
+    static const char *const def[] = {"put:1",
+                                      "put:16",
+                                      "put:64",
+                                      "put:256",
+                                      "range-l:64",
+                                      "range-s:64",
+                                      "lease-keepalive:64",
+                                      "watch-latency:100",
+                                      "watch:1000",
+                                      "lock:8"};
+    for (size_t i = 0; i < sizeof def / sizeof def[0]; i++)
       parse_wl(def[i], &wls[n_wl++]);
   }
   if (!ketch_bin[0]) {
@@ -402,23 +456,66 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
         c.txn_ops = 4;
         if (w->workload == W_RANGE)
           c.range_key = range_key;
+        if (w->workload == W_LOCK)
+          c.range_key = "ketch-bench-lock";
+        if (w->workload == W_LEASE_KEEPALIVE && !w->lease_base[t]) {
+          /* the leases, once per server, not measured */
+          struct bench_cfg g = c;
+          g.workload = W_LEASE_GRANT;
+          g.workload_name = "lease-grant";
+          g.duration_s = 0;
+          g.total = leases;
+          g.leases = leases;
+          g.lease_ttl_s = 3600;
+          g.lease_base = (int64_t)(i + 1) << 32;
+          g.clients = 64;
+          fprintf(stderr, "compare: granting %ld leases on %s\n", leases,
+                  t == T_ETCD ? "etcd" : "ketch");
+          if (bench_run(&g, &r, err, sizeof err) || r.errors) {
+            fprintf(stderr, "ketch-bench compare: granting leases on %s: %s (%ld errors)\n",
+                    t == T_ETCD ? "etcd" : "ketch", err, r.errors);
+            goto out;
+          }
+          w->lease_base[t] = g.lease_base;
+        }
+        c.leases = leases;
+        c.lease_base = w->lease_base[t];
+        static struct watch_result wr;
+        if (is_watch(w)) {
+          bool lat = w->workload == W_WATCH_LATENCY;
+          c.watchers = w->clients;
+          c.streams = w->clients < 10 ? w->clients : 10;
+          c.clients = lat ? 1 : 16;
+          c.conns = lat ? 1 : 4;
+          c.put_rate = lat ? 100 : 0;
+          c.put_total = 1000000000000L;
+          c.key_space = 1000;
+        }
         double cpu0 = proc_cpu_s(srv[t].pid);
-        int brc = bench_run(&c, &r, err, sizeof err);
+        int brc = is_watch(w)             ? watch_run(&c, &wr, err, sizeof err)
+                  : w->workload == W_LOCK ? lock_run(&c, &r, err, sizeof err)
+                                          : bench_run(&c, &r, err, sizeof err);
         double cpu1 = proc_cpu_s(srv[t].pid);
-        w->cpu[t][round] = r.ok && cpu0 >= 0 && cpu1 >= 0 ? (cpu1 - cpu0) / (double)r.ok * 1e5 : 0;
+        long ops = is_watch(w) ? wr.events : r.ok;
+        double secs = is_watch(w) ? wr.seconds : r.seconds;
+        const struct hist *lat_h = is_watch(w) ? &wr.lat : &r.all;
+        long errors = r.errors;
+        if (is_watch(w))
+          errors = wr.put_errors + labs(wr.expected - wr.events) + wr.foreign + wr.ended;
+        w->cpu[t][round] = ops && cpu0 >= 0 && cpu1 >= 0 ? (cpu1 - cpu0) / (double)ops * 1e5 : 0;
         if (brc) {
           fprintf(stderr, "ketch-bench compare: %s on %s: %s\n", w->name,
                   t == T_ETCD ? "etcd" : "ketch", err);
           goto out;
         }
-        double rps = r.seconds > 0 ? (double)r.ok / r.seconds : 0;
+        double rps = secs > 0 ? (double)ops / secs : 0;
         w->rps[t][round] = rps;
-        w->p50[t][round] = hist_pct(&r.all, 50) / 1e6;
-        w->p99[t][round] = hist_pct(&r.all, 99) / 1e6;
-        w->errors[t] += r.errors;
+        w->p50[t][round] = hist_pct(lat_h, 50) / 1e6;
+        w->p99[t][round] = hist_pct(lat_h, 99) / 1e6;
+        w->errors[t] += errors;
         fprintf(stderr, "compare: round %d/%d %-12s %-5s %9.0f/s  p50 %7.3f ms  p99 %7.3f ms%s\n",
                 round + 1, rounds, w->name, t == T_ETCD ? "etcd" : "ketch", rps, w->p50[t][round],
-                w->p99[t][round], r.errors ? "  (errors!)" : "");
+                w->p99[t][round], errors ? "  (errors!)" : "");
       }
   }
   double fsync_ms = median(fs_p50, rounds), rtt_ms = median(rt_p50, rounds);
@@ -519,6 +616,22 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
             w->med_cpu[T_ETCD], w->med_cpu[T_KETCH],
             w->errors[0] || w->errors[1] ? " (some requests failed: see stderr)" : "");
   }
+  /* plainly, where ketch falls short of etcd */
+  for (int i = 0; i < n_wl; i++) {
+    struct wl *w = &wls[i];
+    char title[96];
+    wl_title(w, title, sizeof title);
+    double ratio = w->med_rps[T_ETCD] > 0 ? w->med_rps[T_KETCH] / w->med_rps[T_ETCD] : 0;
+    if (ratio < 1 && w->workload != W_WATCH_LATENCY) /* its rate is the offered one */
+      fprintf(f, "\n- SHORT: %s: ketch does %.0f/s, etcd %.0f/s (%.2fx)", title,
+              w->med_rps[T_KETCH], w->med_rps[T_ETCD], ratio);
+    if (w->med_p99[T_KETCH] > w->med_p99[T_ETCD])
+      fprintf(f, "\n- SHORT: %s: ketch's p99 %.3f ms is above etcd's %.3f ms", title,
+              w->med_p99[T_KETCH], w->med_p99[T_ETCD]);
+    if (w->errors[T_KETCH])
+      fprintf(f, "\n- SHORT: %s: %ld ketch %s failed or missing (etcd: %ld)", title,
+              w->errors[T_KETCH], is_watch(w) ? "puts/events" : "requests", w->errors[T_ETCD]);
+  }
   fprintf(f,
           "\n- floor (this disk, this kernel; median of the rounds): fdatasync p50 %.3f ms + "
           "loopback round trip p50 %.3f ms = %.3f ms\n",
@@ -537,6 +650,17 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
           "RSS after restart: ketch %.1f MB, etcd %.1f MB\n",
           du_mb[T_KETCH], du_mb[T_ETCD], restart_s[T_KETCH], restart_s[T_ETCD],
           (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
+  if (rss[T_KETCH] > rss[T_ETCD])
+    fprintf(f, "- SHORT: RSS at the end: ketch %.1f MB > etcd %.1f MB\n",
+            (double)rss[T_KETCH] / 1024, (double)rss[T_ETCD] / 1024);
+  if (rss_restart[T_KETCH] > rss_restart[T_ETCD])
+    fprintf(f, "- SHORT: RSS after restart: ketch %.1f MB > etcd %.1f MB\n",
+            (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
+  if (du_mb[T_KETCH] > du_mb[T_ETCD])
+    fprintf(f, "- SHORT: data dir: ketch %.1f MB > etcd %.1f MB\n", du_mb[T_KETCH], du_mb[T_ETCD]);
+  if (restart_s[T_KETCH] > restart_s[T_ETCD])
+    fprintf(f, "- SHORT: restart to serving: ketch %.2f s > etcd %.2f s\n", restart_s[T_KETCH],
+            restart_s[T_ETCD]);
   fprintf(f, "- 3-member comparisons: not run (ketch needs the cluster issue first).\n");
   rc = 0;
 out:

@@ -20,6 +20,13 @@ void cfg_defaults(struct bench_cfg *cfg) {
   cfg->txn_ops = 1;
   cfg->rw_ratio = 1;
   cfg->read_ratio = 0.5;
+  cfg->leases = 1000;
+  cfg->lease_ttl_s = 300;
+  cfg->watchers = -1; /* per subcommand: see parse_workload */
+  cfg->streams = 10;
+  cfg->watch_per_stream = -1;
+  cfg->put_total = -1;
+  cfg->put_rate = -1;
 }
 
 void usage(int status) {
@@ -47,7 +54,23 @@ void usage(int status) {
       "  mixed     [--read-ratio F] [--consistency l|s] [--key-size --val-size --key-space-size]\n"
       "  floor     --data-dir DIR [--count N]   fdatasync + loopback round-trip floor\n"
       "  compare   [--rounds N] [--run-seconds S] [--keys N] [--json] [--out-dir D] [WORKLOAD...]\n"
-      "  watch, watch-latency, lease-keepalive, lock: not supported by this server yet\n");
+      "  lease-keepalive [--leases N (1000)] [--lease-ttl S (300)]\n"
+      "                    grants N leases (not measured), then --total keep-alives of them in\n"
+      "                    turn (closed loop, or --rate); etcd: one LeaseKeepAlive stream per "
+      "client\n"
+      "  watch-latency [--watchers N (100)] [--streams N (10)] [--put-total N (1000)]\n"
+      "                [--put-rate R (100)] [--val-size N]\n"
+      "                    N watchers of one key over N streams (connections); one writer puts\n"
+      "                    at R/s; latency = put sent -> each watcher's event received\n"
+      "  watch     [--streams N (10)] [--watch-per-stream N (100)] [--put-total N (2000)]\n"
+      "            [--put-rate R (0: --clients writers, closed loop)] [--key-space-size N]\n"
+      "                    fan-out: watchers of a key range, puts into it; events/s over all\n"
+      "                    watchers, each watcher must get every event\n"
+      "            (both: --duration S puts for S seconds instead of --put-total)\n"
+      "  lock [NAME] [--lease-ttl S (300)]\n"
+      "                    --clients clients (threads, a connection and session each) lock and\n"
+      "                    unlock mutex NAME (ketch-bench-lock) in turn; one request = one\n"
+      "                    acquire + release (ketch: libketch's mutex recipe; etcd: v3lock)\n");
   exit(status);
 }
 
@@ -73,6 +96,13 @@ enum {
   O_TXN_OPS,
   O_RW,
   O_READ,
+  O_LEASES,
+  O_LEASE_TTL,
+  O_WATCHERS,
+  O_STREAMS,
+  O_WPS,
+  O_PUT_TOTAL,
+  O_PUT_RATE,
   O_HELP,
 };
 
@@ -97,6 +127,14 @@ static const struct option opts[] = {{"endpoints", 1, 0, O_EP},
                                      {"txn-ops", 1, 0, O_TXN_OPS},
                                      {"rw-ratio", 1, 0, O_RW},
                                      {"read-ratio", 1, 0, O_READ},
+                                     {"leases", 1, 0, O_LEASES},
+                                     {"lease-ttl", 1, 0, O_LEASE_TTL},
+                                     {"watchers", 1, 0, O_WATCHERS},
+                                     {"streams", 1, 0, O_STREAMS},
+                                     {"watch-per-stream", 1, 0, O_WPS},
+                                     {"watchers-per-stream", 1, 0, O_WPS},
+                                     {"put-total", 1, 0, O_PUT_TOTAL},
+                                     {"put-rate", 1, 0, O_PUT_RATE},
                                      {"help", 0, 0, O_HELP},
                                      {0, 0, 0, 0}};
 
@@ -201,6 +239,27 @@ static int apply(struct bench_cfg *c, int o, const char *arg) {
   case O_READ:
     c->read_ratio = fnum("read-ratio", arg, 0, 1);
     break;
+  case O_LEASES:
+    c->leases = num("leases", arg, 1, 10000000);
+    break;
+  case O_LEASE_TTL:
+    c->lease_ttl_s = num("lease-ttl", arg, 1, 1000000);
+    break;
+  case O_WATCHERS:
+    c->watchers = num("watchers", arg, 1, 1000000);
+    break;
+  case O_STREAMS:
+    c->streams = (int)num("streams", arg, 1, 1024);
+    break;
+  case O_WPS:
+    c->watch_per_stream = (int)num("watch-per-stream", arg, 1, 100000);
+    break;
+  case O_PUT_TOTAL:
+    c->put_total = num("put-total", arg, 1, 100000000);
+    break;
+  case O_PUT_RATE:
+    c->put_rate = fnum("put-rate", arg, 0, 1e9);
+    break;
   case O_HELP:
     usage(0);
     break;
@@ -222,11 +281,18 @@ int parse_globals(struct bench_cfg *cfg, int argc, char **argv) {
 }
 
 void parse_workload(struct bench_cfg *cfg, const char *name, int argc, char **argv) {
-  static const char *const names[] = {"put", "range", "txn-put", "txn-mixed", "mixed"};
+  static const struct {
+    const char *name;
+    int w;
+  } names[] = {{"put", W_PUT},         {"range", W_RANGE},
+               {"txn-put", W_TXN_PUT}, {"txn-mixed", W_TXN_MIXED},
+               {"mixed", W_MIXED},     {"lease-keepalive", W_LEASE_KEEPALIVE},
+               {"watch", W_WATCH},     {"watch-latency", W_WATCH_LATENCY},
+               {"lock", W_LOCK}};
   cfg->workload = -1;
-  for (int i = 0; i < 5; i++)
-    if (!strcmp(name, names[i]))
-      cfg->workload = i, cfg->workload_name = names[i];
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(name, names[i].name))
+      cfg->workload = names[i].w, cfg->workload_name = names[i].name;
   if (cfg->workload < 0)
     usage(2);
   int o;
@@ -235,7 +301,13 @@ void parse_workload(struct bench_cfg *cfg, const char *name, int argc, char **ar
     if (apply(cfg, o, optarg))
       usage(2);
   int npos = argc - optind;
-  if (cfg->workload == W_RANGE) {
+  if (cfg->workload == W_LOCK) {
+    if (npos > 1) {
+      fprintf(stderr, "ketch-bench: lock takes one NAME at most\n");
+      exit(2);
+    }
+    cfg->range_key = npos ? argv[optind] : "ketch-bench-lock";
+  } else if (cfg->workload == W_RANGE) {
     if (npos < 1 || npos > 2) {
       fprintf(stderr, "ketch-bench: range needs KEY [END]\n");
       exit(2);
@@ -255,6 +327,21 @@ void parse_workload(struct bench_cfg *cfg, const char *name, int argc, char **ar
             "ketch-bench: txn-put: --txn-ops %d needs --key-space-size >= it (distinct keys)\n",
             cfg->txn_ops);
     exit(2);
+  }
+  if (cfg->workload == W_WATCH_LATENCY || cfg->workload == W_WATCH) {
+    bool lat = cfg->workload == W_WATCH_LATENCY;
+    if (cfg->watch_per_stream > 0)
+      cfg->watchers = (long)cfg->watch_per_stream * cfg->streams;
+    else if (cfg->watchers < 0)
+      cfg->watchers = lat ? 100 : 1000;
+    if (cfg->put_total < 0) /* with --duration: puts until it ends */
+      cfg->put_total = cfg->duration_s ? 1000000000000L : lat ? 1000 : 2000;
+    if (cfg->put_rate < 0)
+      cfg->put_rate = lat ? 100 : 0;
+    if (cfg->val_size < 20)
+      cfg->val_size = 20; /* the put's sequence number, in decimal */
+    if (cfg->streams > cfg->watchers)
+      cfg->streams = (int)cfg->watchers;
   }
   if (!cfg->total && !cfg->duration_s)
     cfg->total = 10000;

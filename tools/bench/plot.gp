@@ -13,13 +13,12 @@ set boxwidth 0.9
 set grid ytics
 set key top left
 set logscale y
-set ylabel "requests/s (log scale)"
+set ylabel "requests or events /s (log scale)"
 set yrange [100:*]
 plot datafile using 3:xtic(1) title "etcd" lc rgb "#888888", \
      "" using 4 title "ketch" lc rgb "#1f77b4"
-unset logscale y
-set yrange [0:*]
-set ylabel "p99 latency, ms"
+set yrange [0.01:*]
+set ylabel "p99 latency, ms (log scale)"
 plot datafile using 5:xtic(1) title "etcd" lc rgb "#888888", \
      "" using 6 title "ketch" lc rgb "#1f77b4"
 unset multiplot

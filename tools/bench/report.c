@@ -24,6 +24,10 @@ void report_text(const struct bench_cfg *cfg, const struct bench_result *r) {
          cfg->endpoints, cfg->clients, cfg->conns, cfg->rate ? ", open loop" : ", closed loop");
   if (cfg->rate)
     printf("Offered rate: %.1f requests/s (latency from the scheduled send time)\n", cfg->rate);
+  if (r->leases)
+    printf("Leases: %ld granted (TTL %lld s) in %.3f s before the run; each request below is one "
+           "keep-alive\n",
+           r->leases, (long long)cfg->lease_ttl_s, r->grant_s);
   printf("\nSummary:\n  Total:\t");
   printf(f, r->seconds);
   printf(" secs.\n  Slowest:\t");
@@ -75,5 +79,7 @@ void report_json(const struct bench_cfg *cfg, const struct bench_result *r) {
   lat_json("read", &r->read);
   printf(",");
   lat_json("write", &r->write);
+  if (r->leases)
+    printf(",\"leases\":%ld,\"grant_s\":%.3f", r->leases, r->grant_s);
   printf("}\n");
 }

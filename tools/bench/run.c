@@ -15,11 +15,14 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench.h"
 
 struct client {
+  struct bench_req req; /* first: bench_done's arg */
   int conn;
+  int state; /* the target's per-client slot (bench_op.client_state) */
   uint64_t start_ns;
   bool is_read;
 };
@@ -83,6 +86,7 @@ static bool may_issue(uint64_t now) {
 static void issue(int id, uint64_t start_ns) {
   struct client *c = &R.clients[id];
   workload_next(&R.w, R.cfg, &R.op);
+  R.op.client_state = &c->state;
   c->start_ns = start_ns;
   c->is_read = R.op.is_read;
   R.res->issued++;
@@ -95,7 +99,12 @@ static void issue(int id, uint64_t start_ns) {
 }
 
 void bench_done(void *arg, const char *err) {
-  struct client *c = arg;
+  struct bench_req *r = arg;
+  r->done(r, err);
+}
+
+static void client_done(struct bench_req *r, const char *err) {
+  struct client *c = (struct client *)r;
   uint64_t now = bench_now_ns();
   R.done++;
   if (err) {
@@ -160,6 +169,8 @@ int bench_run(const struct bench_cfg *cfg, struct bench_result *res, char *err, 
     }
   for (int i = 0; i < cfg->clients; i++) {
     R.clients[i].conn = i % nc;
+    R.clients[i].req.done = client_done;
+    R.clients[i].state = -1;
     R.idle[R.n_idle++] = cfg->clients - 1 - i;
   }
   R.t0 = bench_now_ns();
@@ -225,5 +236,37 @@ out:
   free(R.idle);
   free(pf);
   workload_free(&R.w);
+  return rc;
+}
+
+int bench_lease_keepalive(struct bench_cfg *cfg, struct bench_result *grant,
+                          struct bench_result *res, char *err, size_t err_len) {
+  /* ids of our own, fresh per run (a run never meets an older run's lease):
+   * 22 bits from the time and pid, then 2^32 ids of room */
+  static uint64_t next;
+  if (!next)
+    next = (((uint64_t)time(NULL) ^ (uint64_t)getpid() << 12) & 0x3fffff) << 32 | 1u << 31;
+  if (!cfg->lease_base) {
+    cfg->lease_base = (int64_t)next;
+    next += 1ull << 32;
+  }
+  struct bench_cfg g = *cfg;
+  g.workload = W_LEASE_GRANT;
+  g.workload_name = "lease-grant";
+  g.total = cfg->leases;
+  g.duration_s = 0;
+  g.rate = 0;
+  g.clients = (int)(cfg->leases < 64 ? cfg->leases : 64);
+  g.conns = cfg->conns < g.clients ? cfg->conns : g.clients;
+  if (bench_run(&g, grant, err, err_len))
+    return 1;
+  if (grant->ok != cfg->leases) {
+    snprintf(err, err_len, "lease-keepalive: %ld of %ld lease grants failed (first: %s)",
+             grant->errors, cfg->leases, grant->n_err ? grant->err[0].name : "?");
+    return 1;
+  }
+  int rc = bench_run(cfg, res, err, err_len);
+  res->leases = grant->ok;
+  res->grant_s = grant->seconds;
   return rc;
 }

@@ -1,8 +1,14 @@
-/* tools/bench/target_etcd.c — the etcd target: etcd's v3 gRPC API (KV
- * service) over tools/grpc's client, protobuf via protobuf-c. Each response
- * is decoded (as a real client would) and a response that does not decode
- * counts as an error "BAD_RESPONSE". Connection i of a run goes to endpoint
- * i mod n of the list. */
+/* tools/bench/target_etcd.c — the etcd target: etcd's v3 gRPC API (KV,
+ * Lease, Watch) over tools/grpc's client, protobuf via protobuf-c. Each
+ * response is decoded (as a real client would) and a response that does not
+ * decode counts as an error "BAD_RESPONSE". Connection i of a run goes to
+ * endpoint i mod n of the list.
+ *
+ * Streams, as clientv3 uses them: a keep-alive is one LeaseKeepAliveRequest
+ * on the issuing client's own LeaseKeepAlive stream (opened on its first
+ * keep-alive; one request in flight per stream, so the answer is the next
+ * message); the watches of a connection share one Watch stream, and the n-th
+ * `created` response names the n-th watch created on it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +25,29 @@ struct ctx {
   int next_free;
 };
 
+struct kstream { /* one client's LeaseKeepAlive stream */
+  struct econn *c;
+  int stream; /* -1: not open */
+  void *arg;  /* the keep-alive in flight */
+};
+
+struct ewatch {
+  void *arg;
+  int64_t id;
+  bool ended;
+};
+
 struct econn {
   kt_grpc_client *g;
   struct ctx *ctx;
   int free_head;
   uint8_t *buf;
   size_t cap;
+  struct kstream *ks;
+  int n_ks, max_ks, shared_ks;
+  int wstream; /* the Watch stream, -1: not open */
+  struct ewatch *w;
+  int n_w, cap_w, n_created;
 };
 
 static int e_open(void **conn, const char *endpoints, int max_outstanding, int timeout_ms,
@@ -55,8 +78,18 @@ static int e_open(void **conn, const char *endpoints, int max_outstanding, int t
   }
   for (int i = 0; i < max_outstanding; i++)
     c->ctx[i].c = c, c->ctx[i].next_free = i + 1 < max_outstanding ? i + 1 : -1;
+  c->max_ks = max_outstanding;
+  c->shared_ks = -1;
+  c->wstream = -1;
+  if (!(c->ks = calloc((size_t)max_outstanding, sizeof *c->ks))) {
+    free(c->ctx);
+    free(c);
+    snprintf(err, err_len, "out of memory");
+    return -1;
+  }
   if (kt_grpc_open(&c->g, eps[next++ % (unsigned)n], max_outstanding,
                    timeout_ms < 5000 ? timeout_ms : 5000, err, err_len)) {
+    free(c->ks);
     free(c->ctx);
     free(c);
     return -1;
@@ -67,7 +100,9 @@ static int e_open(void **conn, const char *endpoints, int max_outstanding, int t
 
 static void e_close(void *conn) {
   struct econn *c = conn;
-  kt_grpc_close(c->g);
+  kt_grpc_close(c->g); /* ends the streams: their callbacks run here */
+  free(c->ks);
+  free(c->w);
   free(c->ctx);
   free(c->buf);
   free(c);
@@ -103,9 +138,86 @@ static void range_of(const struct bench_op *op, Etcdserverpb__RangeRequest *r) {
   r->serializable = op->serializable;
 }
 
+/* Packs req into c->buf; its length, or 0 with *err_name. */
+static size_t pack(struct econn *c, const ProtobufCMessage *req, const char **err_name) {
+  size_t len = protobuf_c_message_get_packed_size(req);
+  if (len > c->cap) {
+    uint8_t *b = realloc(c->buf, len);
+    if (!b) {
+      *err_name = "ENOMEM";
+      return 0;
+    }
+    c->buf = b;
+    c->cap = len;
+  }
+  protobuf_c_message_pack(req, c->buf);
+  return len;
+}
+
+static void ka_msg(void *arg, const uint8_t *msg, size_t len) {
+  struct kstream *k = arg;
+  void *user = k->arg;
+  if (!user)
+    return; /* nothing asked: not ours to count */
+  k->arg = NULL;
+  Etcdserverpb__LeaseKeepAliveResponse *m =
+      etcdserverpb__lease_keep_alive_response__unpack(NULL, len, msg);
+  const char *err = !m ? "BAD_RESPONSE" : m->ttl <= 0 ? "LEASE_NOT_FOUND" : NULL;
+  if (m)
+    etcdserverpb__lease_keep_alive_response__free_unpacked(m, NULL);
+  bench_done(user, err);
+}
+
+static void ka_end(void *arg, int status, const char *message, const uint8_t *msg, size_t len) {
+  (void)message, (void)msg, (void)len;
+  struct kstream *k = arg;
+  k->stream = -1;
+  void *user = k->arg;
+  k->arg = NULL;
+  if (user)
+    bench_done(user, status ? kt_grpc_status_name(status) : "STREAM_ENDED");
+}
+
+static int keepalive(struct econn *c, const struct bench_op *op, void *arg, const char **err_name) {
+  int *st = op->client_state ? op->client_state : &c->shared_ks;
+  if (*st < 0) {
+    if (c->n_ks == c->max_ks) {
+      *err_name = "RESOURCE_EXHAUSTED";
+      return KT_GRPC_RESOURCE_EXHAUSTED;
+    }
+    c->ks[c->n_ks] = (struct kstream){c, -1, NULL};
+    *st = c->n_ks++;
+  }
+  struct kstream *k = &c->ks[*st];
+  if (k->arg) { /* one keep-alive in flight per stream */
+    *err_name = "BUSY";
+    return KT_GRPC_RESOURCE_EXHAUSTED;
+  }
+  int rc = 0;
+  if (k->stream < 0)
+    rc = kt_grpc_stream_open(c->g, "/etcdserverpb.Lease/LeaseKeepAlive", ka_msg, ka_end, k,
+                             &k->stream);
+  Etcdserverpb__LeaseKeepAliveRequest r;
+  etcdserverpb__lease_keep_alive_request__init(&r);
+  r.id = op->lease;
+  size_t len = rc ? 0 : pack(c, &r.base, err_name);
+  if (!rc && !len)
+    return -1;
+  if (!rc)
+    rc = kt_grpc_stream_send(c->g, k->stream, c->buf, len);
+  if (rc) {
+    *err_name = kt_grpc_status_name(rc);
+    return rc;
+  }
+  k->arg = arg;
+  return 0;
+}
+
 static int e_submit(void *conn, const struct bench_op *op, int timeout_ms, void *arg,
                     const char **err_name) {
   struct econn *c = conn;
+  if (op->kind == OP_KEEPALIVE)
+    return keepalive(c, op, arg, err_name);
   if (c->free_head < 0) {
     *err_name = "RESOURCE_EXHAUSTED";
     return KT_GRPC_RESOURCE_EXHAUSTED;
@@ -117,7 +229,15 @@ static int e_submit(void *conn, const struct bench_op *op, int timeout_ms, void 
   Etcdserverpb__RangeRequest range;
   Etcdserverpb__RequestOp ops[BENCH_MAX_TXN_OPS], *opp[BENCH_MAX_TXN_OPS];
   Etcdserverpb__TxnRequest txn;
-  if (op->kind == OP_PUT) {
+  Etcdserverpb__LeaseGrantRequest grant;
+  if (op->kind == OP_LEASE_GRANT) {
+    etcdserverpb__lease_grant_request__init(&grant);
+    grant.ttl = op->ttl_s;
+    grant.id = op->lease;
+    req = &grant.base;
+    path = "/etcdserverpb.Lease/LeaseGrant";
+    resp = &etcdserverpb__lease_grant_response__descriptor;
+  } else if (op->kind == OP_PUT) {
     etcdserverpb__put_request__init(&put);
     put.key.data = (uint8_t *)op->key;
     put.key.len = op->key_len;
@@ -157,17 +277,9 @@ static int e_submit(void *conn, const struct bench_op *op, int timeout_ms, void 
     path = "/etcdserverpb.KV/Txn";
     resp = &etcdserverpb__txn_response__descriptor;
   }
-  size_t len = protobuf_c_message_get_packed_size(req);
-  if (len > c->cap) {
-    uint8_t *b = realloc(c->buf, len);
-    if (!b) {
-      *err_name = "ENOMEM";
-      return -1;
-    }
-    c->buf = b;
-    c->cap = len;
-  }
-  protobuf_c_message_pack(req, c->buf);
+  size_t len = pack(c, req, err_name);
+  if (!len && protobuf_c_message_get_packed_size(req))
+    return -1;
   int slot = c->free_head;
   struct ctx *x = &c->ctx[slot];
   x->arg = arg;
@@ -182,6 +294,102 @@ static int e_submit(void *conn, const struct bench_op *op, int timeout_ms, void 
   return 0;
 }
 
+static struct ewatch *watch_by_id(struct econn *c, int64_t id) {
+  if (id >= 0 && id < c->n_created && c->w[id].id == id) /* etcd numbers them 0, 1, ... */
+    return &c->w[id];
+  for (int i = 0; i < c->n_created; i++)
+    if (c->w[i].id == id)
+      return &c->w[i];
+  return NULL;
+}
+
+static void watch_msg(void *arg, const uint8_t *msg, size_t len) {
+  struct econn *c = arg;
+  Etcdserverpb__WatchResponse *m = etcdserverpb__watch_response__unpack(NULL, len, msg);
+  if (!m) {
+    for (int i = 0; i < c->n_w; i++)
+      if (!c->w[i].ended)
+        c->w[i].ended = true, bench_watch_end(c->w[i].arg, "BAD_RESPONSE");
+    return;
+  }
+  struct ewatch *w = NULL;
+  if (m->created && c->n_created < c->n_w) {
+    w = &c->w[c->n_created++];
+    w->id = m->watch_id;
+    bench_watch_created(w->arg);
+  } else {
+    w = watch_by_id(c, m->watch_id);
+  }
+  if (w && !w->ended) {
+    for (size_t i = 0; i < m->n_events; i++) {
+      const Mvccpb__KeyValue *kv = m->events[i]->kv;
+      bench_watch_event(w->arg, kv ? (const char *)kv->value.data : "", kv ? kv->value.len : 0);
+    }
+    if (m->canceled) {
+      w->ended = true;
+      bench_watch_end(w->arg, "CANCELED");
+    }
+  }
+  etcdserverpb__watch_response__free_unpacked(m, NULL);
+}
+
+static void watch_end(void *arg, int status, const char *message, const uint8_t *msg, size_t len) {
+  (void)message, (void)msg, (void)len;
+  struct econn *c = arg;
+  c->wstream = -1;
+  for (int i = 0; i < c->n_w; i++)
+    if (!c->w[i].ended)
+      c->w[i].ended = true,
+      bench_watch_end(c->w[i].arg, status ? kt_grpc_status_name(status) : "STREAM_ENDED");
+}
+
+static int e_watch(void *conn, const struct bench_watch_req *req, void *arg,
+                   const char **err_name) {
+  struct econn *c = conn;
+  int rc = 0;
+  if (c->n_w == c->cap_w) {
+    int cap = c->cap_w ? 2 * c->cap_w : 64;
+    struct ewatch *w = realloc(c->w, (size_t)cap * sizeof *w);
+    if (!w) {
+      *err_name = "ENOMEM";
+      return -1;
+    }
+    c->w = w;
+    c->cap_w = cap;
+  }
+  if (c->wstream < 0) {
+    if (c->n_w) { /* the stream ended: its watches are gone */
+      *err_name = "STREAM_ENDED";
+      return -1;
+    }
+    rc = kt_grpc_stream_open(c->g, "/etcdserverpb.Watch/Watch", watch_msg, watch_end, c,
+                             &c->wstream);
+  }
+  Etcdserverpb__WatchCreateRequest cr;
+  etcdserverpb__watch_create_request__init(&cr);
+  cr.key.data = (uint8_t *)req->key;
+  cr.key.len = req->key_len;
+  if (req->end) {
+    cr.range_end.data = (uint8_t *)req->end;
+    cr.range_end.len = req->end_len;
+  }
+  Etcdserverpb__WatchRequest wr;
+  etcdserverpb__watch_request__init(&wr);
+  wr.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+  wr.create_request = &cr;
+  size_t len = rc ? 0 : pack(c, &wr.base, err_name);
+  if (!rc && !len)
+    return -1;
+  if (!rc)
+    rc = kt_grpc_stream_send(c->g, c->wstream, c->buf, len);
+  if (rc) {
+    *err_name = kt_grpc_status_name(rc);
+    return rc;
+  }
+  c->w[c->n_w++] = (struct ewatch){arg, -1, false};
+  return 0;
+}
+
 static int e_fd(const void *conn) { return kt_grpc_fd(((const struct econn *)conn)->g); }
 static short e_events(const void *conn) { return kt_grpc_events(((const struct econn *)conn)->g); }
 static int e_timeout_ms(const void *conn) {
@@ -189,5 +397,5 @@ static int e_timeout_ms(const void *conn) {
 }
 static void e_process(void *conn) { kt_grpc_process(((struct econn *)conn)->g); }
 
-const struct target target_etcd = {"etcd", e_open,   e_close,      e_submit,
-                                   e_fd,   e_events, e_timeout_ms, e_process};
+const struct target target_etcd = {"etcd",   e_open,       e_close,   e_submit, e_fd,
+                                   e_events, e_timeout_ms, e_process, e_watch};

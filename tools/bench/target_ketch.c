@@ -26,6 +26,36 @@ static void on_result(void *arg, int err, const ketch_result *res) {
   bench_done(arg, err ? ketch_errname(err) : NULL);
 }
 
+/* A keep-alive answered with ttl 0: the lease was not found (expired). */
+static void on_keepalive(void *arg, int err, const ketch_result *res) {
+  bench_done(arg, err ? ketch_errname(err) : res->lease.ttl <= 0 ? "LEASE_NOT_FOUND" : NULL);
+}
+
+static void on_watch(void *arg, int err, const ketch_result *res) {
+  const ketch_watch_result *w = &res->watch;
+  if (err || w->canceled) {
+    bench_watch_end(arg, err ? ketch_errname(err) : "CANCELED");
+    return;
+  }
+  if (w->created)
+    bench_watch_created(arg);
+  for (size_t i = 0; i < w->n_events; i++)
+    bench_watch_event(arg, w->events[i].kv.value, w->events[i].kv.value_len);
+}
+
+static int k_watch(void *conn, const struct bench_watch_req *req, void *arg,
+                   const char **err_name) {
+  ketch_watch_req r = {.key = req->key,
+                       .key_len = req->key_len,
+                       .range_end = req->end,
+                       .range_end_len = req->end ? req->end_len : 0};
+  uint64_t id;
+  int rc = ketch_watch(conn, &r, on_watch, arg, &id);
+  if (rc)
+    *err_name = ketch_errname(rc);
+  return rc;
+}
+
 static ketch_range_req range_of(const struct bench_op *op) {
   ketch_range_req r = {.key = op->key,
                        .key_len = op->key_len,
@@ -64,6 +94,10 @@ static int k_submit(void *conn, const struct bench_op *op, int timeout_ms, void 
     }
     ketch_txn_req t = {.success = ops, .n_success = n};
     rc = ketch_txn_async(c, &t, on_result, arg);
+  } else if (op->kind == OP_LEASE_GRANT) {
+    rc = ketch_lease_grant_async(c, op->ttl_s, op->lease, on_result, arg);
+  } else if (op->kind == OP_KEEPALIVE) {
+    rc = ketch_lease_keepalive_once_async(c, op->lease, on_keepalive, arg);
   }
   if (rc)
     *err_name = ketch_errname(rc);
@@ -75,5 +109,5 @@ static short k_events(const void *conn) { return ketch_events(conn); }
 static int k_timeout_ms(const void *conn) { return ketch_timeout_ms(conn); }
 static void k_process(void *conn) { ketch_process(conn); }
 
-const struct target target_ketch = {"ketch", k_open,   k_close,      k_submit,
-                                    k_fd,    k_events, k_timeout_ms, k_process};
+const struct target target_ketch = {"ketch",  k_open,       k_close,   k_submit, k_fd,
+                                    k_events, k_timeout_ms, k_process, k_watch};

@@ -60,6 +60,7 @@ static bool coin(struct workload_state *w, double p) {
 
 void workload_next(struct workload_state *w, const struct bench_cfg *cfg, struct bench_op *op) {
   op->n_puts = 0;
+  op->lease = op->ttl_s = 0;
   op->end = NULL;
   op->end_len = 0;
   op->limit = 0;
@@ -119,5 +120,12 @@ void workload_next(struct workload_state *w, const struct bench_cfg *cfg, struct
     }
     break;
   }
+  case W_LEASE_GRANT:
+  case W_LEASE_KEEPALIVE: /* lease_base + 0, 1, ... in turn */
+    op->kind = cfg->workload == W_LEASE_GRANT ? OP_LEASE_GRANT : OP_KEEPALIVE;
+    op->is_read = false;
+    op->lease = cfg->lease_base + (int64_t)(w->seq++ % (uint64_t)cfg->leases);
+    op->ttl_s = cfg->lease_ttl_s;
+    break;
   }
 }

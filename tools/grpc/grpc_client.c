@@ -19,10 +19,12 @@
 struct slot {
   kt_grpc_client *c;
   kt_grpc_cb cb;
+  kt_grpc_msg_cb on_msg; /* streaming calls: each response message */
   void *arg;
   int32_t stream_id;
   bool in_use, completed;
-  uint8_t *req; /* prefix + message */
+  bool stream, half_closed, deferred; /* streaming: send side state */
+  uint8_t *req;                       /* prefix + message */
   size_t req_len, req_off, req_cap;
   uint8_t *resp;
   size_t resp_len, resp_cap;
@@ -89,12 +91,20 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
   (void)s, (void)id, (void)user;
   struct slot *sl = src->ptr;
   size_t n = sl->req_len - sl->req_off;
+  if (!n && sl->stream && !sl->half_closed) { /* nothing to send yet: resumed by a send */
+    sl->deferred = true;
+    return NGHTTP2_ERR_DEFERRED;
+  }
   if (n > len)
     n = len;
   memcpy(buf, sl->req + sl->req_off, n);
   sl->req_off += n;
-  if (sl->req_off == sl->req_len)
-    *flags |= NGHTTP2_DATA_FLAG_EOF;
+  if (sl->req_off == sl->req_len) {
+    if (!sl->stream || sl->half_closed)
+      *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (sl->stream)
+      sl->req_off = sl->req_len = 0; /* the queue is empty: reuse from the start */
+  }
   return (ssize_t)n;
 }
 
@@ -147,6 +157,30 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
   }
   memcpy(sl->resp + sl->resp_len, data, len);
   sl->resp_len += len;
+  if (!sl->stream)
+    return 0;
+  /* streaming: hand over every complete message, keep the partial tail */
+  size_t off = 0;
+  for (;;) {
+    const uint8_t *msg;
+    size_t n;
+    long used = kt_grpc_frame_parse(sl->resp + off, sl->resp_len - off, KT_GRPC_MAX_MSG, &msg, &n);
+    if (used < 0) {
+      slot_complete(sl, KT_GRPC_INTERNAL, "malformed gRPC message prefix", NULL, 0);
+      nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+      return 0;
+    }
+    if (!used)
+      break;
+    off += (size_t)used;
+    sl->on_msg(sl->arg, msg, n);
+    if (sl->completed) /* the callback canceled the stream */
+      return 0;
+  }
+  if (off) {
+    memmove(sl->resp, sl->resp + off, sl->resp_len - off);
+    sl->resp_len -= off;
+  }
   return 0;
 }
 
@@ -170,6 +204,9 @@ static int on_close(nghttp2_session *s, int32_t id, uint32_t error_code, void *u
       }
     } else if (sl->status != 0) {
       slot_complete(sl, sl->status, sl->message, NULL, 0);
+    } else if (sl->stream) {
+      slot_complete(sl, sl->resp_len ? KT_GRPC_INTERNAL : KT_GRPC_OK,
+                    sl->resp_len ? "stream ended inside a message" : "", NULL, 0);
     } else {
       const uint8_t *msg = NULL;
       size_t n = 0;
@@ -300,24 +337,38 @@ void kt_grpc_close(kt_grpc_client *c) {
   free(c);
 }
 
-int kt_grpc_call(kt_grpc_client *c, const char *path, const uint8_t *msg, size_t len,
-                 int timeout_ms, kt_grpc_cb cb, void *arg) {
-  if (c->dead)
-    return KT_GRPC_UNAVAILABLE;
-  if (c->free_head < 0)
-    return KT_GRPC_RESOURCE_EXHAUSTED;
-  struct slot *sl = &c->slots[c->free_head];
-  if (!grow(&sl->req, &sl->req_cap, len + 5))
-    return KT_GRPC_RESOURCE_EXHAUSTED;
-  sl->req[0] = 0;
-  sl->req[1] = (uint8_t)(len >> 24);
-  sl->req[2] = (uint8_t)(len >> 16);
-  sl->req[3] = (uint8_t)(len >> 8);
-  sl->req[4] = (uint8_t)len;
+/* Appends one framed message to a slot's send queue. */
+static bool queue_msg(struct slot *sl, const uint8_t *msg, size_t len) {
+  if (!grow(&sl->req, &sl->req_cap, sl->req_len + len + 5))
+    return false;
+  uint8_t *p = sl->req + sl->req_len;
+  p[0] = 0;
+  p[1] = (uint8_t)(len >> 24);
+  p[2] = (uint8_t)(len >> 16);
+  p[3] = (uint8_t)(len >> 8);
+  p[4] = (uint8_t)len;
   if (len)
-    memcpy(sl->req + 5, msg, len);
-  sl->req_len = len + 5;
-  sl->req_off = 0;
+    memcpy(p + 5, msg, len);
+  sl->req_len += len + 5;
+  return true;
+}
+
+/* Starts a call on a free slot: unary (msg is the request, then EOF) or
+ * streaming (msg may be NULL; more with kt_grpc_stream_send). Returns the
+ * slot index, or -(KT_GRPC_* code). */
+static int start(kt_grpc_client *c, const char *path, const uint8_t *msg, size_t len,
+                 int timeout_ms, kt_grpc_cb cb, kt_grpc_msg_cb on_msg, void *arg) {
+  if (c->dead)
+    return -KT_GRPC_UNAVAILABLE;
+  if (c->free_head < 0)
+    return -KT_GRPC_RESOURCE_EXHAUSTED;
+  struct slot *sl = &c->slots[c->free_head];
+  sl->req_len = sl->req_off = 0;
+  sl->stream = on_msg != NULL;
+  sl->on_msg = on_msg;
+  sl->half_closed = sl->deferred = false;
+  if ((msg || !sl->stream) && !queue_msg(sl, msg, len))
+    return -KT_GRPC_RESOURCE_EXHAUSTED;
   sl->resp_len = 0;
   sl->status = -1;
   sl->http_status = 0;
@@ -351,12 +402,61 @@ int kt_grpc_call(kt_grpc_client *c, const char *path, const uint8_t *msg, size_t
   nghttp2_data_provider dp = {.source.ptr = sl, .read_callback = read_body};
   int32_t id = nghttp2_submit_request(c->s, NULL, hdrs, (size_t)nh, &dp, sl);
   if (id < 0)
-    return KT_GRPC_INTERNAL;
+    return -KT_GRPC_INTERNAL;
   sl->stream_id = id;
   sl->in_use = true;
   c->free_head = sl->next_free;
   c->pending++;
+  return (int)(sl - c->slots);
+}
+
+int kt_grpc_call(kt_grpc_client *c, const char *path, const uint8_t *msg, size_t len,
+                 int timeout_ms, kt_grpc_cb cb, void *arg) {
+  int rc = start(c, path, msg, len, timeout_ms, cb, NULL, arg);
+  return rc < 0 ? -rc : 0;
+}
+
+int kt_grpc_stream_open(kt_grpc_client *c, const char *path, kt_grpc_msg_cb on_msg,
+                        kt_grpc_cb on_end, void *arg, int *out) {
+  *out = -1;
+  int rc = start(c, path, NULL, 0, 0, on_end, on_msg, arg);
+  if (rc < 0)
+    return -rc;
+  *out = rc;
   return 0;
+}
+
+static struct slot *live_stream(kt_grpc_client *c, int stream) {
+  if (stream < 0 || stream >= c->n_slots)
+    return NULL;
+  struct slot *sl = &c->slots[stream];
+  return sl->in_use && sl->stream && !sl->completed ? sl : NULL;
+}
+
+static int resume(kt_grpc_client *c, struct slot *sl) {
+  if (!sl->deferred)
+    return 0;
+  sl->deferred = false;
+  return nghttp2_session_resume_data(c->s, sl->stream_id) ? KT_GRPC_INTERNAL : 0;
+}
+
+int kt_grpc_stream_send(kt_grpc_client *c, int stream, const uint8_t *msg, size_t len) {
+  if (c->dead)
+    return KT_GRPC_UNAVAILABLE;
+  struct slot *sl = live_stream(c, stream);
+  if (!sl || sl->half_closed)
+    return KT_GRPC_FAILED_PRECONDITION;
+  if (!queue_msg(sl, msg, len))
+    return KT_GRPC_RESOURCE_EXHAUSTED;
+  return resume(c, sl);
+}
+
+int kt_grpc_stream_close_send(kt_grpc_client *c, int stream) {
+  struct slot *sl = c->dead ? NULL : live_stream(c, stream);
+  if (!sl)
+    return KT_GRPC_FAILED_PRECONDITION;
+  sl->half_closed = true;
+  return resume(c, sl);
 }
 
 int kt_grpc_fd(const kt_grpc_client *c) { return c->dead ? -1 : c->fd; }

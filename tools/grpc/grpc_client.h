@@ -1,5 +1,5 @@
-/* tools/grpc/grpc_client.h — a small gRPC client codec: unary calls over one
- * HTTP/2 connection (h2c, prior knowledge), many concurrent streams, driven by
+/* tools/grpc/grpc_client.h — a small gRPC client codec: unary and streaming
+ * calls over one HTTP/2 connection (h2c, prior knowledge), many concurrent streams, driven by
  * the caller's poll loop. Shared by ketch-bench's etcd target and (for the
  * framing) the gRPC bridge.
  *
@@ -85,6 +85,24 @@ void kt_grpc_close(kt_grpc_client *c);
  * flight, UNAVAILABLE when the connection is gone, INTERNAL from nghttp2. */
 int kt_grpc_call(kt_grpc_client *c, const char *path, const uint8_t *msg, size_t len,
                  int timeout_ms, kt_grpc_cb cb, void *arg);
+
+/* Streaming calls (client, server or bidirectional streams: Watch,
+ * LeaseKeepAlive). kt_grpc_stream_open starts `path` with no request message
+ * yet and sets *stream (a handle valid until on_end has run). on_msg runs for
+ * every response message as it arrives (msg valid during the call; it may
+ * send on the stream); on_end runs exactly once, with the final grpc-status
+ * (OK when the server ended the stream cleanly, CANCELLED from
+ * kt_grpc_close, UNAVAILABLE when the connection is lost); nothing runs after
+ * it. Streams have no deadline. Errors as kt_grpc_call. */
+typedef void (*kt_grpc_msg_cb)(void *arg, const uint8_t *msg, size_t msg_len);
+int kt_grpc_stream_open(kt_grpc_client *c, const char *path, kt_grpc_msg_cb on_msg,
+                        kt_grpc_cb on_end, void *arg, int *stream);
+/* Queues one request message msg[0..len) (copied) on an open stream; it
+ * leaves in the next kt_grpc_process(). FAILED_PRECONDITION if the stream
+ * has ended or its send side is closed, UNAVAILABLE without a connection. */
+int kt_grpc_stream_send(kt_grpc_client *c, int stream, const uint8_t *msg, size_t len);
+/* Half-closes the send side (END_STREAM after the queued messages). */
+int kt_grpc_stream_close_send(kt_grpc_client *c, int stream);
 
 /* Poll integration, as libketch: watch kt_grpc_events() on kt_grpc_fd() for at
  * most kt_grpc_timeout_ms() (-1: no deadline), then call kt_grpc_process(),
