@@ -40,8 +40,8 @@ def report(name, why=None):
         print("FAIL bench/%s: %s" % (name, why), flush=True)
 
 
-def run(args, timeout=60):
-    p = subprocess.run([BENCH] + args, capture_output=True, text=True, timeout=timeout)
+def run(args, timeout=60, env=None):
+    p = subprocess.run([BENCH] + args, capture_output=True, text=True, timeout=timeout, env=env)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -501,13 +501,13 @@ def etcd_watch_lost():
 def compare():
     """`ketch-bench compare`, tiny: both servers started, loaded, alternated."""
     out_dir = tempfile.mkdtemp(prefix="ketch-bench-cmp-")
-    tmp = tempfile.gettempdir()
-    before = set(d for d in os.listdir(tmp) if d.startswith("ketch-bench-compare-"))
+    tmp = tempfile.mkdtemp(prefix="ketch-bench-tmp-")  # its own TMPDIR: other runs may share /tmp
+    env = dict(os.environ, TMPDIR=tmp)
     try:
         rc, out, err = run(["compare", "--rounds", "1", "--run-seconds", "0.3", "--keys", "500",
                             "--leases", "200", "--json", "--out-dir", out_dir, "put:1", "range-s:4",
                             "lease-keepalive:4", "watch-latency:5", "watch:20", "lock:3"],
-                           timeout=120)
+                           timeout=120, env=env)
         if rc:
             return "exit %d: %s" % (rc, err[-500:])
         r = json.loads(out)
@@ -541,11 +541,11 @@ def compare():
                 return "table row %r missing: %r" % (t, err[-1500:])
         if len(open(os.path.join(out_dir, "results.dat")).read().splitlines()) != 6:
             return "results.dat"
-        left = [d for d in os.listdir(tmp) if d.startswith("ketch-bench-compare-")
-                and d not in before]
+        left = os.listdir(tmp)
         return "data dirs left behind: %r" % left if left else None
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():
