@@ -266,15 +266,27 @@ def test_lease_expiry_deletes_keys_at_one_revision_and_keepalive_holds():
         ev = events_of(fs, rid)
         assert all(e[0] == 1 for e in ev) and len({e[1][3] for e in ev}) == 1, ev
         assert 1.5 <= took <= 5, took
-        # keep-alive every 0.5 s holds "kept" for 3x its TTL
-        keep, _ = lease_grant(c, 2)
-        c.put("kept", "v", lease=keep)
-        end = time.time() + 6
-        while time.time() < end:
-            assert c.call(KEEPALIVE, {"id": keep})["ttl"] == 2
-            time.sleep(0.5)
-        assert c.get_value("kept") == b"v"
         assert c.call(TTL, {"id": lid})["ttl"] == -1
+    finally:
+        m.cleanup()
+
+
+def test_keepalive_holds_a_key_for_ten_ttls():
+    m = Member(extra=["--heartbeat-interval", "50", "--election-timeout", "500"])
+    try:
+        c = Conn(m.port)
+        keep, ttl = lease_grant(c, 1)  # 1 s: the minimum at this election timeout
+        assert ttl == 1
+        c.put("kept", "v", lease=keep)
+        end = time.time() + 10 * ttl
+        while time.time() < end:
+            assert c.call(KEEPALIVE, {"id": keep})["ttl"] == 1
+            time.sleep(0.3)
+        assert c.get_value("kept") == b"v"
+        t0 = time.time()  # and without keep-alives it goes
+        while c.get_value("kept") is not None and time.time() - t0 < 5:
+            time.sleep(0.05)
+        assert c.get_value("kept") is None and time.time() - t0 >= 0.6
     finally:
         m.cleanup()
 
@@ -345,6 +357,7 @@ if __name__ == "__main__":
         test_watch_big_history_frames_and_whole_revisions,
         test_lease_grant_ttl_keys_keepalive_revoke,
         test_lease_expiry_deletes_keys_at_one_revision_and_keepalive_holds,
+        test_keepalive_holds_a_key_for_ten_ttls,
         test_leases_survive_restart_and_snapshot,
         test_cluster_lease_forwarding_and_no_early_expiry_on_leader_kill,
     ])
