@@ -169,11 +169,14 @@ deps:
 # rounds; writes bench/results.json, bench/table.md and bench/throughput.svg.
 BENCH_WORKLOADS ?= put:1 put:16 put:64 put:256 range-l:64 range-s:64 lease-keepalive:64 \
   watch-latency:100 watch:1000 lock:8
+BENCH_WORKLOADS_3 ?= put:64 put:256 range-l:64 range-s:64 lease-keepalive:64 watch-latency:100 lock:8
 bench: deps all
 	@sh test/deps.sh bench
 	@mkdir -p bench
 	$(BINDIR)/ketch-bench compare --rounds 3 --run-seconds 3 --keys 100000 --out-dir bench \
 	  $(BENCH_WORKLOADS) > bench/table.md
+	$(BINDIR)/ketch-bench compare --members 3 --rounds 3 --run-seconds 2 --keys 100000 \
+	  --out-dir bench/3members $(BENCH_WORKLOADS_3) >> bench/table.md
 	@cat bench/table.md
 	gnuplot -e "datafile='bench/results.dat'; outfile='bench/throughput.svg'; \
 	  subtitle='$$(nproc) cores, $$(date -u +%Y-%m-%d)'" tools/bench/plot.gp

@@ -76,9 +76,7 @@ void kt_node_install_init(struct kt_node *n) {
   while (d && (de = readdir(d)) != NULL) {
     size_t l = strlen(de->d_name);
     if (l > 5 && strcmp(de->d_name + l - 5, ".recv") == 0) {
-      char p[4400];
-      snprintf(p, sizeof p, "%s/%s", n->snap_dir, de->d_name);
-      unlink(p);
+      unlinkat(dirfd(d), de->d_name, 0);
     }
   }
   if (d)

@@ -498,6 +498,27 @@ def etcd_watch_lost():
         shutil.rmtree(d, ignore_errors=True)
 
 
+def compare_three_members():
+    """`ketch-bench compare --members 3`: 3-member clusters of each, tiny."""
+    tmp = tempfile.mkdtemp(prefix="ketch-bench-tmp-")
+    env = dict(os.environ, TMPDIR=tmp)
+    try:
+        rc, out, err = run(["compare", "--members", "3", "--rounds", "1", "--run-seconds", "0.3",
+                            "--keys", "300", "--leases", "50", "put:4", "range-l:4", "lock:2"],
+                           timeout=120, env=env)
+        if rc:
+            return "exit %d: %s" % (rc, err[-500:])
+        if "3 members each" not in out or "| put, 4 clients |" not in out or \
+                "| lock + unlock one mutex, 2 clients |" not in out:
+            return "table: %r" % out[-800:]
+        if "(some requests failed" in out:
+            return "errors: %r" % out[-800:]
+        left = os.listdir(tmp)
+        return "data dirs left behind: %r" % left if left else None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def compare():
     """`ketch-bench compare`, tiny: both servers started, loaded, alternated."""
     out_dir = tempfile.mkdtemp(prefix="ketch-bench-cmp-")
@@ -558,6 +579,7 @@ def main():
     if shutil.which("etcd"):
         check("etcd/watch-stream-lost-counted", etcd_watch_lost)
     check("compare", compare)
+    check("compare-3-members", compare_three_members)
 
 
 if __name__ == "__main__":

@@ -107,18 +107,17 @@ static void stop(struct server *s) {
   s->pid = 0;
 }
 
-/* Starts (or restarts, on the same data dir) member m1 of a 1-member
- * cluster: etcd's flags, which ketch shares. */
-static void start_server(struct server *s, int t) {
-  char cu[64], pu[64], ic[96];
+/* Starts (or restarts, on the same data dir) member `name` of the cluster
+ * `ic` (name=peer-url,...): etcd's flags, which ketch shares. */
+static void start_server(struct server *s, int t, const char *name, const char *ic) {
+  char cu[64], pu[64];
   snprintf(cu, sizeof cu, "http://127.0.0.1:%d", s->port);
   snprintf(pu, sizeof pu, "http://127.0.0.1:%d", s->peer);
-  snprintf(ic, sizeof ic, "m1=%s", pu);
-  char *av[24];
+  char *av[28];
   int n = 0;
   av[n++] = (char *)s->bin;
   av[n++] = "--name";
-  av[n++] = "m1";
+  av[n++] = (char *)name;
   av[n++] = "--data-dir";
   av[n++] = s->dir;
   av[n++] = "--listen-client-urls";
@@ -129,10 +128,10 @@ static void start_server(struct server *s, int t) {
   av[n++] = pu;
   av[n++] = "--initial-advertise-peer-urls";
   av[n++] = pu;
-  if (t == T_ETCD) {
-    av[n++] = "--initial-cluster";
-    av[n++] = ic;
-  }
+  av[n++] = "--initial-cluster";
+  av[n++] = (char *)ic;
+  av[n++] = "--initial-cluster-token";
+  av[n++] = "ketch-bench";
   av[n++] = "--log-level";
   av[n++] = t == T_ETCD ? "error" : "warn";
   av[n] = NULL;
@@ -154,6 +153,17 @@ static double proc_cpu_s(pid_t pid) {
   if (!q || sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
     return -1;
   return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double cluster_cpu_s(struct server *m, int n) {
+  double sum = 0;
+  for (int i = 0; i < n; i++) {
+    double c = proc_cpu_s(m[i].pid);
+    if (c < 0)
+      return -1;
+    sum += c;
+  }
+  return sum;
 }
 
 static uint64_t dir_bytes;
@@ -321,6 +331,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   int rounds = 3;
   double run_s = 3;
   long keys = 100000, leases = 10000;
+  int members = 1;
   bool json = gcfg->json;
   const char *out_dir = NULL, *etcd_bin = "etcd", *base = getenv("TMPDIR");
   char ketch_bin[PATH_MAX] = "";
@@ -347,13 +358,15 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
       snprintf(ketch_bin, sizeof ketch_bin, "%s", argv[++i]);
     else if (!strcmp(a, "--data-dir-base") && more)
       base = argv[++i];
+    else if (!strcmp(a, "--members") && more)
+      members = atoi(argv[++i]);
     else if (a[0] != '-' && n_wl < MAX_WL && !parse_wl(a, &wls[n_wl]))
       n_wl++;
     else
       usage_compare();
   }
   if (rounds < 1 || rounds > MAX_ROUNDS || !(run_s > 0) || keys < 1 || leases < 1 ||
-      leases > 10000000)
+      leases > 10000000 || (members != 1 && members != 3))
     usage_compare();
   if (!n_wl) {
     static const char *const def[] = {"put:1",
@@ -380,7 +393,10 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   }
   if (!base)
     base = "/tmp";
-  struct server srv[2] = {{0}, {0}}; /* [T_KETCH], [T_ETCD] */
+  static struct server all[2][3]; /* [T_KETCH / T_ETCD][member] */
+  memset(all, 0, sizeof all);
+  struct server *srv[2] = {all[0], all[1]}; /* srv[t]: member 0 (resources) */
+  static char eps[2][256], ics[2][512];     /* endpoint lists, --initial-cluster */
   char tmpl[PATH_MAX];
   snprintf(tmpl, sizeof tmpl, "%s/ketch-bench-compare-XXXXXX", base);
   if (!mkdtemp(tmpl)) {
@@ -389,23 +405,33 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   }
   int rc = 1;
   static struct bench_result r;
-  char err[512], log_path[2][PATH_MAX + 16];
+  char err[512];
   for (int t = 0; t < 2; t++) {
-    struct server *s = &srv[t];
-    s->port = free_port();
-    int peer = free_port();
-    snprintf(s->dir, sizeof s->dir, "%.3900s/%s", tmpl, t == T_ETCD ? "etcd" : "ketch");
-    snprintf(s->endpoint, sizeof s->endpoint, "127.0.0.1:%d", s->port);
-    snprintf(log_path[t], sizeof log_path[t], "%s.log", s->dir);
-    s->peer = peer;
-    s->bin = t == T_ETCD ? etcd_bin : ketch_bin;
-    snprintf(s->log, sizeof s->log, "%.4000s", log_path[t]);
-    start_server(s, t);
-    if (s->pid < 0 || !wait_ready(t, s->endpoint, s->pid, 20)) {
-      fprintf(stderr, "ketch-bench compare: %s did not start (see %s)\n",
-              t == T_ETCD ? "etcd" : "ketch", log_path[t]);
-      goto out;
+    eps[t][0] = ics[t][0] = 0;
+    for (int m = 0; m < members; m++) {
+      struct server *s = &all[t][m];
+      s->port = free_port();
+      s->peer = free_port();
+      snprintf(s->dir, sizeof s->dir, "%.3900s/%s%d", tmpl, t == T_ETCD ? "etcd" : "ketch", m + 1);
+      s->bin = t == T_ETCD ? etcd_bin : ketch_bin;
+      snprintf(s->log, sizeof s->log, "%.4000s.log", s->dir);
+      snprintf(s->endpoint, sizeof s->endpoint, "127.0.0.1:%d", s->port);
+      size_t el = strlen(eps[t]), il = strlen(ics[t]);
+      snprintf(eps[t] + el, sizeof eps[t] - el, "%s%s", m ? "," : "", s->endpoint);
+      snprintf(ics[t] + il, sizeof ics[t] - il, "%sm%d=http://127.0.0.1:%d", m ? "," : "", m + 1,
+               s->peer);
     }
+    for (int m = 0; m < members; m++) {
+      char name[16];
+      snprintf(name, sizeof name, "m%d", m + 1);
+      start_server(&all[t][m], t, name, ics[t]);
+    }
+    for (int m = 0; m < members; m++)
+      if (all[t][m].pid < 0 || !wait_ready(t, all[t][m].endpoint, all[t][m].pid, 60)) {
+        fprintf(stderr, "ketch-bench compare: %s did not start (see %s)\n",
+                t == T_ETCD ? "etcd" : "ketch", all[t][m].log);
+        goto out;
+      }
   }
   /* the floor, on the disk of the data dirs: measured before every round
    * (the disk's speed drifts with the other load), median of the rounds */
@@ -414,7 +440,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   /* load the same keys into both */
   for (int t = T_ETCD; t >= T_KETCH; t--) {
     struct bench_cfg c;
-    base_cfg(&c, t, srv[t].endpoint);
+    base_cfg(&c, t, eps[t]);
     c.workload = W_PUT;
     c.workload_name = "put";
     c.clients = 64;
@@ -444,7 +470,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
       for (int t = T_ETCD; t >= T_KETCH; t--) { /* A B: etcd, then ketch */
         struct wl *w = &wls[i];
         struct bench_cfg c;
-        base_cfg(&c, t, srv[t].endpoint);
+        base_cfg(&c, t, eps[t]);
         c.workload = w->workload;
         c.workload_name = w->name;
         c.clients = w->clients;
@@ -491,11 +517,11 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
           c.put_total = 1000000000000L;
           c.key_space = 1000;
         }
-        double cpu0 = proc_cpu_s(srv[t].pid);
+        double cpu0 = cluster_cpu_s(all[t], members);
         int brc = is_watch(w)             ? watch_run(&c, &wr, err, sizeof err)
                   : w->workload == W_LOCK ? lock_run(&c, &r, err, sizeof err)
                                           : bench_run(&c, &r, err, sizeof err);
-        double cpu1 = proc_cpu_s(srv[t].pid);
+        double cpu1 = cluster_cpu_s(all[t], members);
         long ops = is_watch(w) ? wr.events : r.ok;
         double secs = is_watch(w) ? wr.seconds : r.seconds;
         const struct hist *lat_h = is_watch(w) ? &wr.lat : &r.all;
@@ -521,20 +547,20 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   double fsync_ms = median(fs_p50, rounds), rtt_ms = median(rt_p50, rounds);
   double floor_ms = fsync_ms + rtt_ms;
   /* resources: RSS now, data dir size, then restart-to-serving and RSS after it */
-  long rss[2] = {rss_kb(srv[T_KETCH].pid), rss_kb(srv[T_ETCD].pid)}, rss_restart[2];
-  double du_mb[2], restart_s[2];
-  for (int t = T_ETCD; t >= T_KETCH; t--) {
-    stop(&srv[t]);
-    du_mb[t] = (double)du_bytes(srv[t].dir) / 1048576.0;
+  long rss[2] = {rss_kb(srv[T_KETCH]->pid), rss_kb(srv[T_ETCD]->pid)}, rss_restart[2] = {0, 0};
+  double du_mb[2] = {0, 0}, restart_s[2] = {0, 0};
+  for (int t = T_ETCD; t >= T_KETCH && members == 1; t--) {
+    stop(srv[t]);
+    du_mb[t] = (double)du_bytes(srv[t]->dir) / 1048576.0;
     uint64_t t0 = bench_now_ns();
-    start_server(&srv[t], t);
-    if (srv[t].pid < 0 || !wait_ready(t, srv[t].endpoint, srv[t].pid, 120)) {
+    start_server(srv[t], t, "m1", ics[t]);
+    if (srv[t]->pid < 0 || !wait_ready(t, srv[t]->endpoint, srv[t]->pid, 120)) {
       fprintf(stderr, "ketch-bench compare: %s did not restart (see %s)\n",
-              t == T_ETCD ? "etcd" : "ketch", srv[t].log);
+              t == T_ETCD ? "etcd" : "ketch", srv[t]->log);
       goto out;
     }
     restart_s[t] = (double)(bench_now_ns() - t0) / 1e9;
-    rss_restart[t] = rss_kb(srv[t].pid);
+    rss_restart[t] = rss_kb(srv[t]->pid);
   }
   for (int i = 0; i < n_wl; i++)
     for (int t = 0; t < 2; t++) {
@@ -564,14 +590,14 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
       continue;
     fprintf(f,
             "{\"date\":\"%s\",\"cpus\":%ld,\"rounds\":%d,\"run_seconds\":%.1f,\"keys\":%ld,"
-            "\"members\":1,\"floor\":{\"fdatasync_p50_ms\":%.4f,\"rtt_p50_ms\":%.4f,"
+            "\"members\":%d,\"floor\":{\"fdatasync_p50_ms\":%.4f,\"rtt_p50_ms\":%.4f,"
             "\"floor_ms\":%.4f},\"rss_kb\":{\"ketch\":%ld,\"etcd\":%ld},"
             "\"restart\":{\"ketch\":{\"seconds\":%.3f,\"rss_kb\":%ld,\"data_dir_mb\":%.1f},"
             "\"etcd\":{\"seconds\":%.3f,\"rss_kb\":%ld,\"data_dir_mb\":%.1f}},"
-            "\"three_members\":\"not run: needs the cluster issue\",\"rows\":[",
-            date, ncpu, rounds, run_s, keys, fsync_ms, rtt_ms, floor_ms, rss[T_KETCH], rss[T_ETCD],
-            restart_s[T_KETCH], rss_restart[T_KETCH], du_mb[T_KETCH], restart_s[T_ETCD],
-            rss_restart[T_ETCD], du_mb[T_ETCD]);
+            "\"rows\":[",
+            date, ncpu, rounds, run_s, keys, members, fsync_ms, rtt_ms, floor_ms, rss[T_KETCH],
+            rss[T_ETCD], restart_s[T_KETCH], rss_restart[T_KETCH], du_mb[T_KETCH],
+            restart_s[T_ETCD], rss_restart[T_ETCD], du_mb[T_ETCD]);
     for (int i = 0; i < n_wl; i++) {
       struct wl *w = &wls[i];
       fprintf(f,
@@ -597,9 +623,9 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
       fclose(outs[o]);
   FILE *f = json ? stderr : stdout;
   fprintf(f,
-          "\nketch vs etcd, 1 member each, same machine (%ld cores), one window, %d rounds of "
+          "\nketch vs etcd, %d member%s each, same machine (%ld cores), one window, %d rounds of "
           "%g s alternating, medians; %ld keys of 16 B with 256 B values loaded; %s\n\n",
-          ncpu, rounds, run_s, keys, date);
+          members, members > 1 ? "s" : "", ncpu, rounds, run_s, keys, date);
   fprintf(f, "| workload | etcd ops/s | ketch ops/s | ketch/etcd | aim | etcd p50 / p99 ms | "
              "ketch p50 / p99 ms | server CPU s per 100k, etcd / ketch |\n"
              "|---|---|---|---|---|---|---|---|\n");
@@ -641,32 +667,43 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
       fprintf(f, "- single-client put p50: ketch %.3f ms = %.1fx the floor; etcd %.3f ms = %.1fx\n",
               wls[i].med_p50[T_KETCH], wls[i].med_p50[T_KETCH] / floor_ms, wls[i].med_p50[T_ETCD],
               wls[i].med_p50[T_ETCD] / floor_ms);
-  fprintf(f,
-          "- RSS at the end (keys loaded + every run's history, no compaction): ketch %.1f MB, "
-          "etcd %.1f MB\n",
-          (double)rss[T_KETCH] / 1024, (double)rss[T_ETCD] / 1024);
-  fprintf(f,
-          "- data dir: ketch %.1f MB, etcd %.1f MB; restart to serving: ketch %.2f s, etcd %.2f s; "
-          "RSS after restart: ketch %.1f MB, etcd %.1f MB\n",
-          du_mb[T_KETCH], du_mb[T_ETCD], restart_s[T_KETCH], restart_s[T_ETCD],
-          (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
-  if (rss[T_KETCH] > rss[T_ETCD])
-    fprintf(f, "- SHORT: RSS at the end: ketch %.1f MB > etcd %.1f MB\n",
+  if (members == 1) {
+    fprintf(f,
+            "- RSS at the end (keys loaded + every run's history, no compaction): ketch %.1f MB, "
+            "etcd %.1f MB\n",
             (double)rss[T_KETCH] / 1024, (double)rss[T_ETCD] / 1024);
-  if (rss_restart[T_KETCH] > rss_restart[T_ETCD])
-    fprintf(f, "- SHORT: RSS after restart: ketch %.1f MB > etcd %.1f MB\n",
-            (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
-  if (du_mb[T_KETCH] > du_mb[T_ETCD])
-    fprintf(f, "- SHORT: data dir: ketch %.1f MB > etcd %.1f MB\n", du_mb[T_KETCH], du_mb[T_ETCD]);
-  if (restart_s[T_KETCH] > restart_s[T_ETCD])
-    fprintf(f, "- SHORT: restart to serving: ketch %.2f s > etcd %.2f s\n", restart_s[T_KETCH],
-            restart_s[T_ETCD]);
-  fprintf(f, "- 3-member comparisons: not run (compare starts one member of each; see README for "
-             "3-member figures).\n");
+    fprintf(
+        f,
+        "- data dir: ketch %.1f MB, etcd %.1f MB; restart to serving: ketch %.2f s, etcd %.2f s; "
+        "RSS after restart: ketch %.1f MB, etcd %.1f MB\n",
+        du_mb[T_KETCH], du_mb[T_ETCD], restart_s[T_KETCH], restart_s[T_ETCD],
+        (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
+    if (rss[T_KETCH] > rss[T_ETCD])
+      fprintf(f, "- SHORT: RSS at the end: ketch %.1f MB > etcd %.1f MB\n",
+              (double)rss[T_KETCH] / 1024, (double)rss[T_ETCD] / 1024);
+    if (rss_restart[T_KETCH] > rss_restart[T_ETCD])
+      fprintf(f, "- SHORT: RSS after restart: ketch %.1f MB > etcd %.1f MB\n",
+              (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
+    if (du_mb[T_KETCH] > du_mb[T_ETCD])
+      fprintf(f, "- SHORT: data dir: ketch %.1f MB > etcd %.1f MB\n", du_mb[T_KETCH],
+              du_mb[T_ETCD]);
+    if (restart_s[T_KETCH] > restart_s[T_ETCD])
+      fprintf(f, "- SHORT: restart to serving: ketch %.2f s > etcd %.2f s\n", restart_s[T_KETCH],
+              restart_s[T_ETCD]);
+    fprintf(f, "- 3-member comparisons: not run (compare starts one member of each; see README for "
+               "3-member figures).\n");
+  } else {
+    fprintf(f,
+            "- %d members each on this one machine: every member shares the 2 cores and the "
+            "disk with the others and the load generator; resources and restart are measured "
+            "in the 1-member run.\n",
+            members);
+  }
   rc = 0;
 out:
-  stop(&srv[T_KETCH]);
-  stop(&srv[T_ETCD]);
+  for (int t = 0; t < 2; t++)
+    for (int m = 0; m < members; m++)
+      stop(&all[t][m]);
   if (!rc)
     rm_rf(tmpl);
   else
