@@ -690,8 +690,8 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     if (restart_s[T_KETCH] > restart_s[T_ETCD])
       fprintf(f, "- SHORT: restart to serving: ketch %.2f s > etcd %.2f s\n", restart_s[T_KETCH],
               restart_s[T_ETCD]);
-    fprintf(f, "- 3-member comparisons: not run (compare starts one member of each; see README for "
-               "3-member figures).\n");
+    fprintf(f, "- 3-member comparisons: a separate run (compare --members 3; make bench runs "
+               "both).\n");
   } else {
     fprintf(f,
             "- %d members each on this one machine: every member shares the 2 cores and the "
