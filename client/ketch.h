@@ -558,13 +558,18 @@ int ketch_watch_progress(ketch_client *c);
 /* ---- concurrency recipes (etcd's concurrency package) ----
  * A session is a lease kept alive by the handle (ketch_lease_keepalive_start):
  * if the process dies, its locks and candidacies go away after the TTL.
+ * ketch_session_open with ttl_s <= 0 uses 60 s (etcd's default).
+ * The member offers the same lock and election as services (native LOCK ..
+ * RESIGN, net/PROTOCOL.md 6.15) with the same keys: both kinds interoperate.
  *
  * Mutex: key = name + "/" + lease id in hex; waiters are ordered by create
  * revision and each waits on (watches) only its predecessor's deletion.
  * lock blocks until held or timeout_ms (-1 = no limit: KETCH_ETIMEOUT);
  * try_lock returns KETCH_EBUSY ("locked by another session") at once.
  * *out_key / *out_rev (if not NULL): the lock's key (malloc'ed, NUL-terminated,
- * caller frees) and its create revision — a fencing token. */
+ * caller frees) and its create revision — a fencing token. A waiter whose
+ * session expired while it waited gets KETCH_ELEASENOTFOUND, not the lock
+ * (etcd 3.4 would report it held); on timeout or error its key is deleted. */
 int ketch_session_open(ketch_client *c, int64_t ttl_s, int64_t *lease_out);
 int ketch_session_close(ketch_client *c, int64_t lease); /* revokes the lease */
 int ketch_mutex_lock(ketch_client *c, const char *name, int64_t lease, int timeout_ms,
@@ -574,9 +579,11 @@ int ketch_mutex_try_lock(ketch_client *c, const char *name, int64_t lease, char 
 int ketch_mutex_unlock(ketch_client *c, const char *key);
 /* Election (etcd's concurrency.Election): campaign blocks until this session
  * leads (its key is the oldest under name/), then the value is proclaimed.
- * leader returns the current leader's kv (KETCH_ENOTFOUND: none). observe
- * runs cb for every leader change (result type KETCH_OP_WATCH, events put
- * by the leader's key) until ketch_watch_cancel(*out). */
+ * proclaim returns KETCH_ENOTFOUND once this session no longer leads (its
+ * key is gone or was recreated). leader returns the current leader's kv
+ * (KETCH_ENOTFOUND: none). observe runs cb for every leader change or new
+ * value (result type KETCH_OP_WATCH, one put event of the leader's key) until
+ * ketch_watch_cancel(*out); the final canceled delivery is passed on too. */
 int ketch_election_campaign(ketch_client *c, const char *name, int64_t lease, const void *value,
                             size_t value_len, int timeout_ms, char **out_key, int64_t *out_rev);
 int ketch_election_proclaim(ketch_client *c, const char *key, int64_t rev, const void *value,
