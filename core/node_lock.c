@@ -153,36 +153,25 @@ void kt_node_lock_event(struct kt_node *n, const struct kt_event *ev) {
 
 /* ---- reads of the applied store ---- */
 
-static size_t prefix_end(const struct kt_buf *prefix, uint8_t *out) {
-  size_t n = prefix->len;
-  memcpy(out, prefix->p, n);
-  while (n > 0) {
-    if (out[n - 1] < 0xff) {
-      out[n - 1]++;
-      return n;
-    }
-    n--;
-  }
-  out[0] = 0;
-  return 1;
-}
-
-/* The kv under `prefix` with the largest create revision < before (before
- * 0: the smallest create revision overall). Returns false if none. */
-static bool first_or_pred(struct kt_node *n, const struct kt_buf *prefix, int64_t before,
+/* The kv under `name`/ with the largest create revision < before (before
+ * 0: the smallest create revision overall). Returns false if none. The
+ * range is [name "/", name "0"): '0' is the byte after '/'. */
+static bool first_or_pred(struct kt_node *n, struct kt_bytes name, int64_t before,
                           struct kt_kv *out) {
-  uint8_t end[4096];
-  if (prefix->len > sizeof end)
-    return false;
-  struct kt_range_req r = {.key = kb(prefix), .limit = 1};
-  r.range_end = (struct kt_bytes){end, (uint32_t)prefix_end(prefix, end)};
+  kt_arena_reset(&n->lk->arena);
+  uint8_t *k = kt_arena_alloc(&n->lk->arena, 2 * ((size_t)name.n + 1));
+  memcpy(k, name.p, name.n);
+  k[name.n] = '/';
+  memcpy(k + name.n + 1, name.p, name.n);
+  k[2 * name.n + 1] = '0';
+  struct kt_range_req r = {.key = {k, name.n + 1}, .limit = 1};
+  r.range_end = (struct kt_bytes){k + name.n + 1, name.n + 1};
   r.sort_target = KT_SORT_CREATE;
   r.sort_order = before ? KT_SORT_DESCEND : KT_SORT_ASCEND;
   if (before)
     r.max_create_revision = before - 1;
   struct kt_range_resp res;
   struct kt_err e = {0};
-  kt_arena_reset(&n->lk->arena);
   if (kt_mvcc_range(n->store, &r, &n->lk->arena, &res, &e) || res.n_kvs == 0)
     return false;
   *out = res.kvs[0];
@@ -200,17 +189,12 @@ static bool key_is_mine(struct kt_node *n, struct lockop *o) {
 
 /* ---- answers ---- */
 
-static void send_lock_resp(struct kt_node *n, struct lockop *o, uint8_t type,
+static void send_lock_resp(struct kt_node *n, struct kt_conn *c, uint64_t id, uint8_t type,
                            const struct kt_lock_resp *l) {
-  struct kt_buf *out = kt_conn_out(o->conn);
-  if (!out)
-    return;
-  struct kt_resp r = {.type = type, .id = o->req_id};
-  kt_node_header(n, &r.header);
+  struct kt_resp r = {.type = type, .id = id};
   if (l)
     r.u.lock = *l;
-  kt_proto_encode_resp(out, &r);
-  kt_conn_sent(o->conn);
+  kt_node_send(n, c, &r);
 }
 
 static void op_end(struct kt_node *n, struct lockop *o) {
@@ -228,12 +212,7 @@ static void check(struct kt_node *n, struct lockop *o) {
     return;
   }
   struct kt_kv pred;
-  struct kt_buf prefix = {0};
-  kt_buf_append(&prefix, o->name.p, o->name.len);
-  kt_buf_append(&prefix, "/", 1);
-  bool waits = first_or_pred(n, &prefix, o->rev, &pred);
-  kt_buf_free(&prefix);
-  if (waits) {
+  if (first_or_pred(n, kb(&o->name), o->rev, &pred)) {
     wait_on(n, o, pred.key);
     return;
   }
@@ -246,7 +225,7 @@ static void check(struct kt_node *n, struct lockop *o) {
   struct kt_lock_resp l = {.key = kb(&o->key)};
   if (o->kind == K_CAMPAIGN)
     l.leader = (struct kt_leader_key){kb(&o->name), kb(&o->key), o->rev, o->lease};
-  send_lock_resp(n, o, o->kind == K_LOCK ? KT_MSG_LOCK : KT_MSG_CAMPAIGN, &l);
+  send_lock_resp(n, o->conn, o->req_id, o->kind == K_LOCK ? KT_MSG_LOCK : KT_MSG_CAMPAIGN, &l);
   op_end(n, o);
 }
 
@@ -358,7 +337,7 @@ static void simple_done(struct kt_node *n, void *ctx, int rc, const struct kt_er
   else if (o->type == KT_MSG_PROCLAIM && !res->u.txn.succeeded)
     kt_conn_send_error(o->conn, o->req_id, KT_EINVAL, "election: not leader");
   else
-    send_lock_resp(n, o, o->type, NULL);
+    send_lock_resp(n, o->conn, o->req_id, o->type, NULL);
   op_end(n, o);
 }
 
@@ -397,12 +376,7 @@ static void guarded_write(struct kt_node *n, struct kt_conn *c, const struct kt_
 /* OBSERVE: the current leader now, then at each change. */
 static void observe_send(struct kt_node *n, struct lockop *o) {
   struct kt_kv kv;
-  struct kt_buf prefix = {0};
-  kt_buf_append(&prefix, o->name.p, o->name.len);
-  kt_buf_append(&prefix, "/", 1);
-  bool any = first_or_pred(n, &prefix, 0, &kv);
-  kt_buf_free(&prefix);
-  if (!any)
+  if (!first_or_pred(n, kb(&o->name), 0, &kv))
     return;
   if (o->last.len == kv.key.n && memcmp(o->last.p, kv.key.p, kv.key.n) == 0 &&
       o->last_mod == kv.mod_revision)
@@ -411,7 +385,7 @@ static void observe_send(struct kt_node *n, struct lockop *o) {
   kt_buf_append(&o->last, kv.key.p, kv.key.n);
   o->last_mod = kv.mod_revision;
   struct kt_lock_resp l = {.has_kv = true, .kv = kv};
-  send_lock_resp(n, o, KT_MSG_OBSERVE, &l);
+  send_lock_resp(n, o->conn, o->req_id, KT_MSG_OBSERVE, &l);
 }
 
 static void observe(struct kt_node *n, struct kt_conn *c, const struct kt_req *req) {
@@ -430,24 +404,12 @@ static void observe(struct kt_node *n, struct kt_conn *c, const struct kt_req *r
 }
 
 static void leader(struct kt_node *n, struct kt_conn *c, const struct kt_req *req) {
-  struct kt_buf prefix = {0};
-  kt_buf_append(&prefix, req->u.lock.name.p, req->u.lock.name.n);
-  kt_buf_append(&prefix, "/", 1);
   struct kt_kv kv;
-  bool any = req->u.lock.name.n && first_or_pred(n, &prefix, 0, &kv);
-  kt_buf_free(&prefix);
-  if (!any) {
+  if (!req->u.lock.name.n || !first_or_pred(n, req->u.lock.name, 0, &kv)) {
     kt_conn_send_error(c, req->id, KT_ENOTFOUND, "election: no leader");
     return;
   }
-  struct kt_buf *out = kt_conn_out(c);
-  if (!out)
-    return;
-  struct kt_resp r = {.type = KT_MSG_LEADER, .id = req->id};
-  kt_node_header(n, &r.header);
-  r.u.lock = (struct kt_lock_resp){.has_kv = true, .kv = kv};
-  kt_proto_encode_resp(out, &r);
-  kt_conn_sent(c);
+  send_lock_resp(n, c, req->id, KT_MSG_LEADER, &(struct kt_lock_resp){.has_kv = true, .kv = kv});
 }
 
 void kt_node_lock_request(struct kt_node *n, struct kt_conn *c, const struct kt_req *req) {
