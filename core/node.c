@@ -28,17 +28,17 @@ void kt_node_header(const struct kt_node *n, struct kt_header *h) {
   h->raft_term = kt_raft_term(n->raft);
 }
 
+void kt_node_send(struct kt_node *n, struct kt_conn *c, struct kt_resp *r) {
+  kt_node_header(n, &r->header);
+  kt_conn_send_resp(c, r);
+}
+
 void kt_node_reply(struct kt_node *n, struct kt_conn *c, uint64_t id, uint8_t type,
                    const struct kt_response_op *op) {
-  struct kt_buf *out = kt_conn_out(c);
-  if (!out)
-    return;
   struct kt_resp r = {.type = type, .id = id};
-  kt_node_header(n, &r.header);
   if (op)
     r.u.op = *op;
-  kt_proto_encode_resp(out, &r);
-  kt_conn_sent(c);
+  kt_node_send(n, c, &r);
 }
 
 void kt_node_reply_err(struct kt_conn *c, uint64_t id, int code, const struct kt_err *e) {
@@ -122,23 +122,6 @@ static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_con
     kt_log(KT_LOG_WARN, "node", "entry of unexpected type %u ignored", req->type);
   }
 }
-
-/* A FIFO of structs with a head, grown or slid down in place. */
-#define FIFO_PUSH(arr, head, n, cap, item)                                                         \
-  do {                                                                                             \
-    if ((n) == (cap)) {                                                                            \
-      if ((head) > (n) / 2) {                                                                      \
-        memmove((arr), (arr) + (head), ((n) - (head)) * sizeof *(arr));                            \
-        (n) -= (head);                                                                             \
-        (head) = 0;                                                                                \
-      } else {                                                                                     \
-        (cap) = (cap) ? (cap)*2 : 256;                                                             \
-        (arr) = realloc((arr), (cap) * sizeof *(arr));                                             \
-        kt_assert(arr);                                                                            \
-      }                                                                                            \
-    }                                                                                              \
-    (arr)[(n)++] = (item);                                                                         \
-  } while (0)
 
 /* Apply one committed entry; answer the client if this member proposed it.
  * Proposals of ours older than it that never applied were lost (a leader

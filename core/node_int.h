@@ -45,6 +45,23 @@ enum {
 typedef void (*kt_node_done_fn)(struct kt_node *n, void *ctx, int rc, const struct kt_err *e,
                                 const struct kt_response_op *res);
 
+/* A FIFO of structs with a head, grown or slid down in place. */
+#define FIFO_PUSH(arr, head, n, cap, item)                                                         \
+  do {                                                                                             \
+    if ((n) == (cap)) {                                                                            \
+      if ((head) > (n) / 2) {                                                                      \
+        memmove((arr), (arr) + (head), ((n) - (head)) * sizeof *(arr));                            \
+        (n) -= (head);                                                                             \
+        (head) = 0;                                                                                \
+      } else {                                                                                     \
+        (cap) = (cap) ? (cap)*2 : 256;                                                             \
+        (arr) = realloc((arr), (cap) * sizeof *(arr));                                             \
+        kt_assert(arr);                                                                            \
+      }                                                                                            \
+    }                                                                                              \
+    (arr)[(n)++] = (item);                                                                         \
+  } while (0)
+
 #define SEQ_MASK ((1ull << 40) - 1) /* a seq: run id (24 bits) | counter (40 bits) */
 
 struct deferred_prop {
@@ -189,6 +206,8 @@ struct kt_node {
 
 /* node.c */
 void kt_node_header(const struct kt_node *n, struct kt_header *h);
+/* Send r (its header filled here) to c; a no-op when c is closed. */
+void kt_node_send(struct kt_node *n, struct kt_conn *c, struct kt_resp *r);
 void kt_node_reply(struct kt_node *n, struct kt_conn *c, uint64_t id, uint8_t type,
                    const struct kt_response_op *op);
 void kt_node_reply_err(struct kt_conn *c, uint64_t id, int code, const struct kt_err *e);

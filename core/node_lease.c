@@ -144,15 +144,10 @@ int kt_node_lease_check(struct kt_node *n, const struct kt_request_op *op, struc
 
 static void reply_lease(struct kt_node *n, struct kt_conn *c, uint64_t id, uint8_t type,
                         const struct kt_lease_resp *l) {
-  struct kt_buf *out = kt_conn_out(c);
-  if (!out)
-    return;
   struct kt_resp r = {.type = type, .id = id};
-  kt_node_header(n, &r.header);
   if (l)
     r.u.lease = *l;
-  kt_proto_encode_resp(out, &r);
-  kt_conn_sent(c);
+  kt_node_send(n, c, &r);
 }
 
 struct key_list {
@@ -290,18 +285,7 @@ static void forward(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const
   }
   struct fwd f = {++ls->seq, leader, c, req_id, ev_now(n->loop)};
   kt_conn_ref(c);
-  if (ls->n == ls->cap) {
-    if (ls->head > ls->n / 2) {
-      memmove(ls->v, ls->v + ls->head, (ls->n - ls->head) * sizeof *ls->v);
-      ls->n -= ls->head;
-      ls->head = 0;
-    } else {
-      ls->cap = ls->cap ? 2 * ls->cap : 256;
-      ls->v = realloc(ls->v, ls->cap * sizeof *ls->v);
-      kt_assert(ls->v);
-    }
-  }
-  ls->v[ls->n++] = f;
+  FIFO_PUSH(ls->v, ls->head, ls->n, ls->cap, f);
   kt_buf_reset(&ls->buf);
   kt_buf_reserve(&ls->buf, FWD_HDR + body_len);
   ls->buf.p[0] = FWD_REQ;
@@ -364,11 +348,7 @@ void kt_node_lease_request(struct kt_node *n, struct kt_conn *c, const struct kt
       kt_node_reply_err(c, req->id, rc, &e);
       return;
     }
-    struct kt_buf *out = kt_conn_out(c);
-    if (out) {
-      kt_proto_encode_resp(out, &r);
-      kt_conn_sent(c);
-    }
+    kt_conn_send_resp(c, &r); /* answer() filled the header */
     return;
   }
   default:
@@ -432,12 +412,8 @@ static void fwd_relay(struct kt_node *n, uint64_t from, uint64_t seq, const uint
     snprintf(msg, sizeof msg, "%.*s", (int)r.u.error.message.n, r.u.error.message.p);
     kt_conn_send_error(f->conn, f->req_id, (int)r.u.error.code, msg);
   } else {
-    struct kt_buf *out = kt_conn_out(f->conn);
-    if (out) {
-      r.id = f->req_id;
-      kt_proto_encode_resp(out, &r);
-      kt_conn_sent(f->conn);
-    }
+    r.id = f->req_id;
+    kt_conn_send_resp(f->conn, &r); /* the leader's header */
   }
   kt_conn_unref(f->conn);
   f->conn = NULL;

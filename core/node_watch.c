@@ -67,18 +67,7 @@ static void enqueue(struct kt_node *n, struct nwatch *w) {
   if (w->queued)
     return;
   w->queued = true;
-  if (s->n == s->cap) {
-    if (s->head > s->n / 2) {
-      memmove(s->ready, s->ready + s->head, (s->n - s->head) * sizeof *s->ready);
-      s->n -= s->head;
-      s->head = 0;
-    } else {
-      s->cap = s->cap ? 2 * s->cap : 256;
-      s->ready = realloc(s->ready, s->cap * sizeof *s->ready);
-      kt_assert(s->ready);
-    }
-  }
-  s->ready[s->n++] = w;
+  FIFO_PUSH(s->ready, s->head, s->n, s->cap, w);
 }
 
 static void on_ready(void *arg, void *owner, uint64_t id) {
@@ -96,15 +85,10 @@ void kt_node_watch_init(struct kt_node *n) {
 /* ---- frames ---- */
 
 static void send_frame(struct kt_node *n, struct nwatch *w, const struct kt_watch_resp *wr) {
-  struct kt_buf *out = kt_conn_out(w->wc->conn);
-  if (!out)
-    return;
   struct kt_resp r = {.type = KT_MSG_WATCH_CREATE, .id = w->stream_id};
-  kt_node_header(n, &r.header);
   r.u.watch = *wr;
   r.u.watch.watch_id = (int64_t)w->hub_id;
-  kt_proto_encode_resp(out, &r);
-  kt_conn_sent(w->wc->conn);
+  kt_node_send(n, w->wc->conn, &r);
 }
 
 /* Detach w from its connection; it is freed now, or when the ready FIFO

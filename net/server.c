@@ -108,6 +108,14 @@ void kt_conn_want_drain(struct kt_conn *c) { c->want_drain = true; }
 void *kt_conn_udata(const struct kt_conn *c) { return c->udata; }
 void kt_conn_set_udata(struct kt_conn *c, void *udata) { c->udata = udata; }
 
+void kt_conn_send_resp(struct kt_conn *c, const struct kt_resp *r) {
+  struct kt_buf *b = kt_conn_out(c);
+  if (!b)
+    return;
+  kt_proto_encode_resp(b, r);
+  kt_conn_sent(c);
+}
+
 void kt_conn_send_error(struct kt_conn *c, uint64_t id, int code, const char *msg) {
   struct kt_buf *b = kt_conn_out(c);
   if (!b)

@@ -77,6 +77,8 @@ bool kt_conn_open(const struct kt_conn *c);
 struct kt_buf *kt_conn_out(struct kt_conn *c);
 void kt_conn_sent(struct kt_conn *c);
 void kt_conn_send_error(struct kt_conn *c, uint64_t id, int code, const char *msg);
+/* Encode r to c's output (a no-op when closed). */
+void kt_conn_send_resp(struct kt_conn *c, const struct kt_resp *r);
 /* Bytes appended and not yet written (0 when closed). Streams stop
  * producing above KT_CONN_OUT_SOFT and ask kt_conn_want_drain. */
 size_t kt_conn_unsent(const struct kt_conn *c);
