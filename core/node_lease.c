@@ -319,8 +319,7 @@ void kt_node_lease_request(struct kt_node *n, struct kt_conn *c, const struct kt
       adj.u.lease.ttl = min_ttl_s(n);
       kt_buf_reset(&n->ls->buf);
       kt_proto_encode_req_body(&n->ls->buf, &adj);
-      struct kt_buf b = n->ls->buf; /* propose copies the bytes */
-      kt_node_propose(n, c, req->id, b.p, b.len);
+      kt_node_propose(n, c, req->id, n->ls->buf.p, n->ls->buf.len); /* it copies them */
       return;
     }
     kt_node_propose(n, c, req->id, body, body_len);
@@ -472,8 +471,7 @@ void kt_node_lease_tick(struct kt_node *n) {
     req.u.lease.id = ids[i];
     kt_buf_reset(&ls->buf);
     kt_proto_encode_req_body(&ls->buf, &req);
-    struct kt_buf b = ls->buf;
-    kt_node_propose(n, NULL, 0, b.p, b.len);
+    kt_node_propose(n, NULL, 0, ls->buf.p, ls->buf.len);
   }
   if (k)
     kt_log(KT_LOG_DEBUG, "lease", "%zu expired lease(s) proposed for revocation", k);
