@@ -242,6 +242,21 @@ void kt_node_install_tick(struct kt_node *n) {
 
 /* ---- follower ---- */
 
+/* kt_raft_install_snapshot with raft's current configuration (snapshot
+ * files do not carry one yet). */
+static int raft_install(struct kt_node *n, uint64_t index, uint64_t term) {
+  struct kt_raft_member_state ms[KT_RAFT_MAX_MEMBERS];
+  uint64_t voters[KT_RAFT_MAX_MEMBERS], learners[KT_RAFT_MAX_MEMBERS];
+  size_t nv = 0, nl = 0, n_ms = kt_raft_members(n->raft, ms, KT_RAFT_MAX_MEMBERS);
+  for (size_t i = 0; i < n_ms; i++) {
+    if (ms[i].learner)
+      learners[nl++] = ms[i].id;
+    else
+      voters[nv++] = ms[i].id;
+  }
+  return kt_raft_install_snapshot(n->raft, index, term, voters, nv, learners, nl);
+}
+
 static void install(struct kt_node *n, const char *path, uint64_t index, uint64_t term) {
   struct kt_snap_meta meta = {0};
   struct kt_err e = {0};
@@ -302,7 +317,7 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
   n->applied_term = term;
   n->last_snap_index = n->durable_snap_index = index;
   n->log_bytes_since_snap = 0;
-  int rc = kt_raft_install_snapshot(n->raft, index, term);
+  int rc = raft_install(n, index, term);
   n->hs_synced = hs;
   kt_raft_hs_persisted(n->raft, &hs); /* in-flight hard states were superseded */
   /* Our proposals may or may not be in the snapshot; lock waiters re-check
@@ -369,7 +384,7 @@ void kt_node_install_chunk(struct kt_node *n, uint64_t from, const uint8_t *msg,
     /* we got that far meanwhile; never rename over a snapshot of our own */
     kt_log(KT_LOG_INFO, "snap", "received snapshot index=%llu is not ahead of commit %llu",
            (unsigned long long)s->rindex, (unsigned long long)kt_raft_commit(n->raft));
-    (void)kt_raft_install_snapshot(n->raft, s->rindex, s->rterm); /* tells the leader */
+    (void)raft_install(n, s->rindex, s->rterm); /* tells the leader */
     close(s->rfd);
     unlink(s->rpath);
     s->rfd = -1;

@@ -16,7 +16,9 @@ enum { PR_PROBE, PR_REPLICATE, PR_SNAPSHOT };
 struct progress {
   uint64_t id, match, next;
   uint8_t state;
+  bool learner; /* receives replication; never counted in a quorum */
   bool probe_sent, recent_active, voted, granted;
+  bool fresh; /* added by a configuration change: probe it at once */
   uint64_t read_ack; /* highest read seq this peer confirmed */
   /* in-flight APPs in replicate state: ring of (last index, bytes) */
   uint64_t *infl_index, *infl_bytes;
@@ -70,8 +72,12 @@ struct kt_raft {
   uint64_t handed;    /* handed to the node for persisting */
   uint64_t applied;
 
-  struct progress *prs; /* voters, including self (unused slot for self) */
-  size_t n_prs;
+  /* the configuration: prs[0..n_voters) voters, then learners, each in
+   * configuration order; self's slot (if a member) is used only for votes */
+  struct progress *prs; /* capacity KT_RAFT_MAX_MEMBERS */
+  size_t n_prs, n_voters;
+  uint64_t pending_conf; /* leader: last index that may hold an unapplied CONF entry */
+  bool conf_dirty;       /* applied a change during ready: effects run at advance */
 
   uint32_t election_elapsed, heartbeat_elapsed, rand_timeout;
   uint64_t transferee;
@@ -79,6 +85,7 @@ struct kt_raft {
   VEC(struct kt_raft_msg) out;
   VEC(struct held) held;
   VEC(struct kt_raft_event) events;
+  VEC(struct kt_raft_event) late_events; /* emitted between ready and advance */
   VEC(struct pending_read) reads;        /* leader: waiting for confirmation */
   VEC(struct kt_raft_read_state) rwait;  /* confirmed, waiting for applied >= index */
   VEC(struct kt_raft_read_state) rready; /* handed in this ready */
@@ -109,7 +116,10 @@ static uint64_t last_term(const struct kt_raft *r) { return term_at(r, last_inde
 
 static void event(struct kt_raft *r, uint8_t type, uint64_t a, uint64_t b) {
   struct kt_raft_event ev = {type, r->term, a, b};
-  VEC_PUSH(r->events, ev);
+  if (r->in_ready) /* rd.events is the caller's until advance */
+    VEC_PUSH(r->late_events, ev);
+  else
+    VEC_PUSH(r->events, ev);
 }
 
 /* Removes entries from index i on (i > commit). Data is freed at advance. */
@@ -227,7 +237,24 @@ static struct progress *pr_get(struct kt_raft *r, uint64_t id) {
   return NULL;
 }
 
-static size_t quorum(const struct kt_raft *r) { return r->n_prs / 2 + 1; }
+static size_t quorum(const struct kt_raft *r) { return r->n_voters / 2 + 1; }
+
+static bool is_voter(const struct kt_raft *r, uint64_t id) {
+  for (size_t i = 0; i < r->n_voters; i++)
+    if (r->prs[i].id == id)
+      return true;
+  return false;
+}
+
+/* A CONF entry in (from, to]: the configuration there is not applied yet. */
+static bool conf_entry_in(const struct kt_raft *r, uint64_t from, uint64_t to) {
+  uint64_t last = r->first + r->log.n - 1;
+  to = to < last ? to : last;
+  for (uint64_t i = (from + 1 > r->first ? from + 1 : r->first); i <= to; i++)
+    if (r->log.v[i - r->first].type == KT_RAFT_ENTRY_CONF)
+      return true;
+  return false;
+}
 
 static void infl_reset(struct progress *pr) {
   pr->infl_start = pr->infl_count = 0;
@@ -279,6 +306,84 @@ static void pr_become_replicate(struct kt_raft *r, struct progress *pr) {
   event(r, KT_RAFT_EV_REPLICATE, pr->id, pr->match);
 }
 
+/* Adds a member's progress: voters go after the last voter, learners last. */
+static void pr_add(struct kt_raft *r, uint64_t id, bool learner) {
+  kt_assert(r->n_prs < KT_RAFT_MAX_MEMBERS && id != 0);
+  size_t at = learner ? r->n_prs : r->n_voters;
+  memmove(&r->prs[at + 1], &r->prs[at], (r->n_prs - at) * sizeof *r->prs);
+  struct progress *pr = &r->prs[at];
+  memset(pr, 0, sizeof *pr);
+  pr->id = id;
+  pr->learner = learner;
+  pr->next = last_index(r) + 1;
+  pr->state = PR_PROBE;
+  pr->recent_active = true; /* not counted as lost before it could answer */
+  pr->fresh = true;
+  pr->infl_index = calloc(r->max_inflight_msgs, sizeof(uint64_t));
+  pr->infl_bytes = calloc(r->max_inflight_msgs, sizeof(uint64_t));
+  kt_assert(pr->infl_index && pr->infl_bytes);
+  r->n_prs++;
+  if (!learner)
+    r->n_voters++;
+}
+
+static void pr_remove(struct kt_raft *r, size_t at) {
+  kt_assert(at < r->n_prs);
+  free(r->prs[at].infl_index);
+  free(r->prs[at].infl_bytes);
+  if (at < r->n_voters)
+    r->n_voters--;
+  memmove(&r->prs[at], &r->prs[at + 1], (r->n_prs - at - 1) * sizeof *r->prs);
+  r->n_prs--;
+}
+
+/* Learner at `at` becomes the last voter; its replication state stays. */
+static void pr_promote(struct kt_raft *r, size_t at) {
+  kt_assert(at >= r->n_voters && at < r->n_prs);
+  struct progress pr = r->prs[at];
+  memmove(&r->prs[r->n_voters + 1], &r->prs[r->n_voters], (at - r->n_voters) * sizeof *r->prs);
+  pr.learner = false;
+  r->prs[r->n_voters++] = pr;
+}
+
+static size_t pr_index(const struct kt_raft *r, uint64_t id) {
+  for (size_t i = 0; i < r->n_prs; i++)
+    if (r->prs[i].id == id)
+      return i;
+  return SIZE_MAX;
+}
+
+/* Voters and learners: non-zero, no duplicates, disjoint, at most
+ * KT_RAFT_MAX_MEMBERS in all. */
+static bool conf_valid(const uint64_t *voters, size_t n_voters, const uint64_t *learners,
+                       size_t n_learners) {
+  if (n_voters + n_learners > KT_RAFT_MAX_MEMBERS || (n_voters && !voters) ||
+      (n_learners && !learners))
+    return false;
+  uint64_t all[KT_RAFT_MAX_MEMBERS];
+  size_t n = 0;
+  for (size_t i = 0; i < n_voters + n_learners; i++) {
+    uint64_t id = i < n_voters ? voters[i] : learners[i - n_voters];
+    if (!id)
+      return false;
+    for (size_t j = 0; j < n; j++)
+      if (all[j] == id)
+        return false;
+    all[n++] = id;
+  }
+  return true;
+}
+
+static void conf_set(struct kt_raft *r, const uint64_t *voters, size_t n_voters,
+                     const uint64_t *learners, size_t n_learners) {
+  while (r->n_prs)
+    pr_remove(r, r->n_prs - 1);
+  for (size_t i = 0; i < n_voters; i++)
+    pr_add(r, voters[i], false);
+  for (size_t i = 0; i < n_learners; i++)
+    pr_add(r, learners[i], true);
+}
+
 /* ---------------------------------------------------------------- roles */
 
 static void reset(struct kt_raft *r, uint64_t term) {
@@ -322,6 +427,7 @@ static void become_leader(struct kt_raft *r) {
   r->role = KT_RAFT_LEADER;
   for (size_t i = 0; i < r->n_prs; i++)
     r->prs[i].recent_active = true;
+  r->pending_conf = last_index(r); /* any of it may be a CONF entry not applied yet */
   append_one(r, r->term, KT_RAFT_ENTRY_NORMAL, NULL, 0);
   event(r, KT_RAFT_EV_BECAME_LEADER, last_index(r), 0);
   bcast_append(r);
@@ -348,7 +454,7 @@ static void campaign(struct kt_raft *r, bool pre, bool transfer) {
     struct kt_raft_msg self = {.type = KT_RAFT_MSG_VOTE_RESP, .to = r->id};
     hold(r, self, 0); /* our own vote counts once it is durable */
   }
-  for (size_t i = 0; i < r->n_prs; i++) {
+  for (size_t i = 0; i < r->n_voters; i++) {
     if (r->prs[i].id == r->id)
       continue;
     struct kt_raft_msg m = {.type = pre ? KT_RAFT_MSG_PREVOTE : KT_RAFT_MSG_VOTE,
@@ -361,8 +467,13 @@ static void campaign(struct kt_raft *r, bool pre, bool transfer) {
   }
 }
 
+/* Campaigns if this member is a voter. Not while a committed CONF entry is
+ * unapplied: votes are counted in the applied configuration, which must be
+ * at most one change behind the newest committed one (etcd's hup guard). */
 static void hup(struct kt_raft *r, bool transfer) {
-  if (r->role == KT_RAFT_LEADER || !pr_get(r, r->id))
+  if (r->role == KT_RAFT_LEADER || !is_voter(r, r->id))
+    return;
+  if (conf_entry_in(r, r->applied, r->commit))
     return;
   campaign(r, r->pre_vote && !transfer, transfer);
 }
@@ -370,12 +481,12 @@ static void hup(struct kt_raft *r, bool transfer) {
 /* Records a (pre)vote answer; wins or loses when a quorum is known. */
 static void poll(struct kt_raft *r, uint64_t from, bool granted) {
   struct progress *pr = pr_get(r, from);
-  if (!pr || pr->voted)
+  if (!pr || pr->learner || pr->voted)
     return;
   pr->voted = true;
   pr->granted = granted;
   size_t yes = 0, no = 0;
-  for (size_t i = 0; i < r->n_prs; i++)
+  for (size_t i = 0; i < r->n_voters; i++)
     if (r->prs[i].voted)
       r->prs[i].granted ? yes++ : no++;
   if (yes >= quorum(r)) {
@@ -482,11 +593,13 @@ static void start_waiting_reads(struct kt_raft *r);
 
 /* Leader: commit the highest index persisted on a quorum, if of this term. */
 static bool maybe_commit(struct kt_raft *r) {
-  uint64_t m[64];
-  kt_assert(r->n_prs <= KT_ARRAY_LEN(m));
-  for (size_t i = 0; i < r->n_prs; i++)
+  uint64_t m[KT_RAFT_MAX_MEMBERS];
+  /* bug 5 counts learners' matches as if they were votes */
+  size_t n = kt_raft_test_bug == 5 ? r->n_prs : r->n_voters;
+  kt_assert(n <= KT_ARRAY_LEN(m) && r->n_voters > 0);
+  for (size_t i = 0; i < n; i++)
     m[i] = r->prs[i].id == r->id ? r->persisted : r->prs[i].match;
-  qsort(m, r->n_prs, sizeof m[0], cmp_desc);
+  qsort(m, n, sizeof m[0], cmp_desc);
   uint64_t idx = m[quorum(r) - 1];
   if (kt_raft_test_bug == 2)
     idx = r->persisted;
@@ -633,7 +746,7 @@ static void check_reads(struct kt_raft *r) {
     if (p->seq == 0)
       break;
     size_t acks = 0;
-    for (size_t i = 0; i < r->n_prs; i++)
+    for (size_t i = 0; i < r->n_voters; i++)
       if (r->prs[i].id == r->id || r->prs[i].read_ack >= p->seq)
         acks++;
     if (acks < quorum(r))
@@ -668,9 +781,21 @@ static void set_leader(struct kt_raft *r, uint64_t id) {
   r->lead = id;
 }
 
+/* propose_conf would say KT_EBUSY: a CONF entry above applied (a leader
+ * counts everything up to its last index at election). */
+static bool conf_busy(const struct kt_raft *r) {
+  if (kt_raft_test_bug == 6) /* lets two changes be in flight */
+    return false;
+  if (r->role == KT_RAFT_LEADER)
+    return r->pending_conf > r->applied;
+  return conf_entry_in(r, r->applied, last_index(r));
+}
+
 static void step_internal(struct kt_raft *r, const struct kt_raft_msg *m) {
+  /* from is NULL for a non-member: a member that joins hears the leader
+   * before it applies its own addition; votes are answered for anyone */
   struct progress *from = pr_get(r, m->from);
-  if (!from || m->type == 0 || m->type >= KT_RAFT_MSG_TYPE_MAX)
+  if (m->from == 0 || m->type == 0 || m->type >= KT_RAFT_MSG_TYPE_MAX)
     return;
   if (m->term == 0) {
     if (m->type != KT_RAFT_MSG_PROP && m->type != KT_RAFT_MSG_READ_INDEX)
@@ -729,9 +854,12 @@ static void step_internal(struct kt_raft *r, const struct kt_raft_msg *m) {
   case KT_RAFT_LEADER:
     switch (m->type) {
     case KT_RAFT_MSG_APP_RESP:
-      handle_append_resp(r, from, m);
+      if (from)
+        handle_append_resp(r, from, m);
       break;
     case KT_RAFT_MSG_HEARTBEAT_RESP:
+      if (!from)
+        break;
       from->recent_active = true;
       from->probe_sent = false;
       if (from->match < last_index(r))
@@ -744,8 +872,15 @@ static void step_internal(struct kt_raft *r, const struct kt_raft_msg *m) {
     case KT_RAFT_MSG_PROP:
       if (r->transferee)
         break;
-      for (uint32_t i = 0; i < m->n_entries && i < 4096; i++)
-        append_one(r, r->term, KT_RAFT_ENTRY_NORMAL, m->entries[i].data, m->entries[i].len);
+      for (uint32_t i = 0; i < m->n_entries && i < 4096; i++) {
+        /* a CONF entry while one is pending goes in as NORMAL: the node
+         * sees its request come back as a plain entry and refuses it */
+        bool conf = m->entries[i].type == KT_RAFT_ENTRY_CONF && !conf_busy(r);
+        append_one(r, r->term, conf ? KT_RAFT_ENTRY_CONF : KT_RAFT_ENTRY_NORMAL,
+                   m->entries[i].data, m->entries[i].len);
+        if (conf)
+          r->pending_conf = last_index(r);
+      }
       bcast_append(r);
       break;
     case KT_RAFT_MSG_READ_INDEX:
@@ -833,19 +968,9 @@ void kt_raft_step(struct kt_raft *r, const struct kt_raft_msg *m) {
 /* ---------------------------------------------------------------- API */
 
 int kt_raft_new(const struct kt_raft_config *cfg, struct kt_raft **out) {
-  if (!cfg->id || !cfg->n_voters || cfg->n_voters > 64 || cfg->heartbeat_ticks < 1 ||
-      cfg->election_ticks <= cfg->heartbeat_ticks || cfg->max_inflight_msgs < 1)
-    return KT_EINVAL;
-  bool self = false;
-  for (size_t i = 0; i < cfg->n_voters; i++) {
-    if (!cfg->voters[i])
-      return KT_EINVAL;
-    self |= cfg->voters[i] == cfg->id;
-    for (size_t j = 0; j < i; j++)
-      if (cfg->voters[j] == cfg->voters[i])
-        return KT_EINVAL;
-  }
-  if (!self)
+  if (!cfg->id || cfg->heartbeat_ticks < 1 || cfg->election_ticks <= cfg->heartbeat_ticks ||
+      cfg->max_inflight_msgs < 1 ||
+      !conf_valid(cfg->voters, cfg->n_voters, cfg->learners, cfg->n_learners))
     return KT_EINVAL;
   uint64_t first = cfg->first_index ? cfg->first_index : 1;
   for (size_t i = 0; i < cfg->n_entries; i++)
@@ -869,15 +994,9 @@ int kt_raft_new(const struct kt_raft_config *cfg, struct kt_raft **out) {
                cfg->entries[i].len);
   r->persisted = r->handed = last_index(r);
   r->applied = KT_MAX(cfg->applied, first - 1);
-  r->prs = calloc(cfg->n_voters, sizeof *r->prs);
+  r->prs = calloc(KT_RAFT_MAX_MEMBERS, sizeof *r->prs);
   kt_assert(r->prs);
-  r->n_prs = cfg->n_voters;
-  for (size_t i = 0; i < cfg->n_voters; i++) {
-    r->prs[i].id = cfg->voters[i];
-    r->prs[i].infl_index = calloc(r->max_inflight_msgs, sizeof(uint64_t));
-    r->prs[i].infl_bytes = calloc(r->max_inflight_msgs, sizeof(uint64_t));
-    kt_assert(r->prs[i].infl_index && r->prs[i].infl_bytes);
-  }
+  conf_set(r, cfg->voters, cfg->n_voters, cfg->learners, cfg->n_learners);
   r->term = cfg->hs.term;
   r->vote = cfg->hs.vote;
   r->d_term = cfg->hs.term;
@@ -896,15 +1015,14 @@ void kt_raft_free(struct kt_raft *r) {
     free(r->log.v[i].data);
   for (size_t i = 0; i < r->grave.n; i++)
     free(r->grave.v[i]);
-  for (size_t i = 0; i < r->n_prs; i++) {
-    free(r->prs[i].infl_index);
-    free(r->prs[i].infl_bytes);
-  }
+  while (r->n_prs)
+    pr_remove(r, r->n_prs - 1);
   free(r->prs);
   free(r->log.v);
   free(r->out.v);
   free(r->held.v);
   free(r->events.v);
+  free(r->late_events.v);
   free(r->reads.v);
   free(r->rwait.v);
   free(r->rready.v);
@@ -927,7 +1045,7 @@ void kt_raft_tick(struct kt_raft *r) {
       r->election_elapsed = 0;
       if (r->check_quorum) {
         size_t active = 0;
-        for (size_t i = 0; i < r->n_prs; i++)
+        for (size_t i = 0; i < r->n_voters; i++)
           if (r->prs[i].id == r->id || r->prs[i].recent_active)
             active++;
         for (size_t i = 0; i < r->n_prs; i++)
@@ -995,6 +1113,94 @@ int kt_raft_propose(struct kt_raft *r, const void *data, uint32_t len, uint64_t 
   return 0;
 }
 
+int kt_raft_propose_conf(struct kt_raft *r, const void *data, uint32_t len, uint64_t *index) {
+  kt_assert(!r->in_ready);
+  if (index)
+    *index = 0;
+  if (r->role == KT_RAFT_LEADER) {
+    if (r->transferee || conf_busy(r))
+      return KT_EBUSY;
+    append_one(r, r->term, KT_RAFT_ENTRY_CONF, data, len);
+    r->pending_conf = last_index(r);
+    if (index)
+      *index = last_index(r);
+    for (size_t i = 0; i < r->n_prs; i++)
+      if (r->prs[i].id != r->id)
+        send_append_all(r, &r->prs[i], false);
+    return 0;
+  }
+  if (!r->lead)
+    return KT_ENOLEADER;
+  if (conf_busy(r))
+    return KT_EBUSY;
+  struct kt_raft_entry *e = kt_arena_alloc(&r->arena, sizeof *e);
+  *e = (struct kt_raft_entry){0, 0, KT_RAFT_ENTRY_CONF, len,
+                              len ? kt_arena_dup(&r->arena, data, len) : NULL};
+  struct kt_raft_msg m = {.type = KT_RAFT_MSG_PROP, .to = r->lead, .n_entries = 1, .entries = e};
+  send(r, m);
+  return 0;
+}
+
+/* What a configuration change implies for this member's role and, on the
+ * leader, for replication, commit and reads. Runs outside ready/advance. */
+static void conf_effects(struct kt_raft *r) {
+  r->conf_dirty = false;
+  if (r->transferee && !is_voter(r, r->transferee))
+    r->transferee = 0;
+  if (!is_voter(r, r->id)) {
+    if (r->role != KT_RAFT_FOLLOWER) {
+      event(r, KT_RAFT_EV_STEP_DOWN_REMOVED, 0, 0);
+      become_follower(r, r->term, 0);
+    }
+    return;
+  }
+  if (r->role != KT_RAFT_LEADER) {
+    for (size_t i = 0; i < r->n_prs; i++)
+      r->prs[i].fresh = false;
+    return;
+  }
+  bool committed = maybe_commit(r); /* a removal may shrink the quorum */
+  for (size_t i = 0; i < r->n_prs; i++) {
+    struct progress *pr = &r->prs[i];
+    if (pr->id != r->id && (committed || pr->fresh))
+      send_append_all(r, pr, true);
+    pr->fresh = false;
+  }
+  check_reads(r);
+}
+
+int kt_raft_apply_conf(struct kt_raft *r, uint8_t change, uint64_t id) {
+  size_t at = pr_index(r, id);
+  bool present = at != SIZE_MAX;
+  switch (change) {
+  case KT_RAFT_CONF_ADD_VOTER:
+  case KT_RAFT_CONF_ADD_LEARNER:
+    if (!id || present || r->n_prs >= KT_RAFT_MAX_MEMBERS)
+      return KT_EINVAL;
+    pr_add(r, id, change == KT_RAFT_CONF_ADD_LEARNER);
+    break;
+  case KT_RAFT_CONF_REMOVE:
+    if (!present || (at < r->n_voters && r->n_voters == 1))
+      return KT_EINVAL;
+    pr_remove(r, at);
+    break;
+  case KT_RAFT_CONF_PROMOTE:
+    if (!present || at < r->n_voters)
+      return KT_EINVAL;
+    pr_promote(r, at);
+    break;
+  default:
+    return KT_EINVAL;
+  }
+  event(r, KT_RAFT_EV_CONF_CHANGE, id, change);
+  r->conf_dirty = true;
+  if (!r->in_ready) {
+    conf_effects(r);
+    release_held(r);
+  }
+  return 0;
+}
+
 int kt_raft_read_index(struct kt_raft *r, uint64_t ctx) {
   kt_assert(!r->in_ready);
   if (r->role == KT_RAFT_LEADER) {
@@ -1013,7 +1219,7 @@ int kt_raft_transfer_leader(struct kt_raft *r, uint64_t to) {
   if (r->role != KT_RAFT_LEADER)
     return KT_ENOLEADER;
   struct progress *pr = pr_get(r, to);
-  if (!pr || to == r->id)
+  if (!pr || pr->learner || to == r->id)
     return KT_EINVAL;
   r->transferee = to;
   r->election_elapsed = 0;
@@ -1046,9 +1252,11 @@ void kt_raft_hs_persisted(struct kt_raft *r, const struct kt_raft_hard_state *hs
   release_held(r);
 }
 
-int kt_raft_install_snapshot(struct kt_raft *r, uint64_t index, uint64_t term) {
+int kt_raft_install_snapshot(struct kt_raft *r, uint64_t index, uint64_t term,
+                             const uint64_t *voters, size_t n_voters, const uint64_t *learners,
+                             size_t n_learners) {
   kt_assert(!r->in_ready);
-  if (term == 0 || term > r->term)
+  if (term == 0 || term > r->term || !conf_valid(voters, n_voters, learners, n_learners))
     return KT_EINVAL;
   if (index <= r->commit) {
     /* stale: tell the leader how far we are (as etcd), so it replicates
@@ -1066,6 +1274,10 @@ int kt_raft_install_snapshot(struct kt_raft *r, uint64_t index, uint64_t term) {
   r->first = index + 1;
   r->comp_term = term;
   r->commit = r->persisted = r->handed = r->applied = index;
+  conf_set(r, voters, n_voters, learners, n_learners);
+  if (r->role != KT_RAFT_FOLLOWER) /* progress and votes were of the old configuration */
+    become_follower(r, r->term, 0);
+  conf_effects(r);
   if (r->lead && r->lead != r->id) {
     struct kt_raft_msg resp = {.type = KT_RAFT_MSG_APP_RESP, .to = r->lead, .index = index};
     send(r, resp);
@@ -1112,7 +1324,7 @@ static struct kt_raft_hard_state hs_now(const struct kt_raft *r) {
 }
 
 bool kt_raft_has_ready(const struct kt_raft *r) {
-  if (r->out.n || r->events.n || r->read_hb_pending || r->handed < last_index(r) ||
+  if (r->out.n || r->events.n || r->late_events.n || r->read_hb_pending || r->handed < last_index(r) ||
       apply_to(r) > r->applied)
     return true;
   struct kt_raft_hard_state hs = hs_now(r);
@@ -1172,11 +1384,18 @@ void kt_raft_advance(struct kt_raft *r) {
   r->applied = KT_MAX(r->applied, r->rd_applied);
   r->out.n = 0;
   r->events.n = 0;
+  for (size_t i = 0; i < r->late_events.n; i++)
+    VEC_PUSH(r->events, r->late_events.v[i]);
+  r->late_events.n = 0;
   r->rready.n = 0;
   for (size_t i = 0; i < r->grave.n; i++)
     free(r->grave.v[i]);
   r->grave.n = 0;
   kt_arena_reset(&r->arena);
+  if (r->conf_dirty) {
+    conf_effects(r);
+    release_held(r);
+  }
 }
 
 enum kt_raft_role kt_raft_role(const struct kt_raft *r) { return r->role; }
@@ -1189,6 +1408,32 @@ uint64_t kt_raft_first_index(const struct kt_raft *r) { return r->first; }
 uint64_t kt_raft_last_index(const struct kt_raft *r) { return last_index(r); }
 uint64_t kt_raft_persisted_index(const struct kt_raft *r) { return r->persisted; }
 uint64_t kt_raft_term_at(const struct kt_raft *r, uint64_t index) { return term_at(r, index); }
+
+size_t kt_raft_members(const struct kt_raft *r, struct kt_raft_member_state *out, size_t cap) {
+  bool lead = r->role == KT_RAFT_LEADER;
+  for (size_t i = 0; i < r->n_prs && i < cap; i++) {
+    const struct progress *pr = &r->prs[i];
+    struct kt_raft_member_state ms = {pr->id, pr->learner, 0, 0, false};
+    if (pr->id == r->id) {
+      ms.match = r->persisted;
+      ms.next = lead ? last_index(r) + 1 : 0;
+      ms.recent_active = lead;
+    } else if (lead) {
+      ms.match = pr->match;
+      ms.next = pr->next;
+      ms.recent_active = pr->recent_active;
+    }
+    out[i] = ms;
+  }
+  return r->n_prs;
+}
+
+bool kt_raft_is_voter(const struct kt_raft *r, uint64_t id) { return id && is_voter(r, id); }
+bool kt_raft_is_learner(const struct kt_raft *r, uint64_t id) {
+  size_t at = pr_index(r, id);
+  return id && at != SIZE_MAX && r->prs[at].learner;
+}
+bool kt_raft_conf_pending(const struct kt_raft *r) { return conf_busy(r); }
 const struct kt_raft_entry *kt_raft_entry_at(const struct kt_raft *r, uint64_t index) {
   if (index < r->first || index > last_index(r))
     return NULL;
@@ -1246,6 +1491,14 @@ const char *kt_raft_event_str(const struct kt_raft_event *ev, char *buf, size_t 
     break;
   case KT_RAFT_EV_LEADER_KNOWN:
     snprintf(buf, n, "leader term=%llu id=%llu", t, a);
+    break;
+  case KT_RAFT_EV_CONF_CHANGE: {
+    static const char *names[] = {"?", "add-voter", "add-learner", "remove", "promote"};
+    snprintf(buf, n, "conf change term=%llu id=%llu %s", t, a, b < 5 ? names[b] : "?");
+    break;
+  }
+  case KT_RAFT_EV_STEP_DOWN_REMOVED:
+    snprintf(buf, n, "step down term=%llu reason=removed", t);
     break;
   case KT_RAFT_EV_NEED_SNAPSHOT:
     snprintf(buf, n, "need snapshot term=%llu peer=%llu next=%llu", t, a, b);

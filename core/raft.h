@@ -23,13 +23,17 @@
  *        ├─► send rd.msgs (all of them, at once: raft already held back what
  *        │   had to wait for the disk)
  *        ├─► apply rd.committed in order (entries with len 0 are the leader's
- *        │   empty entry: skip), then answer rd.reads (applied >= their index)
+ *        │   empty entry: skip; a CONF entry: decode the change, then
+ *        │   kt_raft_apply_conf), then answer rd.reads (applied >= their index)
  *        ▼
- *   kt_raft_advance()   the batch's pointers die here.
+ *   kt_raft_advance()   the batch's pointers die here; the effects of the
+ *                       batch's configuration changes (step down, probe
+ *                       new members, commit on a smaller quorum) run here.
  *
  * Between kt_raft_ready and kt_raft_advance the caller must not call any
  * other kt_raft_* function that changes state (tick, step, propose,
- * read_index, persisted, compact).
+ * read_index, persisted, compact, install_snapshot), except
+ * kt_raft_apply_conf.
  *
  * Invariants (asserted):
  * - A vote grant or an append ack leaves only after the hard state (term,
@@ -38,6 +42,9 @@
  * - The leader counts its own match index as its persisted index.
  * - A leader commits only an entry of its own term, replicated (persisted) on
  *   a quorum of voters; entries at or below commit are never truncated.
+ * - Quorums (commit, votes, check-quorum, ReadIndex) are over the voters of
+ *   this member's applied configuration only; learners and non-members get
+ *   replication and may answer votes, but are never counted.
  * - committed entries handed out are <= min(commit, persisted index).
  *
  * Flow control (per follower, like etcd's Progress): PROBE sends one APP and
@@ -81,8 +88,27 @@
  *
  * Snapshots travel outside raft (the node streams the file on the peer
  * snapshot channel, then calls kt_raft_install_snapshot on the follower);
- * KT_RAFT_MSG_SNAP stays reserved. Seams for later: membership changes (voters are fixed at
- * kt_raft_new; learners and one-at-a-time changes next: KT_RAFT_ENTRY_CONF).
+ * KT_RAFT_MSG_SNAP stays reserved.
+ *
+ * Membership (one change at a time, like etcd's ConfChange, not joint
+ * consensus): the configuration is voters + learners. A change is a CONF
+ * entry (kt_raft_propose_conf; its data is the node's encoding) that takes
+ * effect when the node applies it (kt_raft_apply_conf), on every member in
+ * log order, not when it is appended. Safe because consecutive
+ * configurations differ by one member and two rules keep every member at
+ * most one change behind the newest committed one:
+ * - one change in flight: the leader refuses a CONF entry while any CONF
+ *   entry in its log is above its applied index (a new leader counts its
+ *   whole log at election as possibly pending — etcd's pendingConfIndex);
+ * - no campaign while a committed CONF entry is not applied yet (and never
+ *   by a member that is not a voter in its applied configuration).
+ * The configuration at a snapshot's index travels with the snapshot
+ * (kt_raft_install_snapshot); a restart passes it in kt_raft_config and the
+ * CONF entries after it are applied again as they are handed out.
+ * Bootstrap: a new cluster's members start with n_voters = 0 and the log
+ * 1..k of CONF entries (term 1, one ADD_VOTER each, hs = {1, 0, k}), applied
+ * when raft hands them out; a member that joins starts empty and learns
+ * everything from the leader (log or snapshot).
  */
 #ifndef KT_RAFT_H
 #define KT_RAFT_H
@@ -113,7 +139,17 @@ enum kt_raft_msg_type {
   KT_RAFT_MSG_TYPE_MAX
 };
 
-enum kt_raft_entry_type { KT_RAFT_ENTRY_NORMAL = 0, KT_RAFT_ENTRY_CONF = 1 /* reserved */ };
+enum kt_raft_entry_type { KT_RAFT_ENTRY_NORMAL = 0, KT_RAFT_ENTRY_CONF = 1 };
+
+/* A membership change, as the node decodes it from a CONF entry. */
+enum kt_raft_conf_change {
+  KT_RAFT_CONF_ADD_VOTER = 1,
+  KT_RAFT_CONF_ADD_LEARNER = 2,
+  KT_RAFT_CONF_REMOVE = 3,  /* a voter or a learner */
+  KT_RAFT_CONF_PROMOTE = 4, /* learner → voter */
+};
+
+#define KT_RAFT_MAX_MEMBERS 64 /* voters + learners */
 
 struct kt_raft_entry {
   uint64_t term, index;
@@ -157,6 +193,8 @@ enum kt_raft_event_type {
   KT_RAFT_EV_TRANSFER,             /* term, a = transferee */
   KT_RAFT_EV_NEED_SNAPSHOT,        /* term, a = peer, b = its next index (compacted) */
   KT_RAFT_EV_LEADER_KNOWN,         /* term, a = leader (a follower heard from it) */
+  KT_RAFT_EV_CONF_CHANGE,          /* term, a = member id, b = enum kt_raft_conf_change */
+  KT_RAFT_EV_STEP_DOWN_REMOVED,    /* term (no longer a voter of the applied config) */
 };
 
 /* A trace event: what raft would have logged. */
@@ -188,9 +226,16 @@ struct kt_raft_ready {
 };
 
 struct kt_raft_config {
-  uint64_t id;            /* this member, non-zero */
-  const uint64_t *voters; /* every voter including id; no duplicates */
+  uint64_t id; /* this member, non-zero; need not be in voters or learners */
+  /* The configuration (of the snapshot, on a restart). Voters and learners
+   * are non-zero, disjoint, without duplicates, at most KT_RAFT_MAX_MEMBERS
+   * in all. n_voters may be 0 (a member that joins an existing cluster, or
+   * bootstraps from CONF entries in its log): a member campaigns only while
+   * it is a voter of its applied configuration. */
+  const uint64_t *voters;
   size_t n_voters;
+  const uint64_t *learners;
+  size_t n_learners;
   uint32_t election_ticks;     /* > heartbeat_ticks; randomized in [e, 2e) */
   uint32_t heartbeat_ticks;    /* >= 1 */
   uint32_t max_msg_bytes;      /* entry bytes per APP (at least one entry goes) */
@@ -225,13 +270,40 @@ void kt_raft_step(struct kt_raft *r, const struct kt_raft_msg *m);
  * matches its own request ids in applied data). Errors: KT_ENOLEADER (no known
  * leader), KT_EBUSY (leadership transfer in progress). Data is copied. */
 int kt_raft_propose(struct kt_raft *r, const void *data, uint32_t len, uint64_t *index);
+/* Like kt_raft_propose, for a membership change: a CONF entry whose data is
+ * the node's encoding of the change (opaque here). One change in flight:
+ * KT_EBUSY while a CONF entry in the log is above the applied index (on a
+ * new leader: anything up to its last index at election). A follower
+ * forwards it; a leader that gets a forwarded CONF entry while one is
+ * pending appends it as a NORMAL entry with the same data (the node sees
+ * its request applied as NORMAL and answers "a membership change is
+ * already in progress"). Errors: KT_ENOLEADER, KT_EBUSY (change pending or
+ * leadership transfer). Data is copied. */
+int kt_raft_propose_conf(struct kt_raft *r, const void *data, uint32_t len, uint64_t *index);
+/* The node applies a committed CONF entry (in log order, as it applies
+ * rd.committed — allowed between kt_raft_ready and kt_raft_advance, and
+ * when replaying a restart's log) and tells raft the change it decoded.
+ * Returns 0, or KT_EINVAL with nothing changed if the change is invalid for
+ * the current configuration: id 0, adding a member already present (voter
+ * or learner), removing or promoting an absent one, promoting a voter,
+ * removing the last voter, more than KT_RAFT_MAX_MEMBERS. Deterministic:
+ * every member applies the same changes in the same order with the same
+ * results. Effects (at kt_raft_advance if called inside a batch): the
+ * leader probes an added member from its last index + 1 and forgets a
+ * removed one, and may commit at once on a smaller quorum; a member no
+ * longer a voter (a removed leader or candidate) becomes a follower with no
+ * known leader and never campaigns unless added again. Emits
+ * KT_RAFT_EV_CONF_CHANGE (and KT_RAFT_EV_STEP_DOWN_REMOVED). */
+int kt_raft_apply_conf(struct kt_raft *r, uint8_t change, uint64_t id);
+
 /* Asks for a linearizable read point; a later ready carries a read state with
  * this ctx once it is safe (on the leader after a heartbeat round confirms
  * leadership, on a follower after the leader answers). Lost messages mean no
  * answer: the caller times out. Errors: KT_ENOLEADER. */
 int kt_raft_read_index(struct kt_raft *r, uint64_t ctx);
 /* Leader: hands leadership to voter `to` (TimeoutNow once it has caught up);
- * abandoned after an election timeout. Errors: KT_EINVAL, KT_ENOLEADER. */
+ * abandoned after an election timeout (or when `to` is removed). Errors:
+ * KT_EINVAL (self, a learner, not a member), KT_ENOLEADER. */
 int kt_raft_transfer_leader(struct kt_raft *r, uint64_t to);
 
 bool kt_raft_has_ready(const struct kt_raft *r);
@@ -253,11 +325,15 @@ int kt_raft_compact(struct kt_raft *r, uint64_t index);
 /* Snapshot install, follower side: the node made a snapshot covering
  * `index` (entry term `term`) durable, restored its state machine from it and
  * restarted its log after it (WAL reset). The log is dropped; commit,
- * persisted and applied become index; the leader hears an append ack at
- * index (so it replicates from index + 1). Errors: KT_EINVAL (term 0 or
- * beyond the current term; or stale: index not past commit — then the
- * leader is told our commit index instead, and nothing else changes). */
-int kt_raft_install_snapshot(struct kt_raft *r, uint64_t index, uint64_t term);
+ * persisted and applied become index; the configuration becomes the
+ * snapshot's (voters, learners: rules as in kt_raft_config); the leader
+ * hears an append ack at index (so it replicates from index + 1). Errors:
+ * KT_EINVAL (term 0 or beyond the current term, a bad configuration; or
+ * stale: index not past commit — then the leader is told our commit index
+ * instead, and nothing else changes). */
+int kt_raft_install_snapshot(struct kt_raft *r, uint64_t index, uint64_t term,
+                             const uint64_t *voters, size_t n_voters, const uint64_t *learners,
+                             size_t n_learners);
 /* Leader side: the node's transfer of a snapshot to peer failed (etcd's
  * ReportSnapshot failure): it is probed again, which asks for a snapshot
  * again if still needed (KT_RAFT_EV_NEED_SNAPSHOT). A follower that does not
@@ -279,13 +355,31 @@ uint64_t kt_raft_persisted_index(const struct kt_raft *r);
 uint64_t kt_raft_term_at(const struct kt_raft *r, uint64_t index);
 /* The entry at index or NULL; valid until the next state-changing call. */
 const struct kt_raft_entry *kt_raft_entry_at(const struct kt_raft *r, uint64_t index);
+
+/* Membership, for the node's status and for tests. */
+struct kt_raft_member_state {
+  uint64_t id;
+  bool learner;
+  uint64_t match, next; /* leader only (0 elsewhere); self: match = its persisted index */
+  bool recent_active;   /* leader only: heard from within the election timeout */
+};
+/* Voters then learners, in configuration order (a promoted learner becomes
+ * the last voter). Fills at most cap; returns how many members there are. */
+size_t kt_raft_members(const struct kt_raft *r, struct kt_raft_member_state *out, size_t cap);
+bool kt_raft_is_voter(const struct kt_raft *r, uint64_t id);
+bool kt_raft_is_learner(const struct kt_raft *r, uint64_t id);
+/* kt_raft_propose_conf would say KT_EBUSY (a change not applied yet). */
+bool kt_raft_conf_pending(const struct kt_raft *r);
+
 const char *kt_raft_role_name(enum kt_raft_role role);
 const char *kt_raft_msg_type_name(int type);
 
 /* Fault injection for the simulator's own test (never set in production):
  * 1 = ack appends before they are persisted, 2 = leader commits without a
  * quorum (its own persisted index), 3 = grant votes before persisting,
- * 4 = the leader answers ReadIndex without a heartbeat round. */
+ * 4 = the leader answers ReadIndex without a heartbeat round, 5 = learners
+ * count toward the commit quorum, 6 = no limit of one configuration change
+ * in flight. */
 extern int kt_raft_test_bug;
 
 /* ---- Wire format of a message (all integers big-endian) ----

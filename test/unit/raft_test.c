@@ -661,8 +661,21 @@ TEST(raft_restart_from_persisted_state) {
   cfg.voters = bad;
   cfg.n_voters = 2;
   CHECK_EQ(kt_raft_new(&cfg, &r2), KT_EINVAL);
-  cfg = cfg_for(c, 7, false, false);
+  uint64_t zero[1] = {0}, two[1] = {2};
+  cfg = cfg_for(c, 1, false, false);
+  cfg.voters = zero;
+  cfg.n_voters = 1;
   CHECK_EQ(kt_raft_new(&cfg, &r2), KT_EINVAL);
+  cfg = cfg_for(c, 1, false, false);
+  cfg.voters = two;
+  cfg.n_voters = 1;
+  cfg.learners = two; /* a voter and a learner at once */
+  cfg.n_learners = 1;
+  CHECK_EQ(kt_raft_new(&cfg, &r2), KT_EINVAL);
+  cfg.learners = NULL;
+  cfg.n_learners = 0;
+  CHECK_EQ(kt_raft_new(&cfg, &r2), 0); /* id need not be a member */
+  kt_raft_free(r2);
   cfg = cfg_for(c, 1, false, false);
   cfg.election_ticks = 1;
   CHECK_EQ(kt_raft_new(&cfg, &r2), KT_EINVAL);
