@@ -401,21 +401,30 @@ static const char *const *urls_out(struct kt_arena *a, const struct kt_bytes *u,
   return o;
 }
 
+static void member_out(struct kt_arena *a, ketch_member *o, const struct kt_member_info *m) {
+  *o = (ketch_member){.id = m->id,
+                      .name = dup_str(a, m->name.p, m->name.n),
+                      .peer_urls = urls_out(a, m->peer_urls, m->n_peer_urls),
+                      .n_peer_urls = m->n_peer_urls,
+                      .client_urls = urls_out(a, m->client_urls, m->n_client_urls),
+                      .n_client_urls = m->n_client_urls,
+                      .is_learner = m->is_learner};
+}
+
 static void member_list_out(struct kt_arena *a, ketch_member_list_result *o,
-                            const struct kt_member_list_resp *l) {
-  ketch_member *ms = l->n_members ? kt_arena_alloc(a, sizeof *ms * l->n_members) : NULL;
-  for (uint32_t i = 0; i < l->n_members; i++) {
-    const struct kt_member_info *m = &l->members[i];
-    ms[i] = (ketch_member){.id = m->id,
-                           .name = dup_str(a, m->name.p, m->name.n),
-                           .peer_urls = urls_out(a, m->peer_urls, m->n_peer_urls),
-                           .n_peer_urls = m->n_peer_urls,
-                           .client_urls = urls_out(a, m->client_urls, m->n_client_urls),
-                           .n_client_urls = m->n_client_urls,
-                           .is_learner = m->is_learner};
-  }
+                            const struct kt_member_info *v, uint32_t n,
+                            const struct kt_member_info *added) {
+  ketch_member *ms = n ? kt_arena_alloc(a, sizeof *ms * n) : NULL;
+  for (uint32_t i = 0; i < n; i++)
+    member_out(a, &ms[i], &v[i]);
   o->members = ms;
-  o->n_members = l->n_members;
+  o->n_members = n;
+  o->added = NULL;
+  if (added) {
+    ketch_member *m = kt_arena_alloc(a, sizeof *m);
+    member_out(a, m, added);
+    o->added = m;
+  }
 }
 
 static const char *const *dup_strs(struct kt_arena *a, const char *const *v, size_t n) {
@@ -425,6 +434,13 @@ static const char *const *dup_strs(struct kt_arena *a, const char *const *v, siz
   for (size_t i = 0; i < n; i++)
     o[i] = dup_str(a, v[i], strlen(v[i]));
   return o;
+}
+
+static void member_dup(struct kt_arena *a, ketch_member *o, const ketch_member *m) {
+  *o = *m;
+  o->name = dup_str(a, m->name, strlen(m->name));
+  o->peer_urls = dup_strs(a, m->peer_urls, m->n_peer_urls);
+  o->client_urls = dup_strs(a, m->client_urls, m->n_client_urls);
 }
 
 static void lease_out(struct kt_arena *a, ketch_lease_result *o, const struct kt_lease_resp *l) {
@@ -465,7 +481,11 @@ static void result_build(struct kt_arena *a, ketch_result *res, uint8_t type, in
   if (type >= KETCH_OP_LEASE_GRANT && type <= KETCH_OP_LEASE_LEASES) {
     lease_out(a, &res->lease, &resp->u.lease);
   } else if (type == KETCH_OP_MEMBER_LIST) {
-    member_list_out(a, &res->member_list, &resp->u.member_list);
+    member_list_out(a, &res->member_list, resp->u.member_list.members,
+                    resp->u.member_list.n_members, NULL);
+  } else if (type >= KETCH_OP_MEMBER_ADD && type <= KETCH_OP_MEMBER_PROMOTE) {
+    member_list_out(a, &res->member_list, resp->u.member.members, resp->u.member.n_members,
+                    type == KETCH_OP_MEMBER_ADD ? &resp->u.member.member : NULL);
   } else if (type == KETCH_OP_STATUS) {
     const struct kt_status_resp *s = &resp->u.status;
     ketch_status_result *o = &res->status;
@@ -580,18 +600,20 @@ ketch_result *ketch_result_dup(const ketch_result *res) {
       ev[i].prev_kv = e->prev_kv ? dup_kvs(a, e->prev_kv, 1) : NULL;
     }
     d->watch.events = ev;
-  } else if (res->type == KETCH_OP_MEMBER_LIST) {
+  } else if (res->type == KETCH_OP_MEMBER_LIST ||
+             (res->type >= KETCH_OP_MEMBER_ADD && res->type <= KETCH_OP_MEMBER_PROMOTE)) {
     size_t n = res->member_list.n_members;
     ketch_member *ms = n ? kt_arena_alloc(a, sizeof *ms * n) : NULL;
-    for (size_t i = 0; i < n; i++) {
-      const ketch_member *m = &res->member_list.members[i];
-      ms[i] = *m;
-      ms[i].name = dup_str(a, m->name, strlen(m->name));
-      ms[i].peer_urls = dup_strs(a, m->peer_urls, m->n_peer_urls);
-      ms[i].client_urls = dup_strs(a, m->client_urls, m->n_client_urls);
-    }
+    for (size_t i = 0; i < n; i++)
+      member_dup(a, &ms[i], &res->member_list.members[i]);
     d->member_list.members = ms;
     d->member_list.n_members = n;
+    d->member_list.added = NULL;
+    if (res->member_list.added) {
+      ketch_member *m = kt_arena_alloc(a, sizeof *m);
+      member_dup(a, m, res->member_list.added);
+      d->member_list.added = m;
+    }
   } else if (res->type == KETCH_OP_STATUS) {
     d->status = res->status;
     d->status.version = dup_str(a, res->status.version, strlen(res->status.version));
@@ -1362,6 +1384,27 @@ static int submit_member_list(ketch_client *c, bool keep, ketch_cb cb, void *arg
   return submit(c, &r, true, keep, cb, arg);
 }
 
+/* ADD (urls, learner), REMOVE/PROMOTE (id), UPDATE (id, urls). */
+static int submit_member_change(ketch_client *c, uint8_t type, uint64_t id, const char *const *urls,
+                                size_t n_urls, bool learner, bool keep, ketch_cb cb, void *arg) {
+  if (n_urls > 64 || (n_urls && !urls))
+    return KETCH_EINVAL;
+  struct kt_req r;
+  memset(&r, 0, sizeof r);
+  r.type = type;
+  r.u.member.id = id;
+  r.u.member.is_learner = learner;
+  struct kt_bytes v[64];
+  for (size_t i = 0; i < n_urls; i++) {
+    if (!urls[i])
+      return KETCH_EINVAL;
+    v[i] = (struct kt_bytes){(const uint8_t *)urls[i], (uint32_t)strlen(urls[i])};
+  }
+  r.u.member.peer_urls = v;
+  r.u.member.n_peer_urls = (uint32_t)n_urls;
+  return submit(c, &r, false, keep, cb, arg);
+}
+
 static int submit_move_leader(ketch_client *c, uint64_t target_id, bool keep, ketch_cb cb,
                               void *arg) {
   struct kt_req r;
@@ -1398,6 +1441,22 @@ int ketch_status_async(ketch_client *c, ketch_cb cb, void *arg) {
 }
 int ketch_member_list_async(ketch_client *c, ketch_cb cb, void *arg) {
   return submit_member_list(c, false, cb, arg);
+}
+int ketch_member_add_async(ketch_client *c, const char *const *peer_urls, size_t n_peer_urls,
+                           bool is_learner, ketch_cb cb, void *arg) {
+  return submit_member_change(c, KT_MSG_MEMBER_ADD, 0, peer_urls, n_peer_urls, is_learner, false,
+                              cb, arg);
+}
+int ketch_member_remove_async(ketch_client *c, uint64_t id, ketch_cb cb, void *arg) {
+  return submit_member_change(c, KT_MSG_MEMBER_REMOVE, id, NULL, 0, false, false, cb, arg);
+}
+int ketch_member_update_async(ketch_client *c, uint64_t id, const char *const *peer_urls,
+                              size_t n_peer_urls, ketch_cb cb, void *arg) {
+  return submit_member_change(c, KT_MSG_MEMBER_UPDATE, id, peer_urls, n_peer_urls, false, false, cb,
+                              arg);
+}
+int ketch_member_promote_async(ketch_client *c, uint64_t id, ketch_cb cb, void *arg) {
+  return submit_member_change(c, KT_MSG_MEMBER_PROMOTE, id, NULL, 0, false, false, cb, arg);
 }
 int ketch_move_leader_async(ketch_client *c, uint64_t target_id, ketch_cb cb, void *arg) {
   return submit_move_leader(c, target_id, false, cb, arg);
@@ -1491,6 +1550,38 @@ int ketch_member_list(ketch_client *c, ketch_result **out) {
   SYNC_GUARD(c);
   struct waiter w = {0};
   return sync_finish(c, submit_member_list(c, true, sync_cb, &w), &w, out);
+}
+int ketch_member_add(ketch_client *c, const char *const *peer_urls, size_t n_peer_urls,
+                     bool is_learner, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct waiter w = {0};
+  return sync_finish(c,
+                     submit_member_change(c, KT_MSG_MEMBER_ADD, 0, peer_urls, n_peer_urls,
+                                          is_learner, true, sync_cb, &w),
+                     &w, out);
+}
+int ketch_member_remove(ketch_client *c, uint64_t id, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct waiter w = {0};
+  return sync_finish(
+      c, submit_member_change(c, KT_MSG_MEMBER_REMOVE, id, NULL, 0, false, true, sync_cb, &w), &w,
+      out);
+}
+int ketch_member_update(ketch_client *c, uint64_t id, const char *const *peer_urls,
+                        size_t n_peer_urls, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct waiter w = {0};
+  return sync_finish(c,
+                     submit_member_change(c, KT_MSG_MEMBER_UPDATE, id, peer_urls, n_peer_urls,
+                                          false, true, sync_cb, &w),
+                     &w, out);
+}
+int ketch_member_promote(ketch_client *c, uint64_t id, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct waiter w = {0};
+  return sync_finish(
+      c, submit_member_change(c, KT_MSG_MEMBER_PROMOTE, id, NULL, 0, false, true, sync_cb, &w), &w,
+      out);
 }
 int ketch_move_leader(ketch_client *c, uint64_t target_id, ketch_result **out) {
   SYNC_GUARD(c);

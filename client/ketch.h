@@ -81,32 +81,41 @@ extern "C" {
 /* ---- error codes (identical to the server's table; stable numbers) ---- */
 enum {
   KETCH_OK = 0,
-  KETCH_EINVAL = 1,         /* invalid argument */
-  KETCH_EKEYEMPTY = 2,      /* key is not provided */
-  KETCH_ETOOLARGE = 3,      /* request is too large */
-  KETCH_ETOOMANYOPS = 4,    /* too many operations in txn request */
-  KETCH_EDUPKEY = 5,        /* duplicate key given in txn request */
-  KETCH_ECOMPACTED = 6,     /* mvcc: required revision has been compacted */
-  KETCH_EFUTUREREV = 7,     /* mvcc: required revision is a future revision */
-  KETCH_ENOSPACE = 8,       /* mvcc: database space exceeded */
-  KETCH_ELEASENOTFOUND = 9, /* requested lease not found */
-  KETCH_ELEASEEXISTS = 10,  /* lease already exists */
-  KETCH_ENOLEADER = 11,     /* no leader */
-  KETCH_ETIMEOUT = 12,      /* request timed out */
-  KETCH_EUNKNOWN = 13,      /* request outcome unknown (a write lost in flight) */
-  KETCH_EPROTO = 14,        /* protocol error */
-  KETCH_EUNSUPPORTED = 15,  /* unsupported request */
-  KETCH_ECORRUPT = 16,      /* data corruption detected */
-  KETCH_EIO = 17,           /* i/o error */
-  KETCH_ENOMEM = 18,        /* out of memory */
-  KETCH_ECLOSED = 19,       /* connection closed */
-  KETCH_EUNAVAILABLE = 20,  /* no endpoint available */
-  KETCH_ENOTFOUND = 21,     /* not found */
-  KETCH_ESTOPPED = 22,      /* server stopped */
-  KETCH_EBUSY = 23,         /* too many requests (max_outstanding reached) */
-  KETCH_ECANCELED = 24,     /* canceled (handle closed with the request pending) */
-  KETCH_EVERSION = 25,      /* unsupported protocol version */
-  KETCH_EINTERNAL = 26,     /* internal error */
+  KETCH_EINVAL = 1,             /* invalid argument */
+  KETCH_EKEYEMPTY = 2,          /* key is not provided */
+  KETCH_ETOOLARGE = 3,          /* request is too large */
+  KETCH_ETOOMANYOPS = 4,        /* too many operations in txn request */
+  KETCH_EDUPKEY = 5,            /* duplicate key given in txn request */
+  KETCH_ECOMPACTED = 6,         /* mvcc: required revision has been compacted */
+  KETCH_EFUTUREREV = 7,         /* mvcc: required revision is a future revision */
+  KETCH_ENOSPACE = 8,           /* mvcc: database space exceeded */
+  KETCH_ELEASENOTFOUND = 9,     /* requested lease not found */
+  KETCH_ELEASEEXISTS = 10,      /* lease already exists */
+  KETCH_ENOLEADER = 11,         /* no leader */
+  KETCH_ETIMEOUT = 12,          /* request timed out */
+  KETCH_EUNKNOWN = 13,          /* request outcome unknown (a write lost in flight) */
+  KETCH_EPROTO = 14,            /* protocol error */
+  KETCH_EUNSUPPORTED = 15,      /* unsupported request */
+  KETCH_ECORRUPT = 16,          /* data corruption detected */
+  KETCH_EIO = 17,               /* i/o error */
+  KETCH_ENOMEM = 18,            /* out of memory */
+  KETCH_ECLOSED = 19,           /* connection closed */
+  KETCH_EUNAVAILABLE = 20,      /* no endpoint available */
+  KETCH_ENOTFOUND = 21,         /* not found */
+  KETCH_ESTOPPED = 22,          /* server stopped */
+  KETCH_EBUSY = 23,             /* too many requests (max_outstanding reached) */
+  KETCH_ECANCELED = 24,         /* canceled (handle closed with the request pending) */
+  KETCH_EVERSION = 25,          /* unsupported protocol version */
+  KETCH_EINTERNAL = 26,         /* internal error */
+  KETCH_EMEMBEREXISTS = 27,     /* member ID already exist */
+  KETCH_EPEERURLEXISTS = 28,    /* Peer URLs already exists */
+  KETCH_EMEMBERNOTFOUND = 29,   /* member not found */
+  KETCH_EMEMBERNOTLEARNER = 30, /* can only promote a learner member */
+  KETCH_ELEARNERNOTREADY = 31,  /* ... a learner member which is in sync with leader */
+  KETCH_EUNHEALTHY = 32,        /* unhealthy cluster (the change would lose quorum) */
+  KETCH_EMEMBERBADURLS = 33,    /* given member URLs are invalid */
+  KETCH_EMEMBERREMOVED = 34,    /* the member has been permanently removed */
+  KETCH_ENOTENOUGHSTARTED = 35, /* re-configuration failed due to not enough started members */
 };
 
 /* The message of a code ("mvcc: required revision has been compacted");
@@ -135,6 +144,10 @@ enum {
   KETCH_OP_LEASE_TTL = 27,
   KETCH_OP_LEASE_LEASES = 28,
   KETCH_OP_MEMBER_LIST = 32,
+  KETCH_OP_MEMBER_ADD = 33,
+  KETCH_OP_MEMBER_REMOVE = 34,
+  KETCH_OP_MEMBER_UPDATE = 35,
+  KETCH_OP_MEMBER_PROMOTE = 36,
   KETCH_OP_MOVE_LEADER = 44,
 };
 
@@ -329,8 +342,9 @@ typedef struct ketch_status_result {
 } ketch_status_result;
 
 /* One member of the cluster (etcd's Member). Strings are NUL-terminated.
- * client_urls is empty for a member whose client URLs the answering member
- * does not know: today only the answering member lists its own. */
+ * A member added but not started yet has an empty name and no client_urls
+ * (etcd's "unstarted"); client_urls are known once the member published them
+ * (each time it starts serving). */
 typedef struct ketch_member {
   uint64_t id;
   const char *name;
@@ -341,9 +355,12 @@ typedef struct ketch_member {
   bool is_learner;
 } ketch_member;
 
+/* member_list, and the member_add/remove/update/promote results: the
+ * members (after the change), and for member_add the member added. */
 typedef struct ketch_member_list_result {
   const ketch_member *members; /* sorted by id, as etcd */
   size_t n_members;
+  const ketch_member *added; /* member_add: the new member (its id); else NULL */
 } ketch_member_list_result;
 
 /* The result of a lease request; fields a type does not use are zero.
@@ -399,8 +416,8 @@ typedef struct ketch_result {
     ketch_put_result put;
     ketch_delete_result del;
     ketch_txn_result txn;
-    ketch_status_result status; /* compact and move_leader have only the header */
-    ketch_member_list_result member_list;
+    ketch_status_result status;           /* compact and move_leader have only the header */
+    ketch_member_list_result member_list; /* also member_add/remove/update/promote */
     ketch_lease_result lease;
     ketch_watch_result watch; /* type KETCH_OP_WATCH, given to a watch callback */
   };
@@ -487,6 +504,23 @@ int ketch_status(ketch_client *c, ketch_result **out);
 /* The cluster's members as the connected member knows them (etcd's
  * MemberList: answered locally, even without a leader). *out->member_list. */
 int ketch_member_list(ketch_client *c, ketch_result **out);
+/* Membership changes (etcd's MemberAdd/Remove/Update/Promote), one at a time
+ * cluster-wide: any member takes them (a follower forwards to the leader) and
+ * answers once the change applied there; out->member_list has the members
+ * after it (and `added` for add). Errors: KETCH_EBUSY "a membership change is
+ * already in progress", KETCH_EPEERURLEXISTS, KETCH_EMEMBERBADURLS (peer URLs
+ * must be http://host:port), KETCH_EMEMBERNOTFOUND, KETCH_EMEMBERNOTLEARNER,
+ * KETCH_ELEARNERNOTREADY (the learner is still catching up: retry),
+ * KETCH_EUNHEALTHY (the change would leave too few connected voters for a
+ * quorum), KETCH_ENOLEADER; never retried once sent (KETCH_EUNKNOWN). The
+ * new member of an add is started with --initial-cluster-state existing and
+ * an --initial-cluster listing every member (ketchctl member add prints it). */
+int ketch_member_add(ketch_client *c, const char *const *peer_urls, size_t n_peer_urls,
+                     bool is_learner, ketch_result **out);
+int ketch_member_remove(ketch_client *c, uint64_t id, ketch_result **out);
+int ketch_member_update(ketch_client *c, uint64_t id, const char *const *peer_urls,
+                        size_t n_peer_urls, ketch_result **out);
+int ketch_member_promote(ketch_client *c, uint64_t id, ketch_result **out);
 /* Hands leadership to member `target_id` (etcd's MoveLeader). Must reach the
  * leader: any other member answers KETCH_EINVAL "not leader" (find the
  * leader with ketch_status first). Completes once the target leads (result
@@ -618,6 +652,12 @@ int ketch_txn_async(ketch_client *c, const ketch_txn_req *req, ketch_cb cb, void
 int ketch_compact_async(ketch_client *c, int64_t revision, bool physical, ketch_cb cb, void *arg);
 int ketch_status_async(ketch_client *c, ketch_cb cb, void *arg);
 int ketch_member_list_async(ketch_client *c, ketch_cb cb, void *arg);
+int ketch_member_add_async(ketch_client *c, const char *const *peer_urls, size_t n_peer_urls,
+                           bool is_learner, ketch_cb cb, void *arg);
+int ketch_member_remove_async(ketch_client *c, uint64_t id, ketch_cb cb, void *arg);
+int ketch_member_update_async(ketch_client *c, uint64_t id, const char *const *peer_urls,
+                              size_t n_peer_urls, ketch_cb cb, void *arg);
+int ketch_member_promote_async(ketch_client *c, uint64_t id, ketch_cb cb, void *arg);
 int ketch_move_leader_async(ketch_client *c, uint64_t target_id, ketch_cb cb, void *arg);
 int ketch_lease_grant_async(ketch_client *c, int64_t ttl_s, int64_t id, ketch_cb cb, void *arg);
 int ketch_lease_revoke_async(ketch_client *c, int64_t id, ketch_cb cb, void *arg);

@@ -45,7 +45,16 @@
   X(EBUSY, 23, "too many requests")                                                                \
   X(ECANCELED, 24, "canceled")                                                                     \
   X(EVERSION, 25, "unsupported protocol version")                                                  \
-  X(EINTERNAL, 26, "internal error")
+  X(EINTERNAL, 26, "internal error")                                                               \
+  X(EMEMBEREXISTS, 27, "member ID already exist")                                                  \
+  X(EPEERURLEXISTS, 28, "Peer URLs already exists")                                                \
+  X(EMEMBERNOTFOUND, 29, "member not found")                                                       \
+  X(EMEMBERNOTLEARNER, 30, "can only promote a learner member")                                    \
+  X(ELEARNERNOTREADY, 31, "can only promote a learner member which is in sync with leader")        \
+  X(EUNHEALTHY, 32, "unhealthy cluster")                                                           \
+  X(EMEMBERBADURLS, 33, "given member URLs are invalid")                                           \
+  X(EMEMBERREMOVED, 34, "the member has been permanently removed from the cluster")                \
+  X(ENOTENOUGHSTARTED, 35, "re-configuration failed due to not enough started members")
 
 enum {
 #define KT_ERR_ENUM(name, code, msg) KT_##name = code,

@@ -19,6 +19,10 @@ static void fatal_stop(struct kt_node *n, int code, const char *what) {
   ev_break(n->loop, EVBREAK_ALL);
 }
 
+void kt_node_stop_fatal(struct kt_node *n, int code, const char *what) {
+  fatal_stop(n, code, what);
+}
+
 /* ---- replies ---- */
 
 void kt_node_header(const struct kt_node *n, struct kt_header *h) {
@@ -62,10 +66,8 @@ static void pending_fail(struct kt_node *n, struct pending *p, int code, const c
 
 /* ---- apply (log order) ---- */
 
-static void apply_publish(struct kt_node *n, const struct kt_member_publish_req *p);
-
-static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_conn *c,
-                      uint64_t req_id, const struct pending *own) {
+static void apply_req(struct kt_node *n, uint8_t ent_type, const struct kt_req *req,
+                      struct kt_conn *c, uint64_t req_id, const struct pending *own) {
   struct kt_err e = {0};
   int rc;
   switch (req->type) {
@@ -112,7 +114,11 @@ static void apply_req(struct kt_node *n, const struct kt_req *req, struct kt_con
     }
     return;
   case KT_MSG_MEMBER_PUBLISH:
-    apply_publish(n, &req->u.publish);
+  case KT_MSG_MEMBER_ADD:
+  case KT_MSG_MEMBER_REMOVE:
+  case KT_MSG_MEMBER_UPDATE:
+  case KT_MSG_MEMBER_PROMOTE:
+    kt_node_member_apply(n, ent_type, req, own);
     return;
   case KT_MSG_LEASE_GRANT:
   case KT_MSG_LEASE_REVOKE:
@@ -166,7 +172,7 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
              de.msg);
     fatal_stop(n, KT_ECORRUPT, msg);
   } else {
-    apply_req(n, &req, c && kt_conn_open(c) ? c : NULL, req_id, &own);
+    apply_req(n, ent->type, &req, c && kt_conn_open(c) ? c : NULL, req_id, &own);
   }
   if (c)
     kt_conn_unref(c);
@@ -174,10 +180,33 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
 
 /* ---- propose (the write path) ---- */
 
+static int propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
+                   size_t body_len, bool conf);
+
 /* c may be NULL for the member's own proposals (auto-compaction). A
  * follower's proposal is forwarded to the leader by raft. */
 int kt_node_propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
                     size_t body_len) {
+  return propose(n, c, req_id, body, body_len, false);
+}
+
+void kt_node_propose_conf(struct kt_node *n, const uint8_t *body, size_t len, kt_node_done_fn done,
+                          void *ctx) {
+  n->next_done = done;
+  n->next_done_ctx = ctx;
+  int rc = propose(n, NULL, 0, body, len, true);
+  n->next_done = NULL;
+  n->next_done_ctx = NULL;
+  if (rc) {
+    struct kt_err e = {0};
+    kt_err_set(&e, rc, "%s",
+               rc == KT_EBUSY ? "a membership change is already in progress" : kt_strerror(rc));
+    done(n, ctx, rc, &e, NULL);
+  }
+}
+
+static int propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
+                   size_t body_len, bool conf) {
   if (n->wal_failed) {
     if (c)
       kt_conn_send_error(c, req_id, n->wal_failed, n->wal_failed_msg);
@@ -190,7 +219,8 @@ int kt_node_propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const
   kt_put_u64be(n->scratch.p + 8, seq);
   memcpy(n->scratch.p + DATA_HDR, body, body_len);
   uint64_t index = 0;
-  int rc = kt_raft_propose(n->raft, n->scratch.p, (uint32_t)(DATA_HDR + body_len), &index);
+  int rc = (conf ? kt_raft_propose_conf : kt_raft_propose)(n->raft, n->scratch.p,
+                                                           (uint32_t)(DATA_HDR + body_len), &index);
   if (rc) {
     if (c)
       kt_conn_send_error(c, req_id, rc, NULL);
@@ -338,7 +368,7 @@ static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
   s->db_size = (int64_t)kt_mvcc_size_bytes(n->store);
   s->db_size_in_use = s->db_size;
   s->leader = kt_raft_leader(n->raft);
-  s->is_learner = false;
+  s->is_learner = kt_node_member_is_learner(n);
   s->raft_index = kt_raft_last_index(n->raft);
   s->raft_term = kt_raft_term(n->raft);
   s->raft_applied_index = n->applied_index;
@@ -377,104 +407,6 @@ static void serve_read(struct kt_node *n, struct kt_conn *c, const struct kt_req
 /* ---- member list and leadership transfer (etcd MemberList, MoveLeader) ---- */
 
 /* Splits a comma-separated URL list into arena-allocated bytes. */
-static uint32_t split_urls(struct kt_arena *a, const char *list, struct kt_bytes **out) {
-  uint32_t n = 0;
-  *out = NULL;
-  if (!list || !*list)
-    return 0;
-  for (const char *p = list; p; p = strchr(p, ','), p = p ? p + 1 : NULL)
-    n++;
-  struct kt_bytes *v = kt_arena_alloc(a, n * sizeof *v);
-  uint32_t k = 0;
-  for (const char *p = list; p && k < n;) {
-    const char *c = strchr(p, ',');
-    size_t len = c ? (size_t)(c - p) : strlen(p);
-    if (len)
-      v[k++] = (struct kt_bytes){(const uint8_t *)p, (uint32_t)len};
-    p = c ? c + 1 : NULL;
-  }
-  *out = v;
-  return k;
-}
-
-/* A member's published client URLs (etcd's publish): every member records
- * them when the entry applies. Not in snapshots: a member that recovers from
- * a snapshot past the others' entries shows them empty until they publish
- * again (each time they start serving: start, leader change). */
-static void apply_publish(struct kt_node *n, const struct kt_member_publish_req *p) {
-  for (size_t i = 0; i < n->n_members; i++) {
-    if (n->members[i].id != p->member_id)
-      continue;
-    char *o = n->member_client_urls[i];
-    size_t len = 0, cap = sizeof n->member_client_urls[i];
-    o[0] = 0;
-    for (uint32_t k = 0; k < p->n_client_urls; k++) {
-      int w = snprintf(o + len, cap - len, "%s%.*s", k ? "," : "", (int)p->client_urls[k].n,
-                       (const char *)p->client_urls[k].p);
-      if (w < 0 || (size_t)w >= cap - len) {
-        o[len] = 0; /* the URLs that fit */
-        break;
-      }
-      len += (size_t)w;
-    }
-    return;
-  }
-}
-
-/* The member's own client URLs go to every member through the log, once each
- * time it starts serving (the entry is small; a lost proposal is retried at
- * the next leader change). */
-static void publish_self(struct kt_node *n) {
-  if (n->n_members < 2 || !n->cfg.client_urls || n->wal_failed)
-    return;
-  kt_arena_reset(&n->arena);
-  struct kt_req req = {.type = KT_MSG_MEMBER_PUBLISH};
-  req.u.publish.member_id = n->member_id;
-  req.u.publish.n_client_urls =
-      split_urls(&n->arena, n->cfg.client_urls, &req.u.publish.client_urls);
-  struct kt_buf body = {0};
-  kt_proto_encode_req_body(&body, &req);
-  kt_node_propose(n, NULL, 0, body.p, body.len);
-  kt_buf_free(&body);
-}
-
-/* Members sorted by id, as etcd lists them, with the client URLs each one
- * published (this member's own from its config); the header has no
- * revision, as etcd's cluster calls. */
-static void answer_member_list(struct kt_node *n, struct kt_conn *c, uint64_t id) {
-  struct kt_buf *out = kt_conn_out(c);
-  if (!out)
-    return;
-  kt_arena_reset(&n->arena);
-  struct kt_resp r = {.type = KT_MSG_MEMBER_LIST, .id = id};
-  kt_node_header(n, &r.header);
-  r.header.revision = 0;
-  size_t nm = n->n_members ? n->n_members : 1;
-  struct kt_member_info *ms = kt_arena_alloc(&n->arena, nm * sizeof *ms);
-  memset(ms, 0, nm * sizeof *ms);
-  for (size_t i = 0; i < nm; i++) {
-    struct kt_member_info *m = &ms[i];
-    const struct kt_node_member *src = n->n_members ? &n->members[i] : NULL;
-    m->id = src ? src->id : n->member_id;
-    bool self = m->id == n->member_id;
-    const char *name = src ? src->name : n->cfg.name;
-    m->name = (struct kt_bytes){(const uint8_t *)name, (uint32_t)strlen(name)};
-    m->n_peer_urls =
-        split_urls(&n->arena, self || !src ? n->cfg.peer_urls : src->url, &m->peer_urls);
-    m->n_client_urls = split_urls(&n->arena, self ? n->cfg.client_urls : n->member_client_urls[i],
-                                  &m->client_urls);
-  }
-  for (size_t i = 1; i < nm; i++)
-    for (size_t k = i; k > 0 && ms[k - 1].id > ms[k].id; k--) {
-      struct kt_member_info t = ms[k];
-      ms[k] = ms[k - 1];
-      ms[k - 1] = t;
-    }
-  r.u.member_list = (struct kt_member_list_resp){ms, (uint32_t)nm};
-  kt_proto_encode_resp(out, &r);
-  kt_conn_sent(c);
-}
-
 static void move_answer(struct kt_node *n, int code, const char *msg) {
   struct kt_conn *c = n->move.conn;
   n->move.conn = NULL;
@@ -496,11 +428,8 @@ static void move_answer(struct kt_node *n, int code, const char *msg) {
  * answer comes once the transferee is known to lead, or after two election
  * timeouts ("request timed out, leader transfer took too long"). */
 static void move_leader(struct kt_node *n, struct kt_conn *c, uint64_t id, uint64_t target) {
-  bool member = false;
-  for (size_t i = 0; i < n->n_members; i++)
-    member |= n->members[i].id == target;
-  if (!n->n_members)
-    member = target == n->member_id;
+  const struct kt_node_member *tm = kt_node_member_find(n, target);
+  bool member = tm && !tm->learner;
   if (kt_raft_role(n->raft) != KT_RAFT_LEADER) {
     kt_conn_send_error(c, id, KT_EINVAL, "not leader");
     return;
@@ -547,7 +476,7 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
     return;
   }
   if (req->type == KT_MSG_MEMBER_LIST) {
-    answer_member_list(n, c, req->id);
+    kt_node_member_list(n, c, req->id);
     return;
   }
   if (req->type == KT_MSG_MOVE_LEADER) {
@@ -569,7 +498,7 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
   }
   switch (req->type) {
   case KT_MSG_RANGE:
-    if (n->n_members > 1 && !req->u.op.u.range.serializable)
+    if (!kt_node_solo(n) && !req->u.op.u.range.serializable)
       read_enqueue(n, c, req->id, body, body_len);
     else
       serve_read(n, c, req);
@@ -586,7 +515,7 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
     }
     if (req->type == KT_MSG_TXN && !op_writes(&req->u.op)) {
       /* A read-only txn changes nothing: a read. */
-      if (n->n_members > 1)
+      if (!kt_node_solo(n))
         read_enqueue(n, c, req->id, body, body_len);
       else
         serve_read(n, c, req);
@@ -614,6 +543,12 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
   case KT_MSG_LEASE_TTL:
   case KT_MSG_LEASE_LEASES:
     kt_node_lease_request(n, c, req, body, body_len);
+    return;
+  case KT_MSG_MEMBER_ADD:
+  case KT_MSG_MEMBER_REMOVE:
+  case KT_MSG_MEMBER_UPDATE:
+  case KT_MSG_MEMBER_PROMOTE:
+    kt_node_member_client(n, c, req, body, body_len);
     return;
   case KT_MSG_LOCK:
   case KT_MSG_UNLOCK:
@@ -842,7 +777,8 @@ static void process_ready(struct kt_node *n) {
       propose_body(n, &n->dprops[i].body, n->dprops[i].done, n->dprops[i].ctx);
     n->n_dprops = 0;
     if (publish)
-      publish_self(n);
+      kt_node_member_publish(n);
+    kt_node_member_after_ready(n);
   }
   /* Raft keeps applied entries in memory only for followers to catch up
    * from: none with one member; a window of RAFT_KEEP_ENTRIES with several
@@ -1001,34 +937,43 @@ static void on_snap_progress(struct ev_loop *loop, ev_async *w, int revents) {
            (unsigned long long)n->prev_snap_index);
 }
 
-static void membership_blob(const struct kt_node *n, char *buf, size_t cap, int *len) {
-  *len = snprintf(buf, cap, "cluster_id=%016llx member_id=%016llx %s=%s",
-                  (unsigned long long)n->cluster_id, (unsigned long long)n->member_id, n->cfg.name,
-                  n->cfg.peer_urls);
-  if (*len >= (int)cap)
-    *len = (int)cap - 1;
+/* The snapshot's meta blob: a line for people (ketchutl snapshot status),
+ * NUL, the member table (node_member.c), the lease table (node_lease.c). */
+static void meta_blob(struct kt_node *n, struct kt_buf *out) {
+  char line[1024];
+  int len = snprintf(line, sizeof line, "cluster_id=%016llx member_id=%016llx members=%zu %s=%s",
+                     (unsigned long long)n->cluster_id, (unsigned long long)n->member_id,
+                     n->n_members, n->cfg.name, n->cfg.peer_urls);
+  if (len >= (int)sizeof line)
+    len = (int)sizeof line - 1;
+  kt_buf_append(out, line, (size_t)len + 1);
+  kt_node_member_save(n, out);
+  kt_node_lease_save(n, out);
 }
 
 static void snap_maybe_start(struct kt_node *n) {
-  if (n->snap_w || n->stopping || !n->cfg.snapshot_count)
+  if (n->snap_w || n->stopping)
     return;
-  if (n->applied_index - n->last_snap_index < n->cfg.snapshot_count)
+  if (!n->snap_force) {
+    if (!n->cfg.snapshot_count || n->applied_index - n->last_snap_index < n->cfg.snapshot_count)
+      return;
+    /* A snapshot copies the whole store, so it also waits until the log
+     * written since the last one is at least half the store's size: writing
+     * snapshots then never costs more than twice the writes themselves, and
+     * replay after a crash stays bounded by half a snapshot. */
+    if (n->log_bytes_since_snap < kt_mvcc_size_bytes(n->store) / 2)
+      return;
+  }
+  if (n->applied_index <= n->durable_snap_index) {
+    n->snap_force = false;
     return;
-  /* A snapshot copies the whole store, so it also waits until the log
-   * written since the last one is at least half the store's size: writing
-   * snapshots then never costs more than twice the writes themselves, and
-   * replay after a crash stays bounded by half a snapshot. */
-  if (n->log_bytes_since_snap < kt_mvcc_size_bytes(n->store) / 2)
-    return;
+  }
+  n->snap_force = false;
   struct kt_snap_meta meta = {0};
-  char membership[1024];
-  int ml;
-  membership_blob(n, membership, sizeof membership, &ml);
-  /* The lease table at this index rides in the meta blob (O(leases) here, on
-   * the loop: ~10 ms per 100k leases). */
+  /* The member and lease tables at this index ride in the meta blob
+   * (O(leases) here, on the loop: ~10 ms per 100k leases). */
   struct kt_buf blob = {0};
-  kt_buf_append(&blob, membership, (size_t)ml + 1);
-  kt_node_lease_save(n, &blob);
+  meta_blob(n, &blob);
   meta.term = n->applied_term;
   meta.index = n->applied_index;
   meta.revision = kt_mvcc_revision(n->store);
@@ -1192,166 +1137,6 @@ static int mkdir_p(const char *path, struct kt_err *e) {
   return 0;
 }
 
-static uint64_t hash_id(const char *a, const char *b, const char *c) {
-  crypto_generichash_state st;
-  uint8_t out[16];
-  crypto_generichash_init(&st, NULL, 0, sizeof out);
-  crypto_generichash_update(&st, (const uint8_t *)a, strlen(a) + 1);
-  crypto_generichash_update(&st, (const uint8_t *)b, strlen(b) + 1);
-  crypto_generichash_update(&st, (const uint8_t *)c, strlen(c) + 1);
-  crypto_generichash_final(&st, out, sizeof out);
-  uint64_t v = kt_get_u64be(out);
-  return v ? v : 1;
-}
-
-/* member/meta, written once (tmp + fsync + rename) when the member is
- * created; a restart reads it and ignores the --initial-* flags, as etcd:
- *   "KTMEMBER" | cluster_id u64 | member_id u64 | n u32 |
- *   n × (id u64 | url_len u16 | url | name_len u16 | name)   (big-endian)
- * Membership changes (the cluster issue) will move this into the log. */
-static int write_meta(struct kt_node *n, const char *path, struct kt_err *e) {
-  char tmp[4300];
-  struct kt_buf b = {0};
-  uint8_t x[8];
-  kt_buf_append(&b, META_MAGIC, 8);
-  kt_put_u64be(x, n->cluster_id);
-  kt_buf_append(&b, x, 8);
-  kt_put_u64be(x, n->member_id);
-  kt_buf_append(&b, x, 8);
-  kt_put_u32be(x, (uint32_t)n->n_members);
-  kt_buf_append(&b, x, 4);
-  for (size_t i = 0; i < n->n_members; i++) {
-    kt_put_u64be(x, n->members[i].id);
-    kt_buf_append(&b, x, 8);
-    const char *str[2] = {n->members[i].url, n->members[i].name};
-    for (int k = 0; k < 2; k++) {
-      size_t l = strlen(str[k]);
-      x[0] = (uint8_t)(l >> 8);
-      x[1] = (uint8_t)l;
-      kt_buf_append(&b, x, 2);
-      kt_buf_append(&b, str[k], l);
-    }
-  }
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  int rc = 0;
-  if (fd < 0 || write(fd, b.p, b.len) != (ssize_t)b.len || fsync(fd) < 0) {
-    int er = errno;
-    rc = kt_err_set(e, er == ENOSPC ? KT_ENOSPACE : KT_EIO, "%s: %s", tmp, strerror(er));
-  }
-  if (fd >= 0)
-    close(fd);
-  kt_buf_free(&b);
-  if (rc)
-    return rc;
-  if (rename(tmp, path) < 0)
-    return kt_err_set(e, KT_EIO, "rename %s: %s", tmp, strerror(errno));
-  int dfd = open(n->member_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
-  return 0;
-}
-
-static int read_meta(struct kt_node *n, const char *path, const uint8_t *p, size_t len,
-                     struct kt_err *e) {
-  if (len < 28 || memcmp(p, META_MAGIC, 8) != 0)
-    return kt_err_set(e, KT_ECORRUPT, "%s: not a ketch member file", path);
-  n->cluster_id = kt_get_u64be(p + 8);
-  n->member_id = kt_get_u64be(p + 16);
-  uint32_t cnt = kt_get_u32be(p + 24);
-  size_t off = 28;
-  if (cnt == 0 || cnt > KT_NODE_MAX_MEMBERS)
-    return kt_err_set(e, KT_ECORRUPT, "%s: %u members", path, cnt);
-  n->n_members = 0;
-  for (uint32_t i = 0; i < cnt; i++) {
-    struct kt_node_member *m = &n->members[n->n_members++];
-    if (off + 8 > len)
-      return kt_err_set(e, KT_ECORRUPT, "%s: truncated at member %u", path, i);
-    m->id = kt_get_u64be(p + off);
-    off += 8;
-    char *str[2] = {m->url, m->name};
-    size_t cap[2] = {sizeof m->url, sizeof m->name};
-    for (int k = 0; k < 2; k++) {
-      if (off + 2 > len)
-        return kt_err_set(e, KT_ECORRUPT, "%s: truncated at member %u", path, i);
-      size_t l = ((size_t)p[off] << 8) | p[off + 1];
-      off += 2;
-      if (l >= cap[k] || off + l > len)
-        return kt_err_set(e, KT_ECORRUPT, "%s: bad string at member %u", path, i);
-      memcpy(str[k], p + off, l);
-      str[k][l] = 0;
-      off += l;
-    }
-  }
-  return 0;
-}
-
-/* Member ids from the token and each member's name and first peer URL; the
- * cluster id from the token and the sorted member ids: every member of a new
- * cluster computes the same ones from the same --initial-cluster. */
-static int bootstrap_members(struct kt_node *n, struct kt_err *e) {
-  n->n_members = 0;
-  for (size_t i = 0; i < n->cfg.n_initial; i++) {
-    const struct kt_node_peer *pi = &n->cfg.initial[i];
-    bool seen = false;
-    for (size_t k = 0; k < n->n_members; k++)
-      seen |= !strcmp(n->members[k].name, pi->name);
-    if (seen)
-      continue; /* extra URLs of a member: the first one is dialled */
-    if (n->n_members == KT_NODE_MAX_MEMBERS)
-      return kt_err_set(e, KT_EINVAL, "--initial-cluster: more than %d members",
-                        KT_NODE_MAX_MEMBERS);
-    struct kt_node_member *m = &n->members[n->n_members++];
-    snprintf(m->name, sizeof m->name, "%s", pi->name);
-    snprintf(m->url, sizeof m->url, "%s", pi->url);
-    m->id = hash_id("member", n->cfg.cluster_token, pi->name);
-  }
-  uint64_t sorted[KT_NODE_MAX_MEMBERS];
-  for (size_t i = 0; i < n->n_members; i++)
-    sorted[i] = n->members[i].id;
-  for (size_t i = 1; i < n->n_members; i++)
-    for (size_t k = i; k > 0 && sorted[k - 1] > sorted[k]; k--) {
-      uint64_t t = sorted[k];
-      sorted[k] = sorted[k - 1];
-      sorted[k - 1] = t;
-    }
-  char ids[KT_NODE_MAX_MEMBERS * 17 + 1] = "";
-  for (size_t i = 0; i < n->n_members; i++)
-    snprintf(ids + 17 * i, sizeof ids - 17 * i, "%016llx,", (unsigned long long)sorted[i]);
-  n->cluster_id = hash_id("cluster", n->cfg.cluster_token, ids);
-  n->member_id = 0;
-  for (size_t i = 0; i < n->n_members; i++)
-    if (!strcmp(n->members[i].name, n->cfg.name))
-      n->member_id = n->members[i].id;
-  if (!n->member_id)
-    return kt_err_set(e, KT_EINVAL, "--initial-cluster has no member named \"%s\"", n->cfg.name);
-  return 0;
-}
-
-static int load_or_create_meta(struct kt_node *n, struct kt_err *e) {
-  char path[4200];
-  snprintf(path, sizeof path, "%s/meta", n->member_dir);
-  uint8_t buf[KT_NODE_MAX_MEMBERS * 600 + 64];
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ssize_t r = read(fd, buf, sizeof buf);
-    close(fd);
-    if (r < 0)
-      return kt_err_set(e, KT_EIO, "%s: %s", path, strerror(errno));
-    return read_meta(n, path, buf, (size_t)r, e);
-  }
-  if (errno != ENOENT)
-    return kt_err_set(e, KT_EIO, "%s: %s", path, strerror(errno));
-  if (n->cfg.join_existing)
-    return kt_err_set(e, KT_EINVAL,
-                      "--initial-cluster-state=existing needs membership changes (member add), "
-                      "which come with the cluster issue");
-  int rc = bootstrap_members(n, e);
-  return rc ? rc : write_meta(n, path, e);
-}
-
 /* Snapshot records go to the store; the newest record of each key tells
  * which lease the key is attached to (attached once the lease table is
  * loaded from the snapshot's meta). */
@@ -1399,22 +1184,30 @@ static struct kt_mvcc *new_store(struct kt_node *n) {
   return s;
 }
 
-/* The snapshot meta blob: membership text, then NUL and the lease table
- * (snapshots written before leases have no NUL: no leases). */
-static int load_snapshot_leases(struct kt_node *n, const struct kt_snap_meta *meta,
-                                struct kt_err *e) {
+/* The snapshot meta blob (meta_blob): the text line, NUL, the member table
+ * (into *t; t->n == 0 if the snapshot has none), the lease table. */
+static int load_snapshot_blob(struct kt_node *n, const struct kt_snap_meta *meta,
+                              struct kt_node_members *t, struct kt_err *e) {
+  t->n = t->n_removed = 0;
   const uint8_t *nul =
       meta->membership.n ? memchr(meta->membership.p, 0, meta->membership.n) : NULL;
   if (!nul)
     return 0;
-  size_t off = (size_t)(nul + 1 - meta->membership.p);
-  return kt_node_lease_load(n, meta->membership.p + off, meta->membership.n - off, e);
+  size_t off = (size_t)(nul + 1 - meta->membership.p), len = meta->membership.n;
+  if (len - off >= 8 && !memcmp(meta->membership.p + off, "KTMEMBS1", 8)) {
+    size_t used;
+    int rc = kt_node_member_decode(meta->membership.p + off, len - off, &used, t, e);
+    if (rc)
+      return rc;
+    off += used;
+  }
+  return kt_node_lease_load(n, meta->membership.p + off, len - off, e);
 }
 
 /* The newest snapshot that loads whole; older ones are the fallback. */
 int kt_node_load_snapshot_file(struct kt_node *n, const char *path, struct kt_snap_meta *meta,
                                struct kt_mvcc **store, struct kt_lease_mgr **leases,
-                               struct kt_err *e) {
+                               struct kt_node_members *members, struct kt_err *e) {
   struct kt_lease_mgr *old = n->leases;
   n->leases = kt_node_lease_mgr_new(n); /* restore_done attaches keys into it */
   struct kt_mvcc *s = new_store(n);
@@ -1423,7 +1216,7 @@ int kt_node_load_snapshot_file(struct kt_node *n, const char *path, struct kt_sn
   restore_flush(&rs);
   kt_buf_free(&rs.key);
   if (!rc)
-    rc = load_snapshot_leases(n, meta, e);
+    rc = load_snapshot_blob(n, meta, members, e);
   kt_node_lease_restore_done(n, rc == 0);
   if (rc) {
     kt_lease_free(n->leases);
@@ -1450,7 +1243,10 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
     struct kt_err le = {0};
     struct kt_mvcc *s;
     struct kt_lease_mgr *lm;
-    if (kt_node_load_snapshot_file(n, path, &meta, &s, &lm, &le)) {
+    struct kt_node_members *tab = malloc(sizeof *tab);
+    kt_assert(tab);
+    if (kt_node_load_snapshot_file(n, path, &meta, &s, &lm, tab, &le)) {
+      free(tab);
       kt_log(KT_LOG_ERROR, "snap", "snapshot refused: %s%s", le.msg,
              i + 1 < cnt ? " (falling back to an older snapshot)" : "");
       kt_snap_meta_free(&meta);
@@ -1462,6 +1258,8 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
     n->leases = lm;
     n->applied_term = meta.term;
     n->applied_index = n->last_snap_index = n->durable_snap_index = meta.index;
+    kt_node_member_adopt(n, tab, meta.index);
+    free(tab);
     kt_log(KT_LOG_INFO, "snap",
            "recovered from snapshot file=%s index=%llu revision=%lld keys=%llu", list[i].name,
            (unsigned long long)meta.index, (long long)meta.revision,
@@ -1476,17 +1274,6 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
     return kt_err_set(e, KT_ECORRUPT, "every snapshot in %s failed verification", n->snap_dir);
   return 0;
 }
-
-/* What the WAL holds after the snapshot: raft's restart state. */
-struct replay {
-  struct kt_node *n;
-  struct kt_raft_hard_state hs;
-  struct kt_raft_entry *ents;
-  size_t n_ents, cap_ents;
-  struct kt_arena data;
-  uint64_t first_seen;
-  struct kt_err *e;
-};
 
 static int replay_rec(void *arg, const struct kt_wal_rec *rec) {
   struct replay *r = arg;
@@ -1532,7 +1319,7 @@ static int replay_rec(void *arg, const struct kt_wal_rec *rec) {
 
 /* ---- peers ---- */
 
-static void on_peer_message(void *arg, uint64_t from, const uint8_t *msg, size_t len) {
+void kt_node_on_peer_message(void *arg, uint64_t from, const uint8_t *msg, size_t len) {
   struct kt_node *n = arg;
   struct kt_raft_msg m;
   struct kt_err e = {0};
@@ -1552,45 +1339,17 @@ static void on_peer_message(void *arg, uint64_t from, const uint8_t *msg, size_t
   kt_raft_step(n->raft, &m);
 }
 
-static void on_peer_snapshot(void *arg, uint64_t from, const uint8_t *msg, size_t len) {
+void kt_node_on_peer_snapshot(void *arg, uint64_t from, const uint8_t *msg, size_t len) {
   kt_node_install_chunk(arg, from, msg, len);
 }
-static void on_snapshot_room(void *arg, uint64_t peer) { kt_node_install_room(arg, peer); }
-
-static int start_peers(struct kt_node *n, struct kt_err *e) {
-  if (n->n_members == 1)
-    return 0;
-  struct kt_peer_config pc = {.cluster_id = n->cluster_id,
-                              .member_id = n->member_id,
-                              .on_message = on_peer_message,
-                              .on_snapshot = on_peer_snapshot,
-                              .on_snapshot_room = on_snapshot_room,
-                              .arg = n};
-  n->peers = kt_peer_new(n->loop, &pc);
-  for (size_t i = 0; i < n->n_members; i++) {
-    if (n->members[i].id == n->member_id)
-      continue;
-    int rc = kt_peer_add(n->peers, n->members[i].id, n->members[i].url, e);
-    if (rc)
-      return rc;
-  }
-  if (!n->cfg.listen_peer_host)
-    return kt_err_set(e, KT_EINVAL, "a cluster member needs --listen-peer-urls");
-  char url[300];
-  snprintf(url, sizeof url, strchr(n->cfg.listen_peer_host, ':') ? "[%s]:%d" : "%s:%d",
-           n->cfg.listen_peer_host, n->cfg.listen_peer_port);
-  int rc = kt_peer_listen(n->peers, url, e);
-  if (!rc)
-    kt_log(KT_LOG_INFO, "peer", "listening for peers url=%s members=%zu", url, n->n_members);
-  return rc;
-}
+void kt_node_on_snapshot_room(void *arg, uint64_t peer) { kt_node_install_room(arg, peer); }
 
 /* Raft from the snapshot and the WAL; one member campaigns at once (as
  * etcd's initial-election-tick-advance). */
 static int start_raft(struct kt_node *n, struct replay *r, struct kt_err *e) {
-  uint64_t voters[KT_NODE_MAX_MEMBERS];
-  for (size_t i = 0; i < n->n_members; i++)
-    voters[i] = n->members[i].id;
+  uint64_t voters[KT_NODE_MAX_MEMBERS], learners[KT_NODE_MAX_MEMBERS];
+  size_t nv, nl;
+  kt_node_member_conf(n, voters, &nv, learners, &nl);
   struct kt_raft_hard_state hs = r->hs;
   if (hs.commit < n->applied_index) /* the snapshot outran the hard state's record */
     hs.commit = n->applied_index;
@@ -1602,7 +1361,9 @@ static int start_raft(struct kt_node *n, struct replay *r, struct kt_err *e) {
   uint32_t et = n->cfg.election_timeout_ms ? n->cfg.election_timeout_ms : 1000;
   struct kt_raft_config rc = {.id = n->member_id,
                               .voters = voters,
-                              .n_voters = n->n_members,
+                              .n_voters = nv,
+                              .learners = learners,
+                              .n_learners = nl,
                               .election_ticks = et / hb > 1 ? et / hb : 2,
                               .heartbeat_ticks = 1,
                               .max_msg_bytes = 1u << 20,
@@ -1623,10 +1384,21 @@ static int start_raft(struct kt_node *n, struct replay *r, struct kt_err *e) {
   kt_log(KT_LOG_INFO, "node", "log recovered snapshot-index=%llu entries=%zu term=%llu commit=%llu",
          (unsigned long long)n->applied_index, r->n_ents, (unsigned long long)hs.term,
          (unsigned long long)hs.commit);
-  if (n->n_members == 1) /* nobody to wait for: campaign at once */
-    for (uint32_t i = 0; i < 2 * rc.election_ticks; i++)
-      kt_raft_tick(n->raft);
   return 0;
+}
+
+/* A lone voter elects itself without waiting an election timeout (as etcd's
+ * initial-election-tick-advance). Outside a ready batch. */
+void kt_node_campaign_now(struct kt_node *n) {
+  uint32_t hb = n->cfg.heartbeat_ms ? n->cfg.heartbeat_ms : 100;
+  uint32_t et = n->cfg.election_timeout_ms ? n->cfg.election_timeout_ms : 1000;
+  uint32_t ticks = et / hb > 1 ? et / hb : 2;
+  for (uint32_t i = 0; i < 2 * ticks; i++)
+    kt_raft_tick(n->raft);
+}
+
+bool kt_node_solo(const struct kt_node *n) {
+  return kt_raft_role(n->raft) == KT_RAFT_LEADER && kt_node_member_voters(n) == 1;
 }
 
 static void on_conn_close(void *arg, struct kt_conn *c) { kt_node_watch_conn_closed(arg, c); }
@@ -1648,9 +1420,10 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   snprintf(n->member_dir, sizeof n->member_dir, "%s/member", cfg->data_dir);
   snprintf(n->wal_dir, sizeof n->wal_dir, "%s/wal", n->member_dir);
   snprintf(n->snap_dir, sizeof n->snap_dir, "%s/snap", n->member_dir);
+  kt_node_member_init(n);
   int rc;
   if ((rc = mkdir_p(n->wal_dir, e)) || (rc = mkdir_p(n->snap_dir, e)) ||
-      (rc = load_or_create_meta(n, e)))
+      (rc = kt_node_member_open(n, e)))
     goto fail;
   kt_node_lease_init(n);
   kt_node_lock_init(n);
@@ -1689,7 +1462,9 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
                     n->wal_dir, (unsigned long long)r.first_seen,
                     (unsigned long long)n->applied_index);
   } else {
-    rc = start_raft(n, &r, e);
+    rc = kt_node_member_bootstrap(n, &r, e);
+    if (!rc)
+      rc = start_raft(n, &r, e);
   }
   free(r.ents);
   kt_arena_free(&r.data);
@@ -1710,7 +1485,7 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   n->tick_w.data = n;
   ev_timer_start(loop, &n->tick_w);
   ev_unref(loop);
-  if ((rc = start_peers(n, e)))
+  if ((rc = kt_node_member_sync_peers(n, e)))
     goto fail;
   process_ready(n); /* committed entries of the log: applied before serving */
 
@@ -1751,6 +1526,7 @@ fail:
   kt_node_lock_free(n);
   kt_node_install_free(n);
   kt_node_lease_free(n);
+  kt_node_member_free(n);
   if (n->store)
     kt_mvcc_free(n->store);
   free(n);
@@ -1804,6 +1580,7 @@ void kt_node_free(struct kt_node *n) {
   kt_node_lock_free(n);
   kt_node_install_free(n);
   kt_node_lease_free(n);
+  kt_node_member_free(n);
   if (n->peers)
     kt_peer_free(n->peers);
   kt_arena_free(&n->msg_arena);

@@ -51,10 +51,12 @@ struct kt_node_peer {
   const char *name, *url;
 };
 
-/* A member of the cluster, as the member file records it. */
+/* A member of the cluster (core/node_member.c owns the table). peer_urls
+ * and client_urls are comma-separated; the first peer URL is dialled. */
 struct kt_node_member {
   uint64_t id;
-  char name[128], url[256];
+  bool learner;
+  char name[128], peer_urls[512], client_urls[512];
 };
 
 struct kt_node_config {

@@ -188,10 +188,14 @@ static void start_send(struct kt_node *n, uint64_t peer) {
   struct kt_snap_entry *list = NULL;
   size_t cnt = 0;
   struct kt_err e = {0};
-  if (kt_snap_list(n->snap_dir, &list, &cnt, &e) || cnt == 0) {
-    kt_log(KT_LOG_WARN, "snap", "peer %016llx needs a snapshot and there is none yet",
+  if (kt_snap_list(n->snap_dir, &list, &cnt, &e) || cnt == 0 ||
+      list[0].index + 1 < kt_raft_first_index(n->raft)) {
+    /* none, or the log was compacted past the newest one (a lone member
+     * compacts freely): take one now; raft asks again later */
+    kt_log(KT_LOG_INFO, "snap", "peer %016llx needs a snapshot: taking one",
            (unsigned long long)peer);
     free(list);
+    n->snap_force = true;
     kt_raft_report_snapshot_failed(n->raft, peer);
     return;
   }
@@ -242,8 +246,8 @@ void kt_node_install_tick(struct kt_node *n) {
 
 /* ---- follower ---- */
 
-/* kt_raft_install_snapshot with raft's current configuration (snapshot
- * files do not carry one yet). */
+/* kt_raft_install_snapshot of a stale snapshot (it only tells the leader our
+ * commit): raft's configuration stays. */
 static int raft_install(struct kt_node *n, uint64_t index, uint64_t term) {
   struct kt_raft_member_state ms[KT_RAFT_MAX_MEMBERS];
   uint64_t voters[KT_RAFT_MAX_MEMBERS], learners[KT_RAFT_MAX_MEMBERS];
@@ -264,20 +268,25 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
   struct kt_lease_mgr *leases;
   if (index <= kt_raft_commit(n->raft) || term > kt_raft_term(n->raft))
     return; /* raft would refuse it: change nothing (stale is checked by the caller) */
-  if (kt_node_load_snapshot_file(n, path, &meta, &store, &leases, &e)) {
+  struct kt_node_members *tab = malloc(sizeof *tab);
+  kt_assert(tab);
+  if (kt_node_load_snapshot_file(n, path, &meta, &store, &leases, tab, &e)) {
     kt_log(KT_LOG_ERROR, "snap", "received snapshot refused: %s", e.msg);
     kt_snap_meta_free(&meta);
     unlink(path);
+    free(tab);
     return;
   }
-  if (meta.index != index || meta.term != term) {
-    kt_log(KT_LOG_ERROR, "snap", "received snapshot says index %llu term %llu, expected %llu/%llu",
+  if (meta.index != index || meta.term != term || !tab->n) {
+    kt_log(KT_LOG_ERROR, "snap",
+           "received snapshot says index %llu term %llu (expected %llu/%llu), %zu members",
            (unsigned long long)meta.index, (unsigned long long)meta.term, (unsigned long long)index,
-           (unsigned long long)term);
+           (unsigned long long)term, tab->n);
     kt_mvcc_free(store);
     kt_lease_free(leases);
     kt_snap_meta_free(&meta);
     unlink(path);
+    free(tab);
     return;
   }
   kt_snap_meta_free(&meta);
@@ -293,6 +302,7 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
     kt_log(KT_LOG_FATAL, "wal", "reset after snapshot install failed: %s", e.msg);
     kt_mvcc_free(store);
     kt_lease_free(leases);
+    free(tab);
     n->fatal = e.code ? e.code : KT_EIO;
     ev_break(n->loop, EVBREAK_ALL);
     return;
@@ -317,7 +327,14 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
   n->applied_term = term;
   n->last_snap_index = n->durable_snap_index = index;
   n->log_bytes_since_snap = 0;
-  int rc = raft_install(n, index, term);
+  kt_node_member_adopt(n, tab, index);
+  free(tab);
+  uint64_t voters[KT_NODE_MAX_MEMBERS], learners[KT_NODE_MAX_MEMBERS];
+  size_t nv, nl;
+  kt_node_member_conf(n, voters, &nv, learners, &nl);
+  int rc = kt_raft_install_snapshot(n->raft, index, term, voters, nv, learners, nl);
+  if (kt_node_member_sync_peers(n, &e))
+    kt_log(KT_LOG_ERROR, "peer", "peer transport: %s", e.msg);
   n->hs_synced = hs;
   kt_raft_hs_persisted(n->raft, &hs); /* in-flight hard states were superseded */
   /* Our proposals may or may not be in the snapshot; lock waiters re-check

@@ -105,6 +105,25 @@ struct persisting {
   struct kt_raft_hard_state hs;
 };
 
+/* What the WAL holds after the snapshot: raft's restart state. */
+struct replay {
+  struct kt_node *n;
+  struct kt_raft_hard_state hs;
+  struct kt_raft_entry *ents;
+  size_t n_ents, cap_ents;
+  struct kt_arena data;
+  uint64_t first_seen;
+  struct kt_err *e;
+};
+
+/* A member table as a snapshot carries it. */
+struct kt_node_members {
+  struct kt_node_member v[KT_NODE_MAX_MEMBERS];
+  size_t n;
+  uint64_t removed[64];
+  size_t n_removed;
+};
+
 struct waiter { /* a physical compaction waiting for its slices */
   struct kt_conn *conn;
   uint64_t req_id;
@@ -115,8 +134,13 @@ struct kt_node {
   struct kt_node_config cfg;
   char member_dir[4096], wal_dir[4200], snap_dir[4200];
   uint64_t cluster_id, member_id;
+  /* The membership (node_member.c): the table at the applied index, the
+   * ids removed from it (never reused). */
   struct kt_node_member members[KT_NODE_MAX_MEMBERS];
   size_t n_members;
+  uint64_t removed[64];
+  size_t n_removed;
+  struct node_member_state *mem;
   struct kt_peer_transport *peers; /* NULL with one member */
   struct kt_mvcc *store;
   struct kt_wal *wal;
@@ -182,8 +206,6 @@ struct kt_node {
   ev_async wal_async, snap_async;
   ev_prepare prepare_w;
   ev_idle idle_w;
-  /* Client URLs each member published (members[i]), comma-separated. */
-  char member_client_urls[KT_NODE_MAX_MEMBERS][512];
   /* A MOVE_LEADER waiting for the transferee to lead (one at a time). */
   struct {
     struct kt_conn *conn; /* NULL: none */
@@ -198,6 +220,7 @@ struct kt_node {
   struct node_lease_state *ls;
   struct node_lock_state *lk;
 
+  bool snap_force; /* take a snapshot now (a new member needs one) */
   bool stopping;
   int wal_failed; /* KT_ENOSPACE: writes refused, reads go on */
   char wal_failed_msg[512];
@@ -220,6 +243,67 @@ void kt_node_fail_pending(struct kt_node *n, int code, const char *msg);
 void kt_node_propose_req(struct kt_node *n, const struct kt_req *req, kt_node_done_fn done,
                          void *ctx);
 
+/* Propose a membership change body (a CONF entry); done runs once. */
+void kt_node_propose_conf(struct kt_node *n, const uint8_t *body, size_t len, kt_node_done_fn done,
+                          void *ctx);
+/* Stop the member: a fatal condition (failed fsync, removed from the cluster). */
+void kt_node_stop_fatal(struct kt_node *n, int code, const char *what);
+/* A lone voter elects itself without waiting an election timeout. */
+void kt_node_campaign_now(struct kt_node *n);
+/* Linearizable reads need a read index unless this member is the only voter
+ * and leads. */
+bool kt_node_solo(const struct kt_node *n);
+/* Peer transport callbacks (node.c). */
+void kt_node_on_peer_message(void *arg, uint64_t from, const uint8_t *msg, size_t len);
+void kt_node_on_peer_snapshot(void *arg, uint64_t from, const uint8_t *msg, size_t len);
+void kt_node_on_snapshot_room(void *arg, uint64_t peer);
+
+/* node_member.c: the member table, bootstrap/join, membership changes. */
+void kt_node_member_init(struct kt_node *n);
+void kt_node_member_free(struct kt_node *n);
+/* Member file: read it, or create it (new cluster from --initial-cluster, or
+ * join an existing one: blocking JOIN exchange with its members). */
+int kt_node_member_open(struct kt_node *n, struct kt_err *e);
+/* After the WAL opened: a new cluster's first entries (written and synced). */
+int kt_node_member_bootstrap(struct kt_node *n, struct replay *r, struct kt_err *e);
+void kt_node_member_before_raft(struct kt_node *n, bool snapshot_loaded);
+/* The transport's peers follow the table (created when a peer first appears). */
+int kt_node_member_sync_peers(struct kt_node *n, struct kt_err *e);
+void kt_node_member_conf(const struct kt_node *n, uint64_t *voters, size_t *nv, uint64_t *learners,
+                         size_t *nl);
+const struct kt_node_member *kt_node_member_find(const struct kt_node *n, uint64_t id);
+bool kt_node_member_removed(const struct kt_node *n, uint64_t id);
+bool kt_node_member_is_learner(const struct kt_node *n);
+size_t kt_node_member_voters(const struct kt_node *n);
+void kt_node_member_list(struct kt_node *n, struct kt_conn *c, uint64_t id);
+/* A client's MEMBER_ADD..PROMOTE (followers forward to the leader). */
+void kt_node_member_client(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
+                           const uint8_t *body, size_t body_len);
+/* The leader's handling; from/seq != 0: forwarded by follower `from`. */
+void kt_node_member_request(struct kt_node *n, struct kt_conn *c, uint64_t from, uint64_t seq,
+                            const struct kt_req *req);
+/* A committed MEMBER_* or MEMBER_PUBLISH entry; own: our proposal, if it is. */
+void kt_node_member_apply(struct kt_node *n, uint8_t entry_type, const struct kt_req *req,
+                          const struct pending *own);
+void kt_node_member_after_ready(struct kt_node *n);
+void kt_node_member_publish(struct kt_node *n);
+/* Snapshot meta blob part; decode checks bounds (outside bytes). */
+void kt_node_member_save(const struct kt_node *n, struct kt_buf *out);
+int kt_node_member_decode(const uint8_t *p, size_t len, size_t *used, struct kt_node_members *t,
+                          struct kt_err *e);
+void kt_node_member_adopt(struct kt_node *n, const struct kt_node_members *t,
+                          uint64_t snapshot_index);
+int kt_node_member_join_decode(const uint8_t *p, size_t len, struct kt_node_member *out,
+                               size_t *n_out, struct kt_err *e);
+
+/* node_lease.c's forwarding link, shared: a follower forwards a request to
+ * the leader (answered when the leader replies, ETIMEOUT after two election
+ * timeouts); the leader answers with kt_node_fwd_reply. */
+void kt_node_forward(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
+                     size_t body_len);
+void kt_node_fwd_reply(struct kt_node *n, uint64_t to, uint64_t seq, int rc, const char *msg,
+                       const struct kt_resp *r);
+
 /* node_lock.c: lock and election services (LOCK .. RESIGN). */
 void kt_node_lock_init(struct kt_node *n);
 void kt_node_lock_free(struct kt_node *n);
@@ -229,9 +313,11 @@ void kt_node_lock_flush(struct kt_node *n); /* end of turn: waiters whose predec
 void kt_node_lock_tick(struct kt_node *n);
 void kt_node_lock_recheck_all(struct kt_node *n); /* the store was replaced */
 
+/* Loads a snapshot file into a new store and lease table and decodes its
+ * member table into *members (n == 0 if it carries none). */
 int kt_node_load_snapshot_file(struct kt_node *n, const char *path, struct kt_snap_meta *meta,
                                struct kt_mvcc **store, struct kt_lease_mgr **leases,
-                               struct kt_err *e);
+                               struct kt_node_members *members, struct kt_err *e);
 
 /* node_install.c: snapshot transfer to followers behind the log, install. */
 void kt_node_install_init(struct kt_node *n);

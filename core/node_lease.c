@@ -72,6 +72,7 @@ struct node_lease_state {
   size_t n_rk, cap_rk;
   struct kt_arena arena;
   struct kt_buf buf;
+  struct kt_buf fwd_buf; /* kt_node_fwd_reply's frame */
 };
 
 static int64_t mono_ms(void) {
@@ -110,6 +111,7 @@ void kt_node_lease_free(struct kt_node *n) {
   free(ls->rk);
   kt_arena_free(&ls->arena);
   kt_buf_free(&ls->buf);
+  kt_buf_free(&ls->fwd_buf);
   free(ls);
   kt_lease_free(n->leases);
 }
@@ -271,8 +273,8 @@ static int answer(struct kt_node *n, const struct kt_req *req, struct kt_resp *r
   }
 }
 
-static void forward(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
-                    size_t body_len) {
+void kt_node_forward(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
+                     size_t body_len) {
   struct node_lease_state *ls = n->ls;
   uint64_t leader = kt_raft_leader(n->raft);
   if (!n->peers || !leader || leader == n->member_id) {
@@ -335,7 +337,7 @@ void kt_node_lease_request(struct kt_node *n, struct kt_conn *c, const struct kt
   case KT_MSG_LEASE_KEEPALIVE:
   case KT_MSG_LEASE_TTL:
     if (!kt_lease_is_leader(n->leases)) {
-      forward(n, c, req->id, body, body_len);
+      kt_node_forward(n, c, req->id, body, body_len);
       return;
     }
     /* fall through */
@@ -357,6 +359,32 @@ void kt_node_lease_request(struct kt_node *n, struct kt_conn *c, const struct kt
 
 /* ---- the peer link: forwarded requests and their answers ---- */
 
+/* The leader's answer to a forwarded request: r (its id becomes seq) or the
+ * error rc/msg. */
+void kt_node_fwd_reply(struct kt_node *n, uint64_t to, uint64_t seq, int rc, const char *msg,
+                       const struct kt_resp *r) {
+  struct node_lease_state *ls = n->ls;
+  if (!n->peers)
+    return;
+  struct kt_buf *b = &ls->fwd_buf;
+  kt_buf_reset(b);
+  uint8_t hdr[FWD_HDR] = {FWD_RESP};
+  kt_put_u64be(hdr + 1, seq);
+  kt_buf_append(b, hdr, FWD_HDR);
+  size_t off = b->len;
+  if (rc) {
+    kt_proto_encode_error(b, seq, rc, msg && *msg ? msg : kt_strerror(rc));
+  } else {
+    struct kt_resp x = *r;
+    x.id = seq;
+    kt_proto_encode_resp(b, &x);
+  }
+  /* Frames carry a length prefix: drop it, the peer frame has its own. */
+  memmove(b->p + off, b->p + off + KT_FRAME_HDR, b->len - off - KT_FRAME_HDR);
+  b->len -= KT_FRAME_HDR;
+  kt_peer_send(n->peers, to, b->p, b->len);
+}
+
 static void fwd_answer_leader(struct kt_node *n, uint64_t from, uint64_t seq, const uint8_t *body,
                               size_t len) {
   struct node_lease_state *ls = n->ls;
@@ -365,6 +393,10 @@ static void fwd_answer_leader(struct kt_node *n, uint64_t from, uint64_t seq, co
   struct kt_resp r = {0};
   kt_arena_reset(&ls->arena);
   int rc = kt_proto_decode_req(body, len, &ls->arena, &req, &e);
+  if (!rc && req.type >= KT_MSG_MEMBER_ADD && req.type <= KT_MSG_MEMBER_PROMOTE) {
+    kt_node_member_request(n, NULL, from, seq, &req); /* answers when applied */
+    return;
+  }
   if (!rc && req.type != KT_MSG_LEASE_KEEPALIVE && req.type != KT_MSG_LEASE_TTL)
     rc = kt_err_set(&e, KT_EUNSUPPORTED, "not a forwardable request");
   if (!rc) {
@@ -373,21 +405,7 @@ static void fwd_answer_leader(struct kt_node *n, uint64_t from, uint64_t seq, co
     rc = answer(n, &req, &r, &ls->arena, &tmp, &e);
     kt_buf_free(&tmp);
   }
-  kt_buf_reset(&ls->buf);
-  uint8_t hdr[FWD_HDR] = {FWD_RESP};
-  kt_put_u64be(hdr + 1, seq);
-  kt_buf_append(&ls->buf, hdr, FWD_HDR);
-  size_t off = ls->buf.len;
-  if (rc) {
-    kt_proto_encode_error(&ls->buf, seq, rc, e.msg[0] ? e.msg : kt_strerror(rc));
-  } else {
-    r.id = seq;
-    kt_proto_encode_resp(&ls->buf, &r);
-  }
-  /* Frames carry a length prefix: drop it, the peer frame has its own. */
-  memmove(ls->buf.p + off, ls->buf.p + off + KT_FRAME_HDR, ls->buf.len - off - KT_FRAME_HDR);
-  ls->buf.len -= KT_FRAME_HDR;
-  kt_peer_send(n->peers, from, ls->buf.p, ls->buf.len);
+  kt_node_fwd_reply(n, from, seq, rc, e.msg, &r);
 }
 
 static void fwd_relay(struct kt_node *n, uint64_t from, uint64_t seq, const uint8_t *body,

@@ -18,7 +18,7 @@ struct progress {
   uint8_t state;
   bool learner; /* receives replication; never counted in a quorum */
   bool probe_sent, recent_active, voted, granted;
-  bool fresh; /* added by a configuration change: probe it at once */
+  bool fresh;        /* added by a configuration change: probe it at once */
   uint64_t read_ack; /* highest read seq this peer confirmed */
   /* in-flight APPs in replicate state: ring of (last index, bytes) */
   uint64_t *infl_index, *infl_bytes;
@@ -876,8 +876,8 @@ static void step_internal(struct kt_raft *r, const struct kt_raft_msg *m) {
         /* a CONF entry while one is pending goes in as NORMAL: the node
          * sees its request come back as a plain entry and refuses it */
         bool conf = m->entries[i].type == KT_RAFT_ENTRY_CONF && !conf_busy(r);
-        append_one(r, r->term, conf ? KT_RAFT_ENTRY_CONF : KT_RAFT_ENTRY_NORMAL,
-                   m->entries[i].data, m->entries[i].len);
+        append_one(r, r->term, conf ? KT_RAFT_ENTRY_CONF : KT_RAFT_ENTRY_NORMAL, m->entries[i].data,
+                   m->entries[i].len);
         if (conf)
           r->pending_conf = last_index(r);
       }
@@ -1324,8 +1324,8 @@ static struct kt_raft_hard_state hs_now(const struct kt_raft *r) {
 }
 
 bool kt_raft_has_ready(const struct kt_raft *r) {
-  if (r->out.n || r->events.n || r->late_events.n || r->read_hb_pending || r->handed < last_index(r) ||
-      apply_to(r) > r->applied)
+  if (r->out.n || r->events.n || r->late_events.n || r->read_hb_pending ||
+      r->handed < last_index(r) || apply_to(r) > r->applied)
     return true;
   struct kt_raft_hard_state hs = hs_now(r);
   if (memcmp(&hs, &r->given_hs, sizeof hs) != 0)

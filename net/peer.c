@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -36,6 +38,10 @@ const char *kt_peer_status_name(int status) {
     return "unknown channel";
   case KT_PEER_UNKNOWN_SENDER:
     return "sender is not a member";
+  case KT_PEER_REMOVED:
+    return "sender was removed from the cluster";
+  case KT_PEER_NOT_ADDED:
+    return "no member has these peer URLs (add it with member add first)";
   default:
     return "unknown status";
   }
@@ -101,7 +107,7 @@ int kt_peer_frame_next(const uint8_t *p, size_t n, uint32_t max_len, uint8_t *ch
   if (l > max_len)
     return -kt_err_set(e, KT_ETOOLARGE, "peer frame: length %u exceeds the limit of %u bytes", l,
                        max_len);
-  if (p[4] >= KT_PEER_N_CHANNELS)
+  if (p[4] > KT_PEER_CH_JOIN)
     return -kt_err_set(e, KT_EPROTO, "peer frame: unknown channel %u", p[4]);
   if (n - KT_PEER_FRAME_HDR < l)
     return 0;
@@ -160,6 +166,7 @@ struct pconn {
   int fd;
   uint8_t channel, state;
   bool dialed, closed, in_dirty, was_up;
+  bool close_when_sent; /* JOIN answer: close once written */
   ev_io rio, wio;
   struct kt_buf in;
   struct kt_buf out;
@@ -368,6 +375,10 @@ static bool conn_flush(struct pconn *c) {
     return false;
   }
   if (!unsent(c)) {
+    if (c->close_when_sent) {
+      conn_close(c, NULL);
+      return false;
+    }
     if (ev_is_active(&c->wio) && c->state != S_CONNECTING)
       ev_io_stop(t->loop, &c->wio);
     c->out.len = c->out_off = 0;
@@ -488,6 +499,12 @@ static bool dialer_ack(struct pconn *c, const struct kt_peer_hs *h) {
   struct peer *p = c->peer;
   const char *chname = c->channel ? "snapshot" : "raft";
   char why[192];
+  if (h->code == KT_PEER_REMOVED && t->cfg.on_removed) {
+    p->last_error_ch[c->channel][0] = 0;
+    conn_close(c, "refused by the remote: this member was removed from the cluster");
+    t->cfg.on_removed(t->cfg.arg, p->id);
+    return false;
+  }
   if (h->code != KT_PEER_OK) {
     snprintf(why, sizeof why,
              "refused by the remote: %s (local member=%llx cluster=%llx; remote member=%llx "
@@ -529,8 +546,15 @@ static bool dialer_ack(struct pconn *c, const struct kt_peer_hs *h) {
 
 static void acceptor_hello(struct pconn *c, const struct kt_peer_hs *h) {
   struct kt_peer_transport *t = c->t;
+  if (h->code == KT_PEER_CH_JOIN && t->cfg.on_join && h->version == KT_PEER_VERSION) {
+    c->channel = KT_PEER_CH_JOIN; /* its frame comes next; answered then */
+    c->state = S_UP;
+    return;
+  }
   struct peer *p = find_peer(t, h->a);
   int st = kt_peer_hs_check(h, t->cfg.cluster_id, t->cfg.member_id, p != NULL);
+  if (st == KT_PEER_UNKNOWN_SENDER && t->cfg.is_removed && t->cfg.is_removed(t->cfg.arg, h->a))
+    st = KT_PEER_REMOVED;
   struct kt_peer_hs ack = {.kind = KT_PEER_ACK,
                            .version = KT_PEER_VERSION,
                            .code = (uint8_t)st,
@@ -567,6 +591,37 @@ static void acceptor_hello(struct pconn *c, const struct kt_peer_hs *h) {
   kt_buf_reserve(&c->out, sizeof buf);
   memcpy(c->out.p, buf, sizeof buf);
   c->out.len = sizeof buf;
+  conn_flush(c);
+}
+
+/* JOIN: answer the joiner's frame with an ACK and (accepted) the reply
+ * frame, then close once written. */
+static void acceptor_join(struct pconn *c, const uint8_t *msg, size_t len) {
+  struct kt_peer_transport *t = c->t;
+  struct kt_buf reply = {0};
+  uint64_t id = 0;
+  int st = t->cfg.on_join(t->cfg.arg, msg, len, &id, &reply);
+  struct kt_peer_hs ack = {.kind = KT_PEER_ACK,
+                           .version = KT_PEER_VERSION,
+                           .code = (uint8_t)st,
+                           .cluster_id = t->cfg.cluster_id,
+                           .a = t->cfg.member_id,
+                           .b = st == KT_PEER_OK ? id : 0};
+  kt_log(st == KT_PEER_OK ? KT_LOG_INFO : KT_LOG_WARN, "peer",
+         "join request from %s urls=%.*s: %s member=%llx", c->addr, (int)KT_MIN(len, 200),
+         (const char *)msg, kt_peer_status_name(st), (unsigned long long)id);
+  size_t n = KT_PEER_HELLO_BYTES + (st == KT_PEER_OK ? KT_PEER_FRAME_HDR + reply.len : 0);
+  kt_buf_reserve(&c->out, n);
+  kt_peer_hs_encode(c->out.p, &ack);
+  c->out.len = KT_PEER_HELLO_BYTES;
+  if (st == KT_PEER_OK) {
+    kt_peer_frame_header(c->out.p + c->out.len, KT_PEER_CH_JOIN, (uint32_t)reply.len);
+    memcpy(c->out.p + c->out.len + KT_PEER_FRAME_HDR, reply.p, reply.len);
+    c->out.len += KT_PEER_FRAME_HDR + reply.len;
+  }
+  kt_buf_free(&reply);
+  c->close_when_sent = true;
+  ev_io_stop(t->loop, &c->rio); /* nothing more is read */
   conn_flush(c);
 }
 
@@ -612,6 +667,10 @@ static void acceptor_process(struct pconn *c) {
       return;
     }
     off += used;
+    if (c->channel == KT_PEER_CH_JOIN) {
+      acceptor_join(c, msg, len);
+      return;
+    }
     if (c->peer) {
       c->peer->st.msgs_received++;
       c->peer->st.bytes_received += len;
@@ -1110,4 +1169,145 @@ void kt_peer_free(struct kt_peer_transport *t) {
   ev_timer_stop(t->loop, &t->stall_w);
   ev_idle_stop(t->loop, &t->kick_w);
   free(t);
+}
+
+/* ---- JOIN, the joiner's side (blocking, start-up only) ---- */
+
+static int64_t join_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait for fd to be ready for `events` until deadline: 1, 0 on timeout. */
+static int join_wait(int fd, short events, int64_t deadline) {
+  for (;;) {
+    int64_t left = deadline - join_now_ms();
+    if (left <= 0)
+      return 0;
+    struct pollfd pf = {.fd = fd, .events = events};
+    int r = poll(&pf, 1, (int)left);
+    if (r > 0)
+      return 1;
+    if (r < 0 && errno != EINTR)
+      return 0;
+  }
+}
+
+/* Read exactly n bytes by the deadline: 0, or -1 (e filled). */
+static int join_read(int fd, uint8_t *p, size_t n, int64_t deadline, const char *url,
+                     struct kt_err *e) {
+  size_t got = 0;
+  while (got < n) {
+    if (!join_wait(fd, POLLIN, deadline))
+      return -kt_err_set(e, KT_EUNAVAILABLE, "join %s: no answer in time", url);
+    ssize_t r = read(fd, p + got, n - got);
+    if (r == 0)
+      return -kt_err_set(e, KT_EUNAVAILABLE, "join %s: connection closed by the remote", url);
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN)
+        continue;
+      return -kt_err_set(e, KT_EUNAVAILABLE, "join %s: read: %s", url, strerror(errno));
+    }
+    got += (size_t)r;
+  }
+  return 0;
+}
+
+int kt_peer_join(const char *url, const char *my_urls, uint32_t timeout_ms, uint64_t *cluster_id,
+                 uint64_t *member_id, uint64_t *acceptor_id, struct kt_buf *reply,
+                 struct kt_err *e) {
+  char host[KT_PEER_URL_MAX];
+  int port;
+  if (kt_peer_parse_url(url, host, sizeof host, &port, e))
+    return KT_EINVAL;
+  int64_t deadline = join_now_ms() + timeout_ms;
+  struct addrinfo hints = {
+      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+  struct addrinfo *ai = NULL;
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  int rc = getaddrinfo(host, ps, &hints, &ai);
+  if (rc)
+    return kt_err_set(e, KT_EUNAVAILABLE, "join %s: resolve %s: %s", url, host, gai_strerror(rc));
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    freeaddrinfo(ai);
+    return kt_err_set(e, KT_EUNAVAILABLE, "join %s: socket: %s", url, strerror(errno));
+  }
+  int cr = connect(fd, ai->ai_addr, ai->ai_addrlen);
+  freeaddrinfo(ai);
+  int err = cr < 0 ? errno : 0;
+  if (err == EINPROGRESS) {
+    err = ETIMEDOUT;
+    if (join_wait(fd, POLLOUT, deadline)) {
+      socklen_t sl = sizeof err;
+      if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) < 0)
+        err = errno;
+    }
+  }
+  if (err) {
+    close(fd);
+    return kt_err_set(e, KT_EUNAVAILABLE, "join %s: connect: %s", url, strerror(err));
+  }
+  size_t ul = strlen(my_urls);
+  uint8_t *out = malloc(KT_PEER_HELLO_BYTES + KT_PEER_FRAME_HDR + ul);
+  kt_assert(out);
+  struct kt_peer_hs h = {
+      .kind = KT_PEER_HELLO, .version = KT_PEER_VERSION, .code = KT_PEER_CH_JOIN};
+  kt_peer_hs_encode(out, &h);
+  kt_peer_frame_header(out + KT_PEER_HELLO_BYTES, KT_PEER_CH_JOIN, (uint32_t)ul);
+  memcpy(out + KT_PEER_HELLO_BYTES + KT_PEER_FRAME_HDR, my_urls, ul);
+  size_t total = KT_PEER_HELLO_BYTES + KT_PEER_FRAME_HDR + ul, sent = 0;
+  while (sent < total) {
+    if (!join_wait(fd, POLLOUT, deadline))
+      break;
+    ssize_t w = send(fd, out + sent, total - sent, MSG_NOSIGNAL);
+    if (w < 0 && (errno == EINTR || errno == EAGAIN))
+      continue;
+    if (w <= 0)
+      break;
+    sent += (size_t)w;
+  }
+  free(out);
+  if (sent < total) {
+    close(fd);
+    return kt_err_set(e, KT_EUNAVAILABLE, "join %s: could not send the request", url);
+  }
+  uint8_t ackb[KT_PEER_HELLO_BYTES];
+  struct kt_peer_hs ack;
+  if (join_read(fd, ackb, sizeof ackb, deadline, url, e) ||
+      kt_peer_hs_decode(ackb, sizeof ackb, KT_PEER_ACK, &ack, e) != 1) {
+    close(fd);
+    return e->code ? e->code : kt_err_set(e, KT_EPROTO, "join %s: bad answer", url);
+  }
+  if (ack.code != KT_PEER_OK) {
+    close(fd);
+    return kt_err_set(
+        e, ack.code == KT_PEER_NOT_ADDED || ack.code == KT_PEER_REMOVED ? KT_ENOTFOUND : KT_EPROTO,
+        "join %s: %s", url, kt_peer_status_name(ack.code));
+  }
+  uint8_t fh[KT_PEER_FRAME_HDR];
+  if (join_read(fd, fh, sizeof fh, deadline, url, e)) {
+    close(fd);
+    return e->code;
+  }
+  uint32_t len = kt_get_u32be(fh);
+  if (fh[4] != KT_PEER_CH_JOIN || len > KT_PEER_MAX_FRAME_BYTES || ack.cluster_id == 0 ||
+      ack.b == 0) {
+    close(fd);
+    return kt_err_set(e, KT_EPROTO, "join %s: bad answer frame", url);
+  }
+  kt_buf_reset(reply);
+  kt_buf_reserve(reply, len ? len : 1);
+  if (join_read(fd, reply->p, len, deadline, url, e)) {
+    close(fd);
+    return e->code;
+  }
+  reply->len = len;
+  close(fd);
+  *cluster_id = ack.cluster_id;
+  *member_id = ack.b;
+  *acceptor_id = ack.a;
+  return 0;
 }

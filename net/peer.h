@@ -73,8 +73,9 @@
 #define KT_PEER_STALL_MS 10000
 #define KT_PEER_MAX_ACCEPTED 1024
 
-/* Frame channels (PEERS.md section 3). Connection i carries channel i only. */
-enum { KT_PEER_CH_RAFT = 0, KT_PEER_CH_SNAPSHOT = 1, KT_PEER_N_CHANNELS = 2 };
+/* Frame channels (PEERS.md section 3). Connection i carries channel i only.
+ * JOIN is a one-shot exchange, not a kept connection (PEERS.md section 6). */
+enum { KT_PEER_CH_RAFT = 0, KT_PEER_CH_SNAPSHOT = 1, KT_PEER_N_CHANNELS = 2, KT_PEER_CH_JOIN = 2 };
 
 /* ACK statuses (PEERS.md section 2). */
 enum {
@@ -84,6 +85,8 @@ enum {
   KT_PEER_BAD_VERSION = 3,
   KT_PEER_BAD_CHANNEL = 4,
   KT_PEER_UNKNOWN_SENDER = 5, /* sender is not in the receiver's peer list */
+  KT_PEER_REMOVED = 6,        /* sender was removed from the cluster */
+  KT_PEER_NOT_ADDED = 7,      /* JOIN: no member has the joiner's peer URLs */
 };
 const char *kt_peer_status_name(int status); /* "wrong cluster", ... */
 
@@ -113,7 +116,7 @@ void kt_peer_frame_header(uint8_t out[KT_PEER_FRAME_HDR], uint8_t channel, uint3
 /* Split the frame at the front of p[0..n). Returns 1 with *channel, *msg
  * (points into p), *len and *used (header + msg bytes); 0 if the frame is not
  * complete yet; -KT_ETOOLARGE if its length exceeds max_len; -KT_EPROTO for a
- * zero length or a channel >= KT_PEER_N_CHANNELS. Errors fill e. */
+ * zero length or a channel above KT_PEER_CH_JOIN. Errors fill e. */
 int kt_peer_frame_next(const uint8_t *p, size_t n, uint32_t max_len, uint8_t *channel,
                        const uint8_t **msg, uint32_t *len, size_t *used, struct kt_err *e);
 
@@ -128,6 +131,13 @@ struct kt_peer_transport;
 /* `msg` is valid only during the call. */
 typedef void (*kt_peer_message_fn)(void *arg, uint64_t from, const uint8_t *msg, size_t len);
 typedef void (*kt_peer_id_fn)(void *arg, uint64_t peer_id);
+/* JOIN, acceptor side: `req` is the joiner's advertised peer URLs
+ * (comma-separated, not NUL-terminated). Returns KT_PEER_OK with *member_id
+ * (the joiner's id) and `reply` filled (the member list, opaque here), or
+ * KT_PEER_NOT_ADDED / KT_PEER_REMOVED. */
+typedef int (*kt_peer_join_fn)(void *arg, const uint8_t *req, size_t len, uint64_t *member_id,
+                               struct kt_buf *reply);
+typedef bool (*kt_peer_removed_fn)(void *arg, uint64_t id);
 
 struct kt_peer_config {
   uint64_t cluster_id, member_id; /* member_id != 0 */
@@ -142,6 +152,9 @@ struct kt_peer_config {
   kt_peer_message_fn on_snapshot; /* snapshot chunks; NULL: on_message */
   kt_peer_id_fn on_unreachable;   /* a message to this peer was dropped */
   kt_peer_id_fn on_snapshot_room; /* a refused snapshot chunk would now fit */
+  kt_peer_join_fn on_join;        /* NULL: JOIN refused (unknown channel) */
+  kt_peer_removed_fn is_removed;  /* NULL: none; a removed sender gets KT_PEER_REMOVED */
+  kt_peer_id_fn on_removed;       /* a peer answered KT_PEER_REMOVED: we were removed */
   void *arg;
 };
 
@@ -200,6 +213,18 @@ int kt_peer_send_snapshot(struct kt_peer_transport *t, uint64_t to, const void *
 /* Bytes of snapshot chunks that may be queued to `to` now (0 if down). */
 size_t kt_peer_snapshot_room(const struct kt_peer_transport *t, uint64_t to);
 bool kt_peer_connected(const struct kt_peer_transport *t, uint64_t id);
+
+/* JOIN, joiner side (blocking: for start-up only, before the loop runs).
+ * Connects to `url`, sends HELLO on the JOIN channel and a frame with
+ * my_urls, waits at most timeout_ms for the ACK and the reply frame.
+ * Returns 0 with the cluster id, the joiner's member id, the acceptor's id
+ * and `reply` (the acceptor's member list, opaque here); KT_ENOTFOUND (e
+ * names the status) if the acceptor knows no member with these URLs or the
+ * member was removed; KT_EUNAVAILABLE if it cannot be reached in time;
+ * KT_EPROTO for a bad answer. */
+int kt_peer_join(const char *url, const char *my_urls, uint32_t timeout_ms, uint64_t *cluster_id,
+                 uint64_t *member_id, uint64_t *acceptor_id, struct kt_buf *reply,
+                 struct kt_err *e);
 
 /* Fill *st for peer id: 0 or KT_ENOTFOUND. */
 int kt_peer_status(const struct kt_peer_transport *t, uint64_t id, struct kt_peer_status *st);

@@ -40,6 +40,14 @@ const char *kt_proto_type_name(int type) {
     return "status";
   case KT_MSG_MEMBER_LIST:
     return "member_list";
+  case KT_MSG_MEMBER_ADD:
+    return "member_add";
+  case KT_MSG_MEMBER_REMOVE:
+    return "member_remove";
+  case KT_MSG_MEMBER_UPDATE:
+    return "member_update";
+  case KT_MSG_MEMBER_PROMOTE:
+    return "member_promote";
   case KT_MSG_MOVE_LEADER:
     return "move_leader";
   case KT_MSG_MEMBER_PUBLISH:
@@ -919,6 +927,8 @@ int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, str
         return rc;
       if (KEY("member_id"))
         rc = rd_u64(&d, "member_id", UINT64_MAX, &req->u.publish.member_id);
+      else if (KEY("name"))
+        rc = rd_bytes(&d, "name", &req->u.publish.name);
       else if (KEY("client_urls"))
         rc = dec_text_list(&d, "client_urls", &req->u.publish.client_urls,
                            &req->u.publish.n_client_urls);
@@ -928,6 +938,33 @@ int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, str
         return rc;
     }
     break;
+  case KT_MSG_MEMBER_ADD:
+  case KT_MSG_MEMBER_REMOVE:
+  case KT_MSG_MEMBER_UPDATE:
+  case KT_MSG_MEMBER_PROMOTE: {
+    struct kt_member_change_req *mc = &req->u.member;
+    path_push(&d, kt_proto_type_name((int)rawtype), -1);
+    if ((rc = rd_map(&d, "payload", &nf)))
+      return rc;
+    while (nf--) {
+      struct kt_bytes k;
+      if ((rc = rd_key(&d, &k)))
+        return rc;
+      if (KEY("id"))
+        rc = rd_u64(&d, "id", UINT64_MAX, &mc->id);
+      else if (KEY("name"))
+        rc = rd_bytes(&d, "name", &mc->name);
+      else if (KEY("peer_urls"))
+        rc = dec_text_list(&d, "peer_urls", &mc->peer_urls, &mc->n_peer_urls);
+      else if (KEY("is_learner"))
+        rc = rd_bool(&d, "is_learner", &mc->is_learner);
+      else
+        rc = skip(&d, 0);
+      if (rc)
+        return rc;
+    }
+    break;
+  }
   case KT_MSG_MOVE_LEADER:
     path_push(&d, "move_leader", -1);
     if ((rc = rd_map(&d, "payload", &nf)))
@@ -1330,6 +1367,24 @@ static int dec_member(struct dec *d, struct kt_member_info *m) {
   return 0;
 }
 
+static int dec_members(struct dec *d, struct kt_member_info **out, uint32_t *n_out) {
+  uint32_t n;
+  int rc = rd_arr(d, "members", &n);
+  if (rc)
+    return rc;
+  struct kt_member_info *v = n ? kt_arena_alloc(d->a, n * sizeof *v) : NULL;
+  if (n)
+    memset(v, 0, n * sizeof *v);
+  *out = v;
+  *n_out = n;
+  for (uint32_t j = 0; j < n && !rc; j++) {
+    path_push(d, "members", j);
+    if (!(rc = dec_member(d, &v[j])))
+      path_pop(d);
+  }
+  return rc;
+}
+
 static int dec_member_list_resp(struct dec *d, struct kt_member_list_resp *r, struct kt_header *h) {
   uint32_t nf;
   int rc = rd_map(d, "payload", &nf);
@@ -1341,19 +1396,34 @@ static int dec_member_list_resp(struct dec *d, struct kt_member_list_resp *r, st
       return rc;
     if (KEY("header"))
       rc = dec_header(d, h);
-    else if (KEY("members")) {
-      uint32_t n;
-      if ((rc = rd_arr(d, "members", &n)))
-        return rc;
-      r->members = n ? kt_arena_alloc(d->a, n * sizeof *r->members) : NULL;
-      if (n)
-        memset(r->members, 0, n * sizeof *r->members);
-      r->n_members = n;
-      for (uint32_t j = 0; j < n && !rc; j++) {
-        path_push(d, "members", j);
-        if (!(rc = dec_member(d, &r->members[j])))
-          path_pop(d);
-      }
+    else if (KEY("members"))
+      rc = dec_members(d, &r->members, &r->n_members);
+    else
+      rc = skip(d, 0);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+static int dec_member_change_resp(struct dec *d, struct kt_member_change_resp *r,
+                                  struct kt_header *h) {
+  uint32_t nf;
+  int rc = rd_map(d, "payload", &nf);
+  if (rc)
+    return rc;
+  while (nf--) {
+    struct kt_bytes k;
+    if ((rc = rd_key(d, &k)))
+      return rc;
+    if (KEY("header"))
+      rc = dec_header(d, h);
+    else if (KEY("members"))
+      rc = dec_members(d, &r->members, &r->n_members);
+    else if (KEY("member")) {
+      path_push(d, "member", -1);
+      if (!(rc = dec_member(d, &r->member)))
+        path_pop(d);
     } else
       rc = skip(d, 0);
     if (rc)
@@ -1558,6 +1628,14 @@ int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, st
   case KT_MSG_MEMBER_LIST:
     path_push(&d, "member_list", -1);
     if ((rc = dec_member_list_resp(&d, &resp->u.member_list, &resp->header)))
+      return rc;
+    break;
+  case KT_MSG_MEMBER_ADD:
+  case KT_MSG_MEMBER_REMOVE:
+  case KT_MSG_MEMBER_UPDATE:
+  case KT_MSG_MEMBER_PROMOTE:
+    path_push(&d, kt_proto_type_name((int)rawtype), -1);
+    if ((rc = dec_member_change_resp(&d, &resp->u.member, &resp->header)))
       return rc;
     break;
   case KT_MSG_WATCH_CREATE:
@@ -2043,9 +2121,23 @@ static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t 
     map_end(&w, &m);
     break;
   }
+  case KT_MSG_MEMBER_ADD:
+  case KT_MSG_MEMBER_REMOVE:
+  case KT_MSG_MEMBER_UPDATE:
+  case KT_MSG_MEMBER_PROMOTE: {
+    const struct kt_member_change_req *mc = &req->u.member;
+    struct map m = map_begin(&w);
+    f_u64(&w, &m, "id", mc->id);
+    f_text(&w, &m, "name", mc->name);
+    f_text_list(&w, &m, "peer_urls", mc->peer_urls, mc->n_peer_urls);
+    f_bool(&w, &m, "is_learner", mc->is_learner);
+    map_end(&w, &m);
+    break;
+  }
   case KT_MSG_MEMBER_PUBLISH: {
     struct map m = map_begin(&w);
     f_u64(&w, &m, "member_id", req->u.publish.member_id);
+    f_text(&w, &m, "name", req->u.publish.name);
     f_text_list(&w, &m, "client_urls", req->u.publish.client_urls, req->u.publish.n_client_urls);
     map_end(&w, &m);
     break;
@@ -2154,16 +2246,19 @@ static void enc_resp_op(struct enc *w, const struct kt_response_op *op, const st
   map_end(w, &m);
 }
 
-static size_t member_list_size(const struct kt_member_list_resp *r) {
+static size_t member_size(const struct kt_member_info *m) {
+  size_t n = 64 + m->name.n;
+  for (uint32_t j = 0; j < m->n_peer_urls; j++)
+    n += 5 + m->peer_urls[j].n;
+  for (uint32_t j = 0; j < m->n_client_urls; j++)
+    n += 5 + m->client_urls[j].n;
+  return n;
+}
+
+static size_t members_size(const struct kt_member_info *v, uint32_t count) {
   size_t n = 0;
-  for (uint32_t i = 0; i < r->n_members; i++) {
-    const struct kt_member_info *m = &r->members[i];
-    n += 64 + m->name.n;
-    for (uint32_t j = 0; j < m->n_peer_urls; j++)
-      n += 5 + m->peer_urls[j].n;
-    for (uint32_t j = 0; j < m->n_client_urls; j++)
-      n += 5 + m->client_urls[j].n;
-  }
+  for (uint32_t i = 0; i < count; i++)
+    n += member_size(&v[i]);
   return n;
 }
 
@@ -2189,6 +2284,26 @@ static size_t lease_size(const struct kt_lease_resp *l) {
   return n;
 }
 
+static void pack_member(struct enc *w, const struct kt_member_info *x) {
+  struct map mm = map_begin(w);
+  f_u64(w, &mm, "id", x->id);
+  f_text(w, &mm, "name", x->name);
+  f_text_list(w, &mm, "peer_urls", x->peer_urls, x->n_peer_urls);
+  f_text_list(w, &mm, "client_urls", x->client_urls, x->n_client_urls);
+  f_bool(w, &mm, "is_learner", x->is_learner);
+  map_end(w, &mm);
+}
+
+/* "members": [...] when there are any. */
+static void f_members(struct enc *w, struct map *m, const struct kt_member_info *v, uint32_t n) {
+  if (!n)
+    return;
+  name(w, m, "members");
+  msgpack_pack_array(&w->pk, n);
+  for (uint32_t i = 0; i < n; i++)
+    pack_member(w, &v[i]);
+}
+
 static void pack_event(struct enc *w, const struct kt_event *ev) {
   kt_assert(ev->type <= KT_EVENT_DELETE);
   uint8_t x = 0x93;
@@ -2209,7 +2324,10 @@ void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
   if (resp->type >= KT_MSG_RANGE && resp->type <= KT_MSG_TXN)
     est += resp_op_size(&resp->u.op);
   else if (resp->type == KT_MSG_MEMBER_LIST)
-    est += member_list_size(&resp->u.member_list);
+    est += members_size(resp->u.member_list.members, resp->u.member_list.n_members);
+  else if (resp->type >= KT_MSG_MEMBER_ADD && resp->type <= KT_MSG_MEMBER_PROMOTE)
+    est += member_size(&resp->u.member.member) +
+           members_size(resp->u.member.members, resp->u.member.n_members);
   else if (resp->type == KT_MSG_WATCH_CREATE)
     est += watch_size(&resp->u.watch);
   else if (resp->type >= KT_MSG_LEASE_GRANT && resp->type <= KT_MSG_LEASE_LEASES)
@@ -2311,27 +2429,25 @@ void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
     map_end(&w, &m);
     break;
   }
-  case KT_MSG_MEMBER_LIST: {
-    const struct kt_member_list_resp *l = &resp->u.member_list;
+  case KT_MSG_MEMBER_LIST:
     m = map_begin(&w);
     f_header(&w, &m, &resp->header);
-    if (l->n_members) {
-      name(&w, &m, "members");
-      msgpack_pack_array(&w.pk, l->n_members);
-      for (uint32_t i = 0; i < l->n_members; i++) {
-        const struct kt_member_info *x = &l->members[i];
-        struct map mm = map_begin(&w);
-        f_u64(&w, &mm, "id", x->id);
-        f_text(&w, &mm, "name", x->name);
-        f_text_list(&w, &mm, "peer_urls", x->peer_urls, x->n_peer_urls);
-        f_text_list(&w, &mm, "client_urls", x->client_urls, x->n_client_urls);
-        f_bool(&w, &mm, "is_learner", x->is_learner);
-        map_end(&w, &mm);
-      }
-    }
+    f_members(&w, &m, resp->u.member_list.members, resp->u.member_list.n_members);
     map_end(&w, &m);
     break;
-  }
+  case KT_MSG_MEMBER_ADD:
+  case KT_MSG_MEMBER_REMOVE:
+  case KT_MSG_MEMBER_UPDATE:
+  case KT_MSG_MEMBER_PROMOTE:
+    m = map_begin(&w);
+    f_header(&w, &m, &resp->header);
+    if (resp->type == KT_MSG_MEMBER_ADD) {
+      name(&w, &m, "member");
+      pack_member(&w, &resp->u.member.member);
+    }
+    f_members(&w, &m, resp->u.member.members, resp->u.member.n_members);
+    map_end(&w, &m);
+    break;
   case KT_MSG_STATUS: {
     const struct kt_status_resp *s = &resp->u.status;
     m = map_begin(&w);

@@ -51,6 +51,10 @@ enum kt_msg_type {
   KT_MSG_LEASE_TTL = 27,       /* etcd LeaseTimeToLive */
   KT_MSG_LEASE_LEASES = 28,    /* etcd LeaseLeases */
   KT_MSG_MEMBER_LIST = 32,     /* etcd Cluster.MemberList */
+  KT_MSG_MEMBER_ADD = 33,      /* etcd Cluster.MemberAdd (also a WAL entry) */
+  KT_MSG_MEMBER_REMOVE = 34,   /* etcd Cluster.MemberRemove (also a WAL entry) */
+  KT_MSG_MEMBER_UPDATE = 35,   /* etcd Cluster.MemberUpdate (also a WAL entry) */
+  KT_MSG_MEMBER_PROMOTE = 36,  /* etcd Cluster.MemberPromote (also a WAL entry) */
   KT_MSG_MEMBER_PUBLISH = 39,  /* member -> cluster, only inside WAL entries */
   KT_MSG_MOVE_LEADER = 44,     /* etcd Maintenance.MoveLeader */
   KT_MSG_LOCK = 80,            /* etcd v3lock.Lock: waits until held */
@@ -64,7 +68,7 @@ enum kt_msg_type {
    * them EUNSUPPORTED until they are specified. */
   KT_MSG_RESERVED_WATCH_FIRST = 19,  /* 19..23 watch */
   KT_MSG_RESERVED_LEASE_FIRST = 29,  /* 29..31 lease */
-  KT_MSG_RESERVED_MEMBER_FIRST = 33, /* 33..38 member add/remove/update/promote */
+  KT_MSG_RESERVED_MEMBER_FIRST = 37, /* 37..38 member */
   KT_MSG_RESERVED_ALARM_FIRST = 40,  /* 40..43 alarm */
   KT_MSG_RESERVED_MAINT_FIRST = 45,  /* 45..55 maintenance */
   KT_MSG_RESERVED_AUTH_FIRST = 56,   /* 56..79 auth */
@@ -128,10 +132,33 @@ struct kt_member_list_resp {
   uint32_t n_members;
 };
 
+/* MEMBER_ADD / _REMOVE / _UPDATE / _PROMOTE responses (etcd's
+ * MemberAddResponse ...): the members after the change; ADD also the member
+ * it added. */
+struct kt_member_change_resp {
+  struct kt_member_info member; /* ADD only */
+  struct kt_member_info *members;
+  uint32_t n_members;
+};
+
+/* MEMBER_ADD (peer_urls, is_learner; id: 0 from a client — the member that
+ * proposes the change picks a fresh one — and name: empty until the new
+ * member publishes it, as etcd), MEMBER_REMOVE (id), MEMBER_UPDATE (id,
+ * peer_urls), MEMBER_PROMOTE (id). */
+struct kt_member_change_req {
+  uint64_t id;
+  struct kt_bytes name;
+  struct kt_bytes *peer_urls;
+  uint32_t n_peer_urls;
+  bool is_learner;
+};
+
 /* A member's attributes, proposed by the member itself once it serves (etcd's
- * publish): every member learns its client URLs when the entry applies. */
+ * publish): every member learns its name and client URLs when the entry
+ * applies. */
 struct kt_member_publish_req {
   uint64_t member_id;
+  struct kt_bytes name;
   struct kt_bytes *client_urls;
   uint32_t n_client_urls;
 };
@@ -230,6 +257,7 @@ struct kt_req {
     struct kt_compact_req compact;
     struct kt_move_leader_req move_leader;
     struct kt_member_publish_req publish;
+    struct kt_member_change_req member; /* MEMBER_ADD .. MEMBER_PROMOTE */
     struct kt_watch_create_req watch_create;
     struct kt_watch_cancel_req watch_cancel; /* WATCH_PROGRESS: no fields */
     struct kt_lease_req lease;               /* LEASE_* */
@@ -248,6 +276,7 @@ struct kt_resp {
     struct kt_response_op op; /* RANGE, PUT, DELETE, TXN */
     struct kt_status_resp status;
     struct kt_member_list_resp member_list; /* MOVE_LEADER has only the header */
+    struct kt_member_change_resp member;    /* MEMBER_ADD .. MEMBER_PROMOTE */
     struct kt_watch_resp watch;             /* WATCH_CREATE (CANCEL, PROGRESS: header) */
     struct kt_lease_resp lease;             /* LEASE_* */
     struct kt_lock_resp lock;               /* LOCK .. RESIGN */

@@ -97,9 +97,23 @@ static bool req_eq(const struct kt_req *a, const struct kt_req *b) {
   case KT_MSG_LEASE_LEASES:
     return a->u.lease.id == b->u.lease.id && a->u.lease.ttl == b->u.lease.ttl &&
            a->u.lease.keys == b->u.lease.keys;
+  case KT_MSG_MEMBER_ADD:
+  case KT_MSG_MEMBER_REMOVE:
+  case KT_MSG_MEMBER_UPDATE:
+  case KT_MSG_MEMBER_PROMOTE: {
+    const struct kt_member_change_req *x = &a->u.member, *y = &b->u.member;
+    if (x->id != y->id || !beq(x->name, y->name) || x->is_learner != y->is_learner ||
+        x->n_peer_urls != y->n_peer_urls)
+      return false;
+    for (uint32_t i = 0; i < x->n_peer_urls; i++)
+      if (!beq(x->peer_urls[i], y->peer_urls[i]))
+        return false;
+    return true;
+  }
   case KT_MSG_MEMBER_PUBLISH: {
     const struct kt_member_publish_req *x = &a->u.publish, *y = &b->u.publish;
-    if (x->member_id != y->member_id || x->n_client_urls != y->n_client_urls)
+    if (x->member_id != y->member_id || !beq(x->name, y->name) ||
+        x->n_client_urls != y->n_client_urls)
       return false;
     for (uint32_t i = 0; i < x->n_client_urls; i++)
       if (!beq(x->client_urls[i], y->client_urls[i]))
@@ -109,6 +123,25 @@ static bool req_eq(const struct kt_req *a, const struct kt_req *b) {
   default:
     return op_eq(&a->u.op, &b->u.op);
   }
+}
+
+static bool members_eq(const struct kt_member_info *x, uint32_t nx, const struct kt_member_info *y,
+                       uint32_t ny) {
+  if (nx != ny)
+    return false;
+  for (uint32_t i = 0; i < nx; i++) {
+    const struct kt_member_info *m = &x[i], *k = &y[i];
+    if (m->id != k->id || !beq(m->name, k->name) || m->is_learner != k->is_learner ||
+        m->n_peer_urls != k->n_peer_urls || m->n_client_urls != k->n_client_urls)
+      return false;
+    for (uint32_t j = 0; j < m->n_peer_urls; j++)
+      if (!beq(m->peer_urls[j], k->peer_urls[j]))
+        return false;
+    for (uint32_t j = 0; j < m->n_client_urls; j++)
+      if (!beq(m->client_urls[j], k->client_urls[j]))
+        return false;
+  }
+  return true;
 }
 
 static bool kv_eq(const struct kt_kv *a, const struct kt_kv *b) {
@@ -213,24 +246,16 @@ static bool resp_eq(const struct kt_resp *a, const struct kt_resp *b) {
         return false;
     return true;
   }
-  case KT_MSG_MEMBER_LIST: {
-    const struct kt_member_list_resp *x = &a->u.member_list, *y = &b->u.member_list;
-    if (x->n_members != y->n_members)
-      return false;
-    for (uint32_t i = 0; i < x->n_members; i++) {
-      const struct kt_member_info *m = &x->members[i], *k = &y->members[i];
-      if (m->id != k->id || !beq(m->name, k->name) || m->is_learner != k->is_learner ||
-          m->n_peer_urls != k->n_peer_urls || m->n_client_urls != k->n_client_urls)
-        return false;
-      for (uint32_t j = 0; j < m->n_peer_urls; j++)
-        if (!beq(m->peer_urls[j], k->peer_urls[j]))
-          return false;
-      for (uint32_t j = 0; j < m->n_client_urls; j++)
-        if (!beq(m->client_urls[j], k->client_urls[j]))
-          return false;
-    }
-    return true;
-  }
+  case KT_MSG_MEMBER_LIST:
+    return members_eq(a->u.member_list.members, a->u.member_list.n_members,
+                      b->u.member_list.members, b->u.member_list.n_members);
+  case KT_MSG_MEMBER_ADD:
+  case KT_MSG_MEMBER_REMOVE:
+  case KT_MSG_MEMBER_UPDATE:
+  case KT_MSG_MEMBER_PROMOTE:
+    return members_eq(&a->u.member.member, 1, &b->u.member.member, 1) &&
+           members_eq(a->u.member.members, a->u.member.n_members, b->u.member.members,
+                      b->u.member.n_members);
   default:
     return rop_eq(&a->u.op, &b->u.op);
   }
@@ -1340,8 +1365,14 @@ TEST(write_fuzz_corpus) {
   seed_req(dir, "req_move_leader", &r);
   struct kt_bytes seed_urls[2] = {B("http://127.0.0.1:2479"), B("http://[::1]:2479")};
   r = (struct kt_req){.type = KT_MSG_MEMBER_PUBLISH, .id = 0};
-  r.u.publish = (struct kt_member_publish_req){7, seed_urls, 2};
+  r.u.publish = (struct kt_member_publish_req){7, B("m1"), seed_urls, 2};
   seed_req(dir, "req_member_publish", &r);
+  r = (struct kt_req){.type = KT_MSG_MEMBER_ADD, .id = 13};
+  r.u.member = (struct kt_member_change_req){0, B(""), seed_urls, 2, true};
+  seed_req(dir, "req_member_add", &r);
+  r = (struct kt_req){.type = KT_MSG_MEMBER_PROMOTE, .id = 14};
+  r.u.member.id = 0x8e9f0a1b2c3d4e5full;
+  seed_req(dir, "req_member_promote", &r);
   for (uint8_t t = KT_MSG_HELLO; t <= KT_MSG_STATUS; t++) {
     char name[32];
     snprintf(name, sizeof name, "req_%s_empty", kt_proto_type_name(t));
@@ -1570,7 +1601,10 @@ TEST(response_errors_name_the_path) {
   "68 74 74 70 3a 2f 2f 31 30 2e 30 2e 30 2e 31 3a 32 34 38 30 ab 63 6c 69 65 6e "                 \
   "74 5f 75 72 6c 73 91 b4 68 74 74 70 3a 2f 2f 31 30 2e 30 2e 30 2e 31 3a 32 34 "                 \
   "37 39"
-/* ---- cluster messages: MEMBER_LIST, MOVE_LEADER, MEMBER_PUBLISH ---- */
+#define MEMBER_ADD_HEX                                                                             \
+  "00 00 00 30 93 21 0d 82 a9 70 65 65 72 5f 75 72 6c 73 91 b4 68 74 74 70 3a 2f 2f 31 30 2e 30 "  \
+  "2e 30 2e 34 3a 32 34 38 30 aa 69 73 5f 6c 65 61 72 6e 65 72 c3"
+/* ---- cluster messages: MEMBER_LIST, MOVE_LEADER, MEMBER_PUBLISH, MEMBER_ADD .. PROMOTE ---- */
 
 TEST(member_messages_round_trip) {
   struct kt_req q = {.type = KT_MSG_MEMBER_LIST, .id = 1};
@@ -1582,8 +1616,16 @@ TEST(member_messages_round_trip) {
   CHECK(rt_req(&q));
   struct kt_bytes urls[3] = {B("http://127.0.0.1:2479"), B("http://10.0.0.1:2479"), B("")};
   q = (struct kt_req){.type = KT_MSG_MEMBER_PUBLISH, .id = 3};
-  q.u.publish = (struct kt_member_publish_req){0xabcdef, urls, 3};
+  q.u.publish = (struct kt_member_publish_req){0xabcdef, B("m9"), urls, 3};
   CHECK(rt_req(&q));
+  static const uint8_t change[] = {KT_MSG_MEMBER_ADD, KT_MSG_MEMBER_REMOVE, KT_MSG_MEMBER_UPDATE,
+                                   KT_MSG_MEMBER_PROMOTE};
+  for (size_t i = 0; i < sizeof change; i++) {
+    q = (struct kt_req){.type = change[i], .id = 10 + i};
+    CHECK(rt_req(&q)); /* no fields */
+    q.u.member = (struct kt_member_change_req){UINT64_MAX, B("new"), urls, 2, true};
+    CHECK(rt_req(&q));
+  }
 
   struct kt_header h = {.cluster_id = 1, .member_id = 2, .raft_term = 3};
   struct kt_member_info ms[3] = {
@@ -1595,6 +1637,15 @@ TEST(member_messages_round_trip) {
   CHECK(rt_resp(&r));
   r = (struct kt_resp){.type = KT_MSG_MOVE_LEADER, .id = 5, .header = h};
   CHECK(rt_resp(&r));
+  for (size_t i = 0; i < sizeof change; i++) {
+    r = (struct kt_resp){.type = change[i], .id = 20 + i, .header = h};
+    CHECK(rt_resp(&r));
+    r.u.member.members = ms;
+    r.u.member.n_members = 3;
+    if (change[i] == KT_MSG_MEMBER_ADD) /* the added member travels in ADD only */
+      r.u.member.member = ms[1];
+    CHECK(rt_resp(&r));
+  }
   /* MEMBER_PUBLISH is a request only (it lives in WAL entries) */
   struct kt_buf b = {0};
   struct kt_req pq = {.type = KT_MSG_MEMBER_PUBLISH, .id = 6};
@@ -1605,6 +1656,7 @@ TEST(member_messages_round_trip) {
   kt_buf_free(&b);
   CHECK_STR(kt_proto_type_name(KT_MSG_MEMBER_LIST), "member_list");
   CHECK_STR(kt_proto_type_name(KT_MSG_MOVE_LEADER), "move_leader");
+  CHECK_STR(kt_proto_type_name(KT_MSG_MEMBER_PROMOTE), "member_promote");
   kt_arena_reset(&arena);
 }
 
@@ -1676,6 +1728,13 @@ TEST(protocol_md_member_examples_are_exact) {
   r.u.member_list = (struct kt_member_list_resp){&m, 1};
   kt_proto_encode_resp(&b, &r);
   all &= golden(&b, MEMBER_LIST_HEX, "MEMBER_LIST response");
+  kt_buf_reset(&b);
+  struct kt_bytes newurl = B("http://10.0.0.4:2480");
+  struct kt_req add = {.type = KT_MSG_MEMBER_ADD, .id = 13};
+  add.u.member =
+      (struct kt_member_change_req){.peer_urls = &newurl, .n_peer_urls = 1, .is_learner = true};
+  kt_proto_encode_req(&b, &add);
+  all &= golden(&b, MEMBER_ADD_HEX, "MEMBER_ADD request");
   kt_buf_free(&b);
   CHECK(all);
 }
@@ -2192,8 +2251,8 @@ TEST(protocol_md_holds_the_checked_examples) {
     if (len + strlen(line) + 2 < sizeof paras[0])
       snprintf(p + len, sizeof paras[0] - len, "%s%s", len ? " " : "", line);
   }
-  const char *want[] = {MOVE_LEADER_HEX, MEMBER_LIST_HEX, WATCH_CREATE_HEX, WATCH_FRAME_HEX,
-                        LEASE_GRANT_HEX};
+  const char *want[] = {MOVE_LEADER_HEX,  MEMBER_LIST_HEX, MEMBER_ADD_HEX,
+                        WATCH_CREATE_HEX, WATCH_FRAME_HEX, LEASE_GRANT_HEX};
   for (size_t i = 0; i < KT_ARRAY_LEN(want); i++) {
     bool found = false;
     for (int j = 0; j < np && !found; j++)
