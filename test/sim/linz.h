@@ -40,7 +40,8 @@
  *   unknown (kt_linz_unknown,   timed out, leader lost: took effect once at
  *   or never resolved)          any point after its call, or never
  *                               (porcupine's return time = infinity); its
- *                               result is not checked.
+ *                               result is not checked. An unknown get has
+ *                               no effect and nothing to check: dropped.
  *   serializable get            NOT linearizable by definition (served from
  *                               one member's applied state, may be stale). It
  *                               is checked with a weaker rule: its result must
@@ -86,7 +87,7 @@
  *
  * Ownership: the history copies every string and array it is given.
  * Limits: KT_LINZ_MAX_KEYS keys, KT_LINZ_MAX_TXN_OPS compares / ops per
- * branch; the caller asserts them (kt_assert).
+ * branch, enforced with kt_assert (a simulator bug, not a verdict).
  */
 #ifndef KT_LINZ_H
 #define KT_LINZ_H
