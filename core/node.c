@@ -69,20 +69,16 @@ static void pending_fail(struct kt_node *n, struct pending *p, int code, const c
 static void apply_req(struct kt_node *n, uint8_t ent_type, const struct kt_req *req,
                       struct kt_conn *c, uint64_t req_id, const struct pending *own) {
   struct kt_err e = {0};
+  struct kt_sm sm = {n->store, n->leases, n->watches};
+  struct kt_sm_result res;
   int rc;
   switch (req->type) {
   case KT_MSG_PUT:
   case KT_MSG_DELETE:
-  case KT_MSG_TXN: {
-    struct kt_response_op res;
-    int64_t rev = kt_mvcc_revision(n->store);
-    rc = kt_node_lease_check(n, &req->u.op, &e);
-    if (!rc)
-      rc = kt_mvcc_apply(n->store, &req->u.op, &n->arena, &res, &e);
-    if (kt_mvcc_revision(n->store) != rev)
-      kt_watch_revision_done(n->watches, kt_mvcc_revision(n->store));
+  case KT_MSG_TXN:
+    rc = kt_sm_apply(&sm, req, 0, &n->arena, &res, &e);
     if (own && own->done) {
-      own->done(n, own->ctx, rc, &e, rc ? NULL : &res);
+      own->done(n, own->ctx, rc, &e, rc ? NULL : &res.op);
       return;
     }
     if (!c)
@@ -90,11 +86,10 @@ static void apply_req(struct kt_node *n, uint8_t ent_type, const struct kt_req *
     if (rc)
       kt_node_reply_err(c, req_id, rc, &e);
     else
-      kt_node_reply(n, c, req_id, req->type, &res);
+      kt_node_reply(n, c, req_id, req->type, &res.op);
     return;
-  }
   case KT_MSG_COMPACT:
-    rc = kt_mvcc_compact(n->store, req->u.compact.revision, &e);
+    rc = kt_sm_apply(&sm, req, 0, &n->arena, &res, &e);
     if (rc == 0) {
       kt_log(KT_LOG_INFO, "mvcc", "compaction revision=%lld", (long long)req->u.compact.revision);
       ev_idle_start(n->loop, &n->idle_w);
@@ -1169,9 +1164,8 @@ static int restore_rec(void *arg, const struct kt_kvrev *rec) {
 /* Every change the store applies: to the watch hub and the lease table. */
 static void on_store_event(void *arg, const struct kt_event *ev) {
   struct kt_node *n = arg;
-  if (n->watches)
-    kt_watch_publish(n->watches, ev);
-  kt_node_lease_event(n, ev);
+  struct kt_sm sm = {n->store, n->leases, n->watches};
+  kt_sm_on_event(&sm, ev);
   kt_node_lock_event(n, ev);
 }
 

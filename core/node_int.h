@@ -13,6 +13,7 @@
 #include "../net/server.h"
 #include "../snap/snap.h"
 #include "../wal/wal.h"
+#include "apply.h"
 #include "lease.h"
 #include "mvcc.h"
 #include "node.h"
@@ -331,8 +332,6 @@ void kt_node_install_tick(struct kt_node *n);
 void kt_node_lease_init(struct kt_node *n);
 struct kt_lease_mgr *kt_node_lease_mgr_new(const struct kt_node *n);
 void kt_node_lease_free(struct kt_node *n);
-/* The mvcc on_event hook's lease half: attach/detach keys. */
-void kt_node_lease_event(struct kt_node *n, const struct kt_event *ev);
 /* Apply-time lease check of a KV write: every put names an existing lease. */
 int kt_node_lease_check(struct kt_node *n, const struct kt_request_op *op, struct kt_err *e);
 /* Apply a committed LEASE_GRANT / LEASE_REVOKE; answers c if not NULL. */

@@ -2,14 +2,13 @@
  *
  * Data flow:
  *   grant / revoke   client → check → raft proposal → apply on every member in
- *                    log order: kt_lease_grant, or (revoke) the lease's keys
- *                    deleted at ONE revision (kt_mvcc_delete_keys: watch
- *                    events, lease detach through the store's event hook)
+ *                    log order by kt_sm_apply (core/apply.c): kt_lease_grant,
+ *                    or (revoke) the lease's keys deleted at ONE revision
  *                    then kt_lease_revoke. The proposer answers its client.
  *   put with lease   checked when proposed and again when applied (the
  *                    applied check is the one that counts: every member
  *                    holds the same leases at the same index); the store's
- *                    event hook attaches/detaches keys (kt_node_lease_event).
+ *                    event hook attaches/detaches keys (kt_sm_on_event).
  *   expiry           leader only: every tick, at most REVOKES_PER_TICK
  *                    expired leases (kt_lease_expired, earliest first) are
  *                    proposed as LEASE_REVOKE entries: a storm of expiries is
@@ -118,30 +117,8 @@ void kt_node_lease_free(struct kt_node *n) {
 
 /* ---- apply side ---- */
 
-void kt_node_lease_event(struct kt_node *n, const struct kt_event *ev) {
-  if (ev->type == KT_EVENT_PUT && ev->kv.lease)
-    (void)kt_lease_attach(n->leases, ev->kv.lease, ev->kv.key);
-  else
-    (void)kt_lease_detach(n->leases, ev->kv.key);
-}
-
 int kt_node_lease_check(struct kt_node *n, const struct kt_request_op *op, struct kt_err *e) {
-  if (op->type == KT_OP_PUT) {
-    const struct kt_put_req *p = &op->u.put;
-    if (p->lease && !p->ignore_lease && !kt_lease_exists(n->leases, p->lease))
-      return kt_err_set(e, KT_ELEASENOTFOUND, "%s", kt_strerror(KT_ELEASENOTFOUND));
-    return 0;
-  }
-  if (op->type != KT_OP_TXN)
-    return 0;
-  int rc;
-  for (uint32_t i = 0; i < op->u.txn.n_success; i++)
-    if ((rc = kt_node_lease_check(n, &op->u.txn.success[i], e)))
-      return rc;
-  for (uint32_t i = 0; i < op->u.txn.n_failure; i++)
-    if ((rc = kt_node_lease_check(n, &op->u.txn.failure[i], e)))
-      return rc;
-  return 0;
+  return kt_sm_check_leases(n->leases, op, e);
 }
 
 static void reply_lease(struct kt_node *n, struct kt_conn *c, uint64_t id, uint8_t type,
@@ -152,51 +129,18 @@ static void reply_lease(struct kt_node *n, struct kt_conn *c, uint64_t id, uint8
   kt_node_send(n, c, &r);
 }
 
-struct key_list {
-  struct kt_bytes *v;
-  size_t n, cap;
-  struct kt_arena *a;
-};
-
-static void collect_key(void *arg, struct kt_bytes key) {
-  struct key_list *l = arg;
-  if (l->n == l->cap) {
-    l->cap = l->cap ? 2 * l->cap : 64;
-    l->v = realloc(l->v, l->cap * sizeof *l->v);
-    kt_assert(l->v);
-  }
-  l->v[l->n++] = (struct kt_bytes){kt_arena_dup(l->a, key.p, key.n), key.n};
-}
-
 void kt_node_lease_apply(struct kt_node *n, const struct kt_req *req, struct kt_conn *c,
                          uint64_t req_id) {
-  struct kt_lease_resp l = {0};
-  int64_t id = req->u.lease.id;
-  int rc;
-  if (req->type == KT_MSG_LEASE_GRANT) {
-    int64_t ttl = req->u.lease.ttl;
-    rc = kt_lease_grant(n->leases, &id, &ttl, mono_ms());
-    if (!rc)
-      kt_log(KT_LOG_DEBUG, "lease", "granted id=%016llx ttl=%lld", (unsigned long long)id,
-             (long long)ttl);
-    l.id = id;
-    l.ttl = ttl;
-  } else { /* LEASE_REVOKE: the keys go at one revision, then the lease */
-    struct node_lease_state *ls = n->ls;
-    struct key_list keys = {.a = &ls->arena};
-    kt_arena_reset(&ls->arena);
-    rc = kt_lease_keys(n->leases, id, collect_key, &keys);
-    if (!rc) {
-      if (keys.n) {
-        kt_mvcc_delete_keys(n->store, keys.v, keys.n, &n->arena);
-        kt_watch_revision_done(n->watches, kt_mvcc_revision(n->store));
-      }
-      rc = kt_lease_revoke(n->leases, id);
-    }
-    free(keys.v);
-  }
+  struct kt_sm sm = {n->store, n->leases, n->watches};
+  struct kt_sm_result res;
+  struct kt_err e;
+  int rc = kt_sm_apply(&sm, req, mono_ms(), &n->arena, &res, &e);
+  if (!rc && req->type == KT_MSG_LEASE_GRANT)
+    kt_log(KT_LOG_DEBUG, "lease", "granted id=%016llx ttl=%lld", (unsigned long long)res.lease_id,
+           (long long)res.lease_ttl);
   if (!c)
     return;
+  struct kt_lease_resp l = {.id = res.lease_id, .ttl = res.lease_ttl};
   if (rc)
     kt_conn_send_error(c, req_id, rc, NULL);
   else
