@@ -760,7 +760,8 @@ static void process_ready(struct kt_node *n) {
     else
       n->serving = rd.role == KT_RAFT_FOLLOWER && rd.leader != 0;
     kt_node_lease_role(n, rd.role == KT_RAFT_LEADER && n->serving);
-    bool publish = n->serving && !was;
+    if (n->serving && !was)
+      kt_node_member_serving(n);
     if (n->serving && !was)
       kt_log(KT_LOG_INFO, "node", "serving as %s leader=%016llx term=%llu applied-index=%llu",
              kt_raft_role_name(rd.role), (unsigned long long)rd.leader,
@@ -771,8 +772,6 @@ static void process_ready(struct kt_node *n) {
     for (size_t i = 0; i < n->n_dprops; i++)
       propose_body(n, &n->dprops[i].body, n->dprops[i].done, n->dprops[i].ctx);
     n->n_dprops = 0;
-    if (publish)
-      kt_node_member_publish(n);
     kt_node_member_after_ready(n);
   }
   /* Raft keeps applied entries in memory only for followers to catch up

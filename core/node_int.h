@@ -287,7 +287,7 @@ void kt_node_member_request(struct kt_node *n, struct kt_conn *c, uint64_t from,
 void kt_node_member_apply(struct kt_node *n, uint8_t entry_type, const struct kt_req *req,
                           const struct pending *own);
 void kt_node_member_after_ready(struct kt_node *n);
-void kt_node_member_publish(struct kt_node *n);
+void kt_node_member_serving(struct kt_node *n); /* started serving: publish */
 /* Snapshot meta blob part; decode checks bounds (outside bytes). */
 void kt_node_member_save(const struct kt_node *n, struct kt_buf *out);
 int kt_node_member_decode(const uint8_t *p, size_t len, size_t *used, struct kt_node_members *t,

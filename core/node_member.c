@@ -81,6 +81,7 @@ struct node_member_state {
   struct kt_node_member initial[KT_NODE_MAX_MEMBERS]; /* the member file's list */
   size_t n_initial;
   bool campaigned;   /* a lone voter campaigns at once, once per run */
+  bool publish;      /* publish our attributes once we are in the table */
   bool stop_removed; /* this member applied its own removal */
   struct kt_arena arena;
   struct kt_buf buf;
@@ -593,8 +594,10 @@ void kt_node_member_apply(struct kt_node *n, uint8_t entry_type, const struct kt
     own->done(n, own->ctx, rc, &e, NULL);
 }
 
+static void publish(struct kt_node *n);
+
 /* After a ready batch: a lone voter campaigns at once; a removed member
- * stops. */
+ * stops; our attributes are published once we are in the table. */
 void kt_node_member_after_ready(struct kt_node *n) {
   struct node_member_state *ms = n->mem;
   if (ms->stop_removed) {
@@ -603,6 +606,8 @@ void kt_node_member_after_ready(struct kt_node *n) {
                        "the member has been permanently removed from the cluster");
     return;
   }
+  if (!n->in_ready)
+    publish(n);
   if (!ms->campaigned && kt_node_member_voters(n) == 1 && find(n, n->member_id) &&
       !find(n, n->member_id)->learner && kt_raft_role(n->raft) == KT_RAFT_FOLLOWER) {
     ms->campaigned = true;
@@ -612,10 +617,16 @@ void kt_node_member_after_ready(struct kt_node *n) {
 
 /* ---- publish ---- */
 
-void kt_node_member_publish(struct kt_node *n) {
-  if (n->n_members < 2 || n->wal_failed)
-    return;
+void kt_node_member_serving(struct kt_node *n) { n->mem->publish = true; }
+
+/* Our name and client URLs, through the log, each time we start serving
+ * (start, leader change), once the table has us (a joining member learns it
+ * from the log). */
+static void publish(struct kt_node *n) {
   struct node_member_state *ms = n->mem;
+  if (!ms->publish || !n->serving || !find(n, n->member_id) || n->wal_failed)
+    return;
+  ms->publish = false;
   kt_arena_reset(&ms->arena);
   struct kt_req req = {.type = KT_MSG_MEMBER_PUBLISH};
   req.u.publish.member_id = n->member_id;

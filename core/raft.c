@@ -862,8 +862,11 @@ static void step_internal(struct kt_raft *r, const struct kt_raft_msg *m) {
         break;
       from->recent_active = true;
       from->probe_sent = false;
+      /* a probe goes even without entries to send: a member whose next is
+       * past our log (one added while down, or just empty) answers it with
+       * a rejection and a hint, and replication starts */
       if (from->match < last_index(r))
-        send_append(r, from, false);
+        send_append(r, from, from->state == PR_PROBE);
       if (m->context > from->read_ack && m->context <= r->read_seq) {
         from->read_ack = m->context;
         check_reads(r);

@@ -84,6 +84,9 @@ void ctl_print_status(const struct ctl_ep_status *s, size_t n);
 /* member list: etcdctl's columns (ID, STATUS, NAME, PEER ADDRS, CLIENT ADDRS,
  * IS LEARNER); ids hex in simple/table, decimal in json/fields. */
 void ctl_print_member_list(const ketch_header *h, const ketch_member_list_result *r);
+/* The member a remove/update/promote named (the printers show it). */
+extern uint64_t ctl_member_id;
+void ctl_print_member_change(const ketch_result *res, const char *name, const char *peer_urls);
 void ctl_print_health(const struct ctl_ep_health *h, size_t n);
 
 /* lease commands: etcdctl's printers (ids in hex in simple, decimal in

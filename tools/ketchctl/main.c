@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -414,7 +415,10 @@ static void run_status(int argc, char **argv);
 static void run_health(int argc, char **argv);
 static void run_version(int argc, char **argv);
 static void run_member_list(int argc, char **argv);
-static void run_member_change(int argc, char **argv);
+static void run_member_add(int argc, char **argv);
+static void run_member_remove(int argc, char **argv);
+static void run_member_update(int argc, char **argv);
+static void run_member_promote(int argc, char **argv);
 static void run_move_leader(int argc, char **argv);
 static void run_lease_grant(int argc, char **argv);
 static void run_lease_revoke(int argc, char **argv);
@@ -518,7 +522,7 @@ static struct flag compaction_flags[] = {
     {0},
 };
 
-/* member add / update: accepted so that the refusal is the clear one */
+/* member add / update */
 static const char *member_peer_urls;
 static bool member_learner;
 static struct flag member_add_flags[] = {
@@ -576,7 +580,7 @@ static const struct cmd commands[] = {
     {"lock", "lock <lockname> [exec-command arg1 arg2 ...]", "Acquires a named lock", NULL,
      lock_flags, ctl_run_lock},
     {"member add", "member add <memberName> [options]", "Adds a member into the cluster", NULL,
-     member_add_flags, run_member_change},
+     member_add_flags, run_member_add},
     {"member list", "member list", "Lists all members in the cluster",
      "When --write-out is set to simple, this command prints out comma-separated member lists for "
      "each endpoint.\nThe items in the lists are ID, Status, Name, Peer Addrs, Client Addrs, Is "
@@ -584,11 +588,11 @@ static const struct cmd commands[] = {
      NULL, run_member_list},
     {"member promote", "member promote <memberID>", "Promotes a non-voting member in the cluster",
      "\nPromotes a non-voting learner member to a voting one in the cluster.\n", NULL,
-     run_member_change},
+     run_member_promote},
     {"member remove", "member remove <memberID>", "Removes a member from the cluster", NULL, NULL,
-     run_member_change},
+     run_member_remove},
     {"member update", "member update <memberID> [options]", "Updates a member in the cluster", NULL,
-     member_update_flags, run_member_change},
+     member_update_flags, run_member_update},
     {"move-leader", "move-leader <transferee-member-id>",
      "Transfers leadership to another ketch cluster member.", NULL, NULL, run_move_leader},
     {"put", "put [options] <key> <value> (<value> can also be given from stdin)",
@@ -1216,9 +1220,83 @@ static void run_member_list(int argc, char **argv) {
   ctl_print_member_list(&res->header, &res->member_list);
 }
 
-static void run_member_change(int argc, char **argv) {
-  (void)argc, (void)argv;
-  ctl_die(CTL_EXIT_ERROR, "membership changes are not supported by this ketch version yet");
+static int parse_hex_id(const char *s, uint64_t *out, char *err, size_t cap);
+
+uint64_t ctl_member_id;
+
+/* --peer-urls split at commas (etcdctl: "member peer urls not provided";
+ * clientv3's URL check). Returns how many; v holds them. */
+static size_t member_urls(const char **v, size_t cap) {
+  if (!member_peer_urls || !*member_peer_urls)
+    ctl_die(CTL_EXIT_BAD_ARGS, "member peer urls not provided");
+  char *all = ctl_keep(strdup(member_peer_urls));
+  size_t n = 0;
+  for (char *p = strtok(all, ","); p && n < cap; p = strtok(NULL, ",")) {
+    static const char *const schemes[] = {"http://", "https://", "unix://", "unixs://"};
+    bool ok = false;
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+      ok |= !strncmp(p, schemes[i], strlen(schemes[i]));
+    if (!ok)
+      ctl_die(CTL_EXIT_ERROR, "URL scheme must be http, https, unix, or unixs: %s", p);
+    v[n++] = p;
+  }
+  return n;
+}
+
+/* etcdctl's member ID argument. */
+static uint64_t member_id_arg(int argc, char **argv) {
+  if (argc != 1)
+    ctl_die(CTL_EXIT_BAD_ARGS, "member ID is not provided");
+  char why[300];
+  if (parse_hex_id(argv[0], &ctl_member_id, why, sizeof why))
+    ctl_die(CTL_EXIT_BAD_ARGS, "bad member ID arg (%s), expecting ID in Hex", why);
+  return ctl_member_id;
+}
+
+static void run_member_add(int argc, char **argv) {
+  if (argc < 1)
+    ctl_die(CTL_EXIT_BAD_ARGS, "member name not provided");
+  if (argc > 1) {
+    char ev[1024] = "too many arguments";
+    for (int i = 0; i < argc; i++)
+      if (!strncasecmp(argv[i], "http", 4)) {
+        size_t l = strlen(ev);
+        snprintf(ev + l, sizeof ev - l, ", did you mean --peer-urls=%s", argv[i]);
+      }
+    ctl_die(CTL_EXIT_BAD_ARGS, "%s", ev);
+  }
+  const char *urls[64];
+  size_t n = member_urls(urls, 64);
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  check(c, ketch_member_add(c, urls, n, member_learner, &res), res);
+  ctl_print_member_change(res, argv[0], member_peer_urls);
+}
+
+static void run_member_remove(int argc, char **argv) {
+  uint64_t id = member_id_arg(argc, argv);
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  check(c, ketch_member_remove(c, id, &res), res);
+  ctl_print_member_change(res, NULL, NULL);
+}
+
+static void run_member_update(int argc, char **argv) {
+  uint64_t id = member_id_arg(argc, argv);
+  const char *urls[64];
+  size_t n = member_urls(urls, 64);
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  check(c, ketch_member_update(c, id, urls, n, &res), res);
+  ctl_print_member_change(res, NULL, NULL);
+}
+
+static void run_member_promote(int argc, char **argv) {
+  uint64_t id = member_id_arg(argc, argv);
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  check(c, ketch_member_promote(c, id, &res), res);
+  ctl_print_member_change(res, NULL, NULL);
 }
 
 /* Go's strconv.ParseUint(s, 16, 64). */

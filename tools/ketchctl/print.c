@@ -662,38 +662,94 @@ static char *join_urls(const char *const *u, size_t n) {
   return s;
 }
 
+/* etcd's Member as JSON (k: its key, NULL in an array). */
+static void jmember(const char *k, const ketch_member *m) {
+  jopen(k, '{');
+  juint("ID", m->id);
+  jstr("name", m->name, true);
+  if (m->n_peer_urls) {
+    jopen("peerURLs", '[');
+    for (size_t i = 0; i < m->n_peer_urls; i++)
+      jstr(NULL, m->peer_urls[i], false);
+    jclose(']');
+  }
+  if (m->n_client_urls) {
+    jopen("clientURLs", '[');
+    for (size_t i = 0; i < m->n_client_urls; i++)
+      jstr(NULL, m->client_urls[i], false);
+    jclose(']');
+  }
+  jbool("isLearner", m->is_learner, true);
+  jclose('}');
+}
+
+/* {"header":..., ["member":...,] "members":[...]} */
+static void json_members(const ketch_header *h, const ketch_member_list_result *r) {
+  jdepth = 0;
+  jfirst[0] = true;
+  jopen(NULL, '{');
+  hdr(h);
+  if (r->added)
+    jmember("member", r->added);
+  if (r->n_members) {
+    jopen("members", '[');
+    for (size_t i = 0; i < r->n_members; i++)
+      jmember(NULL, &r->members[i]);
+    jclose(']');
+  }
+  jclose('}');
+  putchar('\n');
+}
+
+/* etcdctl's member add/remove/update/promote printers: simple and json only
+ * (the others fail after the change was made, as etcdctl). For add, `name`
+ * and `peer_urls` are the command line's: the env lines a new member starts
+ * with (KETCH_ names for ETCD_ ones). */
+void ctl_print_member_change(const ketch_result *res, const char *name, const char *peer_urls) {
+  const ketch_member_list_result *r = &res->member_list;
+  if (ctl_display.format == CTL_JSON) {
+    json_members(&res->header, r);
+    return;
+  }
+  if (ctl_display.format != CTL_SIMPLE)
+    ctl_die(CTL_EXIT_BAD_FEATURE, "%s not supported as output format",
+            ctl_display.format == CTL_TABLE ? "table" : "fields");
+  uint64_t cid = res->header.cluster_id;
+  switch (res->type) {
+  case KETCH_OP_MEMBER_ADD: {
+    const ketch_member *m = r->added;
+    printf("Member %16" PRIx64 " added%sto cluster %16" PRIx64 "\n", m ? m->id : 0,
+           m && m->is_learner ? " as learner " : " ", cid);
+    printf("\nKETCH_NAME=");
+    ctl_goquote(stdout, name, strlen(name));
+    printf("\nKETCH_INITIAL_CLUSTER=\"");
+    bool first = true;
+    for (size_t i = 0; i < r->n_members; i++) {
+      const ketch_member *x = &r->members[i];
+      const char *nm = m && x->id == m->id ? name : x->name;
+      for (size_t k = 0; k < x->n_peer_urls; k++, first = false)
+        printf("%s%s=%s", first ? "" : ",", nm, x->peer_urls[k]);
+    }
+    printf("\"\nKETCH_INITIAL_ADVERTISE_PEER_URLS=");
+    ctl_goquote(stdout, peer_urls, strlen(peer_urls));
+    printf("\nKETCH_INITIAL_CLUSTER_STATE=\"existing\"\n");
+    return;
+  }
+  case KETCH_OP_MEMBER_REMOVE:
+    printf("Member %16" PRIx64 " removed from cluster %16" PRIx64 "\n", ctl_member_id, cid);
+    return;
+  case KETCH_OP_MEMBER_UPDATE:
+    printf("Member %16" PRIx64 " updated in cluster %16" PRIx64 "\n", ctl_member_id, cid);
+    return;
+  default:
+    printf("Member %16" PRIx64 " promoted in cluster %16" PRIx64 "\n", ctl_member_id, cid);
+    return;
+  }
+}
+
 void ctl_print_member_list(const ketch_header *h, const ketch_member_list_result *r) {
   if (ctl_display.format == CTL_JSON) {
-    jdepth = 0;
-    jfirst[0] = true;
-    jopen(NULL, '{');
-    hdr(h);
-    if (r->n_members) {
-      jopen("members", '[');
-      for (size_t i = 0; i < r->n_members; i++) {
-        const ketch_member *m = &r->members[i];
-        jopen(NULL, '{');
-        juint("ID", m->id);
-        jstr("name", m->name, true);
-        if (m->n_peer_urls) {
-          jopen("peerURLs", '[');
-          for (size_t k = 0; k < m->n_peer_urls; k++)
-            jstr(NULL, m->peer_urls[k], false);
-          jclose(']');
-        }
-        if (m->n_client_urls) {
-          jopen("clientURLs", '[');
-          for (size_t k = 0; k < m->n_client_urls; k++)
-            jstr(NULL, m->client_urls[k], false);
-          jclose(']');
-        }
-        jbool("isLearner", m->is_learner, true);
-        jclose('}');
-      }
-      jclose(']');
-    }
-    jclose('}');
-    putchar('\n');
+    json_members(h, r);
     return;
   }
   if (ctl_display.format == CTL_FIELDS) {
