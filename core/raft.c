@@ -18,7 +18,7 @@ struct progress {
   uint8_t state;
   bool learner; /* receives replication; never counted in a quorum */
   bool probe_sent, recent_active, voted, granted;
-  bool fresh; /* added by a configuration change: probe it at once */
+  bool fresh;        /* added by a configuration change: probe it at once */
   uint64_t read_ack; /* highest read seq this peer confirmed */
   /* in-flight APPs in replicate state: ring of (last index, bytes) */
   uint64_t *infl_index, *infl_bytes;
@@ -441,7 +441,8 @@ static void campaign(struct kt_raft *r, bool pre, bool transfer) {
       r->prs[i].voted = r->prs[i].granted = false;
     event(r, KT_RAFT_EV_BECAME_PRE_CANDIDATE, 0, 0);
     struct progress *self = pr_get(r, r->id);
-    self->voted = self->granted = true;
+    if (self) /* NULL only under test bug 7 */
+      self->voted = self->granted = true;
     if (quorum(r) == 1) {
       campaign(r, false, false);
       return;
@@ -471,7 +472,7 @@ static void campaign(struct kt_raft *r, bool pre, bool transfer) {
  * unapplied: votes are counted in the applied configuration, which must be
  * at most one change behind the newest committed one (etcd's hup guard). */
 static void hup(struct kt_raft *r, bool transfer) {
-  if (r->role == KT_RAFT_LEADER || !is_voter(r, r->id))
+  if (r->role == KT_RAFT_LEADER || (!is_voter(r, r->id) && kt_raft_test_bug != 7))
     return;
   if (conf_entry_in(r, r->applied, r->commit))
     return;
@@ -876,8 +877,8 @@ static void step_internal(struct kt_raft *r, const struct kt_raft_msg *m) {
         /* a CONF entry while one is pending goes in as NORMAL: the node
          * sees its request come back as a plain entry and refuses it */
         bool conf = m->entries[i].type == KT_RAFT_ENTRY_CONF && !conf_busy(r);
-        append_one(r, r->term, conf ? KT_RAFT_ENTRY_CONF : KT_RAFT_ENTRY_NORMAL,
-                   m->entries[i].data, m->entries[i].len);
+        append_one(r, r->term, conf ? KT_RAFT_ENTRY_CONF : KT_RAFT_ENTRY_NORMAL, m->entries[i].data,
+                   m->entries[i].len);
         if (conf)
           r->pending_conf = last_index(r);
       }
@@ -1324,8 +1325,8 @@ static struct kt_raft_hard_state hs_now(const struct kt_raft *r) {
 }
 
 bool kt_raft_has_ready(const struct kt_raft *r) {
-  if (r->out.n || r->events.n || r->late_events.n || r->read_hb_pending || r->handed < last_index(r) ||
-      apply_to(r) > r->applied)
+  if (r->out.n || r->events.n || r->late_events.n || r->read_hb_pending ||
+      r->handed < last_index(r) || apply_to(r) > r->applied)
     return true;
   struct kt_raft_hard_state hs = hs_now(r);
   if (memcmp(&hs, &r->given_hs, sizeof hs) != 0)

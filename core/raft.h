@@ -379,7 +379,7 @@ const char *kt_raft_msg_type_name(int type);
  * quorum (its own persisted index), 3 = grant votes before persisting,
  * 4 = the leader answers ReadIndex without a heartbeat round, 5 = learners
  * count toward the commit quorum, 6 = no limit of one configuration change
- * in flight. */
+ * in flight, 7 = members outside the voters campaign. */
 extern int kt_raft_test_bug;
 
 /* ---- Wire format of a message (all integers big-endian) ----

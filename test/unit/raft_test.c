@@ -12,7 +12,7 @@
 #define MAXN 5
 
 struct cl {
-  int n;
+  int n, nv;                   /* members 1..n; voters 1..nv, learners after */
   struct kt_raft *r[MAXN + 1]; /* by id, 1-based */
   uint64_t voters[MAXN];
   bool hold_disk[MAXN + 1];     /* do not report persistence */
@@ -31,12 +31,16 @@ struct cl {
   uint64_t pend_term[MAXN + 1], pend_index[MAXN + 1];
   struct kt_raft_hard_state pend_hs[MAXN + 1];
   struct kt_raft_msg last_msg; /* copy of the last message sent (no entries) */
+  int conf_rc[MAXN + 1];       /* of the last CONF entry applied */
+  int n_conf[MAXN + 1];        /* CONF entries applied */
 };
 
 static struct kt_raft_config cfg_for(struct cl *c, uint64_t id, bool pre_vote, bool cq) {
   struct kt_raft_config cfg = {.id = id,
                                .voters = c->voters,
-                               .n_voters = (size_t)c->n,
+                               .n_voters = (size_t)c->nv,
+                               .learners = c->voters + c->nv,
+                               .n_learners = (size_t)(c->n - c->nv),
                                .election_ticks = 10,
                                .heartbeat_ticks = 1,
                                .max_msg_bytes = 1 << 20,
@@ -47,9 +51,11 @@ static struct kt_raft_config cfg_for(struct cl *c, uint64_t id, bool pre_vote, b
   return cfg;
 }
 
-static struct cl *cl_new(int n, bool pre_vote, bool cq) {
+/* n members: voters 1..nv, learners nv+1..n. */
+static struct cl *cl_new_learners(int n, int nv, bool pre_vote, bool cq) {
   struct cl *c = calloc(1, sizeof *c);
   c->n = n;
+  c->nv = nv;
   for (int i = 0; i < n; i++)
     c->voters[i] = (uint64_t)i + 1;
   for (int i = 1; i <= n; i++) {
@@ -57,6 +63,10 @@ static struct cl *cl_new(int n, bool pre_vote, bool cq) {
     kt_assert(kt_raft_new(&cfg, &c->r[i]) == 0);
   }
   return c;
+}
+
+static struct cl *cl_new(int n, bool pre_vote, bool cq) {
+  return cl_new_learners(n, n, pre_vote, cq);
 }
 
 static void cl_free(struct cl *c) {
@@ -105,8 +115,14 @@ static void cl_ready(struct cl *c, int i) {
       kt_raft_msg_encode(m, b);
     }
     for (size_t k = 0; k < rd.n_committed; k++) {
-      kt_assert(rd.committed[k].index == c->applied[i] + 1);
-      c->applied[i] = rd.committed[k].index;
+      const struct kt_raft_entry *e = &rd.committed[k];
+      kt_assert(e->index == c->applied[i] + 1);
+      c->applied[i] = e->index;
+      if (e->type == KT_RAFT_ENTRY_CONF) { /* the tests' encoding: change, id */
+        kt_assert(e->len == 2);
+        c->conf_rc[i] = kt_raft_apply_conf(r, e->data[0], e->data[1]);
+        c->n_conf[i]++;
+      }
     }
     for (size_t k = 0; k < rd.n_reads && c->n_reads[i] < 64; k++) {
       c->reads[i][c->n_reads[i]] = rd.reads[k].context;
