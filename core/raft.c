@@ -77,7 +77,10 @@ struct kt_raft {
   struct progress *prs; /* capacity KT_RAFT_MAX_MEMBERS */
   size_t n_prs, n_voters;
   uint64_t pending_conf; /* leader: last index that may hold an unapplied CONF entry */
-  bool conf_dirty;       /* applied a change during ready: effects run at advance */
+  /* the last two CONF entries in the log above commit (0: none), see
+   * infer_conf_commit */
+  uint64_t conf_last, conf_prev;
+  bool conf_dirty; /* applied a change during ready: effects run at advance */
 
   uint32_t election_elapsed, heartbeat_elapsed, rand_timeout;
   uint64_t transferee;
@@ -129,6 +132,14 @@ static void truncate_from(struct kt_raft *r, uint64_t i) {
     if (r->log.v[j - r->first].data)
       VEC_PUSH(r->grave, r->log.v[j - r->first].data);
   r->log.n = i - r->first;
+  if (r->conf_last >= i) { /* find the last two CONF entries left above commit */
+    r->conf_last = r->conf_prev = 0;
+    for (uint64_t j = i - 1; j > r->commit && j >= r->first && !r->conf_prev; j--)
+      if (r->log.v[j - r->first].type == KT_RAFT_ENTRY_CONF) {
+        r->conf_prev = r->conf_last ? j : 0;
+        r->conf_last = r->conf_last ? r->conf_last : j;
+      }
+  }
   r->persisted = KT_MIN(r->persisted, i - 1);
   r->handed = KT_MIN(r->handed, i - 1);
   event(r, KT_RAFT_EV_TRUNCATE, i, 0);
@@ -143,6 +154,10 @@ static void append_one(struct kt_raft *r, uint64_t term, uint8_t type, const voi
     memcpy(e.data, data, len);
   }
   VEC_PUSH(r->log, e);
+  if (type == KT_RAFT_ENTRY_CONF) {
+    r->conf_prev = r->conf_last;
+    r->conf_last = e.index;
+  }
 }
 
 /* Largest i <= index whose term is <= term (etcd's findConflictByTerm). */
@@ -623,6 +638,16 @@ static void commit_to(struct kt_raft *r, uint64_t c) {
   }
 }
 
+/* Every CONF entry but the last in any log is committed: a leader appends
+ * one only after applying every earlier one. A follower may not know it (a
+ * new leader's commit index can lag behind its log), but must: it counts
+ * votes in its applied configuration, and with two unapplied changes it
+ * could be two configurations behind (see hup). */
+static void infer_conf_commit(struct kt_raft *r) {
+  if (r->conf_prev > r->commit)
+    commit_to(r, r->conf_prev);
+}
+
 static void handle_append(struct kt_raft *r, const struct kt_raft_msg *m) {
   struct kt_raft_msg resp = {.type = KT_RAFT_MSG_APP_RESP, .to = m->from};
   /* entries must follow index contiguously and not exceed the sender's term */
@@ -649,6 +674,7 @@ static void handle_append(struct kt_raft *r, const struct kt_raft_msg *m) {
       break;
     }
     commit_to(r, KT_MIN(m->commit, last_new));
+    infer_conf_commit(r);
     resp.index = last_new;
     hold(r, resp, last_new);
     return;
@@ -1003,6 +1029,7 @@ int kt_raft_new(const struct kt_raft_config *cfg, struct kt_raft **out) {
   r->d_term = cfg->hs.term;
   r->d_vote = cfg->hs.vote;
   r->commit = KT_MAX(KT_MIN(cfg->hs.commit, last_index(r)), r->applied);
+  r->commit = KT_MAX(r->commit, r->conf_prev);
   r->given_hs = cfg->hs;
   become_follower(r, r->term, 0);
   *out = r;
@@ -1272,6 +1299,7 @@ int kt_raft_install_snapshot(struct kt_raft *r, uint64_t index, uint64_t term,
     if (r->log.v[i].data)
       VEC_PUSH(r->grave, r->log.v[i].data);
   r->log.n = 0;
+  r->conf_last = r->conf_prev = 0;
   r->first = index + 1;
   r->comp_term = term;
   r->commit = r->persisted = r->handed = r->applied = index;

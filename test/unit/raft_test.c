@@ -1232,3 +1232,25 @@ TEST(raft_restart_with_configuration_replays_conf_entries) {
   kt_raft_free(r);
   cl_free(c);
 }
+
+TEST(raft_follower_infers_commit_of_all_but_the_last_conf_entry) {
+  /* a leader whose commit index lags (it restarted) sends two CONF entries
+   * with commit 0: the first is committed (the second was appended only
+   * after it was applied), so the follower commits and applies it and does
+   * not campaign two configurations behind */
+  struct cl *c = cl_new(3, false, false);
+  struct kt_raft *f = c->r[2];
+  uint8_t a[2] = {KT_RAFT_CONF_ADD_LEARNER, 4}, b[2] = {KT_RAFT_CONF_PROMOTE, 4};
+  struct kt_raft_entry e[3] = {{1, 1, KT_RAFT_ENTRY_CONF, 2, a},
+                               {1, 2, KT_RAFT_ENTRY_NORMAL, 0, NULL},
+                               {1, 3, KT_RAFT_ENTRY_CONF, 2, b}};
+  struct kt_raft_msg app = {
+      .type = KT_RAFT_MSG_APP, .from = 1, .to = 2, .term = 1, .n_entries = 3, .entries = e};
+  kt_raft_step(f, &app);
+  CHECK_EQ(kt_raft_commit(f), 1);
+  cl_ready(c, 2);
+  CHECK_EQ(c->applied[2], 1);
+  CHECK(kt_raft_is_learner(f, 4));
+  CHECK(kt_raft_conf_pending(f)); /* the promotion is not known committed */
+  cl_free(c);
+}
