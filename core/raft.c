@@ -1176,6 +1176,20 @@ static void conf_effects(struct kt_raft *r) {
   if (r->transferee && !is_voter(r, r->transferee))
     r->transferee = 0;
   if (!is_voter(r, r->id)) {
+    if (r->role == KT_RAFT_LEADER) {
+      /* hand over (TimeoutNow, as in a transfer) to a remaining voter
+       * that has our whole log: no election timeout to wait out, and it
+       * wins even before it applies our removal (then it needs our vote,
+       * which we give while we are still up) */
+      struct progress *best = NULL;
+      for (size_t i = 0; i < r->n_voters; i++)
+        if (!best || r->prs[i].match > best->match)
+          best = &r->prs[i];
+      if (best && best->match == last_index(r)) {
+        struct kt_raft_msg t = {.type = KT_RAFT_MSG_TIMEOUT_NOW, .to = best->id};
+        send(r, t);
+      }
+    }
     if (r->role != KT_RAFT_FOLLOWER) {
       event(r, KT_RAFT_EV_STEP_DOWN_REMOVED, 0, 0);
       become_follower(r, r->term, 0);

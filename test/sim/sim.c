@@ -43,6 +43,7 @@ struct sim_opts {
   bool crashes;       /* crash and restart members */
   uint32_t crash_x10; /* per-tick crash chance in tenths of a percent; 0 = 8 */
   bool conf_changes;  /* random membership changes between 3 and 5 voters */
+  uint32_t conf_x10;  /* per-tick chance of proposing one, tenths of a percent; 0 = 25 */
   bool verbose;       /* print the trace */
 };
 
@@ -574,11 +575,19 @@ static void apply_conf_entry(struct sim *s, struct sim_node *nd, const struct kt
   }
   uint8_t change = e->data[1];
   uint64_t id = kt_get_u64be(e->data + 2);
-  bool readd = (change == KT_RAFT_CONF_ADD_VOTER || change == KT_RAFT_CONF_ADD_LEARNER) &&
-               id <= SIM_MAX_N && (nd->conf.removed >> id & 1);
-  int want = readd ? KT_EINVAL : conf_model_apply(&nd->conf, change, id);
-  /* the node's own rule (a removed id never comes back): raft not asked */
-  int rc = readd ? KT_EINVAL : kt_raft_apply_conf(nd->r, change, id);
+  /* the node's own rules, checked before raft is asked: a removed id never
+   * comes back (as etcd), and 3..5 voters (a change proposed on a stale
+   * view could go beyond; the liveness of removing the leader of two
+   * voters rests on the removed member staying up, see raft.h) */
+  const struct sim_conf *c = &nd->conf;
+  bool voter = conf_find(c->v, c->nv, id) >= 0;
+  bool refuse =
+      ((change == KT_RAFT_CONF_ADD_VOTER || change == KT_RAFT_CONF_ADD_LEARNER) &&
+       id <= SIM_MAX_N && (c->removed >> id & 1)) ||
+      ((change == KT_RAFT_CONF_ADD_VOTER || change == KT_RAFT_CONF_PROMOTE) && c->nv >= 5) ||
+      (change == KT_RAFT_CONF_REMOVE && voter && c->nv <= 3);
+  int want = refuse ? KT_EINVAL : conf_model_apply(&nd->conf, change, id);
+  int rc = refuse ? KT_EINVAL : kt_raft_apply_conf(nd->r, change, id);
   struct sim_conf got = conf_of_raft(nd->r);
   got.removed = nd->conf.removed;
   char a[160], b[160];
@@ -927,7 +936,7 @@ static void sim_unit(struct sim *s, bool chaos) {
   }
   if (!chaos)
     return;
-  if (s->o.conf_changes && chance(s, 25)) {
+  if (s->o.conf_changes && chance(s, s->o.conf_x10 ? s->o.conf_x10 : 25)) {
     nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->n_nodes)];
     if (nd->alive)
       propose_conf_change(s, nd);
@@ -1088,6 +1097,21 @@ static int sim_run(const struct sim_opts *o, struct sim_stats *st, char *why, si
                  s->nodes[i].r ? (unsigned long long)kt_raft_first_index(s->nodes[i].r) : 0,
                  s->nodes[i].r ? (unsigned long long)kt_raft_last_index(s->nodes[i].r) : 0);
   }
+  if (s->failed && o->verbose)
+    for (int i = 0; i < s->n_nodes; i++) {
+      struct sim_node *nd = &s->nodes[i];
+      char cs[160];
+      conf_str(&nd->conf, cs, sizeof cs);
+      printf("  end n%d: %s%s%s applied %llu conf %s", i + 1, nd->alive ? "up" : "down",
+             nd->removed ? " removed" : "", nd->gone ? " gone" : "",
+             (unsigned long long)nd->applied, cs);
+      if (nd->alive)
+        printf(" role %s term %llu lead %llu commit %llu last %llu",
+               kt_raft_role_name(kt_raft_role(nd->r)), (unsigned long long)kt_raft_term(nd->r),
+               (unsigned long long)kt_raft_leader(nd->r), (unsigned long long)kt_raft_commit(nd->r),
+               (unsigned long long)kt_raft_last_index(nd->r));
+      printf("\n");
+    }
   int rc = s->failed;
   if (rc)
     snprintf(why, why_n, "%s", s->why);

@@ -993,6 +993,9 @@ TEST(raft_remove_leader_steps_down) {
   CHECK(has_event(c, 1, "conf change term=1 id=1 remove"));
   CHECK(has_event(c, 1, "step down term=1 reason=removed"));
   CHECK(!kt_raft_is_voter(c->r[1], 1));
+  /* handed over at once (TimeoutNow to a voter with the whole log) */
+  CHECK_EQ(c->sent[1][KT_RAFT_MSG_TIMEOUT_NOW], 1);
+  CHECK(cl_leader(c) == 2 || cl_leader(c) == 3);
   int votes1 = c->sent[1][KT_RAFT_MSG_PREVOTE] + c->sent[1][KT_RAFT_MSG_VOTE];
   for (int k = 0; k < 60; k++)
     cl_tick_all(c, 1);
@@ -1002,6 +1005,22 @@ TEST(raft_remove_leader_steps_down) {
   CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_FOLLOWER);
   cl_propose(c, l, "after");
   CHECK_EQ(kt_raft_commit(c->r[l]), kt_raft_last_index(c->r[l]));
+  cl_free(c);
+}
+
+TEST(raft_remove_leader_of_two_voters) {
+  /* the remaining voter may not have applied the removal when it is told
+   * to campaign: it still counts the old leader, which still answers */
+  struct cl *c = cl_new(2, true, true);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  CHECK_EQ(cl_leader(c), 1);
+  CHECK_EQ(cl_conf(c, 1, KT_RAFT_CONF_REMOVE, 1), 0);
+  cl_tick_all(c, 2);
+  CHECK_EQ(cl_leader(c), 2);
+  CHECK(kt_raft_is_voter(c->r[2], 2) && !kt_raft_is_voter(c->r[2], 1));
+  cl_propose(c, 2, "alone");
+  CHECK_EQ(kt_raft_commit(c->r[2]), kt_raft_last_index(c->r[2]));
   cl_free(c);
 }
 
