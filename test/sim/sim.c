@@ -18,12 +18,29 @@
  *     for a snapshot (KT_RAFT_EV_NEED_SNAPSHOT) sends its own over the
  *     network (delayed, dropped like any message: then reported failed), and
  *     the follower installs it (disk log reset, kt_raft_install_snapshot).
+ *     A snapshot carries the configuration at its index.
+ *   - membership: the first n members bootstrap as the node does (log 1..n =
+ *     one CONF ADD_VOTER each, committed, applied when handed out). With
+ *     conf_changes, random one-at-a-time changes (add a learner, promote it,
+ *     add a voter directly, remove a voter — the leader too — or a learner,
+ *     now and then an invalid one) are proposed on random members
+ *     (kt_raft_propose_conf); an added member is a spare id that starts
+ *     with an empty log and no configuration. The state machine decodes
+ *     CONF entries, applies them to its own configuration (by its own
+ *     rules, which raft must agree with: kt_raft_apply_conf's result and
+ *     kt_raft_members) and keeps 3..5 voters and removed ids out. A member
+ *     that applied its own removal stays up but must never lead; when it
+ *     crashes it is gone for good, as a removed node would be.
  * Checks, on every step: at most one leader per term; log matching; leader
  * completeness; committed entries never change (every (index, term, data)
  * any member commits is recorded globally and compared); every member
  * applies the same sequence; a read's index covers every commit that happened
- * before the read was asked. At the end the network heals and the cluster
- * must make progress (a proposal applied on every member).
+ * before the read was asked; every member that applies the CONF entry at
+ * index i has the same configuration after it (and snapshots carry it);
+ * only a voter of its own configuration, never a removed member, becomes
+ * leader. At the end the network heals, removed members are shut down, and
+ * the cluster must make progress (a proposal applied on every member of the
+ * leader's configuration).
  *
  * Included by test/unit/raft_sim_test.c (so `make test` builds and runs it).
  */
