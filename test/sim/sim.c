@@ -623,7 +623,9 @@ static void apply_conf_entry(struct sim *s, struct sim_node *nd, const struct kt
   if (s->cn == 0 || s->confs[s->cn - 1].index < e->index) { /* first to apply it */
     GROW(s->confs, s->cn, s->ccap);
     s->confs[s->cn++] = (struct conf_at){e->index, nd->conf};
-    if (rc == 0) {
+    if (e->index <= (uint64_t)s->o.n) {
+      /* bootstrap entries: not counted */
+    } else if (rc == 0) {
       s->st.conf_applied++;
       if (change == KT_RAFT_CONF_REMOVE && id <= (uint64_t)s->n_nodes &&
           kt_raft_leader(nd->r) == id)
