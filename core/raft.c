@@ -77,7 +77,8 @@ struct kt_raft {
   struct progress *prs; /* capacity KT_RAFT_MAX_MEMBERS */
   size_t n_prs, n_voters;
   uint64_t pending_conf; /* leader: last index that may hold an unapplied CONF entry */
-  /* the last two CONF entries in the log above commit (0: none), see
+  /* indexes of the last two CONF entries in the log (0: none; after a
+   * truncation only those above commit are looked for), see
    * infer_conf_commit */
   uint64_t conf_last, conf_prev;
   bool conf_dirty; /* applied a change during ready: effects run at advance */
