@@ -77,7 +77,11 @@ struct kt_raft {
   struct progress *prs; /* capacity KT_RAFT_MAX_MEMBERS */
   size_t n_prs, n_voters;
   uint64_t pending_conf; /* leader: last index that may hold an unapplied CONF entry */
-  bool conf_dirty;       /* applied a change during ready: effects run at advance */
+  /* indexes of the last two CONF entries in the log (0: none; after a
+   * truncation only those above commit are looked for), see
+   * infer_conf_commit */
+  uint64_t conf_last, conf_prev;
+  bool conf_dirty; /* applied a change during ready: effects run at advance */
 
   uint32_t election_elapsed, heartbeat_elapsed, rand_timeout;
   uint64_t transferee;
@@ -129,6 +133,14 @@ static void truncate_from(struct kt_raft *r, uint64_t i) {
     if (r->log.v[j - r->first].data)
       VEC_PUSH(r->grave, r->log.v[j - r->first].data);
   r->log.n = i - r->first;
+  if (r->conf_last >= i) { /* find the last two CONF entries left above commit */
+    r->conf_last = r->conf_prev = 0;
+    for (uint64_t j = i - 1; j > r->commit && j >= r->first && !r->conf_prev; j--)
+      if (r->log.v[j - r->first].type == KT_RAFT_ENTRY_CONF) {
+        r->conf_prev = r->conf_last ? j : 0;
+        r->conf_last = r->conf_last ? r->conf_last : j;
+      }
+  }
   r->persisted = KT_MIN(r->persisted, i - 1);
   r->handed = KT_MIN(r->handed, i - 1);
   event(r, KT_RAFT_EV_TRUNCATE, i, 0);
@@ -143,6 +155,10 @@ static void append_one(struct kt_raft *r, uint64_t term, uint8_t type, const voi
     memcpy(e.data, data, len);
   }
   VEC_PUSH(r->log, e);
+  if (type == KT_RAFT_ENTRY_CONF) {
+    r->conf_prev = r->conf_last;
+    r->conf_last = e.index;
+  }
 }
 
 /* Largest i <= index whose term is <= term (etcd's findConflictByTerm). */
@@ -441,7 +457,8 @@ static void campaign(struct kt_raft *r, bool pre, bool transfer) {
       r->prs[i].voted = r->prs[i].granted = false;
     event(r, KT_RAFT_EV_BECAME_PRE_CANDIDATE, 0, 0);
     struct progress *self = pr_get(r, r->id);
-    self->voted = self->granted = true;
+    if (self) /* NULL only under test bug 7 */
+      self->voted = self->granted = true;
     if (quorum(r) == 1) {
       campaign(r, false, false);
       return;
@@ -471,7 +488,7 @@ static void campaign(struct kt_raft *r, bool pre, bool transfer) {
  * unapplied: votes are counted in the applied configuration, which must be
  * at most one change behind the newest committed one (etcd's hup guard). */
 static void hup(struct kt_raft *r, bool transfer) {
-  if (r->role == KT_RAFT_LEADER || !is_voter(r, r->id))
+  if (r->role == KT_RAFT_LEADER || (!is_voter(r, r->id) && kt_raft_test_bug != 7))
     return;
   if (conf_entry_in(r, r->applied, r->commit))
     return;
@@ -622,6 +639,16 @@ static void commit_to(struct kt_raft *r, uint64_t c) {
   }
 }
 
+/* Every CONF entry but the last in any log is committed: a leader appends
+ * one only after applying every earlier one. A follower may not know it (a
+ * new leader's commit index can lag behind its log), but must: it counts
+ * votes in its applied configuration, and with two unapplied changes it
+ * could be two configurations behind (see hup). */
+static void infer_conf_commit(struct kt_raft *r) {
+  if (r->conf_prev > r->commit)
+    commit_to(r, r->conf_prev);
+}
+
 static void handle_append(struct kt_raft *r, const struct kt_raft_msg *m) {
   struct kt_raft_msg resp = {.type = KT_RAFT_MSG_APP_RESP, .to = m->from};
   /* entries must follow index contiguously and not exceed the sender's term */
@@ -648,6 +675,7 @@ static void handle_append(struct kt_raft *r, const struct kt_raft_msg *m) {
       break;
     }
     commit_to(r, KT_MIN(m->commit, last_new));
+    infer_conf_commit(r);
     resp.index = last_new;
     hold(r, resp, last_new);
     return;
@@ -1005,6 +1033,7 @@ int kt_raft_new(const struct kt_raft_config *cfg, struct kt_raft **out) {
   r->d_term = cfg->hs.term;
   r->d_vote = cfg->hs.vote;
   r->commit = KT_MAX(KT_MIN(cfg->hs.commit, last_index(r)), r->applied);
+  r->commit = KT_MAX(r->commit, r->conf_prev);
   r->given_hs = cfg->hs;
   become_follower(r, r->term, 0);
   *out = r;
@@ -1151,6 +1180,20 @@ static void conf_effects(struct kt_raft *r) {
   if (r->transferee && !is_voter(r, r->transferee))
     r->transferee = 0;
   if (!is_voter(r, r->id)) {
+    if (r->role == KT_RAFT_LEADER) {
+      /* hand over (TimeoutNow, as in a transfer) to a remaining voter
+       * that has our whole log: no election timeout to wait out, and it
+       * wins even before it applies our removal (then it needs our vote,
+       * which we give while we are still up) */
+      struct progress *best = NULL;
+      for (size_t i = 0; i < r->n_voters; i++)
+        if (!best || r->prs[i].match > best->match)
+          best = &r->prs[i];
+      if (best && best->match == last_index(r)) {
+        struct kt_raft_msg t = {.type = KT_RAFT_MSG_TIMEOUT_NOW, .to = best->id};
+        send(r, t);
+      }
+    }
     if (r->role != KT_RAFT_FOLLOWER) {
       event(r, KT_RAFT_EV_STEP_DOWN_REMOVED, 0, 0);
       become_follower(r, r->term, 0);
@@ -1274,6 +1317,7 @@ int kt_raft_install_snapshot(struct kt_raft *r, uint64_t index, uint64_t term,
     if (r->log.v[i].data)
       VEC_PUSH(r->grave, r->log.v[i].data);
   r->log.n = 0;
+  r->conf_last = r->conf_prev = 0;
   r->first = index + 1;
   r->comp_term = term;
   r->commit = r->persisted = r->handed = r->applied = index;

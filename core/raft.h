@@ -70,11 +70,14 @@
  *     WAL: append an hs record (if rd.hs_changed) then rd.entries; remember
  *          (last entry term/index, rd.hs) for this write; flush at loop end
  *     net: encode and queue rd.msgs per peer (kt_raft_msg_encode)
- *     apply rd.committed to the store; a proposal of this member succeeded
- *          iff the entry applied at its index has the term it was proposed
- *          in (kt_raft_term() right after kt_raft_propose); any other entry
- *          at that index means it is lost; timed out before its index is
- *          applied: the outcome is unknown (EUNKNOWN), never success
+ *     apply rd.committed to the store (a CONF entry: decode the change,
+ *          then kt_raft_apply_conf; a change that comes back as a NORMAL
+ *          entry was refused: another one was in progress); a proposal of
+ *          this member succeeded iff the entry applied at its index has
+ *          the term it was proposed in (kt_raft_term() right after
+ *          kt_raft_propose); any other entry at that index means it is
+ *          lost; timed out before its index is applied: the outcome is
+ *          unknown (EUNKNOWN), never success
  *     answer rd.reads; log rd.events
  *     kt_raft_advance(r);
  *   }
@@ -105,10 +108,19 @@
  * The configuration at a snapshot's index travels with the snapshot
  * (kt_raft_install_snapshot); a restart passes it in kt_raft_config and the
  * CONF entries after it are applied again as they are handed out.
+ * A follower also commits every CONF entry in its log but the last (the
+ * leader appended the later one only after applying it), since a new
+ * leader's commit index may lag behind its log.
  * Bootstrap: a new cluster's members start with n_voters = 0 and the log
  * 1..k of CONF entries (term 1, one ADD_VOTER each, hs = {1, 0, k}), applied
  * when raft hands them out; a member that joins starts empty and learns
  * everything from the leader (log or snapshot).
+ * Removing the leader: once it applies its removal it sends TimeoutNow to a
+ * voter that has its whole log, then steps down; it keeps answering votes.
+ * A voter that has not applied the removal yet still counts the old leader,
+ * so with two voters (2 → 1) the survivor needs the removed member's vote
+ * until it learns the commit: keep a removed member up until the others
+ * applied its removal (or transfer leadership first).
  */
 #ifndef KT_RAFT_H
 #define KT_RAFT_H
@@ -379,7 +391,7 @@ const char *kt_raft_msg_type_name(int type);
  * quorum (its own persisted index), 3 = grant votes before persisting,
  * 4 = the leader answers ReadIndex without a heartbeat round, 5 = learners
  * count toward the commit quorum, 6 = no limit of one configuration change
- * in flight. */
+ * in flight, 7 = members outside the voters campaign. */
 extern int kt_raft_test_bug;
 
 /* ---- Wire format of a message (all integers big-endian) ----

@@ -18,12 +18,29 @@
  *     for a snapshot (KT_RAFT_EV_NEED_SNAPSHOT) sends its own over the
  *     network (delayed, dropped like any message: then reported failed), and
  *     the follower installs it (disk log reset, kt_raft_install_snapshot).
+ *     A snapshot carries the configuration at its index.
+ *   - membership: the first n members bootstrap as the node does (log 1..n =
+ *     one CONF ADD_VOTER each, committed, applied when handed out). With
+ *     conf_changes, random one-at-a-time changes (add a learner, promote it,
+ *     add a voter directly, remove a voter — the leader too — or a learner,
+ *     now and then an invalid one) are proposed on random members
+ *     (kt_raft_propose_conf); an added member is a spare id that starts
+ *     with an empty log and no configuration. The state machine decodes
+ *     CONF entries, applies them to its own configuration (by its own
+ *     rules, which raft must agree with: kt_raft_apply_conf's result and
+ *     kt_raft_members) and keeps 3..5 voters and removed ids out. A member
+ *     that applied its own removal stays up but must never lead; when it
+ *     crashes it is gone for good, as a removed node would be.
  * Checks, on every step: at most one leader per term; log matching; leader
  * completeness; committed entries never change (every (index, term, data)
  * any member commits is recorded globally and compared); every member
  * applies the same sequence; a read's index covers every commit that happened
- * before the read was asked. At the end the network heals and the cluster
- * must make progress (a proposal applied on every member).
+ * before the read was asked; every member that applies the CONF entry at
+ * index i has the same configuration after it (and snapshots carry it);
+ * only a voter of its own configuration, never a removed member, becomes
+ * leader. At the end the network heals, removed members are shut down, and
+ * the cluster must make progress (a proposal applied on every member of the
+ * leader's configuration).
  *
  * Included by test/unit/raft_sim_test.c (so `make test` builds and runs it).
  */
@@ -34,20 +51,31 @@
 
 #include "../../core/raft.h"
 
-#define SIM_MAX_N 7
+#define SIM_MAX_N 16 /* member ids 1..SIM_MAX_N: the first n, then spares */
 
 struct sim_opts {
   uint64_t seed;
-  int n;              /* members: 3 or 5 */
+  int n;              /* members at bootstrap: 3 or 5 */
   int ticks;          /* chaotic phase */
   bool crashes;       /* crash and restart members */
   uint32_t crash_x10; /* per-tick crash chance in tenths of a percent; 0 = 8 */
+  bool conf_changes;  /* random membership changes between 3 and 5 voters */
+  uint32_t conf_x10;  /* per-tick chance of proposing one, tenths of a percent; 0 = 25 */
   bool verbose;       /* print the trace */
 };
 
 struct sim_stats {
   uint64_t committed, elections, crashes, msgs, dropped, reads, transfers;
   uint64_t snapshots_sent, installs;
+  uint64_t conf_proposed, conf_applied, conf_invalid, conf_as_normal, leader_removed;
+};
+
+/* A configuration as the state machine keeps it: voters then learners, each
+ * in the order raft keeps them (kt_raft_members). */
+struct sim_conf {
+  uint8_t nv, nl;
+  uint64_t v[SIM_MAX_N], l[SIM_MAX_N];
+  uint32_t removed; /* bit id: removed once, never added again (as etcd) */
 };
 
 struct failed_snap {
@@ -77,6 +105,10 @@ struct sim_node {
   size_t wq_n, wq_cap;
   /* state machine: applied sequence is checked against the global table */
   uint64_t applied, checked_commit;
+  struct sim_conf conf, snap_conf; /* applied configuration; the snapshot's */
+  bool started;                    /* spares start when first proposed */
+  bool removed;                    /* applied its own removal: stays out */
+  bool gone;                       /* removed and stopped for good */
 };
 
 struct net_msg {
@@ -97,12 +129,22 @@ struct pending_read {
   uint64_t ctx, min_index;
 };
 
+struct conf_at {
+  uint64_t index;
+  struct sim_conf c;
+};
+
 struct sim {
   struct sim_opts o;
   struct kt_rng rng;
   uint64_t now;
   struct sim_node nodes[SIM_MAX_N];
-  uint64_t voters[SIM_MAX_N];
+  int n_nodes;    /* slots in use: ids 1..n_nodes */
+  uint64_t spare; /* a started member not yet added (0: none) */
+  /* global truth of configurations: after each CONF index, as first applied */
+  struct conf_at *confs;
+  size_t cn, ccap;
+  bool removed[SIM_MAX_N + 1]; /* some member applied this id's removal */
   /* network: binary heap on (at, seq) */
   struct net_msg *heap;
   size_t hn, hcap;
@@ -189,7 +231,114 @@ static struct net_msg net_pop(struct sim *s) {
 }
 
 static struct sim_node *node_of(struct sim *s, uint64_t id) {
-  return id >= 1 && id <= (uint64_t)s->o.n ? &s->nodes[id - 1] : NULL;
+  return id >= 1 && id <= (uint64_t)s->n_nodes ? &s->nodes[id - 1] : NULL;
+}
+
+/* ---- configurations */
+
+#define CONF_DATA_LEN 10 /* 'C', change, id (u64 big-endian) */
+
+static void conf_encode(uint8_t *p, uint8_t change, uint64_t id) {
+  p[0] = 'C';
+  p[1] = change;
+  kt_put_u64be(p + 2, id);
+}
+
+static int conf_find(const uint64_t *a, int n, uint64_t id) {
+  for (int i = 0; i < n; i++)
+    if (a[i] == id)
+      return i;
+  return -1;
+}
+
+static void conf_del(uint64_t *a, uint8_t *n, int at) {
+  memmove(a + at, a + at + 1, (size_t)(*n - at - 1) * sizeof *a);
+  (*n)--;
+}
+
+/* The state machine's own rules (the spec raft must agree with): 0 applied,
+ * else KT_EINVAL and c unchanged. */
+static int conf_model_apply(struct sim_conf *c, uint8_t change, uint64_t id) {
+  int v = conf_find(c->v, c->nv, id), l = conf_find(c->l, c->nl, id);
+  if (change == KT_RAFT_CONF_REMOVE && (v >= 0 ? c->nv > 1 : l >= 0))
+    c->removed |= 1u << id;
+  switch (change) {
+  case KT_RAFT_CONF_ADD_VOTER:
+  case KT_RAFT_CONF_ADD_LEARNER:
+    if (!id || v >= 0 || l >= 0 || c->nv + c->nl >= SIM_MAX_N)
+      return KT_EINVAL;
+    if (change == KT_RAFT_CONF_ADD_VOTER)
+      c->v[c->nv++] = id;
+    else
+      c->l[c->nl++] = id;
+    return 0;
+  case KT_RAFT_CONF_REMOVE:
+    if (v >= 0 && c->nv > 1)
+      conf_del(c->v, &c->nv, v);
+    else if (l >= 0)
+      conf_del(c->l, &c->nl, l);
+    else
+      return KT_EINVAL;
+    return 0;
+  case KT_RAFT_CONF_PROMOTE:
+    if (l < 0)
+      return KT_EINVAL;
+    conf_del(c->l, &c->nl, l);
+    c->v[c->nv++] = id;
+    return 0;
+  default:
+    return KT_EINVAL;
+  }
+}
+
+static bool conf_eq(const struct sim_conf *a, const struct sim_conf *b) {
+  return a->nv == b->nv && a->nl == b->nl && a->removed == b->removed &&
+         !memcmp(a->v, b->v, a->nv * sizeof a->v[0]) && !memcmp(a->l, b->l, a->nl * sizeof a->l[0]);
+}
+
+static bool conf_has(const struct sim_conf *c, uint64_t id) {
+  return conf_find(c->v, c->nv, id) >= 0 || conf_find(c->l, c->nl, id) >= 0;
+}
+
+static void conf_str(const struct sim_conf *c, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "v{");
+  for (int i = 0; i < c->nv && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, "%s%llu", i ? "," : "", (unsigned long long)c->v[i]);
+  if (k < n)
+    k += (size_t)snprintf(buf + k, n - k, "} l{");
+  for (int i = 0; i < c->nl && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, "%s%llu", i ? "," : "", (unsigned long long)c->l[i]);
+  if (k < n)
+    snprintf(buf + k, n - k, "}");
+}
+
+/* raft's configuration, as the state machine would store it. */
+static struct sim_conf conf_of_raft(const struct kt_raft *r) {
+  struct kt_raft_member_state ms[KT_RAFT_MAX_MEMBERS];
+  size_t n = kt_raft_members(r, ms, KT_RAFT_MAX_MEMBERS);
+  struct sim_conf c = {0};
+  for (size_t i = 0; i < n && i < SIM_MAX_N; i++) {
+    if (ms[i].learner)
+      c.l[c.nl++] = ms[i].id;
+    else
+      c.v[c.nv++] = ms[i].id;
+  }
+  return c;
+}
+
+/* The configuration in force at index i, by the global record (the latest
+ * CONF index <= i that some member applied). */
+static const struct sim_conf *conf_at(const struct sim *s, uint64_t i) {
+  static const struct sim_conf empty;
+  size_t lo = 0, hi = s->cn; /* first with index > i */
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (s->confs[mid].index <= i)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo ? &s->confs[lo - 1].c : &empty;
 }
 
 static void copy_entry(struct kt_raft_entry *dst, const struct kt_raft_entry *src) {
@@ -205,8 +354,10 @@ static void copy_entry(struct kt_raft_entry *dst, const struct kt_raft_entry *sr
 static void node_start(struct sim *s, struct sim_node *nd) {
   struct kt_raft_config c = {
       .id = nd->id,
-      .voters = s->voters,
-      .n_voters = (size_t)s->o.n,
+      .voters = nd->snap_conf.v,
+      .n_voters = nd->snap_conf.nv,
+      .learners = nd->snap_conf.l,
+      .n_learners = nd->snap_conf.nl,
       .election_ticks = 10,
       .heartbeat_ticks = 1,
       .max_msg_bytes = 64,
@@ -224,9 +375,10 @@ static void node_start(struct sim *s, struct sim_node *nd) {
   };
   int rc = kt_raft_new(&c, &nd->r);
   kt_assert(rc == 0);
-  nd->alive = true;
+  nd->alive = nd->started = true;
   nd->applied = nd->snap_index; /* the state machine restarts from the snapshot */
   nd->checked_commit = nd->snap_index;
+  nd->conf = nd->snap_conf;
 }
 
 static void free_write(struct disk_write *w) {
@@ -248,6 +400,7 @@ static void node_crash(struct sim *s, struct sim_node *nd) {
   kt_raft_free(nd->r);
   nd->r = NULL;
   nd->alive = false;
+  nd->gone = nd->removed; /* the node of a removed member does not come back */
   nd->restart_at = s->now + 10 * (5 + kt_rng_below(&s->rng, 60));
   s->st.crashes++;
   if (s->o.verbose)
@@ -299,6 +452,11 @@ static void on_leader(struct sim *s, struct sim_node *nd, uint64_t term) {
     return;
   }
   s->leader_of[term] = nd->id;
+  if (nd->removed || !kt_raft_is_voter(nd->r, nd->id)) {
+    sim_fail(s, "n%llu became leader of term %llu but is %s", (unsigned long long)nd->id,
+             (unsigned long long)term, nd->removed ? "removed" : "not a voter");
+    return;
+  }
   /* leader completeness: every entry committed in an earlier term is here */
   for (size_t i = 0; i < s->gn; i++) {
     if (s->g[i].commit_term >= term || i + 1 < kt_raft_first_index(nd->r))
@@ -316,7 +474,11 @@ static void on_leader(struct sim *s, struct sim_node *nd, uint64_t term) {
 static void send_msg(struct sim *s, const struct kt_raft_msg *m) {
   s->st.msgs++;
   struct sim_node *from = node_of(s, m->from), *to = node_of(s, m->to);
-  kt_assert(from && to);
+  kt_assert(from);
+  if (!to || !to->started || to->gone) { /* nobody there */
+    s->st.dropped++;
+    return;
+  }
   if (from->group != to->group || s->oneway[m->from][m->to] || chance(s, s->drop_pct)) {
     s->st.dropped++;
     return;
@@ -342,8 +504,8 @@ static void send_msg(struct sim *s, const struct kt_raft_msg *m) {
 static void send_snapshot(struct sim *s, struct sim_node *from, uint64_t to_id) {
   struct sim_node *to = node_of(s, to_id);
   s->st.snapshots_sent++;
-  if (!from->snap_index || from->group != to->group || s->oneway[from->id][to_id] ||
-      chance(s, s->drop_pct)) {
+  if (!from->snap_index || !to || to->gone || from->group != to->group ||
+      s->oneway[from->id][to_id] || chance(s, s->drop_pct)) {
     GROW(s->failed_snaps, s->n_failed_snaps, s->cap_failed_snaps);
     s->failed_snaps[s->n_failed_snaps++] = (struct failed_snap){from->id, to_id};
     return;
@@ -353,22 +515,39 @@ static void send_snapshot(struct sim *s, struct sim_node *from, uint64_t to_id) 
                        .to = to_id,
                        .from = from->id,
                        .snap_index = from->snap_index,
-                       .snap_term = from->snap_term};
+                       .snap_term = from->snap_term,
+                       .n = sizeof(struct sim_conf)};
+  nm.p = malloc(nm.n);
+  memcpy(nm.p, &from->snap_conf, nm.n);
   net_push(s, nm);
 }
 
 /* A follower installs a snapshot: state machine = the committed prefix up
  * to its index, disk log reset after it, raft told. */
-static void install_snapshot(struct sim *s, struct sim_node *nd, uint64_t index, uint64_t term) {
+static void install_snapshot(struct sim *s, struct sim_node *nd, uint64_t index, uint64_t term,
+                             const struct sim_conf *conf) {
   if (index > s->gn) {
     sim_fail(s, "snapshot at %llu beyond the %zu known committed", (unsigned long long)index,
              s->gn);
     return;
   }
+  if (!conf_eq(conf, conf_at(s, index))) {
+    char a[160], b[160];
+    conf_str(conf, a, sizeof a);
+    conf_str(conf_at(s, index), b, sizeof b);
+    sim_fail(s, "snapshot at %llu carries configuration %s, committed %s",
+             (unsigned long long)index, a, b);
+    return;
+  }
   if (index <= kt_raft_commit(nd->r)) { /* stale: raft tells the leader our commit */
-    if (kt_raft_install_snapshot(nd->r, index, term) != KT_EINVAL)
+    struct sim_conf before = conf_of_raft(nd->r);
+    if (kt_raft_install_snapshot(nd->r, index, term, conf->v, conf->nv, conf->l, conf->nl) !=
+        KT_EINVAL)
       sim_fail(s, "n%llu took a stale snapshot %llu", (unsigned long long)nd->id,
                (unsigned long long)index);
+    struct sim_conf after = conf_of_raft(nd->r);
+    if (!conf_eq(&before, &after))
+      sim_fail(s, "n%llu: a stale snapshot changed the configuration", (unsigned long long)nd->id);
     return;
   }
   if (s->g[index - 1].term != term) {
@@ -386,16 +565,87 @@ static void install_snapshot(struct sim *s, struct sim_node *nd, uint64_t index,
   nd->snap_index = index;
   nd->snap_term = term;
   nd->hs.commit = KT_MAX(nd->hs.commit, index);
-  if (kt_raft_install_snapshot(nd->r, index, term) != 0) {
+  nd->snap_conf = *conf;
+  if (kt_raft_install_snapshot(nd->r, index, term, conf->v, conf->nv, conf->l, conf->nl) != 0) {
     sim_fail(s, "n%llu refused snapshot %llu", (unsigned long long)nd->id,
              (unsigned long long)index);
     return;
   }
   nd->applied = nd->checked_commit = index;
+  nd->conf = *conf;
+  if (!conf_eq(conf, &(struct sim_conf){0}) && !conf_has(conf, nd->id) && s->removed[nd->id])
+    nd->removed = true; /* installed a state where it is gone */
   s->st.installs++;
   if (s->o.verbose)
     printf("  t=%llu n%llu installed snapshot %llu\n", (unsigned long long)s->now,
            (unsigned long long)nd->id, (unsigned long long)index);
+}
+
+/* The state machine applies a CONF entry: decodes it, applies it to its
+ * own configuration and to raft's (both must agree, and agree with every
+ * other member that applied this index). */
+static void apply_conf_entry(struct sim *s, struct sim_node *nd, const struct kt_raft_entry *e) {
+  if (e->len != CONF_DATA_LEN || e->data[0] != 'C') {
+    sim_fail(s, "n%llu: CONF entry %llu is not a change", (unsigned long long)nd->id,
+             (unsigned long long)e->index);
+    return;
+  }
+  uint8_t change = e->data[1];
+  uint64_t id = kt_get_u64be(e->data + 2);
+  /* the node's own rules, checked before raft is asked: a removed id never
+   * comes back (as etcd), and 3..5 voters (a change proposed on a stale
+   * view could go beyond; the liveness of removing the leader of two
+   * voters rests on the removed member staying up, see raft.h) */
+  const struct sim_conf *c = &nd->conf;
+  bool voter = conf_find(c->v, c->nv, id) >= 0;
+  bool refuse =
+      ((change == KT_RAFT_CONF_ADD_VOTER || change == KT_RAFT_CONF_ADD_LEARNER) &&
+       id <= SIM_MAX_N && (c->removed >> id & 1)) ||
+      ((change == KT_RAFT_CONF_ADD_VOTER || change == KT_RAFT_CONF_PROMOTE) && c->nv >= 5) ||
+      (change == KT_RAFT_CONF_REMOVE && voter && c->nv <= 3);
+  int want = refuse ? KT_EINVAL : conf_model_apply(&nd->conf, change, id);
+  int rc = refuse ? KT_EINVAL : kt_raft_apply_conf(nd->r, change, id);
+  struct sim_conf got = conf_of_raft(nd->r);
+  got.removed = nd->conf.removed;
+  char a[160], b[160];
+  if (rc != want || !conf_eq(&got, &nd->conf)) {
+    conf_str(&got, a, sizeof a);
+    conf_str(&nd->conf, b, sizeof b);
+    sim_fail(s, "n%llu applies change %u of %llu at %llu: raft rc %d %s, state machine rc %d %s",
+             (unsigned long long)nd->id, change, (unsigned long long)id,
+             (unsigned long long)e->index, rc, a, want, b);
+    return;
+  }
+  if (s->o.verbose)
+    printf("  t=%llu n%llu applies conf change %u of n%llu at %llu: rc %d\n",
+           (unsigned long long)s->now, (unsigned long long)nd->id, change, (unsigned long long)id,
+           (unsigned long long)e->index, rc);
+  if (s->cn == 0 || s->confs[s->cn - 1].index < e->index) { /* first to apply it */
+    GROW(s->confs, s->cn, s->ccap);
+    s->confs[s->cn++] = (struct conf_at){e->index, nd->conf};
+    if (e->index <= (uint64_t)s->o.n) {
+      /* bootstrap entries: not counted */
+    } else if (rc == 0) {
+      s->st.conf_applied++;
+      if (change == KT_RAFT_CONF_REMOVE && id <= (uint64_t)s->n_nodes &&
+          kt_raft_leader(nd->r) == id)
+        s->st.leader_removed++;
+    } else {
+      s->st.conf_invalid++;
+    }
+    if (change == KT_RAFT_CONF_REMOVE && rc == 0 && id <= SIM_MAX_N)
+      s->removed[id] = true;
+    if ((change == KT_RAFT_CONF_ADD_VOTER || change == KT_RAFT_CONF_ADD_LEARNER) && rc == 0 &&
+        id == s->spare)
+      s->spare = 0;
+  } else if (!conf_eq(conf_at(s, e->index), &nd->conf)) {
+    conf_str(&nd->conf, a, sizeof a);
+    conf_str(conf_at(s, e->index), b, sizeof b);
+    sim_fail(s, "n%llu has configuration %s at %llu, others had %s", (unsigned long long)nd->id, a,
+             (unsigned long long)e->index, b);
+  }
+  if (rc == 0 && change == KT_RAFT_CONF_REMOVE && id == nd->id)
+    nd->removed = true;
 }
 
 static void process_ready(struct sim *s, struct sim_node *nd) {
@@ -436,6 +686,10 @@ static void process_ready(struct sim *s, struct sim_node *nd) {
       }
       check_committed(s, nd, e, "applies");
       nd->applied = e->index;
+      if (e->type == KT_RAFT_ENTRY_CONF && !s->failed)
+        apply_conf_entry(s, nd, e);
+      else if (e->len == CONF_DATA_LEN && e->data[0] == 'C')
+        s->st.conf_as_normal++; /* refused: one change was in flight */
     }
     for (size_t i = 0; i < rd.n_reads && !s->failed; i++) {
       s->st.reads++;
@@ -502,8 +756,8 @@ static void complete_writes(struct sim *s, struct sim_node *nd) {
 }
 
 static void check_log_matching(struct sim *s) {
-  for (int a = 0; a < s->o.n; a++)
-    for (int b = a + 1; b < s->o.n; b++) {
+  for (int a = 0; a < s->n_nodes; a++)
+    for (int b = a + 1; b < s->n_nodes; b++) {
       struct sim_node *x = &s->nodes[a], *y = &s->nodes[b];
       if (!x->alive || !y->alive)
         continue;
@@ -531,7 +785,7 @@ static void check_log_matching(struct sim *s) {
  * node's catch-up window), and purges its disk log up to it: followers that
  * fall behind need a snapshot. */
 static void snapshot_and_compact(struct sim *s) {
-  for (int i = 0; i < s->o.n; i++) {
+  for (int i = 0; i < s->n_nodes; i++) {
     struct sim_node *nd = &s->nodes[i];
     if (!nd->alive || nd->applied < nd->snap_index + 4 || !chance(s, 500))
       continue;
@@ -540,6 +794,7 @@ static void snapshot_and_compact(struct sim *s) {
       continue; /* not durable on its disk yet */
     nd->snap_index = nd->applied;
     nd->snap_term = e->term;
+    nd->snap_conf = nd->conf; /* the configuration at the snapshot's index */
     uint64_t keep = kt_rng_below(&s->rng, 8);
     uint64_t to = nd->snap_index > keep ? nd->snap_index - keep : 0;
     if (to >= kt_raft_first_index(nd->r) && kt_raft_compact(nd->r, to) != 0)
@@ -570,16 +825,83 @@ static void read_index(struct sim *s, struct sim_node *nd) {
   }
 }
 
+/* A spare member to add: started (empty log, empty configuration) the
+ * first time it is proposed; 0 when every id is used. */
+static uint64_t spare_member(struct sim *s) {
+  if (s->spare)
+    return s->spare;
+  if (s->n_nodes >= SIM_MAX_N)
+    return 0;
+  struct sim_node *nd = &s->nodes[s->n_nodes++];
+  nd->id = (uint64_t)s->n_nodes;
+  nd->dfirst = 1;
+  node_start(s, nd);
+  s->spare = nd->id;
+  return nd->id;
+}
+
+/* A random change that nd's configuration allows, keeping 3..5 voters
+ * (now and then an invalid one, which every member must refuse alike),
+ * proposed on nd. */
+static void propose_conf_change(struct sim *s, struct sim_node *nd) {
+  const struct sim_conf *c = &nd->conf;
+  uint8_t change = 0;
+  uint64_t id = 0;
+  switch (kt_rng_below(&s->rng, 6)) {
+  case 0: /* add a learner, promoted later */
+  case 1:
+    if (c->nv + c->nl < 6 && c->nl < 2)
+      change = KT_RAFT_CONF_ADD_LEARNER, id = spare_member(s);
+    break;
+  case 2:
+    if (c->nl && c->nv < 5)
+      change = KT_RAFT_CONF_PROMOTE, id = c->l[kt_rng_below(&s->rng, c->nl)];
+    else if (c->nv < 5)
+      change = KT_RAFT_CONF_ADD_VOTER, id = spare_member(s);
+    break;
+  case 3:
+  case 4:
+    if (c->nv > 3)
+      change = KT_RAFT_CONF_REMOVE, id = c->v[kt_rng_below(&s->rng, c->nv)];
+    else if (c->nl)
+      change = KT_RAFT_CONF_REMOVE, id = c->l[kt_rng_below(&s->rng, c->nl)];
+    break;
+  default: /* invalid: promote a voter, add id 0, remove an absent member */
+    if (chance(s, 500) && c->nv)
+      change = KT_RAFT_CONF_PROMOTE, id = c->v[kt_rng_below(&s->rng, c->nv)];
+    else if (chance(s, 500))
+      change = KT_RAFT_CONF_ADD_LEARNER, id = 0;
+    else
+      change = KT_RAFT_CONF_REMOVE, id = 1000;
+    break;
+  }
+  if (!change || (!id && change != KT_RAFT_CONF_ADD_LEARNER))
+    return;
+  uint8_t data[CONF_DATA_LEN];
+  conf_encode(data, change, id);
+  uint64_t idx;
+  if (kt_raft_propose_conf(nd->r, data, sizeof data, &idx) == 0)
+    s->st.conf_proposed++;
+  if (s->o.verbose)
+    printf("  t=%llu n%llu propose conf change %u of n%llu\n", (unsigned long long)s->now,
+           (unsigned long long)nd->id, change, (unsigned long long)id);
+  process_ready(s, nd);
+}
+
 /* One unit of simulated time. */
 static void sim_unit(struct sim *s, bool chaos) {
   s->now++;
   while (s->hn && s->heap[0].at <= s->now && !s->failed) {
     struct net_msg nm = net_pop(s);
     struct sim_node *to = node_of(s, nm.to);
-    if (to->alive && nm.snap_index) {
-      install_snapshot(s, to, nm.snap_index, nm.snap_term);
+    if (!to->alive) {
+      /* lost */
+    } else if (nm.snap_index) {
+      struct sim_conf c;
+      memcpy(&c, nm.p, sizeof c);
+      install_snapshot(s, to, nm.snap_index, nm.snap_term, &c);
       process_ready(s, to);
-    } else if (to->alive) {
+    } else {
       struct kt_raft_msg m;
       struct kt_err e;
       kt_arena_reset(&s->arena);
@@ -599,8 +921,10 @@ static void sim_unit(struct sim *s, bool chaos) {
     }
   }
   s->n_failed_snaps = 0;
-  for (int i = 0; i < s->o.n && !s->failed; i++) {
+  for (int i = 0; i < s->n_nodes && !s->failed; i++) {
     struct sim_node *nd = &s->nodes[i];
+    if (!nd->started || nd->gone)
+      continue;
     if (!nd->alive) {
       if (!chaos || s->now >= nd->restart_at) {
         node_start(s, nd);
@@ -619,35 +943,40 @@ static void sim_unit(struct sim *s, bool chaos) {
   if (s->now % 10 != 0 || s->failed)
     return;
   /* once per tick: clients and faults */
-  struct sim_node *nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->o.n)];
+  struct sim_node *nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->n_nodes)];
   if (nd->alive && chance(s, 300)) {
     propose(s, nd);
     process_ready(s, nd);
   }
-  nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->o.n)];
+  nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->n_nodes)];
   if (nd->alive && chance(s, 60)) {
     read_index(s, nd);
     process_ready(s, nd);
   }
   if (!chaos)
     return;
+  if (s->o.conf_changes && chance(s, s->o.conf_x10 ? s->o.conf_x10 : 25)) {
+    nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->n_nodes)];
+    if (nd->alive)
+      propose_conf_change(s, nd);
+  }
   if (chance(s, 15)) { /* new partition */
     int groups = 1 + (int)kt_rng_below(&s->rng, 3);
-    for (int i = 0; i < s->o.n; i++)
+    for (int i = 0; i < SIM_MAX_N; i++)
       s->nodes[i].group = (int)kt_rng_below(&s->rng, (uint64_t)groups);
   } else if (chance(s, 8)) { /* a one-way cut */
-    uint64_t a = 1 + kt_rng_below(&s->rng, (uint64_t)s->o.n);
-    uint64_t b = 1 + kt_rng_below(&s->rng, (uint64_t)s->o.n);
+    uint64_t a = 1 + kt_rng_below(&s->rng, (uint64_t)s->n_nodes);
+    uint64_t b = 1 + kt_rng_below(&s->rng, (uint64_t)s->n_nodes);
     s->oneway[a][b] = true;
   } else if (chance(s, 20)) { /* heal */
-    for (int i = 0; i < s->o.n; i++)
+    for (int i = 0; i < SIM_MAX_N; i++)
       s->nodes[i].group = 0;
     memset(s->oneway, 0, sizeof s->oneway);
   }
   if (chance(s, 10)) { /* leadership transfer */
-    for (int i = 0; i < s->o.n; i++)
+    for (int i = 0; i < s->n_nodes; i++)
       if (s->nodes[i].alive && kt_raft_role(s->nodes[i].r) == KT_RAFT_LEADER) {
-        uint64_t to = 1 + kt_rng_below(&s->rng, (uint64_t)s->o.n);
+        uint64_t to = 1 + kt_rng_below(&s->rng, (uint64_t)s->n_nodes);
         if (kt_raft_transfer_leader(s->nodes[i].r, to) == 0)
           s->st.transfers++;
         process_ready(s, &s->nodes[i]);
@@ -655,7 +984,7 @@ static void sim_unit(struct sim *s, bool chaos) {
       }
   }
   if (s->o.crashes && chance(s, s->o.crash_x10 ? s->o.crash_x10 : 8)) {
-    nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->o.n)];
+    nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->n_nodes)];
     if (nd->alive)
       node_crash(s, nd);
   }
@@ -666,7 +995,8 @@ static void sim_unit(struct sim *s, bool chaos) {
 }
 
 static void sim_free(struct sim *s) {
-  for (int i = 0; i < s->o.n; i++) {
+  free(s->confs);
+  for (int i = 0; i < s->n_nodes; i++) {
     struct sim_node *nd = &s->nodes[i];
     if (nd->r) {
       for (size_t j = 0; j < nd->wq_n; j++)
@@ -703,10 +1033,21 @@ static int sim_run(const struct sim_opts *o, struct sim_stats *st, char *why, si
   s->max_delay = 1 + (uint32_t)kt_rng_below(&s->rng, 30); /* up to 3 ticks */
   s->pre_vote = kt_rng_below(&s->rng, 4) != 0;
   s->check_quorum = kt_rng_below(&s->rng, 4) != 0;
+  /* bootstrap as the node does: log 1..n = one ADD_VOTER each (term 1),
+   * committed, applied by the state machine when raft hands them out */
+  s->n_nodes = o->n;
   for (int i = 0; i < o->n; i++) {
-    s->voters[i] = (uint64_t)i + 1;
-    s->nodes[i].id = (uint64_t)i + 1;
-    s->nodes[i].dfirst = 1;
+    struct sim_node *nd = &s->nodes[i];
+    nd->id = (uint64_t)i + 1;
+    nd->dfirst = 1;
+    nd->hs = (struct kt_raft_hard_state){1, 0, (uint64_t)o->n};
+    for (int j = 0; j < o->n; j++) {
+      GROW(nd->dlog, nd->dn, nd->dcap);
+      struct kt_raft_entry *e = &nd->dlog[nd->dn++];
+      *e = (struct kt_raft_entry){1, (uint64_t)j + 1, KT_RAFT_ENTRY_CONF, CONF_DATA_LEN,
+                                  malloc(CONF_DATA_LEN)};
+      conf_encode(e->data, KT_RAFT_CONF_ADD_VOTER, (uint64_t)j + 1);
+    }
   }
   for (int i = 0; i < o->n; i++)
     node_start(s, &s->nodes[i]);
@@ -715,19 +1056,27 @@ static int sim_run(const struct sim_opts *o, struct sim_stats *st, char *why, si
     sim_unit(s, true);
   if (!s->failed)
     check_log_matching(s);
-  /* liveness: heal everything, then one proposal must reach every member */
-  for (int i = 0; i < o->n; i++)
-    s->nodes[i].group = 0;
+  /* liveness: heal everything (the nodes of removed members are shut down),
+   * then one proposal must reach every member of the leader's configuration */
+  for (int i = 0; i < SIM_MAX_N; i++) {
+    struct sim_node *nd = &s->nodes[i];
+    nd->group = 0;
+    if (s->removed[i + 1] && nd->alive)
+      node_crash(s, nd);
+    if (s->removed[i + 1])
+      nd->gone = true;
+  }
   memset(s->oneway, 0, sizeof s->oneway);
   s->drop_pct = s->dup_pct = 0;
   uint64_t heal = s->now, goal = 0;
+  int lead = -1;
   while (!s->failed && s->now < heal + 10 * 400) {
     sim_unit(s, false);
     if (s->now % 10)
       continue;
-    int lead = -1;
-    for (int i = 0; i < o->n; i++)
-      if (kt_raft_role(s->nodes[i].r) == KT_RAFT_LEADER)
+    lead = -1;
+    for (int i = 0; i < s->n_nodes; i++)
+      if (s->nodes[i].alive && kt_raft_role(s->nodes[i].r) == KT_RAFT_LEADER)
         lead = i;
     if (lead < 0)
       continue;
@@ -739,27 +1088,49 @@ static int sim_run(const struct sim_opts *o, struct sim_stats *st, char *why, si
         process_ready(s, &s->nodes[lead]);
       continue;
     }
+    struct sim_conf c = conf_of_raft(lr);
     bool all = true;
-    for (int i = 0; i < o->n; i++)
-      all &= s->nodes[i].applied >= goal;
+    for (int i = 0; i < s->n_nodes; i++)
+      if (conf_has(&c, (uint64_t)i + 1))
+        all &= s->nodes[i].applied >= goal;
     if (all)
       break;
   }
   if (!s->failed) {
     check_log_matching(s);
-    for (int i = 0; i < o->n && !s->failed; i++)
-      if (!goal || s->nodes[i].applied < goal)
+    struct sim_conf c = {0};
+    if (lead >= 0)
+      c = conf_of_raft(s->nodes[lead].r);
+    char cs[160];
+    conf_str(&c, cs, sizeof cs);
+    for (int i = 0; i < s->n_nodes && !s->failed; i++)
+      if (!goal || lead < 0 || (conf_has(&c, (uint64_t)i + 1) && s->nodes[i].applied < goal))
         sim_fail(s,
-                 "no progress after healing: n%d applied %llu, goal %llu (role %s term %llu "
-                 "commit %llu persisted %llu first %llu last %llu)",
-                 i + 1, (unsigned long long)s->nodes[i].applied, (unsigned long long)goal,
-                 kt_raft_role_name(kt_raft_role(s->nodes[i].r)),
-                 (unsigned long long)kt_raft_term(s->nodes[i].r),
-                 (unsigned long long)kt_raft_commit(s->nodes[i].r),
-                 (unsigned long long)kt_raft_persisted_index(s->nodes[i].r),
-                 (unsigned long long)kt_raft_first_index(s->nodes[i].r),
-                 (unsigned long long)kt_raft_last_index(s->nodes[i].r));
+                 "no progress after healing: n%d applied %llu, goal %llu, leader n%d conf %s "
+                 "(role %s term %llu commit %llu persisted %llu first %llu last %llu)",
+                 i + 1, (unsigned long long)s->nodes[i].applied, (unsigned long long)goal, lead + 1,
+                 cs, s->nodes[i].r ? kt_raft_role_name(kt_raft_role(s->nodes[i].r)) : "down",
+                 s->nodes[i].r ? (unsigned long long)kt_raft_term(s->nodes[i].r) : 0,
+                 s->nodes[i].r ? (unsigned long long)kt_raft_commit(s->nodes[i].r) : 0,
+                 s->nodes[i].r ? (unsigned long long)kt_raft_persisted_index(s->nodes[i].r) : 0,
+                 s->nodes[i].r ? (unsigned long long)kt_raft_first_index(s->nodes[i].r) : 0,
+                 s->nodes[i].r ? (unsigned long long)kt_raft_last_index(s->nodes[i].r) : 0);
   }
+  if (s->failed && o->verbose)
+    for (int i = 0; i < s->n_nodes; i++) {
+      struct sim_node *nd = &s->nodes[i];
+      char cs[160];
+      conf_str(&nd->conf, cs, sizeof cs);
+      printf("  end n%d: %s%s%s applied %llu conf %s", i + 1, nd->alive ? "up" : "down",
+             nd->removed ? " removed" : "", nd->gone ? " gone" : "",
+             (unsigned long long)nd->applied, cs);
+      if (nd->alive)
+        printf(" role %s term %llu lead %llu commit %llu last %llu",
+               kt_raft_role_name(kt_raft_role(nd->r)), (unsigned long long)kt_raft_term(nd->r),
+               (unsigned long long)kt_raft_leader(nd->r), (unsigned long long)kt_raft_commit(nd->r),
+               (unsigned long long)kt_raft_last_index(nd->r));
+      printf("\n");
+    }
   int rc = s->failed;
   if (rc)
     snprintf(why, why_n, "%s", s->why);

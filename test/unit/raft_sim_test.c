@@ -1,8 +1,8 @@
 /* test/unit/raft_sim_test.c — runs the deterministic Raft simulation
  * (test/sim/sim.c) over many seeds in `make test`.
  *
- *   KT_SIM_SEED=S      replay exactly one seed (both sizes), with the trace if
- *                      KT_SIM_VERBOSE=1
+ *   KT_SIM_SEED=S      replay exactly one seed (every configuration), with
+ *                      the trace if KT_SIM_VERBOSE=1
  *   KT_SIM_SEEDS=N     seeds per configuration (default below)
  *   KT_SIM_BUG=B       run with injected bug B (see kt_raft_test_bug)
  * A failing seed prints "seed S n=N: why". */
@@ -17,8 +17,8 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
 }
 
 /* Runs seeds [first, first+count) for n members; returns failures. */
-static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, uint64_t first, uint64_t count,
-                       int ticks) {
+static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, bool conf, uint64_t first,
+                       uint64_t count, int ticks) {
   int failures = 0;
   struct sim_stats tot = {0};
   kt_raft_test_bug = (int)env_u64("KT_SIM_BUG", 0); /* demo: see the checkers fire */
@@ -28,14 +28,16 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, uint64_t first, 
                          .ticks = ticks,
                          .crashes = crashes,
                          .crash_x10 = crash_x10,
+                         .conf_changes = conf,
                          .verbose = getenv("KT_SIM_VERBOSE") != NULL};
     struct sim_stats st;
     char why[512];
     if (sim_run(&o, &st, why, sizeof why)) {
-      printf("seed %llu n=%d crash_x10=%u: %s\n  replay: KT_SIM_SEED=%llu KT_SIM_VERBOSE=1 "
-             "build/test/raft_sim_test %s\n",
-             (unsigned long long)seed, n, crash_x10, why, (unsigned long long)seed,
-             n == 5      ? "sim_5_members"
+      printf("seed %llu n=%d crash_x10=%u conf=%d: %s\n  replay: KT_SIM_SEED=%llu "
+             "KT_SIM_VERBOSE=1 build/test/raft_sim_test %s\n",
+             (unsigned long long)seed, n, crash_x10, conf, why, (unsigned long long)seed,
+             conf        ? "sim_membership_changes"
+             : n == 5    ? "sim_5_members"
              : crash_x10 ? "sim_3_members_crashy"
                          : "sim_3_members");
       if (++failures >= 5)
@@ -49,6 +51,11 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, uint64_t first, 
     tot.transfers += st.transfers;
     tot.snapshots_sent += st.snapshots_sent;
     tot.installs += st.installs;
+    tot.conf_proposed += st.conf_proposed;
+    tot.conf_applied += st.conf_applied;
+    tot.conf_invalid += st.conf_invalid;
+    tot.conf_as_normal += st.conf_as_normal;
+    tot.leader_removed += st.leader_removed;
   }
   fprintf(stderr,
           "sim n=%d crashes=%d seeds=%llu: committed=%llu elections=%llu crashes=%llu "
@@ -58,11 +65,18 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, uint64_t first, 
           (unsigned long long)tot.msgs, (unsigned long long)tot.reads,
           (unsigned long long)tot.transfers, (unsigned long long)tot.snapshots_sent,
           (unsigned long long)tot.installs);
+  if (conf)
+    fprintf(stderr,
+            "  membership: proposed=%llu applied=%llu refused-invalid=%llu came-back-normal=%llu "
+            "leader-removed=%llu\n",
+            (unsigned long long)tot.conf_proposed, (unsigned long long)tot.conf_applied,
+            (unsigned long long)tot.conf_invalid, (unsigned long long)tot.conf_as_normal,
+            (unsigned long long)tot.leader_removed);
   return failures;
 }
 
 static int run_seeds(int n, bool crashes, uint64_t first, uint64_t count, int ticks) {
-  return run_seeds_x(n, crashes, 0, first, count, ticks);
+  return run_seeds_x(n, crashes, 0, false, first, count, ticks);
 }
 
 TEST(sim_3_members) {
@@ -87,18 +101,37 @@ TEST(sim_5_members) {
 TEST(sim_3_members_crashy) {
   uint64_t one = env_u64("KT_SIM_SEED", 0);
   if (one) {
-    CHECK_EQ(run_seeds_x(3, true, 40, one, 1, 3000), 0);
+    CHECK_EQ(run_seeds_x(3, true, 40, false, one, 1, 3000), 0);
     return;
   }
-  CHECK_EQ(run_seeds_x(3, true, 40, 5001, env_u64("KT_SIM_SEEDS", 1200) / 4, 3000), 0);
+  CHECK_EQ(run_seeds_x(3, true, 40, false, 5001, env_u64("KT_SIM_SEEDS", 1200) / 4, 3000), 0);
+}
+
+/* Random one-at-a-time membership changes (3..5 voters, learners, spares
+ * joining empty, removals of the leader) under all the faults above. */
+TEST(sim_membership_changes) {
+  uint64_t one = env_u64("KT_SIM_SEED", 0);
+  if (one) {
+    CHECK_EQ(run_seeds_x(3, true, 0, true, one, 1, 3000), 0);
+    CHECK_EQ(run_seeds_x(5, true, 0, true, one, 1, 3000), 0);
+    return;
+  }
+  uint64_t k = env_u64("KT_SIM_SEEDS", 1200) / 2;
+  CHECK_EQ(run_seeds_x(3, true, 0, true, 8001, k, 3000), 0);
+  CHECK_EQ(run_seeds_x(5, true, 0, true, 9001, k / 2, 3000), 0);
 }
 
 /* The checkers catch real bugs: each injected bug must be found. */
-static int bug_found(int bug, int n, uint64_t seeds) {
+static int bug_found_x(int bug, int n, bool conf, uint64_t seeds) {
   kt_raft_test_bug = bug;
   int found = 0;
   for (uint64_t seed = 1; seed <= seeds && !found; seed++) {
-    struct sim_opts o = {.seed = seed, .n = n, .ticks = 3000, .crashes = true, .crash_x10 = 40};
+    struct sim_opts o = {.seed = seed,
+                         .n = n,
+                         .ticks = 3000,
+                         .crashes = true,
+                         .crash_x10 = conf ? 0 : 40,
+                         .conf_changes = conf};
     char why[512];
     /* a safety check must fire, not the liveness one */
     if (sim_run(&o, NULL, why, sizeof why) && !strstr(why, "no progress")) {
@@ -109,6 +142,8 @@ static int bug_found(int bug, int n, uint64_t seeds) {
   kt_raft_test_bug = 0;
   return found;
 }
+
+static int bug_found(int bug, int n, uint64_t seeds) { return bug_found_x(bug, n, false, seeds); }
 
 TEST(sim_catches_commit_without_quorum) {
   if (env_u64("KT_SIM_SEED", 0))
@@ -134,6 +169,23 @@ TEST(sim_catches_read_without_quorum_check) {
   CHECK(bug_found(4, 3, 300));
 }
 
+TEST(sim_catches_learner_counted_in_quorum) {
+  if (env_u64("KT_SIM_SEED", 0))
+    return;
+  CHECK(bug_found_x(5, 3, true, 300));
+}
+
+TEST(sim_catches_non_voter_campaigning) {
+  if (env_u64("KT_SIM_SEED", 0))
+    return;
+  CHECK(bug_found_x(7, 3, true, 300));
+}
+TEST(sim_catches_two_conf_changes_in_flight) {
+  if (env_u64("KT_SIM_SEED", 0))
+    return;
+  CHECK(bug_found_x(6, 3, true, 300));
+}
+
 /* A seed replays exactly: two runs of one seed agree on every count. */
 TEST(sim_is_deterministic) {
   struct sim_opts o = {.seed = 77, .n = 5, .ticks = 1500, .crashes = true, .crash_x10 = 20};
@@ -146,4 +198,11 @@ TEST(sim_is_deterministic) {
   o.seed = 78;
   CHECK_EQ(sim_run(&o, &b, why, sizeof why), 0);
   CHECK(memcmp(&a, &b, sizeof a) != 0);
+  /* with membership changes too */
+  o.seed = 77;
+  o.conf_changes = true;
+  CHECK_EQ(sim_run(&o, &a, why, sizeof why), 0);
+  CHECK_EQ(sim_run(&o, &b, why, sizeof why), 0);
+  CHECK(memcmp(&a, &b, sizeof a) == 0);
+  CHECK(a.conf_applied > 5 && a.conf_proposed > 5);
 }

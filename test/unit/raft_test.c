@@ -12,7 +12,7 @@
 #define MAXN 5
 
 struct cl {
-  int n;
+  int n, nv;                   /* members 1..n; voters 1..nv, learners after */
   struct kt_raft *r[MAXN + 1]; /* by id, 1-based */
   uint64_t voters[MAXN];
   bool hold_disk[MAXN + 1];     /* do not report persistence */
@@ -24,6 +24,7 @@ struct cl {
   uint64_t reads[MAXN + 1][64], read_index[MAXN + 1][64];
   int n_reads[MAXN + 1];
   int sent[MAXN + 1][KT_RAFT_MSG_TYPE_MAX]; /* by sender and type */
+  int sent_to[MAXN + 1];                    /* by destination */
   int rejects;                              /* APP_RESP rejects seen */
   uint32_t max_app_entries;                 /* most entries in one APP */
   uint64_t hb_commit[MAXN + 1];             /* commit of the last heartbeat to */
@@ -31,12 +32,16 @@ struct cl {
   uint64_t pend_term[MAXN + 1], pend_index[MAXN + 1];
   struct kt_raft_hard_state pend_hs[MAXN + 1];
   struct kt_raft_msg last_msg; /* copy of the last message sent (no entries) */
+  int conf_rc[MAXN + 1];       /* of the last CONF entry applied */
+  int n_conf[MAXN + 1];        /* CONF entries applied */
 };
 
 static struct kt_raft_config cfg_for(struct cl *c, uint64_t id, bool pre_vote, bool cq) {
   struct kt_raft_config cfg = {.id = id,
                                .voters = c->voters,
-                               .n_voters = (size_t)c->n,
+                               .n_voters = (size_t)c->nv,
+                               .learners = c->voters + c->nv,
+                               .n_learners = (size_t)(c->n - c->nv),
                                .election_ticks = 10,
                                .heartbeat_ticks = 1,
                                .max_msg_bytes = 1 << 20,
@@ -47,9 +52,11 @@ static struct kt_raft_config cfg_for(struct cl *c, uint64_t id, bool pre_vote, b
   return cfg;
 }
 
-static struct cl *cl_new(int n, bool pre_vote, bool cq) {
+/* n members: voters 1..nv, learners nv+1..n. */
+static struct cl *cl_new_learners(int n, int nv, bool pre_vote, bool cq) {
   struct cl *c = calloc(1, sizeof *c);
   c->n = n;
+  c->nv = nv;
   for (int i = 0; i < n; i++)
     c->voters[i] = (uint64_t)i + 1;
   for (int i = 1; i <= n; i++) {
@@ -57,6 +64,10 @@ static struct cl *cl_new(int n, bool pre_vote, bool cq) {
     kt_assert(kt_raft_new(&cfg, &c->r[i]) == 0);
   }
   return c;
+}
+
+static struct cl *cl_new(int n, bool pre_vote, bool cq) {
+  return cl_new_learners(n, n, pre_vote, cq);
 }
 
 static void cl_free(struct cl *c) {
@@ -90,6 +101,7 @@ static void cl_ready(struct cl *c, int i) {
     for (size_t k = 0; k < rd.n_msgs; k++) {
       const struct kt_raft_msg *m = &rd.msgs[k];
       c->sent[i][m->type]++;
+      c->sent_to[m->to]++;
       c->last_msg = *m;
       c->last_msg.entries = NULL;
       if (m->type == KT_RAFT_MSG_APP_RESP && m->reject)
@@ -98,15 +110,21 @@ static void cl_ready(struct cl *c, int i) {
         c->max_app_entries = KT_MAX(c->max_app_entries, m->n_entries);
       if (m->type == KT_RAFT_MSG_HEARTBEAT)
         c->hb_commit[m->to] = m->commit;
-      if (c->cut[m->from][m->to])
-        continue;
+      if (m->to > (uint64_t)c->n || c->cut[m->from][m->to])
+        continue; /* no such member here (a learner added by a test) */
       struct kt_buf *b = &c->q[c->qt++ % KT_ARRAY_LEN(c->q)];
       kt_buf_reset(b);
       kt_raft_msg_encode(m, b);
     }
     for (size_t k = 0; k < rd.n_committed; k++) {
-      kt_assert(rd.committed[k].index == c->applied[i] + 1);
-      c->applied[i] = rd.committed[k].index;
+      const struct kt_raft_entry *e = &rd.committed[k];
+      kt_assert(e->index == c->applied[i] + 1);
+      c->applied[i] = e->index;
+      if (e->type == KT_RAFT_ENTRY_CONF) { /* the tests' encoding: change, id */
+        kt_assert(e->len == 2);
+        c->conf_rc[i] = kt_raft_apply_conf(r, e->data[0], e->data[1]);
+        c->n_conf[i]++;
+      }
     }
     for (size_t k = 0; k < rd.n_reads && c->n_reads[i] < 64; k++) {
       c->reads[i][c->n_reads[i]] = rd.reads[k].context;
@@ -847,5 +865,412 @@ TEST(raft_duplicate_append_is_idempotent) {
   kt_raft_step(f, &app);
   cl_ready(c, 2);
   CHECK_EQ(c->sent[2][KT_RAFT_MSG_APP_RESP], before);
+  cl_free(c);
+}
+
+/* ------------------------------------------------------------ membership */
+
+/* Proposes a change (the tests' encoding: change, id) on member i. */
+static int cl_conf(struct cl *c, int i, uint8_t change, uint64_t id) {
+  uint8_t d[2] = {change, (uint8_t)id};
+  uint64_t idx;
+  int rc = kt_raft_propose_conf(c->r[i], d, 2, &idx);
+  cl_deliver(c);
+  return rc;
+}
+
+TEST(raft_learner_replicated_not_counted) {
+  struct cl *c = cl_new_learners(4, 3, true, true);
+  CHECK(kt_raft_is_learner(c->r[1], 4));
+  CHECK(!kt_raft_is_voter(c->r[1], 4));
+  cl_tick(c, 1, 25);
+  CHECK_EQ(cl_leader(c), 1);
+  cl_propose(c, 1, "a");
+  cl_tick_all(c, 2);
+  CHECK_EQ(c->applied[4], 2); /* replicated to the learner */
+  struct kt_raft_member_state ms[8];
+  CHECK_EQ(kt_raft_members(c->r[1], ms, 8), 4);
+  CHECK(ms[3].id == 4 && ms[3].learner && ms[3].match == 2 && ms[3].recent_active);
+  CHECK(ms[0].id == 1 && !ms[0].learner && ms[0].match == 2);
+  /* leader + learner persisted: 1 of 3 voters, no commit */
+  c->cut[1][2] = c->cut[1][3] = true;
+  cl_propose(c, 1, "b");
+  CHECK_EQ(kt_raft_last_index(c->r[4]), 3);
+  CHECK_EQ(kt_raft_commit(c->r[1]), 2);
+  /* leader + voter 2: commits */
+  c->cut[1][2] = false;
+  cl_tick(c, 1, 8);
+  CHECK_EQ(kt_raft_commit(c->r[1]), 3);
+  cl_free(c);
+}
+
+TEST(raft_learner_never_campaigns) {
+  struct cl *c = cl_new_learners(4, 3, false, false);
+  cl_tick(c, 4, 100);
+  CHECK_EQ(kt_raft_role(c->r[4]), KT_RAFT_FOLLOWER);
+  CHECK_EQ(kt_raft_term(c->r[4]), 0);
+  CHECK_EQ(c->sent[4][KT_RAFT_MSG_VOTE], 0);
+  cl_tick(c, 1, 25);
+  CHECK_EQ(cl_leader(c), 1);
+  CHECK_EQ(kt_raft_transfer_leader(c->r[1], 4), KT_EINVAL);
+  CHECK_EQ(kt_raft_transfer_leader(c->r[1], 9), KT_EINVAL);
+  struct kt_raft_msg t = {.type = KT_RAFT_MSG_TIMEOUT_NOW, .from = 1, .to = 4, .term = 1};
+  kt_raft_step(c->r[4], &t);
+  cl_deliver(c);
+  CHECK_EQ(kt_raft_role(c->r[4]), KT_RAFT_FOLLOWER);
+  CHECK_EQ(kt_raft_term(c->r[4]), 1);
+  CHECK_EQ(cl_leader(c), 1);
+  /* a learner's vote is not counted: 1 + learner is not a quorum of 3 */
+  struct cl *d = cl_new_learners(4, 3, false, false);
+  d->cut[1][2] = d->cut[1][3] = true;
+  for (int k = 0; k < 25 && kt_raft_role(d->r[1]) != KT_RAFT_CANDIDATE; k++)
+    cl_tick(d, 1, 1);
+  struct kt_raft_msg g = {
+      .type = KT_RAFT_MSG_VOTE_RESP, .from = 4, .to = 1, .term = kt_raft_term(d->r[1])};
+  kt_raft_step(d->r[1], &g);
+  CHECK_EQ(kt_raft_role(d->r[1]), KT_RAFT_CANDIDATE);
+  g.from = 2;
+  kt_raft_step(d->r[1], &g);
+  CHECK_EQ(kt_raft_role(d->r[1]), KT_RAFT_LEADER);
+  cl_free(d);
+  cl_free(c);
+}
+
+TEST(raft_promote_learner_is_counted) {
+  struct cl *c = cl_new_learners(4, 3, false, false);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  CHECK_EQ(cl_conf(c, 1, KT_RAFT_CONF_PROMOTE, 4), 0);
+  cl_tick_all(c, 2);
+  for (int i = 1; i <= 4; i++) {
+    CHECK_EQ(c->n_conf[i], 1);
+    CHECK_EQ(c->conf_rc[i], 0);
+    CHECK(kt_raft_is_voter(c->r[i], 4));
+  }
+  CHECK(has_event(c, 1, "conf change term=1 id=4 promote"));
+  /* 4 voters: the leader and 4 are 2 of 4, not a quorum; with 2 they are */
+  c->cut[1][2] = c->cut[1][3] = true;
+  cl_propose(c, 1, "a");
+  uint64_t before = kt_raft_commit(c->r[1]);
+  CHECK(kt_raft_last_index(c->r[1]) > before);
+  c->cut[1][2] = false;
+  cl_tick(c, 1, 8);
+  CHECK_EQ(kt_raft_commit(c->r[1]), kt_raft_last_index(c->r[1]));
+  cl_free(c);
+}
+
+TEST(raft_remove_follower_commits_with_remaining_quorum) {
+  struct cl *c = cl_new(4, false, false);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  CHECK_EQ(cl_conf(c, 2, KT_RAFT_CONF_REMOVE, 4), 0); /* forwarded by a follower */
+  cl_tick_all(c, 2);
+  CHECK(!kt_raft_is_voter(c->r[1], 4));
+  CHECK_EQ(c->conf_rc[1], 0);
+  CHECK(!kt_raft_conf_pending(c->r[1]));
+  struct kt_raft_member_state ms[8];
+  CHECK_EQ(kt_raft_members(c->r[1], ms, 8), 3);
+  /* 3 voters: 1 and 2 commit although 3 and 4 are cut off */
+  cl_isolate(c, 3, true);
+  cl_isolate(c, 4, true);
+  int to3 = c->sent_to[3], to4 = c->sent_to[4];
+  cl_propose(c, 1, "a");
+  CHECK_EQ(kt_raft_commit(c->r[1]), kt_raft_last_index(c->r[1]));
+  /* no longer tracked: 3 gets appends and heartbeats, 4 nothing */
+  cl_tick(c, 1, 1);
+  CHECK(c->sent_to[3] > to3);
+  CHECK_EQ(c->sent_to[4], to4);
+  cl_free(c);
+}
+
+TEST(raft_remove_leader_steps_down) {
+  struct cl *c = cl_new(3, true, true);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  CHECK_EQ(cl_conf(c, 1, KT_RAFT_CONF_REMOVE, 1), 0);
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_FOLLOWER);
+  CHECK_EQ(kt_raft_leader(c->r[1]), 0);
+  CHECK(has_event(c, 1, "conf change term=1 id=1 remove"));
+  CHECK(has_event(c, 1, "step down term=1 reason=removed"));
+  CHECK(!kt_raft_is_voter(c->r[1], 1));
+  /* handed over at once (TimeoutNow to a voter with the whole log) */
+  CHECK_EQ(c->sent[1][KT_RAFT_MSG_TIMEOUT_NOW], 1);
+  CHECK(cl_leader(c) == 2 || cl_leader(c) == 3);
+  int votes1 = c->sent[1][KT_RAFT_MSG_PREVOTE] + c->sent[1][KT_RAFT_MSG_VOTE];
+  for (int k = 0; k < 60; k++)
+    cl_tick_all(c, 1);
+  int l = cl_leader(c);
+  CHECK(l == 2 || l == 3);
+  CHECK_EQ(c->sent[1][KT_RAFT_MSG_PREVOTE] + c->sent[1][KT_RAFT_MSG_VOTE], votes1);
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_FOLLOWER);
+  cl_propose(c, l, "after");
+  CHECK_EQ(kt_raft_commit(c->r[l]), kt_raft_last_index(c->r[l]));
+  cl_free(c);
+}
+
+TEST(raft_remove_leader_of_two_voters) {
+  /* the remaining voter may not have applied the removal when it is told
+   * to campaign: it still counts the old leader, which still answers */
+  struct cl *c = cl_new(2, true, true);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  CHECK_EQ(cl_leader(c), 1);
+  CHECK_EQ(cl_conf(c, 1, KT_RAFT_CONF_REMOVE, 1), 0);
+  cl_tick_all(c, 2);
+  CHECK_EQ(cl_leader(c), 2);
+  CHECK(kt_raft_is_voter(c->r[2], 2) && !kt_raft_is_voter(c->r[2], 1));
+  cl_propose(c, 2, "alone");
+  CHECK_EQ(kt_raft_commit(c->r[2]), kt_raft_last_index(c->r[2]));
+  cl_free(c);
+}
+
+TEST(raft_one_conf_change_in_flight) {
+  struct cl *c = cl_new(3, false, false);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  c->cut[1][2] = c->cut[1][3] = true;
+  uint8_t d[2] = {KT_RAFT_CONF_ADD_LEARNER, 4};
+  uint64_t idx;
+  CHECK(!kt_raft_conf_pending(c->r[1]));
+  CHECK_EQ(kt_raft_propose_conf(c->r[1], d, 2, &idx), 0);
+  CHECK_EQ(idx, 2);
+  CHECK(kt_raft_conf_pending(c->r[1]));
+  CHECK_EQ(kt_raft_propose_conf(c->r[1], d, 2, &idx), KT_EBUSY);
+  CHECK_EQ(kt_raft_propose(c->r[1], "n", 1, &idx), 0); /* normal proposals go on */
+  c->cut[1][2] = c->cut[1][3] = false;
+  cl_tick_all(c, 3);
+  CHECK(!kt_raft_conf_pending(c->r[1]));
+  CHECK(kt_raft_is_learner(c->r[2], 4));
+  /* a new leader counts its whole log at election as possibly pending */
+  struct cl *e = cl_new(3, false, false);
+  uint64_t l[2] = {1, 1};
+  restart_with_log(e, 1, 2, l, 2);
+  restart_with_log(e, 2, 2, l, 2);
+  e->cut[1][2] = e->cut[1][3] = true;
+  force_leader(e, 1);
+  CHECK_EQ(kt_raft_role(e->r[1]), KT_RAFT_LEADER);
+  CHECK(kt_raft_conf_pending(e->r[1]));
+  CHECK_EQ(kt_raft_propose_conf(e->r[1], d, 2, &idx), KT_EBUSY);
+  e->cut[1][2] = e->cut[1][3] = false;
+  cl_tick_all(e, 3);
+  CHECK_EQ(e->applied[1], 3);
+  CHECK(!kt_raft_conf_pending(e->r[1]));
+  CHECK_EQ(kt_raft_propose_conf(e->r[1], d, 2, &idx), 0);
+  cl_free(e);
+  cl_free(c);
+}
+
+TEST(raft_forwarded_conf_while_pending_becomes_normal) {
+  struct cl *c = cl_new(3, false, false);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  uint8_t a[2] = {KT_RAFT_CONF_ADD_LEARNER, 4}, b[2] = {KT_RAFT_CONF_ADD_LEARNER, 5};
+  uint64_t idx, fidx = 9;
+  CHECK_EQ(kt_raft_propose_conf(c->r[1], a, 2, &idx), 0);
+  CHECK_EQ(kt_raft_propose_conf(c->r[2], b, 2, &fidx), 0); /* 2 does not know of a yet */
+  CHECK_EQ(fidx, 0);
+  cl_deliver(c);
+  cl_tick_all(c, 2);
+  const struct kt_raft_entry *e = kt_raft_entry_at(c->r[3], idx + 1);
+  CHECK(e != NULL);
+  CHECK_EQ(e->type, KT_RAFT_ENTRY_NORMAL);
+  CHECK_BYTES(e->data, e->len, "\x02\x05");
+  CHECK_EQ(kt_raft_entry_at(c->r[3], idx)->type, KT_RAFT_ENTRY_CONF);
+  for (int i = 1; i <= 3; i++) {
+    CHECK_EQ(c->n_conf[i], 1);
+    CHECK(kt_raft_is_learner(c->r[i], 4));
+    CHECK(!kt_raft_is_learner(c->r[i], 5));
+  }
+  /* a follower with a CONF entry above its applied index refuses at once */
+  c->hold_disk[3] = true;
+  CHECK_EQ(kt_raft_propose_conf(c->r[1], b, 2, &idx), 0);
+  cl_deliver(c);
+  CHECK(kt_raft_conf_pending(c->r[3]));
+  CHECK_EQ(kt_raft_propose_conf(c->r[3], b, 2, &idx), KT_EBUSY);
+  cl_free(c);
+}
+
+TEST(raft_apply_conf_invalid_changes_nothing) {
+  struct cl *c = cl_new_learners(3, 2, false, false);
+  struct kt_raft *r = c->r[1];
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_ADD_VOTER, 2), KT_EINVAL);   /* a voter */
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_ADD_LEARNER, 3), KT_EINVAL); /* a learner */
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_ADD_VOTER, 3), KT_EINVAL);
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_ADD_VOTER, 0), KT_EINVAL);
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_REMOVE, 9), KT_EINVAL);
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_PROMOTE, 9), KT_EINVAL);
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_PROMOTE, 1), KT_EINVAL); /* a voter */
+  CHECK_EQ(kt_raft_apply_conf(r, 0, 5), KT_EINVAL);
+  CHECK_EQ(kt_raft_apply_conf(r, 9, 5), KT_EINVAL);
+  struct kt_raft_member_state ms[8];
+  CHECK_EQ(kt_raft_members(r, ms, 8), 3);
+  CHECK(ms[0].id == 1 && ms[1].id == 2 && ms[2].id == 3 && ms[2].learner);
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_REMOVE, 2), 0);
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_REMOVE, 1), KT_EINVAL); /* the last voter */
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_REMOVE, 3), 0);         /* a learner */
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_ADD_LEARNER, 2), 0);
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_ADD_VOTER, 5), 0);
+  CHECK_EQ(kt_raft_members(r, ms, 1), 3); /* cap: fills 1, says 3 */
+  CHECK_EQ(kt_raft_members(r, ms, 8), 3);
+  CHECK(ms[0].id == 1 && ms[1].id == 5 && ms[2].id == 2 && ms[2].learner);
+  CHECK_EQ(kt_raft_apply_conf(r, KT_RAFT_CONF_PROMOTE, 2), 0);
+  CHECK(kt_raft_is_voter(r, 2));
+  CHECK(!kt_raft_is_voter(r, 0) && !kt_raft_is_learner(r, 0));
+  cl_free(c);
+}
+
+/* A member started as the node bootstraps a cluster: no configuration, a log
+ * of one ADD_VOTER per initial member, committed. */
+static struct kt_raft *bootstrap(uint64_t id, int n, uint8_t (*d)[2], struct kt_raft_entry *ents) {
+  for (int j = 0; j < n; j++) {
+    d[j][0] = KT_RAFT_CONF_ADD_VOTER;
+    d[j][1] = (uint8_t)(j + 1);
+    ents[j] = (struct kt_raft_entry){1, (uint64_t)j + 1, KT_RAFT_ENTRY_CONF, 2, d[j]};
+  }
+  struct kt_raft_config cfg = {.id = id,
+                               .election_ticks = 10,
+                               .heartbeat_ticks = 1,
+                               .max_inflight_msgs = 16,
+                               .pre_vote = true,
+                               .check_quorum = true,
+                               .seed = 7,
+                               .hs = {1, 0, (uint64_t)n},
+                               .entries = ents,
+                               .n_entries = (size_t)n};
+  struct kt_raft *r;
+  kt_assert(kt_raft_new(&cfg, &r) == 0);
+  return r;
+}
+
+TEST(raft_bootstrap_from_conf_entries) {
+  uint8_t d[3][2];
+  struct kt_raft_entry ents[3];
+  /* single member: not a voter until it applies its own ADD_VOTER */
+  struct cl *c = cl_new(1, true, true);
+  kt_raft_free(c->r[1]);
+  c->r[1] = bootstrap(1, 1, d, ents);
+  for (int k = 0; k < 30; k++)
+    kt_raft_tick(c->r[1]); /* committed CONF entry not applied: no campaign */
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_FOLLOWER);
+  CHECK(!kt_raft_is_voter(c->r[1], 1));
+  cl_ready(c, 1);
+  CHECK_EQ(c->applied[1], 1);
+  CHECK_EQ(c->conf_rc[1], 0);
+  CHECK(kt_raft_is_voter(c->r[1], 1));
+  cl_tick(c, 1, 25);
+  CHECK_EQ(kt_raft_role(c->r[1]), KT_RAFT_LEADER);
+  cl_propose(c, 1, "x");
+  CHECK_EQ(c->applied[1], 3);
+  cl_free(c);
+  /* three members */
+  c = cl_new(3, true, true);
+  for (int i = 1; i <= 3; i++) {
+    kt_raft_free(c->r[i]);
+    c->r[i] = bootstrap((uint64_t)i, 3, d, ents);
+  }
+  cl_tick_all(c, 40);
+  int l = cl_leader(c);
+  CHECK(l != 0);
+  cl_propose(c, l, "x");
+  cl_tick_all(c, 2);
+  for (int i = 1; i <= 3; i++) {
+    CHECK_EQ(c->n_conf[i], 3);
+    CHECK_EQ(c->applied[i], 5);
+  }
+  cl_free(c);
+}
+
+TEST(raft_snapshot_install_replaces_configuration) {
+  struct cl *c = cl_new(3, false, false);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  struct kt_raft *f = c->r[3];
+  uint64_t v[4] = {1, 2, 3, 4}, l[1] = {5}, dup[2] = {1, 1};
+  CHECK_EQ(kt_raft_install_snapshot(f, 10, 1, dup, 2, NULL, 0), KT_EINVAL);
+  CHECK_EQ(kt_raft_install_snapshot(f, 10, 1, v, 4, v, 1), KT_EINVAL); /* 1 twice */
+  CHECK_EQ(kt_raft_install_snapshot(f, 1, 1, v, 4, l, 1), KT_EINVAL);  /* stale */
+  CHECK(!kt_raft_is_voter(f, 4));
+  CHECK_EQ(kt_raft_install_snapshot(f, 10, 1, v, 4, l, 1), 0);
+  struct kt_raft_member_state ms[8];
+  CHECK_EQ(kt_raft_members(f, ms, 8), 5);
+  CHECK(ms[3].id == 4 && !ms[3].learner && ms[4].id == 5 && ms[4].learner);
+  CHECK_EQ(kt_raft_commit(f), 10);
+  /* a snapshot in which this member is gone: it never campaigns */
+  uint64_t v2[2] = {1, 2};
+  CHECK_EQ(kt_raft_install_snapshot(f, 12, 1, v2, 2, NULL, 0), 0);
+  CHECK(!kt_raft_is_voter(f, 3));
+  for (int k = 0; k < 50; k++)
+    kt_raft_tick(f);
+  cl_ready(c, 3);
+  CHECK_EQ(kt_raft_role(f), KT_RAFT_FOLLOWER);
+  CHECK_EQ(c->sent[3][KT_RAFT_MSG_VOTE], 0);
+  cl_free(c);
+}
+
+TEST(raft_restart_with_configuration_replays_conf_entries) {
+  /* snapshot at 5 with voters {1, 2, 3}; the log after it adds learner 4 at
+   * 7 and removes 3 at 8, both committed */
+  struct cl *c = cl_new(1, false, false);
+  uint8_t add[2] = {KT_RAFT_CONF_ADD_LEARNER, 4}, rm[2] = {KT_RAFT_CONF_REMOVE, 3};
+  struct kt_raft_entry ents[3] = {
+      {2, 6, 0, 0, NULL}, {2, 7, KT_RAFT_ENTRY_CONF, 2, add}, {2, 8, KT_RAFT_ENTRY_CONF, 2, rm}};
+  uint64_t v[3] = {1, 2, 3};
+  struct kt_raft_config cfg = cfg_for(c, 2, false, false);
+  cfg.voters = v;
+  cfg.n_voters = 3;
+  cfg.learners = NULL;
+  cfg.n_learners = 0;
+  cfg.hs = (struct kt_raft_hard_state){2, 0, 8};
+  cfg.entries = ents;
+  cfg.n_entries = 3;
+  cfg.first_index = 6;
+  cfg.compacted_term = 1;
+  cfg.applied = 5;
+  struct kt_raft *r;
+  CHECK_EQ(kt_raft_new(&cfg, &r), 0);
+  CHECK(kt_raft_is_voter(r, 3));
+  for (int k = 0; k < 30; k++)
+    kt_raft_tick(r); /* committed CONF entries not applied yet: no campaign */
+  CHECK_EQ(kt_raft_role(r), KT_RAFT_FOLLOWER);
+  struct kt_raft_ready rd;
+  kt_raft_ready(r, &rd);
+  CHECK_EQ(rd.n_committed, 3);
+  for (size_t k = 0; k < rd.n_committed; k++)
+    if (rd.committed[k].type == KT_RAFT_ENTRY_CONF)
+      CHECK_EQ(kt_raft_apply_conf(r, rd.committed[k].data[0], rd.committed[k].data[1]), 0);
+  kt_raft_advance(r);
+  CHECK(kt_raft_is_learner(r, 4));
+  CHECK(!kt_raft_is_voter(r, 3) && !kt_raft_is_learner(r, 3));
+  CHECK(kt_raft_is_voter(r, 1) && kt_raft_is_voter(r, 2));
+  kt_raft_ready(r, &rd);
+  bool saw = false;
+  char b[128];
+  for (size_t k = 0; k < rd.n_events; k++)
+    saw |= strstr(kt_raft_event_str(&rd.events[k], b, sizeof b), "id=4 add-learner") != NULL;
+  CHECK(saw);
+  kt_raft_advance(r);
+  kt_raft_free(r);
+  cl_free(c);
+}
+
+TEST(raft_follower_infers_commit_of_all_but_the_last_conf_entry) {
+  /* a leader whose commit index lags (it restarted) sends two CONF entries
+   * with commit 0: the first is committed (the second was appended only
+   * after it was applied), so the follower commits and applies it and does
+   * not campaign two configurations behind */
+  struct cl *c = cl_new(3, false, false);
+  struct kt_raft *f = c->r[2];
+  uint8_t a[2] = {KT_RAFT_CONF_ADD_LEARNER, 4}, b[2] = {KT_RAFT_CONF_PROMOTE, 4};
+  struct kt_raft_entry e[3] = {{1, 1, KT_RAFT_ENTRY_CONF, 2, a},
+                               {1, 2, KT_RAFT_ENTRY_NORMAL, 0, NULL},
+                               {1, 3, KT_RAFT_ENTRY_CONF, 2, b}};
+  struct kt_raft_msg app = {
+      .type = KT_RAFT_MSG_APP, .from = 1, .to = 2, .term = 1, .n_entries = 3, .entries = e};
+  kt_raft_step(f, &app);
+  CHECK_EQ(kt_raft_commit(f), 1);
+  cl_ready(c, 2);
+  CHECK_EQ(c->applied[2], 1);
+  CHECK(kt_raft_is_learner(f, 4));
+  CHECK(kt_raft_conf_pending(f)); /* the promotion is not known committed */
   cl_free(c);
 }
