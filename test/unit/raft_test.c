@@ -1274,3 +1274,27 @@ TEST(raft_follower_infers_commit_of_all_but_the_last_conf_entry) {
   CHECK(kt_raft_conf_pending(f)); /* the promotion is not known committed */
   cl_free(c);
 }
+
+TEST(raft_member_added_while_down_catches_up_from_heartbeats) {
+  /* a learner added while unreachable: the leader's probe (nothing after
+   * its next index to send) was lost; once the member answers heartbeats
+   * the leader must probe again, empty, so replication starts */
+  struct cl *c = cl_new(3, true, true);
+  cl_tick(c, 1, 25);
+  CHECK_EQ(cl_leader(c), 1);
+  cl_propose(c, 1, "a");
+  struct kt_raft_config cfg = cfg_for(c, 4, true, true);
+  cfg.n_voters = cfg.n_learners = 0; /* joins empty, as a new member */
+  CHECK_EQ(kt_raft_new(&cfg, &c->r[4]), 0);
+  c->n = 4;
+  cl_isolate(c, 4, true);
+  CHECK_EQ(cl_conf(c, 1, KT_RAFT_CONF_ADD_LEARNER, 4), 0);
+  cl_tick_all(c, 3); /* commit + apply the change; probes to 4 are lost */
+  CHECK(kt_raft_is_learner(c->r[1], 4));
+  uint64_t last = kt_raft_last_index(c->r[1]);
+  cl_isolate(c, 4, false);
+  cl_tick_all(c, 5);
+  CHECK_EQ(kt_raft_last_index(c->r[4]), last);
+  CHECK_EQ(c->applied[4], last);
+  cl_free(c);
+}
