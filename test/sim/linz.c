@@ -726,9 +726,10 @@ int kt_linz_check(const struct kt_linz_hist *h, uint64_t max_steps, struct kt_li
   uint64_t *bits = calloc(memo.W, sizeof *bits);
   int64_t *states = malloc(((size_t)m + 1) * S * sizeof *states); /* states[depth] */
   uint32_t *calls = malloc(((size_t)m + 1) * sizeof *calls);      /* call node per depth */
+  bool *eager = malloc(((size_t)m + 1) * sizeof *eager);          /* placed without choice */
   uint32_t *best = malloc(((size_t)m + 1) * sizeof *best);        /* deepest dead end */
   int64_t *best_state = malloc(S * sizeof *best_state);
-  kt_assert(bits && states && calls && best && best_state);
+  kt_assert(bits && states && calls && eager && best && best_state);
   states[0] = h->start_rev;
   for (uint32_t k = 0; k < h->n_keys; k++)
     *KREC(states, k) = (struct lkv){-1, 0, 0, 0};
@@ -754,10 +755,20 @@ int kt_linz_check(const struct kt_linz_hist *h, uint64_t max_steps, struct kt_li
       int64_t *cur = states + (size_t)depth * S, *nxt = cur + S;
       if (step(h, S, cur, nxt, o, &nowhy)) {
         bool known = o->state == ST_OK;
+        /* A get that fits here goes here, with no alternative tried: if
+         * some order places it later, moving it here keeps that order valid
+         * (what must precede it is placed — it is a candidate — and it
+         * changes nothing wherever it goes). Without this, gets that fit at
+         * one revision (serializable ones especially, callable from the
+         * start) multiply the orders tried by every subset of them. Not for
+         * writes that happen to change nothing here (a delete of an absent
+         * key, unknown outcome): placed later they might. */
+        bool same = o->kind == KT_LINZ_GET;
         if (known)
           fen_add(&fen, o->revision, -1);
         bits[d / 64] |= 1ull << (d % 64);
         if ((nxt[0] == cur[0] || fen_upto(&fen, nxt[0] - 1) == 0) && memo_add(&memo, bits, nxt)) {
+          eager[depth] = same;
           calls[depth++] = node;
           uint32_t r = match[node]; /* lift the call and its return */
           next[prev[node]] = next[node];
@@ -771,6 +782,10 @@ int kt_linz_check(const struct kt_linz_hist *h, uint64_t max_steps, struct kt_li
         bits[d / 64] &= ~(1ull << (d % 64));
         if (known)
           fen_add(&fen, o->revision, 1);
+        if (same && best_block != NIL) { /* explored already from here: so was this level */
+          node = NIL;
+          goto backtrack;
+        }
       }
       node = next[node];
       continue;
@@ -784,6 +799,7 @@ int kt_linz_check(const struct kt_linz_hist *h, uint64_t max_steps, struct kt_li
         best[i] = evs[calls[i]].op;
       memcpy(best_state, states + (size_t)depth * S, S * sizeof *best_state);
     }
+  backtrack:
     if (depth == 0) {
       verdict = KT_LINZ_VIOLATION;
       break;
@@ -797,6 +813,8 @@ int kt_linz_check(const struct kt_linz_hist *h, uint64_t max_steps, struct kt_li
       prev[next[r]] = r;
     next[prev[c]] = c;
     prev[next[c]] = c;
+    if (eager[depth])
+      goto backtrack; /* it had no alternative at its level: neither has this one */
     node = next[c];
   }
   out->verdict = verdict;
@@ -852,6 +870,7 @@ int kt_linz_check(const struct kt_linz_hist *h, uint64_t max_steps, struct kt_li
   free(bits);
   free(states);
   free(calls);
+  free(eager);
   free(best);
   free(best_state);
   free(memo.data);

@@ -49,9 +49,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../core/apply.h"
 #include "../../core/raft.h"
+#include "linz.c"
 
 #define SIM_MAX_N 16 /* member ids 1..SIM_MAX_N: the first n, then spares */
+#define SIM_KEYS 4   /* the linearizability-checked keys "a".."d" */
+#define SIM_MAX_CLIENTS 8
+#define DATA_HDR 16    /* a NORMAL entry: origin member u64 | proposal seq u64 | request body */
+#define MS_PER_UNIT 10 /* a tick (10 units) is 100 ms: an election timeout ~1 s */
 
 struct sim_opts {
   uint64_t seed;
@@ -62,12 +68,25 @@ struct sim_opts {
   bool conf_changes;  /* random membership changes between 3 and 5 voters */
   uint32_t conf_x10;  /* per-tick chance of proposing one, tenths of a percent; 0 = 25 */
   bool verbose;       /* print the trace */
+  int clients;        /* concurrent clients; 0 = 3..5 at random */
+  int max_ops;        /* client operations per seed (the linz history); 0 = 300 */
+  int member_bug;     /* injected member (not raft) bug, see enum sim_member_bug */
+};
+
+/* Bugs injected into the simulated member (above raft), which only the
+ * linearizability checker can see. */
+enum sim_member_bug {
+  SIM_BUG_LOCAL_READ = 1,    /* linearizable gets answered from the local store, no ReadIndex */
+  SIM_BUG_MATCH_BY_INDEX = 2 /* a write answered by whatever entry applies at its index */
 };
 
 struct sim_stats {
   uint64_t committed, elections, crashes, msgs, dropped, reads, transfers;
   uint64_t snapshots_sent, installs;
   uint64_t conf_proposed, conf_applied, conf_invalid, conf_as_normal, leader_removed;
+  uint64_t applied_reqs, hashes_checked, compactions;
+  uint64_t ops, ops_ok, ops_failed, ops_unknown, ops_never_committed, sreads, linz_steps,
+      linz_gave_up;
 };
 
 /* A configuration as the state machine keeps it: voters then learners, each
@@ -89,6 +108,20 @@ struct disk_write {
   size_t n;
 };
 
+/* A member's state machine as a snapshot holds it (immutable once made,
+ * shared by reference between a member's disk and messages in flight): every
+ * retained store revision in kt_mvcc_iter order, the store's revisions, the
+ * leases (id, granted TTL) and the lease id generator's state. */
+struct sm_snap {
+  int refs;
+  int64_t revision, compact_revision;
+  struct kt_kvrev *recs;
+  size_t n_recs, cap_recs;
+  int64_t (*leases)[2];
+  size_t n_leases, cap_leases;
+  uint64_t id_state[4];
+};
+
 struct sim_node {
   uint64_t id;
   struct kt_raft *r;
@@ -106,27 +139,59 @@ struct sim_node {
   /* state machine: applied sequence is checked against the global table */
   uint64_t applied, checked_commit;
   struct sim_conf conf, snap_conf; /* applied configuration; the snapshot's */
-  bool started;                    /* spares start when first proposed */
-  bool removed;                    /* applied its own removal: stays out */
-  bool gone;                       /* removed and stopped for good */
+  struct kt_mvcc *store;           /* the real state machine (core/apply.h) */
+  struct kt_lease_mgr *leases;
+  struct kt_sm sm;
+  struct sm_snap *snap_sm; /* the disk snapshot's state machine (NULL: empty) */
+  bool started;            /* spares start when first proposed */
+  bool removed;            /* applied its own removal: stays out */
+  bool gone;               /* removed and stopped for good */
 };
 
 struct net_msg {
   uint64_t at, seq;
   uint64_t to, from;
   uint64_t snap_index, snap_term; /* a snapshot delivery when snap_index > 0 */
+  struct sm_snap *sm;             /* its state machine (a reference) */
   uint8_t *p;
   size_t n;
 };
 
 struct gentry {
   uint64_t term, commit_term;
+  uint64_t sm_hash; /* the state machine after applying it (first member to) */
+  bool hashed;
   uint32_t len;
   uint8_t *data;
 };
 
 struct pending_read {
   uint64_t ctx, min_index;
+};
+
+/* A simulated client: one request at a time, bound to one member, moving
+ * to another after a failure or an unknown outcome. */
+enum { CL_IDLE, CL_WRITE, CL_READ };
+enum { CL_NONE, CL_OK, CL_FAILED, CL_UNKNOWN }; /* the last op's outcome */
+struct sim_client {
+  uint64_t member;
+  int state, outcome;
+  uint64_t next_at, deadline; /* idle until; give up (unknown) at */
+  uint32_t lid;               /* the op in the linz history */
+  uint8_t kind;               /* KT_LINZ_* */
+  bool prev_kv;
+  uint64_t seq;         /* write: the proposal seq in its entry's header */
+  uint64_t index, term; /* write proposed on a leader: its index and term (0: forwarded) */
+  uint64_t ctx;         /* read: its ReadIndex context */
+  uint64_t read_index;  /* read: the read state's index, once it came */
+  bool have_read_index;
+  int key;
+  /* what the client last read of each key, for compare-and-swap */
+  struct {
+    bool present;
+    int64_t mod, version;
+    char value[32];
+  } seen[SIM_KEYS];
 };
 
 struct conf_at {
@@ -162,8 +227,23 @@ struct sim {
   size_t rn, rcap;
   uint64_t next_ctx, next_prop;
   struct sim_stats st;
-  char why[512];
+  char why[6144];
   bool failed;
+  /* clients and their history */
+  struct sim_client clients[SIM_MAX_CLIENTS + SIM_KEYS]; /* + the final readers */
+  int n_clients;
+  int ops_called, max_ops;
+  struct kt_linz_hist *hist;
+  struct unknown_write {
+    uint32_t lid;
+    uint64_t seq;
+  } * unknown_w;
+  size_t n_unknown_w, cap_unknown_w;
+  uint8_t *seq_committed; /* by proposal seq: its entry is in the committed log */
+  size_t seq_cap;
+  uint64_t next_seq, next_val;
+  struct kt_arena apply_arena;
+  struct kt_buf body, body2;
   struct kt_buf enc;
   struct kt_arena arena;
   struct failed_snap *failed_snaps; /* reported at the next unit, outside ready */
@@ -186,6 +266,7 @@ static bool chance(struct sim *s, uint32_t pct_x10) {
   return kt_rng_below(&s->rng, 1000) < pct_x10;
 }
 
+#undef GROW /* linz.c has its own */
 #define GROW(p, n, cap)                                                                            \
   do {                                                                                             \
     if ((n) == (cap)) {                                                                            \
@@ -351,6 +432,164 @@ static void copy_entry(struct kt_raft_entry *dst, const struct kt_raft_entry *sr
   }
 }
 
+/* ---- the state machine: the real apply step (core/apply.h), one per member */
+
+#define LEASE_ID_SEED 0x6b65746368ull /* the same on every member, as the node's cluster id */
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static struct sm_snap *snap_ref(struct sm_snap *sn) {
+  if (sn)
+    sn->refs++;
+  return sn;
+}
+
+static void snap_unref(struct sm_snap *sn) {
+  if (!sn || --sn->refs > 0)
+    return;
+  for (size_t i = 0; i < sn->n_recs; i++) {
+    free((void *)sn->recs[i].key.p);
+    free((void *)sn->recs[i].value.p);
+  }
+  free(sn->recs);
+  free(sn->leases);
+  free(sn);
+}
+
+static struct kt_bytes dup_bytes(struct kt_bytes b) {
+  uint8_t *p = malloc(b.n ? b.n : 1);
+  kt_assert(p);
+  if (b.n)
+    memcpy(p, b.p, b.n);
+  return (struct kt_bytes){p, b.n};
+}
+
+static void sm_close(struct sim_node *nd) {
+  if (nd->store)
+    kt_mvcc_free(nd->store);
+  if (nd->leases)
+    kt_lease_free(nd->leases);
+  nd->store = NULL;
+  nd->leases = NULL;
+}
+
+/* The member's state machine becomes sn's (NULL: empty, revision 1), as the
+ * node loads a snapshot: records into a new store, the lease table, the id
+ * generator, then every live key attached to the lease its newest record
+ * names. */
+static void sm_open(struct sim *s, struct sim_node *nd, const struct sm_snap *sn) {
+  sm_close(nd);
+  struct kt_mvcc_config mc = {.on_event = kt_sm_on_event, .event_arg = &nd->sm};
+  nd->store = kt_mvcc_new(&mc);
+  struct kt_lease_cfg lc = {.id_seed = LEASE_ID_SEED};
+  nd->leases = kt_lease_new(&lc);
+  nd->sm = (struct kt_sm){nd->store, nd->leases, NULL};
+  if (!sn) {
+    kt_mvcc_restore_done(nd->store, 1, 0);
+    return;
+  }
+  struct kt_err e = {0};
+  for (size_t i = 0; i < sn->n_recs; i++)
+    if (kt_mvcc_restore_rec(nd->store, &sn->recs[i], &e))
+      sim_fail(s, "n%llu: snapshot record %zu refused: %s", (unsigned long long)nd->id, i, e.msg);
+  kt_mvcc_restore_done(nd->store, sn->revision, sn->compact_revision);
+  for (size_t i = 0; i < sn->n_leases; i++)
+    if (kt_lease_restore(nd->leases, sn->leases[i][0], sn->leases[i][1]))
+      sim_fail(s, "n%llu: snapshot lease %lld refused", (unsigned long long)nd->id,
+               (long long)sn->leases[i][0]);
+  kt_lease_set_id_state(nd->leases, sn->id_state);
+  for (size_t i = 0; i < sn->n_recs; i++) {
+    const struct kt_kvrev *r = &sn->recs[i], *next = i + 1 < sn->n_recs ? r + 1 : NULL;
+    bool newest = !next || next->key.n != r->key.n || memcmp(next->key.p, r->key.p, r->key.n);
+    if (newest && !r->tombstone && r->lease && kt_lease_attach(nd->leases, r->lease, r->key))
+      sim_fail(s, "n%llu: snapshot key of unknown lease %lld", (unsigned long long)nd->id,
+               (long long)r->lease);
+  }
+}
+
+static int save_rec(void *arg, const struct kt_kvrev *rec) {
+  struct sm_snap *sn = arg;
+  GROW(sn->recs, sn->n_recs, sn->cap_recs);
+  struct kt_kvrev *r = &sn->recs[sn->n_recs++];
+  *r = *rec;
+  r->key = dup_bytes(rec->key);
+  r->value = dup_bytes(rec->value);
+  return 0;
+}
+
+static void save_lease(void *arg, int64_t id, int64_t ttl) {
+  struct sm_snap *sn = arg;
+  GROW(sn->leases, sn->n_leases, sn->cap_leases);
+  sn->leases[sn->n_leases][0] = id;
+  sn->leases[sn->n_leases++][1] = ttl;
+}
+
+/* A snapshot of the member's state machine as it is now (at nd->applied). */
+static struct sm_snap *sm_save(struct sim_node *nd) {
+  struct sm_snap *sn = calloc(1, sizeof *sn);
+  kt_assert(sn);
+  sn->refs = 1;
+  sn->revision = kt_mvcc_revision(nd->store);
+  sn->compact_revision = kt_mvcc_compact_revision(nd->store);
+  struct kt_arena a = {0};
+  struct kt_mvcc_cursor cur = {0};
+  while (kt_mvcc_iter(nd->store, sn->revision, &cur, 64, &a, save_rec, sn) == 1)
+    ;
+  kt_arena_free(&a);
+  kt_lease_each_unsorted(nd->leases, save_lease, sn);
+  kt_lease_id_state(nd->leases, sn->id_state);
+  return sn;
+}
+
+struct lease_digest {
+  const struct kt_lease_mgr *m;
+  uint64_t sum;
+};
+
+static void digest_lease(void *arg, int64_t id, int64_t ttl) {
+  struct lease_digest *d = arg;
+  struct kt_lease_info li = {0};
+  (void)kt_lease_ttl(d->m, id, 0, &li);
+  d->sum += mix64((uint64_t)id ^ mix64((uint64_t)ttl ^ mix64(li.nkeys)));
+}
+
+/* The replicated state: the store's hash, the leases (id, TTL, keys
+ * attached) in any order, and the lease id generator. */
+static uint64_t sm_hash(const struct sim_node *nd) {
+  struct lease_digest d = {nd->leases, kt_lease_count(nd->leases)};
+  kt_lease_each_unsorted(nd->leases, digest_lease, &d);
+  uint64_t st[4];
+  kt_lease_id_state(nd->leases, st);
+  for (int i = 0; i < 4; i++)
+    d.sum = mix64(d.sum ^ st[i]);
+  return kt_mvcc_hash(nd->store) ^ d.sum;
+}
+
+/* Every member's state machine after applying index i is the same: the
+ * first one to get there records its hash, the others must match. */
+static void check_sm_hash(struct sim *s, struct sim_node *nd, uint64_t index) {
+  if (index == 0 || index > s->gn)
+    return;
+  struct gentry *g = &s->g[index - 1];
+  uint64_t h = sm_hash(nd);
+  s->st.hashes_checked++;
+  if (!g->hashed) {
+    g->hashed = true;
+    g->sm_hash = h;
+  } else if (g->sm_hash != h) {
+    sim_fail(s,
+             "n%llu: state machine at index %llu differs (hash %016llx, others %016llx; "
+             "revision %lld)",
+             (unsigned long long)nd->id, (unsigned long long)index, (unsigned long long)h,
+             (unsigned long long)g->sm_hash, (long long)kt_mvcc_revision(nd->store));
+  }
+}
+
 static void node_start(struct sim *s, struct sim_node *nd) {
   struct kt_raft_config c = {
       .id = nd->id,
@@ -379,6 +618,8 @@ static void node_start(struct sim *s, struct sim_node *nd) {
   nd->applied = nd->snap_index; /* the state machine restarts from the snapshot */
   nd->checked_commit = nd->snap_index;
   nd->conf = nd->snap_conf;
+  sm_open(s, nd, nd->snap_sm);
+  check_sm_hash(s, nd, nd->snap_index);
 }
 
 static void free_write(struct disk_write *w) {
@@ -388,6 +629,353 @@ static void free_write(struct disk_write *w) {
 }
 
 static void disk_apply(struct sim_node *nd, struct disk_write *w, size_t n);
+
+/* ---- clients and their history (test/sim/linz.h) */
+
+static const char *const SIM_KEY[SIM_KEYS] = {"a", "b", "c", "d"};
+#define CLIENT_TIMEOUT (10 * 150) /* units: no outcome by then is unknown */
+
+static void process_ready(struct sim *s, struct sim_node *nd);
+
+static struct kt_bytes B(const char *p) {
+  return (struct kt_bytes){(const uint8_t *)p, (uint32_t)strlen(p)};
+}
+
+static uint64_t
+random_member(struct sim *s) {
+  for (int tries = 0; tries < 8; tries++) {
+    struct sim_node *nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->n_nodes)];
+    if (nd->started && !nd->gone)
+      return nd->id;
+  }
+  return 1;
+}
+
+static bool is_final(const struct sim *s, const struct sim_client *c) {
+  return c - s->clients >= s->n_clients;
+}
+
+/* The op is over (whatever its outcome): idle for a while; after a failure
+ * or an unknown outcome the client tries another member. */
+static void client_done(struct sim *s, struct sim_client *c, int outcome) {
+  c->state = CL_IDLE;
+  c->have_read_index = false;
+  c->outcome = outcome;
+  s->st.ops_ok += outcome == CL_OK;
+  s->st.ops_failed += outcome == CL_FAILED;
+  c->next_at = s->now + 10 * kt_rng_below(&s->rng, 12);
+  if (outcome != CL_OK && !is_final(s, c))
+    c->member = random_member(s);
+}
+
+/* An unknown read is dropped; an unknown write is settled at the end of the
+ * run (check_history): the simulator knows whether its entry ever reached
+ * the committed log, and one that did not never took effect. */
+static void client_unknown(struct sim *s, struct sim_client *c) {
+  if (c->state == CL_WRITE) {
+    GROW(s->unknown_w, s->n_unknown_w, s->cap_unknown_w);
+    s->unknown_w[s->n_unknown_w++] = (struct unknown_write){c->lid, c->seq};
+  } else {
+    kt_linz_unknown(s->hist, c->lid);
+  }
+  client_done(s, c, CL_UNKNOWN);
+}
+
+static void client_fail(struct sim *s, struct sim_client *c) {
+  kt_linz_fail(s->hist, c->lid);
+  client_done(s, c, CL_FAILED);
+}
+
+static void kv_to_linz(const struct kt_kv *kv, struct kt_linz_kv *out, char *buf, size_t n) {
+  snprintf(buf, n, "%.*s", (int)kv->value.n, (const char *)kv->value.p);
+  *out = (struct kt_linz_kv){true, buf, kv->create_revision, kv->mod_revision, kv->version};
+}
+
+/* A get answered from nd's store as it is now (the read index, if any, is
+ * applied). */
+static void answer_get(struct sim *s, struct sim_client *c, struct sim_node *nd) {
+  struct kt_range_req rr = {.key = B(SIM_KEY[c->key])};
+  struct kt_range_resp resp = {0};
+  struct kt_err e = {0};
+  struct kt_arena a = {0};
+  if (kt_mvcc_range(nd->store, &rr, &a, &resp, &e)) {
+    sim_fail(s, "n%llu: get %s: %s", (unsigned long long)nd->id, SIM_KEY[c->key], e.msg);
+    kt_arena_free(&a);
+    return;
+  }
+  struct kt_linz_result r = {.revision = kt_mvcc_revision(nd->store)};
+  char buf[32];
+  if (resp.n_kvs) {
+    kv_to_linz(&resp.kvs[0], &r.kv, buf, sizeof buf);
+    c->seen[c->key].present = true;
+    c->seen[c->key].mod = r.kv.mod_revision;
+    c->seen[c->key].version = r.kv.version;
+    snprintf(c->seen[c->key].value, sizeof c->seen[c->key].value, "%s", buf);
+  } else {
+    c->seen[c->key].present = false;
+  }
+  kt_arena_free(&a);
+  kt_linz_return(s->hist, c->lid, (int64_t)s->now, &r);
+  client_done(s, c, CL_OK);
+}
+
+/* The outcome of a write, as kt_sm_apply gave it to the member that
+ * proposed it. */
+static void answer_write(struct sim *s, struct sim_client *c, int rc,
+                         const struct kt_sm_result *res) {
+  if (rc) { /* the store refused it: nothing changed */
+    client_fail(s, c);
+    return;
+  }
+  struct kt_linz_result r = {.revision = res->revision};
+  struct kt_linz_kv gets[KT_LINZ_MAX_TXN_OPS];
+  char buf[KT_LINZ_MAX_TXN_OPS + 1][32];
+  if (c->kind == KT_LINZ_PUT && c->prev_kv && res->op.u.put.has_prev_kv)
+    kv_to_linz(&res->op.u.put.prev_kv, &r.kv, buf[0], sizeof buf[0]);
+  if (c->kind == KT_LINZ_DELETE)
+    r.deleted = res->op.u.del.deleted;
+  if (c->kind == KT_LINZ_TXN) {
+    r.succeeded = res->op.u.txn.succeeded;
+    for (uint32_t i = 0; i < res->op.u.txn.n_responses && r.n_gets < KT_LINZ_MAX_TXN_OPS; i++) {
+      const struct kt_response_op *x = &res->op.u.txn.responses[i];
+      if (x->type != KT_OP_RANGE)
+        continue;
+      gets[r.n_gets] = (struct kt_linz_kv){0};
+      if (x->u.range.n_kvs)
+        kv_to_linz(&x->u.range.kvs[0], &gets[r.n_gets], buf[1 + r.n_gets], sizeof buf[0]);
+      r.n_gets++;
+    }
+    r.gets = gets;
+  }
+  kt_linz_return(s->hist, c->lid, (int64_t)s->now, &r);
+  client_done(s, c, CL_OK);
+}
+
+/* Proposes req on nd as the node does: entry data = origin member | seq |
+ * request body. Returns kt_raft_propose's code. */
+static int propose_req(struct sim *s, struct sim_node *nd, const struct kt_req *req, uint64_t seq,
+                       uint64_t *index) {
+  kt_buf_reset(&s->body);
+  kt_proto_encode_req_body(&s->body, req);
+  kt_buf_reset(&s->body2);
+  uint8_t h[DATA_HDR];
+  kt_put_u64be(h, nd->id);
+  kt_put_u64be(h + 8, seq);
+  kt_buf_append(&s->body2, h, sizeof h);
+  kt_buf_append(&s->body2, s->body.p, s->body.len);
+  *index = 0;
+  return kt_raft_propose(nd->r, s->body2.p, (uint32_t)s->body2.len, index);
+}
+
+static void client_write(struct sim *s, struct sim_client *c, struct sim_node *nd,
+                         const struct kt_req *req, const struct kt_linz_op *op) {
+  c->lid = kt_linz_call(s->hist, (int)(c - s->clients), (int64_t)s->now, op);
+  c->kind = op->kind;
+  c->prev_kv = op->prev_kv;
+  c->seq = ++s->next_seq;
+  if (propose_req(s, nd, req, c->seq, &c->index)) { /* refused: never appended */
+    client_fail(s, c);
+    return;
+  }
+  c->term = c->index ? kt_raft_term(nd->r) : 0;
+  c->state = CL_WRITE;
+  c->deadline = s->now + CLIENT_TIMEOUT;
+  process_ready(s, nd);
+}
+
+static void client_get(struct sim *s, struct sim_client *c, struct sim_node *nd, int key,
+                       bool serializable) {
+  struct kt_linz_op op = {.kind = KT_LINZ_GET, .key = SIM_KEY[key], .serializable = serializable};
+  c->lid = kt_linz_call(s->hist, (int)(c - s->clients), (int64_t)s->now, &op);
+  c->kind = KT_LINZ_GET;
+  c->key = key;
+  if (serializable || (s->o.member_bug == SIM_BUG_LOCAL_READ && !is_final(s, c))) {
+    answer_get(s, c, nd);
+    return;
+  }
+  uint64_t ctx = ++s->next_ctx;
+  if (kt_raft_read_index(nd->r, ctx)) {
+    client_fail(s, c);
+    return;
+  }
+  GROW(s->reads, s->rn, s->rcap);
+  s->reads[s->rn++] = (struct pending_read){ctx, s->max_commit};
+  c->state = CL_READ;
+  c->ctx = ctx;
+  c->have_read_index = false;
+  c->deadline = s->now + CLIENT_TIMEOUT;
+  process_ready(s, nd);
+}
+
+/* A new request from an idle client: puts, deletes, compare-and-swap txns
+ * (on value, version or mod revision, as last read; gets in both branches),
+ * linearizable and serializable gets, on SIM_KEYS keys. */
+static void client_start(struct sim *s, struct sim_client *c) {
+  struct sim_node *nd = node_of(s, c->member);
+  if (!nd || !nd->alive) { /* cannot connect: try another member */
+    c->member = random_member(s);
+    c->next_at = s->now + 10;
+    return;
+  }
+  s->ops_called++;
+  int k = (int)kt_rng_below(&s->rng, SIM_KEYS);
+  uint64_t x = kt_rng_below(&s->rng, 100);
+  char val[24];
+  snprintf(val, sizeof val, "v%llu", (unsigned long long)++s->next_val);
+  struct kt_req req = {0};
+  struct kt_linz_op op = {0};
+  if (x < 20) {
+    bool prev = kt_rng_below(&s->rng, 2);
+    req.type = KT_MSG_PUT;
+    req.u.op = (struct kt_request_op){
+        .type = KT_OP_PUT, .u.put = {.key = B(SIM_KEY[k]), .value = B(val), .prev_kv = prev}};
+    op = (struct kt_linz_op){.kind = KT_LINZ_PUT, .key = SIM_KEY[k], .value = val, .prev_kv = prev};
+    client_write(s, c, nd, &req, &op);
+  } else if (x < 30) {
+    req.type = KT_MSG_DELETE;
+    req.u.op = (struct kt_request_op){.type = KT_OP_DELETE, .u.del = {.key = B(SIM_KEY[k])}};
+    op = (struct kt_linz_op){.kind = KT_LINZ_DELETE, .key = SIM_KEY[k]};
+    client_write(s, c, nd, &req, &op);
+  } else if (x < 50) {
+    int k2 = (int)kt_rng_below(&s->rng, SIM_KEYS);
+    uint8_t target =
+        (uint8_t[]){KT_CMP_VALUE, KT_CMP_VERSION, KT_CMP_MOD}[kt_rng_below(&s->rng, 3)];
+    uint8_t result =
+        kt_rng_below(&s->rng, 4)
+            ? KT_CMP_EQUAL
+            : (uint8_t[]){KT_CMP_NOT_EQUAL, KT_CMP_LESS, KT_CMP_GREATER}[kt_rng_below(&s->rng, 3)];
+    const char *cv = c->seen[k].present ? c->seen[k].value : "v0";
+    int64_t num = !c->seen[k].present    ? 0
+                  : target == KT_CMP_MOD ? c->seen[k].mod
+                                         : c->seen[k].version;
+    struct kt_compare rc = {.result = result,
+                            .target = target,
+                            .key = B(SIM_KEY[k]),
+                            .value = target == KT_CMP_VALUE ? B(cv) : (struct kt_bytes){0},
+                            .int_value = num};
+    struct kt_request_op then[2] = {
+        {.type = KT_OP_PUT, .u.put = {.key = B(SIM_KEY[k]), .value = B(val)}},
+        {.type = KT_OP_RANGE, .u.range = {.key = B(SIM_KEY[k2])}}};
+    struct kt_request_op els[1] = {{.type = KT_OP_RANGE, .u.range = {.key = B(SIM_KEY[k])}}};
+    req.type = KT_MSG_TXN;
+    req.u.op = (struct kt_request_op){.type = KT_OP_TXN,
+                                      .u.txn = {.compare = &rc,
+                                                .n_compare = 1,
+                                                .success = then,
+                                                .n_success = 2,
+                                                .failure = els,
+                                                .n_failure = 1}};
+    struct kt_linz_cmp lc = {SIM_KEY[k], target, result, cv, num};
+    struct kt_linz_txop lthen[2] = {{KT_LINZ_PUT, SIM_KEY[k], val},
+                                    {KT_LINZ_GET, SIM_KEY[k2], NULL}};
+    struct kt_linz_txop lels[1] = {{KT_LINZ_GET, SIM_KEY[k], NULL}};
+    op = (struct kt_linz_op){.kind = KT_LINZ_TXN,
+                             .cmp = &lc,
+                             .n_cmp = 1,
+                             .then = lthen,
+                             .n_then = 2,
+                             .els = lels,
+                             .n_els = 1};
+    client_write(s, c, nd, &req, &op);
+  } else {
+    client_get(s, c, nd, k, x >= 85);
+  }
+}
+
+/* Once per tick: timeouts (unknown outcome), then idle clients start their
+ * next request (new ones only while `issue`). */
+static void clients_tick(struct sim *s, bool issue) {
+  for (int i = 0; i < s->n_clients + SIM_KEYS && !s->failed; i++) {
+    struct sim_client *c = &s->clients[i];
+    if (c->state != CL_IDLE) {
+      if (s->now >= c->deadline)
+        client_unknown(s, c);
+    } else if (issue && i < s->n_clients && s->ops_called < s->max_ops && s->now >= c->next_at) {
+      client_start(s, c);
+    }
+  }
+}
+
+/* nd crashed or replaced its state (snapshot install): its clients' writes
+ * may or may not have happened, their reads are lost. */
+static void clients_lose(struct sim *s, struct sim_node *nd, bool reads) {
+  for (int i = 0; i < s->n_clients + SIM_KEYS; i++) {
+    struct sim_client *c = &s->clients[i];
+    if (c->member == nd->id && (c->state == CL_WRITE || (reads && c->state == CL_READ)))
+      client_unknown(s, c);
+  }
+}
+
+/* nd applied entry e (origin, seq from its header; res NULL for an entry
+ * that is no request: empty, CONF) with this outcome: the client whose
+ * proposal it is gets it; a client whose proposal on the leader had this
+ * index, but is not this entry, lost it (unknown). */
+static void clients_applied(struct sim *s, struct sim_node *nd, const struct kt_raft_entry *e,
+                            uint64_t origin, uint64_t seq, int rc, const struct kt_sm_result *res) {
+  for (int i = 0; i < s->n_clients; i++) {
+    struct sim_client *c = &s->clients[i];
+    if (c->state != CL_WRITE || c->member != nd->id)
+      continue;
+    bool mine = origin == nd->id && c->seq == seq;
+    bool at_index = c->index && c->index == e->index;
+    if (s->o.member_bug == SIM_BUG_MATCH_BY_INDEX && c->index)
+      mine = at_index; /* the bug: trusts the index, not what is there */
+    if (mine) {
+      if (c->index && (c->index != e->index || c->term != e->term) &&
+          s->o.member_bug != SIM_BUG_MATCH_BY_INDEX) {
+        sim_fail(
+            s, "n%llu: proposal seq %llu made at index %llu term %llu applied at %llu term %llu",
+            (unsigned long long)nd->id, (unsigned long long)seq, (unsigned long long)c->index,
+            (unsigned long long)c->term, (unsigned long long)e->index, (unsigned long long)e->term);
+        return;
+      }
+      struct kt_sm_result none = {.revision = kt_mvcc_revision(nd->store)};
+      answer_write(s, c, res ? rc : 0, res ? res : &none);
+    } else if (at_index) {
+      client_unknown(s, c); /* another entry at its index: lost */
+    }
+  }
+}
+
+/* Reads on nd whose read index is applied are answered. */
+static void clients_reads(struct sim *s, struct sim_node *nd) {
+  for (int i = 0; i < s->n_clients + SIM_KEYS; i++) {
+    struct sim_client *c = &s->clients[i];
+    if (c->state == CL_READ && c->member == nd->id && c->have_read_index &&
+        nd->applied >= c->read_index)
+      answer_get(s, c, nd);
+  }
+}
+
+/* A committed NORMAL entry: the member's state machine applies it. */
+static void apply_normal_entry(struct sim *s, struct sim_node *nd, const struct kt_raft_entry *e) {
+  if (e->len == 0) { /* a leader's empty entry */
+    clients_applied(s, nd, e, 0, 0, 0, NULL);
+    return;
+  }
+  if (e->len == CONF_DATA_LEN && e->data[0] == 'C') {
+    s->st.conf_as_normal++; /* a change refused: one was in flight */
+    clients_applied(s, nd, e, 0, 0, 0, NULL);
+    return;
+  }
+  if (e->len < DATA_HDR) {
+    sim_fail(s, "n%llu: entry %llu shorter than its header", (unsigned long long)nd->id,
+             (unsigned long long)e->index);
+    return;
+  }
+  struct kt_req req;
+  struct kt_err de = {0}, err = {0};
+  kt_arena_reset(&s->apply_arena);
+  if (kt_proto_decode_req(e->data + DATA_HDR, e->len - DATA_HDR, &s->apply_arena, &req, &de)) {
+    sim_fail(s, "n%llu: entry %llu undecodable: %s", (unsigned long long)nd->id,
+             (unsigned long long)e->index, de.msg);
+    return;
+  }
+  struct kt_sm_result res;
+  int rc = kt_sm_apply(&nd->sm, &req, (int64_t)s->now * MS_PER_UNIT, &s->apply_arena, &res, &err);
+  s->st.applied_reqs++;
+  clients_applied(s, nd, e, kt_get_u64be(e->data), kt_get_u64be(e->data + 8), rc, &res);
+}
 
 static void node_crash(struct sim *s, struct sim_node *nd) {
   /* a torn write: the write in progress reached the disk in part (its hard
@@ -399,10 +987,12 @@ static void node_crash(struct sim *s, struct sim_node *nd) {
   nd->wq_n = 0;
   kt_raft_free(nd->r);
   nd->r = NULL;
+  sm_close(nd); /* memory: the restart loads the snapshot on its disk */
   nd->alive = false;
   nd->gone = nd->removed; /* the node of a removed member does not come back */
   nd->restart_at = s->now + 10 * (5 + kt_rng_below(&s->rng, 60));
   s->st.crashes++;
+  clients_lose(s, nd, true);
   if (s->o.verbose)
     printf("  t=%llu n%llu crash\n", (unsigned long long)s->now, (unsigned long long)nd->id);
 }
@@ -420,6 +1010,20 @@ static void check_committed(struct sim *s, struct sim_node *nd, const struct kt_
     struct gentry *g = &s->g[s->gn++];
     g->term = e->term;
     g->commit_term = kt_raft_term(nd->r);
+    g->hashed = false;
+    if (e->type == KT_RAFT_ENTRY_NORMAL && e->len >= DATA_HDR) { /* a request: note its seq */
+      uint64_t seq = kt_get_u64be(e->data + 8);
+      if (seq >= s->seq_cap) {
+        size_t cap = s->seq_cap ? s->seq_cap : 1024;
+        while (cap <= seq)
+          cap *= 2;
+        s->seq_committed = realloc(s->seq_committed, cap);
+        kt_assert(s->seq_committed);
+        memset(s->seq_committed + s->seq_cap, 0, cap - s->seq_cap);
+        s->seq_cap = cap;
+      }
+      s->seq_committed[seq] = 1;
+    }
     g->len = e->len;
     g->data = NULL;
     if (e->len) {
@@ -485,7 +1089,10 @@ static void send_msg(struct sim *s, const struct kt_raft_msg *m) {
   }
   kt_buf_reset(&s->enc);
   kt_raft_msg_encode(m, &s->enc);
-  int copies = chance(s, s->dup_pct) ? 2 : 1;
+  /* Never a forwarded proposal twice: the member would apply a client's
+   * request twice (entries carry no dedup key raft or apply checks), and
+   * the node's TCP peer links neither duplicate nor resend. */
+  int copies = chance(s, s->dup_pct) && m->type != KT_RAFT_MSG_PROP ? 2 : 1;
   for (int c = 0; c < copies; c++) {
     struct net_msg nm = {.at = s->now + 1 + kt_rng_below(&s->rng, s->max_delay),
                          .seq = s->seq++,
@@ -516,6 +1123,7 @@ static void send_snapshot(struct sim *s, struct sim_node *from, uint64_t to_id) 
                        .from = from->id,
                        .snap_index = from->snap_index,
                        .snap_term = from->snap_term,
+                       .sm = snap_ref(from->snap_sm),
                        .n = sizeof(struct sim_conf)};
   nm.p = malloc(nm.n);
   memcpy(nm.p, &from->snap_conf, nm.n);
@@ -525,7 +1133,7 @@ static void send_snapshot(struct sim *s, struct sim_node *from, uint64_t to_id) 
 /* A follower installs a snapshot: state machine = the committed prefix up
  * to its index, disk log reset after it, raft told. */
 static void install_snapshot(struct sim *s, struct sim_node *nd, uint64_t index, uint64_t term,
-                             const struct sim_conf *conf) {
+                             const struct sim_conf *conf, struct sm_snap *sm) {
   if (index > s->gn) {
     sim_fail(s, "snapshot at %llu beyond the %zu known committed", (unsigned long long)index,
              s->gn);
@@ -573,6 +1181,11 @@ static void install_snapshot(struct sim *s, struct sim_node *nd, uint64_t index,
   }
   nd->applied = nd->checked_commit = index;
   nd->conf = *conf;
+  snap_unref(nd->snap_sm); /* the new snapshot replaces the old on disk */
+  nd->snap_sm = snap_ref(sm);
+  sm_open(s, nd, sm);
+  check_sm_hash(s, nd, index);
+  clients_lose(s, nd, false);
   if (!conf_eq(conf, &(struct sim_conf){0}) && !conf_has(conf, nd->id) && s->removed[nd->id])
     nd->removed = true; /* installed a state where it is gone */
   s->st.installs++;
@@ -686,10 +1299,15 @@ static void process_ready(struct sim *s, struct sim_node *nd) {
       }
       check_committed(s, nd, e, "applies");
       nd->applied = e->index;
-      if (e->type == KT_RAFT_ENTRY_CONF && !s->failed)
+      if (s->failed)
+        break;
+      if (e->type == KT_RAFT_ENTRY_CONF) {
         apply_conf_entry(s, nd, e);
-      else if (e->len == CONF_DATA_LEN && e->data[0] == 'C')
-        s->st.conf_as_normal++; /* refused: one change was in flight */
+        clients_applied(s, nd, e, 0, 0, 0, NULL);
+      } else {
+        apply_normal_entry(s, nd, e);
+      }
+      check_sm_hash(s, nd, e->index);
     }
     for (size_t i = 0; i < rd.n_reads && !s->failed; i++) {
       s->st.reads++;
@@ -702,7 +1320,16 @@ static void process_ready(struct sim *s, struct sim_node *nd) {
           sim_fail(s, "n%llu read ctx %llu at index %llu misses commit %llu made before it",
                    (unsigned long long)nd->id, (unsigned long long)rs->context,
                    (unsigned long long)rs->index, (unsigned long long)s->reads[j].min_index);
+      for (int j = 0; j < s->n_clients + SIM_KEYS; j++) {
+        struct sim_client *c = &s->clients[j];
+        if (c->state == CL_READ && c->member == nd->id && c->ctx == rs->context) {
+          c->read_index = rs->index;
+          c->have_read_index = true;
+        }
+      }
     }
+    if (!s->failed)
+      clients_reads(s, nd);
     kt_raft_advance(nd->r);
   }
   if (!nd->alive || s->failed)
@@ -795,6 +1422,8 @@ static void snapshot_and_compact(struct sim *s) {
     nd->snap_index = nd->applied;
     nd->snap_term = e->term;
     nd->snap_conf = nd->conf; /* the configuration at the snapshot's index */
+    snap_unref(nd->snap_sm);
+    nd->snap_sm = sm_save(nd); /* the state machine at the snapshot's index */
     uint64_t keep = kt_rng_below(&s->rng, 8);
     uint64_t to = nd->snap_index > keep ? nd->snap_index - keep : 0;
     if (to >= kt_raft_first_index(nd->r) && kt_raft_compact(nd->r, to) != 0)
@@ -810,18 +1439,24 @@ static void snapshot_and_compact(struct sim *s) {
   }
 }
 
-static void propose(struct sim *s, struct sim_node *nd) {
-  char buf[32];
-  int len = snprintf(buf, sizeof buf, "p%llu", (unsigned long long)++s->next_prop);
-  uint64_t idx;
-  (void)kt_raft_propose(nd->r, buf, (uint32_t)len, &idx);
-}
-
-static void read_index(struct sim *s, struct sim_node *nd) {
-  uint64_t ctx = ++s->next_ctx;
-  if (kt_raft_read_index(nd->r, ctx) == 0) {
-    GROW(s->reads, s->rn, s->rcap);
-    s->reads[s->rn++] = (struct pending_read){ctx, s->max_commit};
+/* The operator's compaction, as the node's auto-compaction: the leader
+ * proposes COMPACT a few revisions behind its store's. Revisions do not
+ * move, so the history needs no entry for it. */
+static void propose_compaction(struct sim *s) {
+  for (int i = 0; i < s->n_nodes; i++) {
+    struct sim_node *nd = &s->nodes[i];
+    if (!nd->alive || kt_raft_role(nd->r) != KT_RAFT_LEADER)
+      continue;
+    int64_t rev = kt_mvcc_revision(nd->store) - (int64_t)kt_rng_below(&s->rng, 8);
+    if (rev <= kt_mvcc_compact_revision(nd->store))
+      return;
+    struct kt_req req = {.type = KT_MSG_COMPACT};
+    req.u.compact.revision = rev;
+    uint64_t idx;
+    if (propose_req(s, nd, &req, ++s->next_seq, &idx) == 0)
+      s->st.compactions++;
+    process_ready(s, nd);
+    return;
   }
 }
 
@@ -899,7 +1534,7 @@ static void sim_unit(struct sim *s, bool chaos) {
     } else if (nm.snap_index) {
       struct sim_conf c;
       memcpy(&c, nm.p, sizeof c);
-      install_snapshot(s, to, nm.snap_index, nm.snap_term, &c);
+      install_snapshot(s, to, nm.snap_index, nm.snap_term, &c, nm.sm);
       process_ready(s, to);
     } else {
       struct kt_raft_msg m;
@@ -912,6 +1547,7 @@ static void sim_unit(struct sim *s, bool chaos) {
       process_ready(s, to);
     }
     free(nm.p);
+    snap_unref(nm.sm);
   }
   for (size_t i = 0; i < s->n_failed_snaps; i++) {
     struct sim_node *from = node_of(s, s->failed_snaps[i].from);
@@ -942,19 +1578,16 @@ static void sim_unit(struct sim *s, bool chaos) {
   }
   if (s->now % 10 != 0 || s->failed)
     return;
-  /* once per tick: clients and faults */
-  struct sim_node *nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->n_nodes)];
-  if (nd->alive && chance(s, 300)) {
-    propose(s, nd);
-    process_ready(s, nd);
-  }
-  nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->n_nodes)];
-  if (nd->alive && chance(s, 60)) {
-    read_index(s, nd);
-    process_ready(s, nd);
-  }
-  if (!chaos)
+  /* once per tick: clients, the physical compaction steps, faults */
+  clients_tick(s, chaos);
+  for (int i = 0; i < s->n_nodes; i++)
+    if (s->nodes[i].alive)
+      (void)kt_mvcc_compact_step(s->nodes[i].store, 4);
+  if (!chaos || s->failed)
     return;
+  struct sim_node *nd;
+  if (chance(s, 25))
+    propose_compaction(s);
   if (s->o.conf_changes && chance(s, s->o.conf_x10 ? s->o.conf_x10 : 25)) {
     nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->n_nodes)];
     if (nd->alive)
@@ -1007,9 +1640,13 @@ static void sim_free(struct sim *s) {
       free(nd->dlog[j].data);
     free(nd->dlog);
     free(nd->wq);
+    sm_close(nd);
+    snap_unref(nd->snap_sm);
   }
-  for (size_t i = 0; i < s->hn; i++)
+  for (size_t i = 0; i < s->hn; i++) {
     free(s->heap[i].p);
+    snap_unref(s->heap[i].sm);
+  }
   free(s->heap);
   for (size_t i = 0; i < s->gn; i++)
     free(s->g[i].data);
@@ -1018,7 +1655,74 @@ static void sim_free(struct sim *s) {
   free(s->reads);
   free(s->failed_snaps);
   kt_buf_free(&s->enc);
+  kt_buf_free(&s->body);
+  kt_buf_free(&s->body2);
   kt_arena_free(&s->arena);
+  kt_arena_free(&s->apply_arena);
+  kt_linz_free(s->hist);
+  free(s->unknown_w);
+  free(s->seq_committed);
+}
+
+/* Every acknowledged write is visible: once the cluster is healed, one
+ * linearizable get per key on the leader (the checker then places them
+ * after everything that returned before). A get lost to a leader change
+ * (the healed cluster may still hold an election) is asked again of the
+ * new leader, within 600 ticks. */
+static void final_reads(struct sim *s) {
+  uint64_t until = s->now + 10 * 600;
+  for (int k = 0; k < SIM_KEYS; k++)
+    s->clients[s->n_clients + k].outcome = CL_NONE;
+  while (!s->failed && s->now < until) {
+    int lead = -1;
+    for (int i = 0; i < s->n_nodes; i++)
+      if (s->nodes[i].alive && kt_raft_role(s->nodes[i].r) == KT_RAFT_LEADER &&
+          (lead < 0 || kt_raft_term(s->nodes[i].r) > kt_raft_term(s->nodes[lead].r)))
+        lead = i;
+    bool done = true;
+    for (int k = 0; k < SIM_KEYS && !s->failed; k++) {
+      struct sim_client *c = &s->clients[s->n_clients + k];
+      done &= c->outcome == CL_OK;
+      if (c->state == CL_IDLE && c->outcome != CL_OK && lead >= 0 && s->now % 10 == 0) {
+        c->member = (uint64_t)lead + 1;
+        client_get(s, c, &s->nodes[lead], k, false);
+      }
+    }
+    if (done)
+      return;
+    sim_unit(s, false);
+  }
+  for (int k = 0; k < SIM_KEYS && !s->failed; k++)
+    if (s->clients[s->n_clients + k].outcome != CL_OK)
+      sim_fail(s, "final linearizable get of %s: no answer in 600 ticks", SIM_KEY[k]);
+}
+
+/* The client history must be linearizable (test/sim/linz.h). */
+static void check_history(struct sim *s) {
+  for (size_t i = 0; i < s->n_unknown_w; i++) {
+    uint64_t seq = s->unknown_w[i].seq;
+    if (seq < s->seq_cap && s->seq_committed[seq]) {
+      kt_linz_unknown(s->hist, s->unknown_w[i].lid);
+    } else {
+      kt_linz_fail(s->hist, s->unknown_w[i].lid);
+      s->st.ops_never_committed++;
+    }
+  }
+  struct kt_linz_report *rep = malloc(sizeof *rep);
+  kt_assert(rep);
+  int v = kt_linz_check(s->hist, 0, rep);
+  s->st.ops += rep->ops;
+  s->st.ops_unknown += rep->unknown;
+  s->st.sreads += rep->sreads;
+  s->st.linz_steps += rep->steps;
+  if (v == KT_LINZ_VIOLATION)
+    sim_fail(s, "not linearizable (%u ops, %u unknown):\n%s", rep->ops, rep->unknown, rep->explain);
+  else if (v == KT_LINZ_GAVE_UP) {
+    s->st.linz_gave_up++;
+    sim_fail(s, "linearizability checker GAVE UP after %llu steps (%u ops, %u unknown): %s",
+             (unsigned long long)rep->steps, rep->ops, rep->unknown, rep->explain);
+  }
+  free(rep);
 }
 
 /* Runs one seed. Returns 0 if every check held, else 1 with why filled. */
@@ -1033,6 +1737,12 @@ static int sim_run(const struct sim_opts *o, struct sim_stats *st, char *why, si
   s->max_delay = 1 + (uint32_t)kt_rng_below(&s->rng, 30); /* up to 3 ticks */
   s->pre_vote = kt_rng_below(&s->rng, 4) != 0;
   s->check_quorum = kt_rng_below(&s->rng, 4) != 0;
+  s->hist = kt_linz_new(1);
+  s->max_ops = o->max_ops ? o->max_ops : 300;
+  s->n_clients = o->clients ? o->clients : 3 + (int)kt_rng_below(&s->rng, 3);
+  kt_assert(s->n_clients <= SIM_MAX_CLIENTS);
+  for (int i = 0; i < s->n_clients; i++)
+    s->clients[i].member = 1 + kt_rng_below(&s->rng, (uint64_t)o->n);
   /* bootstrap as the node does: log 1..n = one ADD_VOTER each (term 1),
    * committed, applied by the state machine when raft hands them out */
   s->n_nodes = o->n;
@@ -1082,9 +1792,10 @@ static int sim_run(const struct sim_opts *o, struct sim_stats *st, char *why, si
       continue;
     struct kt_raft *lr = s->nodes[lead].r;
     if (!goal || kt_raft_term_at(lr, goal) == 0) {
-      char buf[32];
-      int len = snprintf(buf, sizeof buf, "final%llu", (unsigned long long)kt_raft_term(lr));
-      if (kt_raft_propose(lr, buf, (uint32_t)len, &goal) == 0)
+      /* a delete of a key nobody writes: applied, the revision stays */
+      struct kt_req req = {.type = KT_MSG_DELETE};
+      req.u.op = (struct kt_request_op){.type = KT_OP_DELETE, .u.del = {.key = B("zz")}};
+      if (propose_req(s, &s->nodes[lead], &req, ++s->next_seq, &goal) == 0)
         process_ready(s, &s->nodes[lead]);
       continue;
     }
@@ -1116,6 +1827,10 @@ static int sim_run(const struct sim_opts *o, struct sim_stats *st, char *why, si
                  s->nodes[i].r ? (unsigned long long)kt_raft_first_index(s->nodes[i].r) : 0,
                  s->nodes[i].r ? (unsigned long long)kt_raft_last_index(s->nodes[i].r) : 0);
   }
+  if (!s->failed)
+    final_reads(s);
+  if (!s->failed)
+    check_history(s);
   if (s->failed && o->verbose)
     for (int i = 0; i < s->n_nodes; i++) {
       struct sim_node *nd = &s->nodes[i];
