@@ -51,6 +51,7 @@
 
 #include "../../core/apply.h"
 #include "../../core/raft.h"
+#include "../../wal/wal.h"
 #include "linz.c"
 
 #define SIM_MAX_N 16 /* member ids 1..SIM_MAX_N: the first n, then spares */
@@ -84,7 +85,7 @@ struct sim_stats {
   uint64_t committed, elections, crashes, msgs, dropped, reads, transfers;
   uint64_t snapshots_sent, installs;
   uint64_t conf_proposed, conf_applied, conf_invalid, conf_as_normal, leader_removed;
-  uint64_t applied_reqs, hashes_checked, compactions;
+  uint64_t applied_reqs, hashes_checked, compactions, wal_torn_cut;
   uint64_t ops, ops_ok, ops_failed, ops_unknown, ops_never_committed, sreads, linz_steps,
       linz_gave_up;
 };
@@ -136,6 +137,10 @@ struct sim_node {
   uint64_t dfirst, snap_index, snap_term;
   struct disk_write *wq;
   size_t wq_n, wq_cap;
+  /* the same disk as WAL bytes: one segment, rewritten at a purge or reset */
+  struct kt_buf wal;
+  uint32_t wal_crc; /* of the last record */
+  uint64_t wal_seq;
   /* state machine: applied sequence is checked against the global table */
   uint64_t applied, checked_commit;
   struct sim_conf conf, snap_conf; /* applied configuration; the snapshot's */
@@ -244,7 +249,7 @@ struct sim {
   uint64_t next_seq, next_val;
   struct kt_arena apply_arena;
   struct kt_buf body, body2;
-  struct kt_buf enc;
+  struct kt_buf enc, enc2, wbytes;
   struct kt_arena arena;
   struct failed_snap *failed_snaps; /* reported at the next unit, outside ready */
   size_t n_failed_snaps, cap_failed_snaps;
@@ -432,6 +437,186 @@ static void copy_entry(struct kt_raft_entry *dst, const struct kt_raft_entry *sr
   }
 }
 
+/* ---- the disk as WAL bytes (wal/wal.h codec, the node's record types) */
+
+enum { REC_ENTRY = 2, REC_HARDSTATE = 3 }; /* as core/node_int.h */
+#define ENTRY_HDR 9                        /* REC_ENTRY payload: term u64 | type u8 | data */
+
+/* Appends one record to buf, chained to *crc. */
+static void wal_put(struct kt_buf *buf, uint32_t *crc, uint8_t type, uint64_t index,
+                    const uint8_t *payload, uint32_t len) {
+  size_t size = (size_t)kt_wal_record_bytes(len);
+  kt_buf_reserve(buf, size);
+  *crc = kt_wal_encode_record(buf->p + buf->len, type, index, payload, len, *crc);
+  buf->len += size;
+}
+
+static void wal_put_hs(struct kt_buf *buf, uint32_t *crc, uint64_t index,
+                       const struct kt_raft_hard_state *hs) {
+  uint8_t b[24];
+  kt_put_u64be(b, hs->term);
+  kt_put_u64be(b + 8, hs->vote);
+  kt_put_u64be(b + 16, hs->commit);
+  wal_put(buf, crc, REC_HARDSTATE, index, b, sizeof b);
+}
+
+static void wal_put_entry(struct kt_buf *buf, struct kt_buf *tmp, uint32_t *crc,
+                          const struct kt_raft_entry *e) {
+  kt_buf_reset(tmp);
+  uint8_t h[ENTRY_HDR];
+  kt_put_u64be(h, e->term);
+  h[8] = e->type;
+  kt_buf_append(tmp, h, sizeof h);
+  if (e->len)
+    kt_buf_append(tmp, e->data, e->len);
+  wal_put(buf, crc, REC_ENTRY, e->index, tmp->p, (uint32_t)tmp->len);
+}
+
+/* The WAL becomes one new segment from the disk state (first index
+ * dfirst): a hard state record, then the entries. Used at bootstrap, after
+ * a snapshot (the node purges whole segments; here the segment is
+ * rewritten) and at an install (the node's kt_wal_reset). */
+static void wal_rewrite(struct sim *s, struct sim_node *nd) {
+  struct kt_wal_seghdr h = {
+      .prev_crc = nd->wal_crc, .seq = ++nd->wal_seq, .first_index = nd->dfirst};
+  kt_buf_reset(&nd->wal);
+  kt_buf_reserve(&nd->wal, KT_WAL_SEG_HDR_BYTES);
+  kt_wal_encode_seghdr(&h, nd->wal.p);
+  nd->wal.len = KT_WAL_SEG_HDR_BYTES;
+  nd->wal_crc = h.crc;
+  wal_put_hs(&nd->wal, &nd->wal_crc, nd->dfirst - 1, &nd->hs);
+  for (size_t i = 0; i < nd->dn; i++)
+    wal_put_entry(&nd->wal, &s->enc2, &nd->wal_crc, &nd->dlog[i]);
+}
+
+/* A write's records (hard state first, then its entries) into out, chained
+ * from the WAL's last checksum; returns the checksum of the last one. */
+static uint32_t wal_encode_write(struct sim *s, struct sim_node *nd, const struct disk_write *w,
+                                 struct kt_buf *out) {
+  uint32_t crc = nd->wal_crc;
+  kt_buf_reset(out);
+  uint64_t last = w->n ? w->ents[w->n - 1].index : nd->dfirst + nd->dn - 1;
+  wal_put_hs(out, &crc, last, &w->hs);
+  for (size_t i = 0; i < w->n; i++)
+    wal_put_entry(out, &s->enc2, &crc, &w->ents[i]);
+  return crc;
+}
+
+/* Restart state decoded from the WAL, by the node's replay rules
+ * (core/node.c replay_rec): the last hard state; entries after the
+ * snapshot, a rewritten index replacing the log from there, a gap an error. */
+struct wal_replay {
+  uint64_t snap_index;
+  struct kt_raft_hard_state hs;
+  bool have_hs;
+  struct kt_raft_entry *ents;
+  size_t n, cap;
+  char err[160];
+};
+
+static int wal_replay_rec(void *arg, const struct kt_wal_rec *rec) {
+  struct wal_replay *r = arg;
+  if (rec->type == REC_HARDSTATE) {
+    if (rec->len != 24) {
+      snprintf(r->err, sizeof r->err, "hard state record of %u bytes", rec->len);
+      return 1;
+    }
+    r->hs = (struct kt_raft_hard_state){kt_get_u64be(rec->payload), kt_get_u64be(rec->payload + 8),
+                                        kt_get_u64be(rec->payload + 16)};
+    r->have_hs = true;
+    return 0;
+  }
+  if (rec->type != REC_ENTRY || rec->len < ENTRY_HDR) {
+    snprintf(r->err, sizeof r->err, "record type %u of %u bytes at index %llu", rec->type, rec->len,
+             (unsigned long long)rec->index);
+    return 1;
+  }
+  if (rec->index <= r->snap_index)
+    return 0;
+  uint64_t first = r->snap_index + 1;
+  if (rec->index > first + r->n) {
+    snprintf(r->err, sizeof r->err, "entry %llu follows %llu: entries are missing",
+             (unsigned long long)rec->index, (unsigned long long)(first + r->n - 1));
+    return 1;
+  }
+  while (r->n > rec->index - first)
+    free(r->ents[--r->n].data);
+  GROW(r->ents, r->n, r->cap);
+  uint32_t dlen = rec->len - ENTRY_HDR;
+  struct kt_raft_entry e = {kt_get_u64be(rec->payload), rec->index, rec->payload[8], dlen, NULL};
+  copy_entry(&r->ents[r->n++], &(struct kt_raft_entry){e.term, e.index, e.type, dlen,
+                                                       (uint8_t *)rec->payload + ENTRY_HDR});
+  return 0;
+}
+
+static void wal_replay_free(struct wal_replay *r) {
+  for (size_t i = 0; i < r->n; i++)
+    free(r->ents[i].data);
+  free(r->ents);
+}
+
+/* Decodes nd's WAL (kt_wal_scan_segment: every record checked and chained,
+ * cut at the first invalid one). A torn tail (only ever at the end: the
+ * simulated disk tears, it does not rot) is cut off the bytes. Returns 0,
+ * or -1 with the sim failed. */
+static int wal_decode(struct sim *s, struct sim_node *nd, struct wal_replay *r, bool cut) {
+  *r = (struct wal_replay){.snap_index = nd->snap_index};
+  struct kt_wal_scan sc;
+  int rc = kt_wal_scan_segment(nd->wal.p, nd->wal.len, &sc, wal_replay_rec, r);
+  if (rc || sc.status == KT_WAL_SCAN_CORRUPT || sc.status == KT_WAL_SCAN_BADHDR || !r->have_hs) {
+    sim_fail(s, "n%llu: WAL unreadable: %s (status %d at %llu%s)", (unsigned long long)nd->id,
+             rc       ? r->err
+             : sc.why ? sc.why
+                      : "",
+             (int)sc.status, (unsigned long long)sc.bad_off, r->have_hs ? "" : ", no hard state");
+    wal_replay_free(r);
+    return -1;
+  }
+  if (cut && nd->wal.len > sc.end_off) { /* a torn tail, or the zeros of one */
+    nd->wal.len = (size_t)sc.end_off;
+    s->st.wal_torn_cut++;
+  }
+  if (cut)
+    nd->wal_crc = sc.last_crc;
+  return 0;
+}
+
+/* Before a crash: the WAL decodes to exactly the disk state raft was told
+ * about (hard state, entries after the snapshot). */
+static void wal_check(struct sim *s, struct sim_node *nd) {
+  struct wal_replay r;
+  if (wal_decode(s, nd, &r, false))
+    return;
+  bool same = r.n == nd->dn && !memcmp(&r.hs, &nd->hs, sizeof r.hs);
+  for (size_t i = 0; same && i < r.n; i++) {
+    const struct kt_raft_entry *a = &r.ents[i], *b = &nd->dlog[i];
+    same = a->index == b->index && a->term == b->term && a->type == b->type && a->len == b->len &&
+           (!a->len || !memcmp(a->data, b->data, a->len));
+  }
+  if (!same)
+    sim_fail(s,
+             "n%llu: WAL decodes to %zu entries, hs term %llu commit %llu; disk has %zu, %llu %llu",
+             (unsigned long long)nd->id, r.n, (unsigned long long)r.hs.term,
+             (unsigned long long)r.hs.commit, nd->dn, (unsigned long long)nd->hs.term,
+             (unsigned long long)nd->hs.commit);
+  wal_replay_free(&r);
+}
+
+/* At a restart: the disk state is what the WAL decodes to. */
+static void wal_load(struct sim *s, struct sim_node *nd) {
+  struct wal_replay r;
+  if (wal_decode(s, nd, &r, true))
+    return;
+  for (size_t i = 0; i < nd->dn; i++)
+    free(nd->dlog[i].data);
+  free(nd->dlog);
+  nd->dlog = r.ents;
+  nd->dn = r.n;
+  nd->dcap = r.cap;
+  nd->dfirst = nd->snap_index + 1;
+  nd->hs = r.hs;
+}
+
 /* ---- the state machine: the real apply step (core/apply.h), one per member */
 
 #define LEASE_ID_SEED 0x6b65746368ull /* the same on every member, as the node's cluster id */
@@ -591,6 +776,10 @@ static void check_sm_hash(struct sim *s, struct sim_node *nd, uint64_t index) {
 }
 
 static void node_start(struct sim *s, struct sim_node *nd) {
+  if (nd->wal_seq)
+    wal_load(s, nd); /* a restart: the disk state is what the WAL decodes to */
+  else
+    wal_rewrite(s, nd); /* a new member: its first segment */
   struct kt_raft_config c = {
       .id = nd->id,
       .voters = nd->snap_conf.v,
@@ -980,8 +1169,11 @@ static void apply_normal_entry(struct sim *s, struct sim_node *nd, const struct 
 static void node_crash(struct sim *s, struct sim_node *nd) {
   /* a torn write: the write in progress reached the disk in part (its hard
    * state first, then a prefix of its entries) without raft being told */
-  if (nd->wq_n && chance(s, 500))
-    disk_apply(nd, &nd->wq[0], (size_t)kt_rng_below(&s->rng, nd->wq[0].n + 1));
+  wal_check(s, nd); /* what raft was told is durable is what the WAL holds */
+  if (nd->wq_n && chance(s, 500)) {
+    (void)wal_encode_write(s, nd, &nd->wq[0], &s->wbytes);
+    kt_buf_append(&nd->wal, s->wbytes.p, (size_t)kt_rng_below(&s->rng, s->wbytes.len + 1));
+  }
   for (size_t i = 0; i < nd->wq_n; i++)
     free_write(&nd->wq[i]);
   nd->wq_n = 0;
@@ -1173,6 +1365,7 @@ static void install_snapshot(struct sim *s, struct sim_node *nd, uint64_t index,
   nd->snap_index = index;
   nd->snap_term = term;
   nd->hs.commit = KT_MAX(nd->hs.commit, index);
+  wal_rewrite(s, nd); /* the node's kt_wal_reset after the snapshot */
   nd->snap_conf = *conf;
   if (kt_raft_install_snapshot(nd->r, index, term, conf->v, conf->nv, conf->l, conf->nl) != 0) {
     sim_fail(s, "n%llu refused snapshot %llu", (unsigned long long)nd->id,
@@ -1371,6 +1564,8 @@ static void complete_writes(struct sim *s, struct sim_node *nd) {
   size_t done = 0;
   while (done < nd->wq_n && nd->wq[done].done_at <= s->now) {
     struct disk_write *w = &nd->wq[done++];
+    nd->wal_crc = wal_encode_write(s, nd, w, &s->wbytes);
+    kt_buf_append(&nd->wal, s->wbytes.p, s->wbytes.len);
     disk_apply(nd, w, w->n);
     if (w->n)
       kt_raft_persisted(nd->r, nd->dlog[nd->dn - 1].term, nd->dlog[nd->dn - 1].index);
@@ -1436,6 +1631,7 @@ static void snapshot_and_compact(struct sim *s) {
     memmove(nd->dlog, nd->dlog + drop, (nd->dn - drop) * sizeof *nd->dlog);
     nd->dn -= drop;
     nd->dfirst = nd->snap_index + 1;
+    wal_rewrite(s, nd);
   }
 }
 
@@ -1642,6 +1838,7 @@ static void sim_free(struct sim *s) {
     free(nd->wq);
     sm_close(nd);
     snap_unref(nd->snap_sm);
+    kt_buf_free(&nd->wal);
   }
   for (size_t i = 0; i < s->hn; i++) {
     free(s->heap[i].p);
@@ -1656,6 +1853,8 @@ static void sim_free(struct sim *s) {
   free(s->failed_snaps);
   kt_buf_free(&s->enc);
   kt_buf_free(&s->body);
+  kt_buf_free(&s->enc2);
+  kt_buf_free(&s->wbytes);
   kt_buf_free(&s->body2);
   kt_arena_free(&s->arena);
   kt_arena_free(&s->apply_arena);

@@ -59,6 +59,7 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, bool conf, uint6
     tot.applied_reqs += st.applied_reqs;
     tot.hashes_checked += st.hashes_checked;
     tot.compactions += st.compactions;
+    tot.wal_torn_cut += st.wal_torn_cut;
     tot.ops += st.ops;
     tot.ops_ok += st.ops_ok;
     tot.ops_failed += st.ops_failed;
@@ -77,15 +78,16 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, bool conf, uint6
           (unsigned long long)tot.transfers, (unsigned long long)tot.snapshots_sent,
           (unsigned long long)tot.installs);
   fprintf(stderr,
-          "  state machine: requests applied=%llu store hashes compared=%llu compactions=%llu\n"
+          "  state machine: requests applied=%llu store hashes compared=%llu compactions=%llu; WAL "
+          "torn tails cut at restart=%llu\n"
           "  clients: ops checked=%llu (answered=%llu refused=%llu unknown=%llu, of unknown "
           "never committed=%llu; serializable gets=%llu) linz steps=%llu gave up=%llu\n",
           (unsigned long long)tot.applied_reqs, (unsigned long long)tot.hashes_checked,
-          (unsigned long long)tot.compactions, (unsigned long long)tot.ops,
-          (unsigned long long)tot.ops_ok, (unsigned long long)tot.ops_failed,
-          (unsigned long long)tot.ops_unknown, (unsigned long long)tot.ops_never_committed,
-          (unsigned long long)tot.sreads, (unsigned long long)tot.linz_steps,
-          (unsigned long long)tot.linz_gave_up);
+          (unsigned long long)tot.compactions, (unsigned long long)tot.wal_torn_cut,
+          (unsigned long long)tot.ops, (unsigned long long)tot.ops_ok,
+          (unsigned long long)tot.ops_failed, (unsigned long long)tot.ops_unknown,
+          (unsigned long long)tot.ops_never_committed, (unsigned long long)tot.sreads,
+          (unsigned long long)tot.linz_steps, (unsigned long long)tot.linz_gave_up);
   if (conf)
     fprintf(stderr,
             "  membership: proposed=%llu applied=%llu refused-invalid=%llu came-back-normal=%llu "
