@@ -62,7 +62,11 @@
  * two events ("lift"); reaching a return event whose op is not linearized
  * means a dead end: undo the last linearized op and try the next candidate.
  * A cache of (bitset of linearized ops, model state) pairs already explored
- * prunes revisits. Reaching the return event of an unknown-outcome op (they
+ * prunes revisits. A get that fits when it is tried is placed there with no
+ * alternative (if some order places it later, moving it earlier keeps that
+ * order valid: it changes nothing, and all that must precede it is placed),
+ * so gets at one revision — serializable ones are callable from the start —
+ * do not multiply the orders tried. Reaching the return event of an unknown-outcome op (they
  * sort last) means every op with a result is placed: the rest never happened.
  * Budget: at most max_steps model steps, then GAVE_UP (never a pass).
  *

@@ -1,24 +1,69 @@
-/* test/sim/sim.c — deterministic simulation of a Raft cluster (core/raft).
+/* test/sim/sim.c — deterministic simulation of a ketch cluster: each member
+ * the real core (core/raft + the state machine of core/apply over core/mvcc
+ * and core/lease + the WAL record codec of wal/) over a simulated clock,
+ * network and disk, with clients whose history is checked for
+ * linearizability (test/sim/linz.h).
  *
- * N raft cores in one process on a simulated clock, network and disk, all
- * driven by one seeded PRNG, so a seed replays exactly:
- *   - time: 10 units per tick; every member ticks once per 10 units
+ * Everything is driven by one seeded PRNG, so a seed replays exactly:
+ *   - time: 10 units per tick (a tick = 100 ms of the state machine's clock);
+ *     every member ticks once per 10 units
  *   - network: each message is encoded to bytes (kt_raft_msg_encode) and
- *     decoded on delivery; dropped, duplicated, delayed (which reorders) and
- *     cut by partitions that form and heal at random
+ *     decoded on delivery; dropped, duplicated (never a forwarded proposal,
+ *     MSG_PROP: the member would apply a client's request twice — entries
+ *     carry no dedup key — and the node's TCP links neither duplicate nor
+ *     resend), delayed (which reorders) and cut by partitions, one-way too,
+ *     that form and heal at random
  *   - disk: a ready batch's entries + hard state become durable after a random
- *     delay, in order; only then is raft told (kt_raft_persisted). A crash
- *     loses every write not yet durable, except that the write in progress
- *     may be torn (its hard state and a prefix of its entries reach the disk
- *     unreported); the member restarts from its disk.
- *   - clients propose entries and ask for ReadIndex reads on random members.
- *   - snapshots: each member snapshots its applied state now and then (the
- *     state machine is the applied prefix of the global log), compacts its
- *     in-memory log to its snapshot and purges its disk log; a leader asked
- *     for a snapshot (KT_RAFT_EV_NEED_SNAPSHOT) sends its own over the
- *     network (delayed, dropped like any message: then reported failed), and
- *     the follower installs it (disk log reset, kt_raft_install_snapshot).
+ *     delay, in order; only then is raft told (kt_raft_persisted). The disk
+ *     is WAL bytes: each completed write appends its records (REC_HARDSTATE
+ *     term|vote|commit first, then one REC_ENTRY term|type|data per entry,
+ *     8-aligned, CRC32C-chained: kt_wal_encode_record), as core/node.c
+ *     persist_ready. A crash first checks that the bytes decode to exactly
+ *     what raft was told is durable, then (half the time) appends a prefix of
+ *     the write in progress cut at a random byte, and loses the rest; the
+ *     restart decodes the bytes (kt_wal_scan_segment: the first invalid
+ *     record ends the log, the tail is cut off) and rebuilds raft's restart
+ *     state by the node's replay rules (records the snapshot covers skipped,
+ *     a rewritten index replaces the log from there, a gap is an error).
+ *     Purging after a snapshot and resetting at an install rewrite the WAL as
+ *     one new segment chained to the old (the node drops whole segments).
+ *   - the state machine: every committed NORMAL entry is origin member u64 |
+ *     proposal seq u64 | a kt_req body (kt_proto_encode_req_body), as the
+ *     node's; each member decodes it and applies it with kt_sm_apply to its
+ *     own kt_mvcc store and kt_lease_mgr (the store's event hook is
+ *     kt_sm_on_event). CONF entries ('C' | change | id) are applied by the
+ *     sim's membership model below. The leader now and then proposes COMPACT
+ *     a few revisions back (revisions do not move); every member runs
+ *     physical compaction steps.
+ *   - snapshots: each member snapshots now and then at its applied index —
+ *     the store (kt_mvcc_iter records, revision, compact revision), the
+ *     leases (id, granted TTL) and the lease id generator — compacts its
+ *     in-memory log (keeping a small random tail) and purges its disk; a
+ *     leader asked for a snapshot (KT_RAFT_EV_NEED_SNAPSHOT) sends its own
+ *     (delayed, dropped like any message: then reported failed), and the
+ *     follower installs it: state machine loaded as the node loads one
+ *     (records restored, leases restored, keys re-attached to the lease
+ *     their newest record names), WAL reset, kt_raft_install_snapshot. A
+ *     restart loads the member's own snapshot, then raft hands out the rest.
  *     A snapshot carries the configuration at its index.
+ *   - clients: 3..5 per seed (300 requests in all), each bound to a random
+ *     member, one request at a time: puts (prev_kv at random), deletes,
+ *     compare-and-swap txns (value / version / mod revision as last read,
+ *     then put + get, else get), linearizable gets (kt_raft_read_index on
+ *     the member, answered from its store once applied >= the read index)
+ *     and serializable gets (its store, at once), on the keys "a".."d" with
+ *     unique values. A write is answered when the member that proposed it
+ *     applies its own entry (origin, seq), with kt_sm_apply's result or
+ *     error (an error: nothing happened); a proposal made on the leader must
+ *     then sit at the index and term it got (raft.h's rule, checked). Its
+ *     outcome is unknown when the member crashes or installs a snapshot,
+ *     when another entry is applied at its index, or after 150 ticks — never
+ *     a success. At the end, an unknown write whose entry never reached the
+ *     committed log is recorded as failed (it never took effect; the
+ *     simulator knows, and the search shrinks); its result is never
+ *     invented. A refused proposal or read (no leader) fails the request
+ *     and the client moves to another member. Calls and returns carry the
+ *     simulated clock.
  *   - membership: the first n members bootstrap as the node does (log 1..n =
  *     one CONF ADD_VOTER each, committed, applied when handed out). With
  *     conf_changes, random one-at-a-time changes (add a learner, promote it,
@@ -34,13 +79,30 @@
  * Checks, on every step: at most one leader per term; log matching; leader
  * completeness; committed entries never change (every (index, term, data)
  * any member commits is recorded globally and compared); every member
- * applies the same sequence; a read's index covers every commit that happened
- * before the read was asked; every member that applies the CONF entry at
- * index i has the same configuration after it (and snapshots carry it);
- * only a voter of its own configuration, never a removed member, becomes
- * leader. At the end the network heals, removed members are shut down, and
- * the cluster must make progress (a proposal applied on every member of the
- * leader's configuration).
+ * applies the same sequence; every member's state machine after applying
+ * index i (store hash kt_mvcc_hash + leases with their keys + lease id
+ * generator) equals the first one's, and so does a loaded snapshot's; a
+ * read's index covers every commit that happened before the read was
+ * asked; every member that applies the CONF entry at index i has the same
+ * configuration after it (and snapshots carry it); only a voter of its own
+ * configuration, never a removed member, becomes leader; at each crash the
+ * WAL decodes to what raft was told is durable. At the end the network
+ * heals, removed members are shut down, and the cluster must make progress
+ * (a proposal — a delete of a key nobody writes, which moves no revision —
+ * applied on every member of the leader's configuration); then one
+ * linearizable get per key on the leader (asked again of a new leader if
+ * an election loses it), and kt_linz_check on the whole history: a
+ * VIOLATION fails the seed with the checker's explanation, and so does
+ * GAVE_UP (counted; the history is bounded so that it does not happen).
+ *
+ * Injected member bugs (opts.member_bug, above raft, invisible to the raft
+ * checks): linearizable gets served from the local store without ReadIndex;
+ * a write answered by whatever entry applies at its index (an empty leader
+ * entry or another request's), its term and seq unchecked.
+ *
+ * Not simulated (yet): watches (core/watch hub) and lease workloads (grant,
+ * keep-alive, leader expiry through LEASE_REVOKE); leases exist in the state
+ * machine, its snapshots and its hash, but no client grants one.
  *
  * Included by test/unit/raft_sim_test.c (so `make test` builds and runs it).
  */
