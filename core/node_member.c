@@ -58,6 +58,10 @@
 #define META_JOINED 1u
 #define CHANGES_MAX 8
 #define JOIN_ROUNDS 20
+/* A follower's MEMBER_PUBLISH is forwarded to the leader and dropped if that
+ * peer connection is not up (a joining member re-dials its peers while it
+ * applies the table): proposed again this often until it applies. */
+#define PUBLISH_RETRY_S 1.0
 #define JOIN_TIMEOUT_MS 1000
 
 /* A membership change this member proposed, until its entry applies. */
@@ -80,9 +84,11 @@ struct node_member_state {
   uint64_t restore_index; /* a restored snapshot at this index: its table is the meta's */
   struct kt_node_member initial[KT_NODE_MAX_MEMBERS]; /* the member file's list */
   size_t n_initial;
-  bool campaigned;   /* a lone voter campaigns at once, once per run */
-  bool publish;      /* publish our attributes once we are in the table */
-  bool stop_removed; /* this member applied its own removal */
+  bool campaigned;      /* a lone voter campaigns at once, once per run */
+  bool publish;         /* publish our attributes once we are in the table */
+  bool published;       /* our MEMBER_PUBLISH applied since we started serving */
+  ev_tstamp publish_at; /* when we last proposed it */
+  bool stop_removed;    /* this member applied its own removal */
   struct kt_arena arena;
   struct kt_buf buf;
 };
@@ -558,6 +564,8 @@ void kt_node_member_apply(struct kt_node *n, uint8_t entry_type, const struct kt
   int rc;
   if (req->type == KT_MSG_MEMBER_PUBLISH) {
     struct kt_node_member *m = find(n, req->u.publish.member_id);
+    if (req->u.publish.member_id == n->member_id)
+      n->mem->published = true;
     if (m) {
       const struct kt_member_publish_req *p = &req->u.publish;
       snprintf(m->name, sizeof m->name, "%.*s", (int)KT_MIN(p->name.n, sizeof m->name - 1),
@@ -617,16 +625,22 @@ void kt_node_member_after_ready(struct kt_node *n) {
 
 /* ---- publish ---- */
 
-void kt_node_member_serving(struct kt_node *n) { n->mem->publish = true; }
+void kt_node_member_serving(struct kt_node *n) {
+  n->mem->publish = true;
+  n->mem->published = false;
+}
 
 /* Our name and client URLs, through the log, each time we start serving
  * (start, leader change), once the table has us (a joining member learns it
- * from the log). */
+ * from the log); proposed again every PUBLISH_RETRY_S until it applies. */
 static void publish(struct kt_node *n) {
   struct node_member_state *ms = n->mem;
-  if (!ms->publish || !n->serving || !find(n, n->member_id) || n->wal_failed)
+  if (!n->serving || !find(n, n->member_id) || n->wal_failed)
+    return;
+  if (!ms->publish && (ms->published || ev_now(n->loop) - ms->publish_at < PUBLISH_RETRY_S))
     return;
   ms->publish = false;
+  ms->publish_at = ev_now(n->loop);
   kt_arena_reset(&ms->arena);
   struct kt_req req = {.type = KT_MSG_MEMBER_PUBLISH};
   req.u.publish.member_id = n->member_id;

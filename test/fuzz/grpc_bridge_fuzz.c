@@ -3,6 +3,8 @@
  * protobuf request an etcd client sent. Every input is unpacked, validated and
  * converted into a libketch request that is queued on a handle that never
  * connects; closing the handle completes each call exactly once.
+ * First byte 0xd0..0xdf: (byte & 15) % 4 picks Cluster's MemberAdd,
+ * MemberRemove, MemberUpdate or MemberPromote.
  * Streams (first byte 0xe0..0xef: (byte & 15) % 9 picks Watch, LeaseKeepAlive,
  * Lock, Unlock, Campaign, Proclaim, Leader, Resign or Observe): the rest
  * is a sequence of request messages, each a 1-byte length and its bytes, fed
@@ -124,8 +126,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(buf);
     return 0;
   }
+  static const char *const member_paths_fuzz[] = {
+      "/etcdserverpb.Cluster/MemberAdd", "/etcdserverpb.Cluster/MemberRemove",
+      "/etcdserverpb.Cluster/MemberUpdate", "/etcdserverpb.Cluster/MemberPromote"};
   calls_done = 0;
-  kt_bridge_call(c, paths[sel % 16], buf + 1, size - 1, 1 << 20, done, NULL);
+  kt_bridge_call(c, sel >= 0xd0 ? member_paths_fuzz[(sel & 15) % 4] : paths[sel % 16], buf + 1,
+                 size - 1, 1 << 20, done, NULL);
   ketch_close(c);
   if (calls_done != 1)
     abort();

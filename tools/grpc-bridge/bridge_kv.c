@@ -1,10 +1,11 @@
-/* tools/grpc-bridge/bridge_kv.c — etcd's unary calls (KV, Lease,
- * Cluster.MemberList, Maintenance.Status/MoveLeader) mapped onto libketch:
+/* tools/grpc-bridge/bridge_kv.c — etcd's unary calls (KV, Lease, Cluster,
+ * Maintenance.Status/MoveLeader) mapped onto libketch:
  * protobuf requests to ketch requests, ketch results to protobuf responses,
  * ketch errors to etcd's gRPC statuses (see bridge.h). */
 #include "bridge.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,19 @@ static const struct {
     {KETCH_EUNSUPPORTED, KT_GRPC_UNIMPLEMENTED, NULL},
     {KETCH_ECORRUPT, KT_GRPC_DATA_LOSS, "etcdserver: corrupt cluster"},
     {KETCH_ENOTFOUND, KT_GRPC_INVALID_ARGUMENT, "etcdserver: key not found"},
+    {KETCH_EMEMBEREXISTS, KT_GRPC_FAILED_PRECONDITION, "etcdserver: member ID already exist"},
+    {KETCH_EPEERURLEXISTS, KT_GRPC_FAILED_PRECONDITION, "etcdserver: Peer URLs already exists"},
+    {KETCH_EMEMBERNOTFOUND, KT_GRPC_NOT_FOUND, "etcdserver: member not found"},
+    {KETCH_EMEMBERNOTLEARNER, KT_GRPC_FAILED_PRECONDITION,
+     "etcdserver: can only promote a learner member"},
+    {KETCH_ELEARNERNOTREADY, KT_GRPC_FAILED_PRECONDITION,
+     "etcdserver: can only promote a learner member which is in sync with leader"},
+    {KETCH_EUNHEALTHY, KT_GRPC_UNAVAILABLE, "etcdserver: unhealthy cluster"},
+    {KETCH_EMEMBERBADURLS, KT_GRPC_INVALID_ARGUMENT, "etcdserver: given member URLs are invalid"},
+    {KETCH_ENOTENOUGHSTARTED, KT_GRPC_FAILED_PRECONDITION,
+     "etcdserver: re-configuration failed due to not enough started members"},
+    /* etcd's membership.ErrIDRemoved becomes ErrGRPCMemberNotFound */
+    {KETCH_EMEMBERREMOVED, KT_GRPC_NOT_FOUND, "etcdserver: member not found"},
 };
 
 /* ketch errors whose etcd status depends on the server's message. */
@@ -59,6 +73,11 @@ static const struct {
     {KETCH_ETIMEOUT, "leader transfer took too long",
      "etcdserver: request timed out, leader transfer took too long", KT_GRPC_UNAVAILABLE},
     {KETCH_EINVAL, "too large lease TTL", "etcdserver: too large lease TTL", KT_GRPC_OUT_OF_RANGE},
+    /* etcd's raft drops a second configuration change while one is pending
+     * and the caller waits for its deadline: etcd's server answers that
+     * with ErrTimeout. ketch refuses it at once (not applied: retry). */
+    {KETCH_EBUSY, "membership change is already in progress", "etcdserver: request timed out",
+     KT_GRPC_UNAVAILABLE},
 };
 
 const char *kt_bridge_error(int ketch_err, const char *detail, int *grpc_status) {
@@ -154,6 +173,14 @@ static const char *const stream_paths[] = {
     "/v3electionpb.Election/Observe",
     "/v3electionpb.Election/Resign",
 };
+/* Cluster's membership changes: their own table and member_call(). */
+enum { MC_ADD, MC_REMOVE, MC_UPDATE, MC_PROMOTE, MC_N };
+static const char *const member_paths[MC_N] = {
+    "/etcdserverpb.Cluster/MemberAdd",
+    "/etcdserverpb.Cluster/MemberRemove",
+    "/etcdserverpb.Cluster/MemberUpdate",
+    "/etcdserverpb.Cluster/MemberPromote",
+};
 /* etcd's largest lease TTL (lease.MaxLeaseTTL, seconds). */
 #define MAX_LEASE_TTL_S 9000000000LL
 static const char *const etcd_services[] = {
@@ -168,8 +195,15 @@ static int method_index(const char *path) {
   return -1;
 }
 
+static int member_index(const char *path) {
+  for (int i = 0; i < MC_N; i++)
+    if (strcmp(path, member_paths[i]) == 0)
+      return i;
+  return -1;
+}
+
 int kt_bridge_method(const char *path, char *msg, size_t msg_len) {
-  if (method_index(path) >= 0)
+  if (method_index(path) >= 0 || member_index(path) >= 0)
     return KT_BRIDGE_UNARY;
   for (size_t i = 0; i < sizeof stream_paths / sizeof stream_paths[0]; i++)
     if (strcmp(path, stream_paths[i]) == 0)
@@ -182,7 +216,7 @@ int kt_bridge_method(const char *path, char *msg, size_t msg_len) {
     if (strlen(etcd_services[i]) == svc_len && memcmp(svc, etcd_services[i], svc_len) == 0) {
       snprintf(msg, msg_len,
                "ketch-grpc: %.*s/%.64s is not implemented (served: KV, Watch, Lease, "
-               "Cluster/MemberList, Maintenance/Status, MoveLeader and Alarm GET, Lock, Election)",
+               "Cluster, Maintenance/Status, MoveLeader and Alarm GET, Lock, Election)",
                (int)svc_len, svc, meth);
       return KT_BRIDGE_UNIMPLEMENTED;
     }
@@ -590,16 +624,13 @@ mk_ttl(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_lease_resul
   return o;
 }
 
-static Etcdserverpb__MemberListResponse *
-mk_members(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_member_list_result *r) {
+/* etcd's Member list (membersToProtoMembers) of r; NULL if out of memory. */
+static Etcdserverpb__Member **mk_member_array(struct arena *a, const ketch_member_list_result *r) {
   size_t n = r->n_members;
-  Etcdserverpb__MemberListResponse *o = ar_alloc(a, sizeof *o);
   Etcdserverpb__Member **v = ar_alloc(a, (n ? n : 1) * sizeof *v);
   Etcdserverpb__Member *m = ar_alloc(a, (n ? n : 1) * sizeof *m);
-  if (!o || !v || !m)
+  if (!v || !m)
     return NULL;
-  etcdserverpb__member_list_response__init(o);
-  o->header = h;
   for (size_t i = 0; i < n; i++) {
     const ketch_member *x = &r->members[i];
     etcdserverpb__member__init(&m[i]);
@@ -612,8 +643,19 @@ mk_members(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_member_
     m[i].islearner = x->is_learner;
     v[i] = &m[i];
   }
+  return v;
+}
+
+static Etcdserverpb__MemberListResponse *
+mk_members(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_member_list_result *r) {
+  Etcdserverpb__MemberListResponse *o = ar_alloc(a, sizeof *o);
+  Etcdserverpb__Member **v = mk_member_array(a, r);
+  if (!o || !v)
+    return NULL;
+  etcdserverpb__member_list_response__init(o);
+  o->header = h;
   o->members = v;
-  o->n_members = n;
+  o->n_members = r->n_members;
   return o;
 }
 
@@ -621,6 +663,153 @@ static void fail(kt_bridge_done done, void *arg, int err, const char *detail) {
   int st;
   const char *m = kt_bridge_error(err, detail, &st);
   done(arg, st, m, NULL, 0);
+}
+
+/* ---- Cluster: MemberAdd, MemberRemove, MemberUpdate, MemberPromote ----
+ * As etcd's v3rpc ClusterServer: the header has cluster_id, member_id and
+ * raft_term (no revision); MemberAdd's `member` has only ID, peerURLs and
+ * isLearner; `members` is the membership after the change. */
+
+#define SAME_SHAPE(T)                                                                              \
+  (sizeof(T) == sizeof(Etcdserverpb__MemberRemoveResponse) &&                                      \
+   offsetof(T, header) == offsetof(Etcdserverpb__MemberRemoveResponse, header) &&                  \
+   offsetof(T, n_members) == offsetof(Etcdserverpb__MemberRemoveResponse, n_members) &&            \
+   offsetof(T, members) == offsetof(Etcdserverpb__MemberRemoveResponse, members))
+_Static_assert(SAME_SHAPE(Etcdserverpb__MemberUpdateResponse) &&
+                   SAME_SHAPE(Etcdserverpb__MemberPromoteResponse),
+               "Cluster's Remove/Update/Promote responses share one layout");
+static const ProtobufCMessageDescriptor *const member_reply_desc[MC_N] = {
+    [MC_ADD] = &etcdserverpb__member_add_response__descriptor,
+    [MC_REMOVE] = &etcdserverpb__member_remove_response__descriptor,
+    [MC_UPDATE] = &etcdserverpb__member_update_response__descriptor,
+    [MC_PROMOTE] = &etcdserverpb__member_promote_response__descriptor,
+};
+
+struct member_call {
+  int method; /* MC_* */
+  kt_bridge_done done;
+  void *arg;
+};
+
+static void on_member_result(void *arg, int err, const ketch_result *res) {
+  struct member_call *mc = arg;
+  kt_bridge_done done = mc->done;
+  void *darg = mc->arg;
+  int method = mc->method;
+  free(mc);
+  if (err) {
+    fail(done, darg, err, res->message);
+    return;
+  }
+  struct arena a = {0};
+  ketch_header kh = res->header;
+  kh.revision = 0;
+  Etcdserverpb__ResponseHeader *h = mk_header(&a, &kh, true);
+  const ketch_member_list_result *r = &res->member_list;
+  Etcdserverpb__Member **v = mk_member_array(&a, r);
+  const ProtobufCMessage *m = NULL;
+  switch (method) {
+  case MC_ADD: {
+    Etcdserverpb__MemberAddResponse *o = ar_alloc(&a, sizeof *o);
+    Etcdserverpb__Member *added = ar_alloc(&a, sizeof *added);
+    if (!o || !added || !r->added)
+      break;
+    etcdserverpb__member_add_response__init(o);
+    etcdserverpb__member__init(added);
+    added->id = r->added->id;
+    added->peerurls = (char **)r->added->peer_urls;
+    added->n_peerurls = r->added->n_peer_urls;
+    added->islearner = r->added->is_learner;
+    o->header = h;
+    o->member = added;
+    o->members = v;
+    o->n_members = r->n_members;
+    m = (const ProtobufCMessage *)o;
+    break;
+  }
+  default: {
+    /* Remove, Update and Promote answer one shape (header, members): built
+     * as a MemberRemoveResponse under the method's own descriptor. */
+    Etcdserverpb__MemberRemoveResponse *o = ar_alloc(&a, sizeof *o);
+    if (!o)
+      break;
+    protobuf_c_message_init(member_reply_desc[method], o);
+    o->header = h;
+    o->members = v;
+    o->n_members = r->n_members;
+    m = (const ProtobufCMessage *)o;
+    break;
+  }
+  }
+  if (!m || !h || !v || a.oom)
+    done(darg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
+  else
+    finish_msg(done, darg, m);
+  ar_free(&a);
+}
+
+/* libketch takes at most 64 peer URLs; more cannot be a valid member (the
+ * member refuses lists that long as invalid too). */
+#define MAX_PEER_URLS 64
+
+static void member_call(ketch_client *kc, int method, const uint8_t *msg, size_t len,
+                        kt_bridge_done done, void *arg) {
+  struct member_call *mc = malloc(sizeof *mc);
+  if (!mc) {
+    done(arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
+    return;
+  }
+  *mc = (struct member_call){method, done, arg};
+  ProtobufCMessage *req = NULL;
+  int err = 0;
+  switch (method) {
+  case MC_ADD: {
+    Etcdserverpb__MemberAddRequest *r = etcdserverpb__member_add_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r && r->n_peerurls > MAX_PEER_URLS)
+      err = KETCH_EMEMBERBADURLS;
+    else if (r)
+      err = ketch_member_add_async(kc, (const char *const *)r->peerurls, r->n_peerurls,
+                                   r->islearner, on_member_result, mc);
+    break;
+  }
+  case MC_REMOVE: {
+    Etcdserverpb__MemberRemoveRequest *r =
+        etcdserverpb__member_remove_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r)
+      err = ketch_member_remove_async(kc, r->id, on_member_result, mc);
+    break;
+  }
+  case MC_UPDATE: {
+    Etcdserverpb__MemberUpdateRequest *r =
+        etcdserverpb__member_update_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r && r->n_peerurls > MAX_PEER_URLS)
+      err = KETCH_EMEMBERBADURLS;
+    else if (r)
+      err = ketch_member_update_async(kc, r->id, (const char *const *)r->peerurls, r->n_peerurls,
+                                      on_member_result, mc);
+    break;
+  }
+  case MC_PROMOTE: {
+    Etcdserverpb__MemberPromoteRequest *r =
+        etcdserverpb__member_promote_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r)
+      err = ketch_member_promote_async(kc, r->id, on_member_result, mc);
+    break;
+  }
+  }
+  /* libketch encoded the request when it was submitted */
+  if (req)
+    protobuf_c_message_free_unpacked(req, NULL);
+  if (!req || err)
+    free(mc);
+  if (!req)
+    done(arg, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf", NULL, 0);
+  else if (err)
+    fail(done, arg, err, NULL);
 }
 
 static void on_result(void *arg, int err, const ketch_result *res) {
@@ -784,6 +973,10 @@ static void on_result(void *arg, int err, const ketch_result *res) {
 
 void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size_t len,
                     size_t max_request_bytes, kt_bridge_done done, void *arg) {
+  if (member_index(path) >= 0) {
+    member_call(kc, member_index(path), msg, len, done, arg);
+    return;
+  }
   int method = method_index(path);
   if (method < 0) {
     char m[256];
