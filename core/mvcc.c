@@ -1369,8 +1369,8 @@ uint64_t kt_mvcc_hash(const struct kt_mvcc *s) {
 int kt_mvcc_hash_start(const struct kt_mvcc *s, int64_t rev, struct kt_mvcc_hasher *hs,
                        struct kt_err *e) {
   if (rev <= 0)
-    rev = s->rev;
-  if (rev < s->compact_rev)
+    rev = s->rev; /* the current revision: fine even if it is the compacted one */
+  else if (rev <= s->compact_rev)
     return kt_err_set(e, KT_ECOMPACTED, "%s", kt_strerror(KT_ECOMPACTED));
   if (rev > s->rev)
     return kt_err_set(e, KT_EFUTUREREV, "%s", kt_strerror(KT_EFUTUREREV));
@@ -1387,7 +1387,7 @@ int kt_mvcc_hash_step(const struct kt_mvcc *s, struct kt_mvcc_hasher *hs, size_t
   if (hs->done)
     return 0;
   if (hs->compact_rev != s->compact_rev) { /* a compaction applied meanwhile */
-    if (hs->rev < s->compact_rev)
+    if (hs->rev <= s->compact_rev)
       return -KT_ECOMPACTED;
     kt_buf_reset(&hs->key);
     hs->compact_rev = s->compact_rev;

@@ -187,12 +187,13 @@ uint64_t kt_mvcc_hash(const struct kt_mvcc *s);
  * whatever each member's physical compaction progress or later writes.
  *
  * kt_mvcc_hash_start: rev 0 = the current revision. Errors: ECOMPACTED
- * (rev < compact revision, as etcd), EFUTUREREV (rev > current).
+ * (0 < rev <= compact revision: etcd's HashByRev rule), EFUTUREREV (rev >
+ * current).
  * kt_mvcc_hash_step: hashes at most max_keys more keys (writes to the store
  * between steps are fine: they add revisions > rev). Returns 1 while keys
  * remain, 0 when hs->h is final. A compaction applied since the start
  * changes what is retained: the hasher then starts over at the new compact
- * revision, or returns -KT_ECOMPACTED if rev itself is now compacted.
+ * revision, or returns -KT_ECOMPACTED if rev is now at or below it.
  * kt_mvcc_hash_done frees the hasher's cursor copy. */
 struct kt_mvcc_hasher {
   uint64_t h;

@@ -478,6 +478,26 @@ int kt_snap_load_mem(const uint8_t *p, size_t n, const char *name, kt_snap_rec_f
   return decode(&s, name, fn, arg, meta, err);
 }
 
+/* The size of the snapshot inside an etcd envelope (snap.h), or `size`
+ * when the file is not one (then the decoder judges it as it is). */
+static size_t envelope_inner(int fd, size_t size) {
+  uint8_t tail[KT_SNAP_ENV_TAIL], zeros[512];
+  if (size < 512 + 32 || size % 512 != 32 ||
+      pread(fd, tail, sizeof tail, (off_t)(size - sizeof tail)) != (ssize_t)sizeof tail ||
+      memcmp(tail, KT_SNAP_ENV_MAGIC, 8) != 0)
+    return size;
+  uint64_t len = kt_get_u64be(tail + 8);
+  if (len > size || kt_snap_env_size(len) != size)
+    return size;
+  size_t pad = size - KT_SNAP_ENV_TAIL - (size_t)len; /* < 512 by the size rule */
+  if (pread(fd, zeros, pad, (off_t)len) != (ssize_t)pad)
+    return size;
+  for (size_t i = 0; i < pad; i++)
+    if (zeros[i])
+      return size;
+  return (size_t)len;
+}
+
 int kt_snap_load(const char *path, kt_snap_rec_fn fn, void *arg, struct kt_snap_meta *meta,
                  struct kt_err *err) {
   if (meta)
@@ -494,6 +514,7 @@ int kt_snap_load(const char *path, kt_snap_rec_fn fn, void *arg, struct kt_snap_
     return rc;
   }
   struct src s = {.need = file_need, .fd = fd, .n = (size_t)st.st_size};
+  s.n = envelope_inner(fd, s.n);
   int rc = decode(&s, path, fn, arg, meta, err);
   free(s.buf);
   close(fd);

@@ -153,7 +153,9 @@ TEST(hash_start_checks_the_revision) {
   CHECK_STR(e.msg, "mvcc: required revision is a future revision");
   CHECK_EQ(kt_mvcc_compact(s, 10, &e), 0);
   CHECK_EQ(kt_mvcc_hash_start(s, 9, &hs, &e), KT_ECOMPACTED);
-  CHECK_EQ(kt_mvcc_hash_start(s, 10, &hs, &e), 0); /* etcd: rev == compact is fine */
+  CHECK_EQ(kt_mvcc_hash_start(s, 10, &hs, &e), KT_ECOMPACTED); /* etcd: rev <= compact */
+  CHECK_STR(e.msg, "mvcc: required revision has been compacted");
+  CHECK_EQ(kt_mvcc_hash_start(s, 11, &hs, &e), 0);
   CHECK_EQ(hs.compact_rev, 10);
   kt_mvcc_hash_done(&hs);
   /* an empty store hashes too */
