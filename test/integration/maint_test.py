@@ -236,6 +236,80 @@ def test_ketchctl_snapshot_save_restore():
         r.cleanup()
 
 
+def fake_member(frames_for):
+    """A native-protocol server on a free port that answers HELLO, then a
+    SNAPSHOT request with the frames frames_for(request id) gives (None ends
+    the connection there). Returns (port, thread)."""
+    import struct
+    import threading
+    import msgpack
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(4)
+    port = ls.getsockname()[1]
+
+    def frame(t, i, p):
+        body = msgpack.packb([t, i, p], use_bin_type=True)
+        return struct.pack(">I", len(body)) + body
+
+    def serve():
+        cs, _ = ls.accept()
+        buf = b""
+        while True:
+            chunk = cs.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+            while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
+                n = struct.unpack(">I", buf[:4])[0]
+                t, i, _ = msgpack.unpackb(buf[4:4 + n], raw=False)
+                buf = buf[4 + n:]
+                if t == 0:
+                    cs.sendall(frame(0, i, {"version": 1, "server": "fake", "cluster_id": 1,
+                                            "member_id": 2, "max_request_bytes": 1 << 20}))
+                    continue
+                for f in frames_for(i):
+                    if f is None:
+                        cs.close()
+                        ls.close()
+                        return
+                    cs.sendall(frame(SNAPSHOT, i, f))
+        cs.close()
+        ls.close()
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    return port, th
+
+
+def test_ketchctl_snapshot_save_checks_what_it_receives():
+    """A damaged, truncated or foreign stream: exit 5 with the reason, and
+    neither FILE nor FILE.part is left."""
+    e = g.env()
+    good = os.path.join(e.tmp, "good.snap")
+    assert ketchctl(e.members[0].endpoint, ["snapshot", "save", good])[0] == 0
+    data = open(good, "rb").read()
+
+    def pieces(blob):
+        return [{"header": [1, 2, 3, 4], "remaining_bytes": len(blob) - k - len(blob[k:k + 100]),
+                 "blob": blob[k:k + 100]} for k in range(0, len(blob), 100)]
+
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x10
+    cases = [
+        (lambda i: pieces(bytes(flipped)), "snapshot hash mismatch"),
+        (lambda i: pieces(data)[:2] + [None], "connection lost during the snapshot transfer"),
+        (lambda i: pieces(b"SQLite format 3\0" + data[16:]), "not a ketch snapshot"),
+    ]
+    for frames, why in cases:
+        port, th = fake_member(frames)
+        f = os.path.join(e.tmp, "bad.snap")
+        rc, out, err = ketchctl("127.0.0.1:%d" % port, ["snapshot", "save", f])
+        th.join(10)
+        assert rc == 5 and out == "" and err.startswith("Error: ") and why in err, (rc, out, err)
+        assert not os.path.exists(f) and not os.path.exists(f + ".part"), os.listdir(e.tmp)
+
+
 def test_ketchctl_hashkv_equal_on_all_members_and_defrag():
     e = g.env()
     eps = ",".join(m.endpoint for m in e.members)
@@ -343,7 +417,16 @@ def test_alarm_nospace_disarm():
 # ---- a snapshot reader that stops reading ----
 
 def test_snapshot_reader_that_stops_reading_holds_bounded_memory():
-    m = Member(name="big")
+    # Under ASan freed memory is reused at once, so RSS means live bytes.
+    saved = os.environ.get("ASAN_OPTIONS")
+    os.environ["ASAN_OPTIONS"] = "quarantine_size_mb=0:" + (saved or "")
+    try:
+        m = Member(name="big")
+    finally:
+        if saved is None:
+            del os.environ["ASAN_OPTIONS"]
+        else:
+            os.environ["ASAN_OPTIONS"] = saved
     try:
         c = Conn(m.port)
         for i in range(120):  # ~30 MB that lz4 cannot shrink
@@ -401,6 +484,6 @@ if __name__ == "__main__":
     run_tests([test_hashkv_defrag_through_bridge_same_as_etcd,
                test_etcdctl_snapshot_save_through_bridge_restores, test_auth_is_unimplemented,
                test_alarm_activate_deactivate_through_bridge,
-               test_ketchctl_snapshot_save_restore,
+               test_ketchctl_snapshot_save_restore, test_ketchctl_snapshot_save_checks_what_it_receives,
                test_ketchctl_hashkv_equal_on_all_members_and_defrag, test_alarm_nospace_disarm,
                test_snapshot_reader_that_stops_reading_holds_bounded_memory, test_shutdown_clean])

@@ -37,7 +37,11 @@ void ctl_run_snapshot_save(int argc, char **argv) {
   int err = ketch_snapshot_save(c, argv[0], &res);
   ctl_keep_result(res);
   if (err) {
-    const char *text = ctl_errtext(err, ketch_errmsg(c));
+    /* the library's own checks (hash, local file, lost transfer) say what
+     * happened in their words; the server's errors read as etcdctl's */
+    char text[600];
+    bool local = err == KETCH_ECORRUPT || err == KETCH_EIO || err == KETCH_ECLOSED;
+    snprintf(text, sizeof text, "%s", local ? ketch_errmsg(c) : ctl_errtext(err, ketch_errmsg(c)));
     ketch_close(c);
     ctl_die(CTL_EXIT_INTERRUPTED, "%s", text);
   }
