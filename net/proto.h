@@ -318,13 +318,16 @@ int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, str
                         struct kt_err *e);
 /* Append a whole frame (length prefix + body) for req to out. req must be
  * well-formed (type HELLO..STATUS, WATCH_*, LEASE_*, MEMBER_LIST,
- * MEMBER_PUBLISH or MOVE_LEADER, op.type == type for KV types): anything
- * else is a caller bug (kt_assert). */
+ * MEMBER_PUBLISH, MOVE_LEADER, LOCK..RESIGN, ALARM (action and alarm in
+ * range), DEFRAGMENT, HASH_KV or SNAPSHOT; op.type == type for KV types):
+ * anything else is a caller bug (kt_assert). */
 void kt_proto_encode_req(struct kt_buf *out, const struct kt_req *req);
 
 /* Decode a response body; errors as kt_proto_decode_req (types HELLO..STATUS,
  * WATCH_* (type WATCH_CREATE: a WATCH frame, u.watch), LEASE_*, MEMBER_LIST,
- * MOVE_LEADER and ERROR). An event type other than PUT/DELETE is EINVAL. */
+ * MOVE_LEADER, LOCK..RESIGN, ALARM, DEFRAGMENT, HASH_KV, SNAPSHOT (one frame
+ * of the stream) and ERROR). An event type other than PUT/DELETE, an alarm
+ * type other than NONE/NOSPACE/CORRUPT is EINVAL. */
 int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_resp *resp,
                          struct kt_err *e);
 /* resp must be well-formed as for kt_proto_encode_req (events of type PUT or

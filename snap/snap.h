@@ -64,7 +64,8 @@
  *   snapshot file (len bytes) | zero bytes | "KETCHENV" | len u64 BE |
  *   SHA-256 of everything before it
  * with the zeros making everything before the SHA-256 a multiple of 512.
- * kt_snap_load/verify read an enveloped file as the snapshot inside. */
+ * kt_snap_load/verify/load_mem read an enveloped file as the snapshot
+ * inside. */
 #define KT_SNAP_ENV_MAGIC "KETCHENV" /* 8 bytes, no NUL */
 #define KT_SNAP_ENV_TAIL 48          /* magic, length, SHA-256 */
 static inline uint64_t kt_snap_env_size(uint64_t len) { return (len + 16 + 511) / 512 * 512 + 32; }

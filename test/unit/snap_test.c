@@ -824,6 +824,9 @@ TEST(etcd_envelope_reads_as_the_snapshot_inside) {
   CHECK_EQ(kt_snap_verify(path, &plain, &err), 0);
   CHECK_EQ(kt_snap_verify(env, &got, &err), 0);
   CHECK_EQ(got.file_bytes, n);
+  kt_snap_meta_free(&got);
+  CHECK_EQ(kt_snap_load_mem(e, total, "env", NULL, NULL, &got, &err), 0); /* the fuzzed path */
+  CHECK_EQ(got.file_bytes, n);
   CHECK(memcmp(got.hash, plain.hash, sizeof got.hash) == 0 && got.live_keys == plain.live_keys);
   kt_snap_meta_free(&plain);
   kt_snap_meta_free(&got);
@@ -836,12 +839,39 @@ TEST(etcd_envelope_reads_as_the_snapshot_inside) {
     memset(&err, 0, sizeof err);
     CHECK_EQ(kt_snap_verify(env, NULL, &err), KT_ECORRUPT);
     CHECK(strstr(err.msg, "bytes after the trailer") != NULL);
+    CHECK_EQ(kt_snap_load_mem(e, total, "env", NULL, NULL, NULL, &err), KT_ECORRUPT);
     e[spots[i]] ^= 0x01;
   }
   /* a damaged snapshot inside an intact envelope is refused by its hash */
   e[n / 2] ^= 0x40;
   write_file(env, e, total);
   CHECK_EQ(kt_snap_verify(env, NULL, &err), KT_ECORRUPT);
+  free(e);
+  free(f);
+}
+
+/* Fuzz seeds of the envelope (KT_SNAP_GEN_CORPUS=dir ... gen_envelope): a
+ * whole one, and ones whose padding, length or magic is wrong. */
+TEST(gen_envelope_fuzz_corpus) {
+  const char *out = getenv("KT_SNAP_GEN_CORPUS");
+  if (!out)
+    return;
+  char path[4096], p[4200];
+  size_t n;
+  uint8_t *f = small_snapshot(kt_test_tmpdir(), 5, &n, path, sizeof path);
+  CHECK(f);
+  uint8_t *e = malloc(n + 1024);
+  size_t total = envelope(f, n, e);
+  static const char *const names[] = {"env-valid", "env-bad-pad", "env-bad-len", "env-bad-magic"};
+  size_t spots[] = {0, n, total - 40, total - 48};
+  for (size_t i = 0; i < 4; i++) {
+    if (i)
+      e[spots[i]] ^= 0x01;
+    snprintf(p, sizeof p, "%s/%s", out, names[i]);
+    write_file(p, e, total);
+    if (i)
+      e[spots[i]] ^= 0x01;
+  }
   free(e);
   free(f);
 }
