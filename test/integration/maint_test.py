@@ -112,8 +112,37 @@ def test_hashkv_defrag_through_bridge_same_as_etcd():
     p = lambda port: json.loads(e.ctl(port, ["endpoint", "hashkv", "--rev", "4", "-w",
                                              "json"])[1])[0]["HashKV"]["hash"]
     before = p(e.grpc_port)
-    assert e.ctl(e.grpc_port, ["put", "h3", "x"])[0] == 0
+    for port in (e.grpc_port, e.etcd_port):  # both: the stores stay alike
+        assert e.ctl(port, ["put", "h3", "x"])[0] == 0
     assert p(e.grpc_port) == before
+
+
+def test_ketchctl_same_as_etcdctl():
+    """ketchctl against a ketch member and etcdctl against etcd: the same
+    output (runs right after the test above: both stores are alike)."""
+    e = g.env()
+    saved = set(g.VOLATILE)
+    g.VOLATILE.update({"hash", "memberID"})
+    diffs = []
+    try:
+        for args in (["endpoint", "hashkv"], ["endpoint", "hashkv", "-w", "json"],
+                     ["endpoint", "hashkv", "-w", "table"], ["endpoint", "hashkv", "-w", "fields"],
+                     ["endpoint", "hashkv", "--rev", "4"], ["endpoint", "hashkv", "--rev", "3"],
+                     ["endpoint", "hashkv", "--rev", "100000", "-w", "json"],
+                     ["defrag"], ["defrag", "-w", "json"], ["alarm", "list"],
+                     ["alarm", "list", "-w", "json"], ["alarm", "list", "-w", "table"],
+                     ["alarm", "disarm"], ["alarm", "disarm", "-w", "json"],
+                     ["snapshot", "save"], ["snapshot", "save", "a", "b"]):
+            want = e.ctl(e.etcd_port, args)
+            rc, out, err = ketchctl(e.members[0].endpoint, args)
+            w = (want[0], norm(want[1]), norm(want[2]))
+            k = (rc, norm(out.encode()), norm(err.encode()))
+            if w != k:
+                diffs.append("%s:\n  etcdctl:  %r\n  ketchctl: %r" % (" ".join(args), w, k))
+    finally:
+        g.VOLATILE.clear()
+        g.VOLATILE.update(saved)
+    assert not diffs, "\n".join(diffs)
 
 
 def test_etcdctl_snapshot_save_through_bridge_restores():
@@ -481,7 +510,7 @@ def test_shutdown_clean():
 if __name__ == "__main__":
     import atexit
     atexit.register(g.teardown)
-    run_tests([test_hashkv_defrag_through_bridge_same_as_etcd,
+    run_tests([test_hashkv_defrag_through_bridge_same_as_etcd, test_ketchctl_same_as_etcdctl,
                test_etcdctl_snapshot_save_through_bridge_restores, test_auth_is_unimplemented,
                test_alarm_activate_deactivate_through_bridge,
                test_ketchctl_snapshot_save_restore, test_ketchctl_snapshot_save_checks_what_it_receives,
