@@ -95,11 +95,11 @@ $(LIBDIR)/libketch.a: $(CLIENT_OBJS)
 $(LIBDIR)/libketch.so: $(CLIENT_OBJS) client/ketch.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,--version-script=client/ketch.map -o $@ $(CLIENT_OBJS) $(LDFLAGS) \
-	  $(shell pkg-config --libs msgpack 2>/dev/null)
+	  $(shell pkg-config --libs msgpack libsodium 2>/dev/null)
 
 $(LIBDIR)/ketch.pc: Makefile
 	@mkdir -p $(dir $@)
-	printf 'libdir=%s\nincludedir=%s\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(abspath $(LIBDIR))" "$(CURDIR)/client" > $@
+	printf 'libdir=%s\nincludedir=%s\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(abspath $(LIBDIR))" "$(CURDIR)/client" > $@
 
 $(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT)
 	@mkdir -p $(dir $@)

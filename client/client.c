@@ -40,6 +40,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -50,6 +51,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <sodium.h>
 
 #define SLOT_BITS 24 /* also: at most 2^24 watches' indexes (MAX_WATCHES is less) */
 #define SLOT_MASK ((1u << SLOT_BITS) - 1)
@@ -69,6 +72,7 @@ struct slot {
   uint8_t type;
   bool is_read, keep, queued;
   bool doomed; /* a sent write on a lost connection: completes EUNKNOWN */
+  bool stream; /* SNAPSHOT: cb runs per frame until the last one */
   ketch_cb cb;
   void *arg;
   int64_t deadline_ms;
@@ -310,6 +314,7 @@ static void slot_free(ketch_client *c, struct slot *s) {
   s->arg = NULL;
   s->queued = false;
   s->doomed = false;
+  s->stream = false;
   kt_buf_reset(&s->frame);
   s->next = c->free_list;
   c->free_list = s;
@@ -480,6 +485,23 @@ static void result_build(struct kt_arena *a, ketch_result *res, uint8_t type, in
   res->header.raft_term = resp->header.raft_term;
   if (type >= KETCH_OP_LEASE_GRANT && type <= KETCH_OP_LEASE_LEASES) {
     lease_out(a, &res->lease, &resp->u.lease);
+  } else if (type == KETCH_OP_ALARM && resp->u.alarm.n_alarms) {
+    uint32_t n = resp->u.alarm.n_alarms;
+    ketch_alarm_member *v = kt_arena_alloc(a, sizeof *v * n);
+    for (uint32_t i = 0; i < n; i++)
+      v[i] = (ketch_alarm_member){resp->u.alarm.alarms[i].member_id, resp->u.alarm.alarms[i].alarm};
+    res->alarm.alarms = v;
+    res->alarm.n_alarms = n;
+  } else if (type == KETCH_OP_HASH_KV) {
+    res->hash_kv.hash = resp->u.hash_kv.hash;
+    res->hash_kv.compact_revision = resp->u.hash_kv.compact_revision;
+    res->hash_kv.hash_revision = resp->u.hash_kv.hash_revision;
+  } else if (type == KETCH_OP_SNAPSHOT) {
+    res->snapshot.blob_len = resp->u.snapshot.blob.n;
+    res->snapshot.blob = copy && resp->u.snapshot.blob.n
+                             ? kt_arena_dup(a, resp->u.snapshot.blob.p, resp->u.snapshot.blob.n)
+                             : resp->u.snapshot.blob.p;
+    res->snapshot.remaining_bytes = resp->u.snapshot.remaining_bytes;
   } else if (type == KETCH_OP_MEMBER_LIST) {
     member_list_out(a, &res->member_list, resp->u.member_list.members,
                     resp->u.member_list.n_members, NULL);
@@ -587,6 +609,18 @@ ketch_result *ketch_result_dup(const ketch_result *res) {
         res->lease.n_leases
             ? kt_arena_dup(a, res->lease.leases, sizeof *res->lease.leases * res->lease.n_leases)
             : NULL;
+  } else if (res->type == KETCH_OP_ALARM) {
+    d->alarm = res->alarm;
+    d->alarm.alarms =
+        res->alarm.n_alarms
+            ? kt_arena_dup(a, res->alarm.alarms, sizeof *res->alarm.alarms * res->alarm.n_alarms)
+            : NULL;
+  } else if (res->type == KETCH_OP_HASH_KV) {
+    d->hash_kv = res->hash_kv;
+  } else if (res->type == KETCH_OP_SNAPSHOT) {
+    d->snapshot = res->snapshot;
+    d->snapshot.blob =
+        res->snapshot.blob_len ? kt_arena_dup(a, res->snapshot.blob, res->snapshot.blob_len) : NULL;
   } else if (res->type == KETCH_OP_WATCH) {
     d->watch = res->watch;
     size_t n = res->watch.n_events;
@@ -664,6 +698,11 @@ static void complete(ketch_client *c, struct slot *s, int err, const char *msg, 
   void *arg = s->arg;
   uint8_t type = s->type;
   bool keep = s->keep;
+  if (s->stream && err == KETCH_EUNKNOWN) { /* a transfer is never resumed elsewhere */
+    err = KETCH_ECLOSED;
+    msg = "connection lost during the snapshot transfer";
+    msg_len = strlen(msg);
+  }
   pend_unlink(c, s);
   slot_free(c, s);
   if (!msg) {
@@ -1033,6 +1072,18 @@ static void on_hello(ketch_client *c, const struct kt_resp *r) {
 
 /* Handles one response frame body. Returns false when the connection failed
  * (the input buffer is gone). */
+/* One non-final frame of a stream: its callback runs, its deadline moves. */
+static void stream_piece(ketch_client *c, struct slot *s, const struct kt_resp *r) {
+  ketch_result res;
+  result_build(&c->res_arena, &res, s->type, 0, NULL, 0, r, false);
+  s->deadline_ms = now_ms() + c->request_timeout_ms;
+  bool was_in_cb = c->in_cb;
+  c->in_cb = true;
+  s->cb(s->arg, 0, &res);
+  c->in_cb = was_in_cb;
+  kt_arena_reset(&c->res_arena);
+}
+
 static bool on_frame(ketch_client *c, const uint8_t *body, uint32_t len) {
   struct kt_resp r;
   struct kt_err e = {0};
@@ -1076,6 +1127,8 @@ static bool on_frame(ketch_client *c, const uint8_t *body, uint32_t len) {
       mn = strlen(m);
     }
     complete(c, s, code, m, mn, NULL);
+  } else if (s->stream && r.type == s->type && r.u.snapshot.remaining_bytes > 0) {
+    stream_piece(c, s, &r); /* more frames follow: the slot stays */
   } else if (r.type != s->type) {
     char why[100];
     snprintf(why, sizeof why, "response type %u to a request of type %u", r.type, s->type);
@@ -1312,6 +1365,7 @@ static int submit(ketch_client *c, struct kt_req *req, bool is_read, bool keep, 
   s->cb = cb;
   s->arg = arg;
   s->queued = false;
+  s->stream = req->type == KT_MSG_SNAPSHOT;
   s->deadline_ms = now_ms() + c->request_timeout_ms;
   s->next = NULL;
   s->prev = c->pend_tail;
@@ -2366,4 +2420,225 @@ void ketch_close(ketch_client *c) {
     deliver_finals(c);
   }
   free_client(c);
+}
+
+/* ---- maintenance: snapshot, defragment, hash-kv, alarm ---- */
+
+static int submit_maint(ketch_client *c, struct kt_req *r, bool keep, ketch_cb cb, void *arg) {
+  /* DEFRAGMENT / HASH_KV / ALARM GET change nothing (retried on failover);
+   * alarm changes and snapshot streams are not retried once sent. */
+  bool is_read = r->type == KT_MSG_DEFRAGMENT || r->type == KT_MSG_HASH_KV ||
+                 (r->type == KT_MSG_ALARM && r->u.alarm.action == KT_ALARM_GET);
+  return submit(c, r, is_read, keep, cb, arg);
+}
+
+static int alarm_req(ketch_client *c, struct kt_req *r, int action, uint64_t member_id, int alarm) {
+  if (action < KETCH_ALARM_GET || action > KETCH_ALARM_DEACTIVATE || alarm < KETCH_ALARM_NONE ||
+      alarm > KETCH_ALARM_CORRUPT) {
+    set_errmsg(c, "%s", "unknown alarm action or type");
+    return KETCH_EINVAL;
+  }
+  memset(r, 0, sizeof *r);
+  r->type = KT_MSG_ALARM;
+  r->u.alarm = (struct kt_alarm_req){(uint8_t)action, member_id, (uint8_t)alarm};
+  return 0;
+}
+
+int ketch_snapshot_async(ketch_client *c, ketch_cb cb, void *arg) {
+  struct kt_req r = {.type = KT_MSG_SNAPSHOT};
+  return submit_maint(c, &r, false, cb, arg);
+}
+int ketch_defragment_async(ketch_client *c, ketch_cb cb, void *arg) {
+  struct kt_req r = {.type = KT_MSG_DEFRAGMENT};
+  return submit_maint(c, &r, false, cb, arg);
+}
+int ketch_hash_kv_async(ketch_client *c, int64_t revision, ketch_cb cb, void *arg) {
+  struct kt_req r = {.type = KT_MSG_HASH_KV};
+  r.u.hash_kv.revision = revision;
+  return submit_maint(c, &r, false, cb, arg);
+}
+int ketch_alarm_async(ketch_client *c, int action, uint64_t member_id, int alarm, ketch_cb cb,
+                      void *arg) {
+  struct kt_req r;
+  int err = alarm_req(c, &r, action, member_id, alarm);
+  return err ? err : submit_maint(c, &r, false, cb, arg);
+}
+
+int ketch_defragment(ketch_client *c, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct kt_req r = {.type = KT_MSG_DEFRAGMENT};
+  struct waiter w = {0};
+  return sync_finish(c, submit_maint(c, &r, true, sync_cb, &w), &w, out);
+}
+int ketch_hash_kv(ketch_client *c, int64_t revision, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct kt_req r = {.type = KT_MSG_HASH_KV};
+  r.u.hash_kv.revision = revision;
+  struct waiter w = {0};
+  return sync_finish(c, submit_maint(c, &r, true, sync_cb, &w), &w, out);
+}
+int ketch_alarm(ketch_client *c, int action, uint64_t member_id, int alarm, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct kt_req r;
+  struct waiter w = {0};
+  int err = alarm_req(c, &r, action, member_id, alarm);
+  if (err) {
+    if (out)
+      *out = NULL;
+    return err;
+  }
+  return sync_finish(c, submit_maint(c, &r, true, sync_cb, &w), &w, out);
+}
+
+/* snap/FORMAT.md, as far as a client checks it: the magic first, and the
+ * last 32 bytes are BLAKE2b-256 of everything before them. */
+#define SNAP_MAGIC "KETCHSNP"
+#define SNAP_MIN_BYTES (82 + 65)
+#define SNAP_HASH 32
+
+struct snap_save {
+  int fd;
+  bool done;
+  int err;
+  char msg[300];
+  uint64_t got;
+  crypto_generichash_state st;
+  uint8_t tail[SNAP_HASH]; /* the last bytes received, not hashed yet */
+  size_t n_tail;
+  ketch_header header;
+};
+
+static void snap_save_fail(struct snap_save *s, int err, const char *msg) {
+  if (!s->err) {
+    s->err = err;
+    snprintf(s->msg, sizeof s->msg, "%s", msg);
+  }
+}
+
+/* Hash everything but the newest SNAP_HASH bytes, which stay in tail. */
+static void snap_save_feed(struct snap_save *s, const uint8_t *p, size_t n) {
+  if (n >= SNAP_HASH) {
+    crypto_generichash_update(&s->st, s->tail, s->n_tail);
+    crypto_generichash_update(&s->st, p, n - SNAP_HASH);
+    memcpy(s->tail, p + n - SNAP_HASH, SNAP_HASH);
+    s->n_tail = SNAP_HASH;
+    return;
+  }
+  size_t over = s->n_tail + n > SNAP_HASH ? s->n_tail + n - SNAP_HASH : 0;
+  crypto_generichash_update(&s->st, s->tail, over);
+  memmove(s->tail, s->tail + over, s->n_tail - over);
+  s->n_tail -= over;
+  memcpy(s->tail + s->n_tail, p, n);
+  s->n_tail += n;
+}
+
+static void snap_save_cb(void *arg, int err, const ketch_result *res) {
+  struct snap_save *s = arg;
+  if (err) {
+    snap_save_fail(s, err, res->message);
+    s->done = true;
+    return;
+  }
+  const uint8_t *p = res->snapshot.blob;
+  size_t n = res->snapshot.blob_len;
+  if (s->got == 0 && (n < sizeof SNAP_MAGIC - 1 || memcmp(p, SNAP_MAGIC, sizeof SNAP_MAGIC - 1)))
+    snap_save_fail(s, KETCH_ECORRUPT, "the member's answer is not a ketch snapshot (bad magic)");
+  s->got += n;
+  snap_save_feed(s, p, n);
+  size_t off = 0;
+  while (!s->err && off < n) {
+    ssize_t w = write(s->fd, p + off, n - off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0) {
+      char m[200];
+      snprintf(m, sizeof m, "write: %s", strerror(errno));
+      snap_save_fail(s, KETCH_EIO, m);
+      break;
+    }
+    off += (size_t)w;
+  }
+  if (res->snapshot.remaining_bytes == 0) {
+    s->header = res->header;
+    s->done = true;
+  }
+}
+
+int ketch_snapshot_save(ketch_client *c, const char *path, ketch_result **out) {
+  SYNC_GUARD(c);
+  if (out)
+    *out = NULL;
+  if (!path || !*path) {
+    set_errmsg(c, "%s", "snapshot path is empty");
+    return KETCH_EINVAL;
+  }
+  char part[4200];
+  if (snprintf(part, sizeof part, "%s.part", path) >= (int)sizeof part) {
+    set_errmsg(c, "%s", "snapshot path too long");
+    return KETCH_EINVAL;
+  }
+  if (sodium_init() < 0) {
+    set_errmsg(c, "%s", "libsodium failed to initialize");
+    return KETCH_EINTERNAL;
+  }
+  struct snap_save s;
+  memset(&s, 0, sizeof s);
+  s.fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (s.fd < 0) {
+    set_errmsg(c, "could not open %s: %s", part, strerror(errno));
+    return KETCH_EIO;
+  }
+  crypto_generichash_init(&s.st, NULL, 0, SNAP_HASH);
+  int err = ketch_snapshot_async(c, snap_save_cb, &s);
+  if (err) {
+    close(s.fd);
+    unlink(part);
+    return err;
+  }
+  process(c);
+  while (!s.done)
+    wait_turn(c, -1); /* every frame moves the deadline; the request ends by it */
+  if (!s.err) {
+    uint8_t h[SNAP_HASH];
+    crypto_generichash_final(&s.st, h, sizeof h);
+    if (s.got < SNAP_MIN_BYTES || s.n_tail != SNAP_HASH || sodium_memcmp(h, s.tail, SNAP_HASH))
+      snap_save_fail(&s, KETCH_ECORRUPT,
+                     "snapshot hash mismatch: the received file does not match its trailer hash");
+  }
+  if (!s.err && fsync(s.fd) != 0) {
+    char m[200];
+    snprintf(m, sizeof m, "fsync: %s", strerror(errno));
+    snap_save_fail(&s, KETCH_EIO, m);
+  }
+  if (close(s.fd) != 0 && !s.err)
+    snap_save_fail(&s, KETCH_EIO, "close failed");
+  if (!s.err && rename(part, path) != 0) {
+    char m[200];
+    snprintf(m, sizeof m, "rename to %s: %s", path, strerror(errno));
+    snap_save_fail(&s, KETCH_EIO, m);
+  }
+  if (s.err) {
+    unlink(part);
+    set_errmsg(c, "%s", s.msg);
+    return s.err;
+  }
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s", path);
+  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  c->errmsg[0] = 0;
+  if (out) {
+    struct owned_result *o = calloc(1, sizeof *o);
+    if (!o)
+      return KETCH_ENOMEM;
+    o->res.type = KETCH_OP_SNAPSHOT;
+    o->res.message = "";
+    o->res.header = s.header;
+    o->res.snapshot.size_bytes = s.got;
+    *out = &o->res;
+  }
+  return 0;
 }

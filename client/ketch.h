@@ -148,8 +148,16 @@ enum {
   KETCH_OP_MEMBER_REMOVE = 34,
   KETCH_OP_MEMBER_UPDATE = 35,
   KETCH_OP_MEMBER_PROMOTE = 36,
+  KETCH_OP_ALARM = 40,
   KETCH_OP_MOVE_LEADER = 44,
+  KETCH_OP_DEFRAGMENT = 45,
+  KETCH_OP_HASH_KV = 46,
+  KETCH_OP_SNAPSHOT = 47, /* a piece of a snapshot stream (ketch_snapshot_result) */
 };
+
+/* Alarm actions and types (etcd's numbers). */
+enum { KETCH_ALARM_GET = 0, KETCH_ALARM_ACTIVATE = 1, KETCH_ALARM_DEACTIVATE = 2 };
+enum { KETCH_ALARM_NONE = 0, KETCH_ALARM_NOSPACE = 1, KETCH_ALARM_CORRUPT = 2 };
 
 enum { KETCH_SORT_NONE = 0, KETCH_SORT_ASCEND = 1, KETCH_SORT_DESCEND = 2 };
 enum {
@@ -401,6 +409,39 @@ typedef struct ketch_watch_result {
   size_t n_events;
 } ketch_watch_result;
 
+/* An alarm (etcd's AlarmMember). */
+typedef struct ketch_alarm_member {
+  uint64_t member_id;
+  int alarm; /* KETCH_ALARM_NOSPACE, KETCH_ALARM_CORRUPT */
+} ketch_alarm_member;
+
+/* get: every active alarm; activate / deactivate: the alarm raised or
+ * cleared (n_alarms 0 if there was nothing to clear). */
+typedef struct ketch_alarm_result {
+  const ketch_alarm_member *alarms;
+  size_t n_alarms;
+} ketch_alarm_result;
+
+/* etcd's HashKVResponse: a 32-bit hash of every key's revisions up to
+ * hash_revision (those compaction kept), equal on every member at the same
+ * revision. */
+typedef struct ketch_hash_kv_result {
+  uint32_t hash;
+  int64_t compact_revision; /* the member's compaction revision when hashed */
+  int64_t hash_revision;    /* the revision hashed */
+} ketch_hash_kv_result;
+
+/* A snapshot. From ketch_snapshot_async, each delivery: blob/blob_len are
+ * the next bytes of the snapshot file and remaining_bytes what follows them
+ * (0 in the last delivery). From ketch_snapshot_save: size_bytes, the saved
+ * file's size (blob NULL). */
+typedef struct ketch_snapshot_result {
+  const void *blob;
+  size_t blob_len;
+  uint64_t remaining_bytes;
+  uint64_t size_bytes;
+} ketch_snapshot_result;
+
 /* The result of one request. `type` says which union member is filled.
  * When err != 0 the header and the union are zero and `message` explains
  * (except a watch's last delivery: watch.canceled, watch_id and
@@ -420,6 +461,9 @@ typedef struct ketch_result {
     ketch_member_list_result member_list; /* also member_add/remove/update/promote */
     ketch_lease_result lease;
     ketch_watch_result watch; /* type KETCH_OP_WATCH, given to a watch callback */
+    ketch_alarm_result alarm; /* defragment has only the header */
+    ketch_hash_kv_result hash_kv;
+    ketch_snapshot_result snapshot;
   };
 } ketch_result;
 
@@ -533,6 +577,47 @@ int ketch_move_leader(ketch_client *c, uint64_t target_id, ketch_result **out);
 /* The callback of asynchronous requests, watches and keep-alives (see
  * "asynchronous calls" below). */
 typedef void (*ketch_cb)(void *arg, int err, const ketch_result *res);
+
+/* ---- maintenance (etcd's Maintenance service) ----
+ * These talk to the member the handle is connected to (etcdctl's
+ * per-endpoint commands open one handle per endpoint).
+ *
+ * ketch_snapshot_save streams the member's state as a ketch snapshot file
+ * (net/PROTOCOL.md SNAPSHOT; the member takes a fresh snapshot first if its
+ * newest one is older than the call) into path + ".part", checks the
+ * file's magic and its BLAKE2b trailer hash while receiving, fsyncs it,
+ * renames it to path and fsyncs the directory. `ketchutl snapshot restore
+ * path --data-dir DIR` makes a new member's data dir from it. The result's
+ * snapshot.size_bytes is the file's size. Errors: the server's, ECORRUPT
+ * (the bytes received do not form a snapshot file: the .part file is
+ * removed), EIO (path cannot be written: ketch_errmsg says why), ECLOSED
+ * (the connection was lost during the transfer; a transfer is never
+ * restarted on another endpoint), ETIMEOUT (no data for request_timeout_ms).
+ * Blocks the calling thread for the whole transfer.
+ *
+ * ketch_defragment: the member finishes freeing compacted history, gives
+ * freed memory back to the OS and writes a snapshot (so its WAL before the
+ * previous snapshot is purged); answered when that is durable.
+ * ketch_hash_kv: revision 0 = the member's current revision; ECOMPACTED /
+ * EFUTUREREV as etcd. ketch_alarm: action KETCH_ALARM_GET lists alarms
+ * (answered locally); ACTIVATE / DEACTIVATE go through the cluster's log
+ * (deactivating the last NOSPACE alarm lets writes in again; they succeed
+ * once compaction brought the store under its quota). */
+int ketch_snapshot_save(ketch_client *c, const char *path, ketch_result **out);
+int ketch_defragment(ketch_client *c, ketch_result **out);
+int ketch_hash_kv(ketch_client *c, int64_t revision, ketch_result **out);
+int ketch_alarm(ketch_client *c, int action, uint64_t member_id, int alarm, ketch_result **out);
+/* Asynchronous forms. ketch_snapshot_async's cb runs once per piece of the
+ * file (type KETCH_OP_SNAPSHOT), in order; the last run has remaining_bytes
+ * 0, or err set (then nothing follows). Each piece resets the request's
+ * deadline: a transfer ends with ETIMEOUT only after request_timeout_ms
+ * without data. The caller checks the file (kt_snap_verify or
+ * `ketchutl snapshot status`). */
+int ketch_snapshot_async(ketch_client *c, ketch_cb cb, void *arg);
+int ketch_defragment_async(ketch_client *c, ketch_cb cb, void *arg);
+int ketch_hash_kv_async(ketch_client *c, int64_t revision, ketch_cb cb, void *arg);
+int ketch_alarm_async(ketch_client *c, int action, uint64_t member_id, int alarm, ketch_cb cb,
+                      void *arg);
 
 /* ---- leases (etcd's Lease service) ----
  * grant: ttl_s > 0 seconds; id 0 lets the server choose (else

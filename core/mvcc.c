@@ -266,6 +266,7 @@ uint64_t kt_mvcc_revs(const struct kt_mvcc *s) { return s->revs; }
 uint64_t kt_mvcc_index_bytes(const struct kt_mvcc *s) { return s->ix.node_bytes; }
 bool kt_mvcc_nospace(const struct kt_mvcc *s) { return s->nospace; }
 void kt_mvcc_disarm_nospace(struct kt_mvcc *s) { s->nospace = false; }
+void kt_mvcc_raise_nospace(struct kt_mvcc *s) { s->nospace = true; }
 
 /* ---- key ranges ---------------------------------------------------------- */
 
@@ -1349,13 +1350,70 @@ static int hash_rec(void *arg, const struct kt_kvrev *r) {
   return 0;
 }
 
-uint64_t kt_mvcc_hash(const struct kt_mvcc *s) {
+static uint64_t hash_seed(int64_t rev, int64_t compact_rev) {
   uint64_t h = 0xcbf29ce484222325ull;
-  h_u64(&h, (uint64_t)s->rev);
-  h_u64(&h, (uint64_t)s->compact_rev);
+  h_u64(&h, (uint64_t)rev);
+  h_u64(&h, (uint64_t)compact_rev);
+  return h;
+}
+
+uint64_t kt_mvcc_hash(const struct kt_mvcc *s) {
+  uint64_t h = hash_seed(s->rev, s->compact_rev);
   struct kt_index_it it;
   kt_index_seek(&s->ix, (struct kt_bytes){0}, &it);
   for (; kt_index_valid(&it); kt_index_next(&it))
     kent_each(kt_index_item(&it), s->rev, s->compact_rev, hash_rec, &h);
   return h;
+}
+
+int kt_mvcc_hash_start(const struct kt_mvcc *s, int64_t rev, struct kt_mvcc_hasher *hs,
+                       struct kt_err *e) {
+  if (rev <= 0)
+    rev = s->rev; /* the current revision: fine even if it is the compacted one */
+  else if (rev <= s->compact_rev)
+    return kt_err_set(e, KT_ECOMPACTED, "%s", kt_strerror(KT_ECOMPACTED));
+  if (rev > s->rev)
+    return kt_err_set(e, KT_EFUTUREREV, "%s", kt_strerror(KT_EFUTUREREV));
+  kt_buf_reset(&hs->key);
+  hs->rev = rev;
+  hs->compact_rev = s->compact_rev;
+  hs->h = hash_seed(rev, s->compact_rev);
+  hs->cursor = (struct kt_mvcc_cursor){0};
+  hs->done = false;
+  return 0;
+}
+
+int kt_mvcc_hash_step(const struct kt_mvcc *s, struct kt_mvcc_hasher *hs, size_t max_keys) {
+  if (hs->done)
+    return 0;
+  if (hs->compact_rev != s->compact_rev) { /* a compaction applied meanwhile */
+    if (hs->rev <= s->compact_rev)
+      return -KT_ECOMPACTED;
+    kt_buf_reset(&hs->key);
+    hs->compact_rev = s->compact_rev;
+    hs->h = hash_seed(hs->rev, s->compact_rev);
+    hs->cursor = (struct kt_mvcc_cursor){0};
+  }
+  if (max_keys == 0)
+    max_keys = 1;
+  struct kt_index_it it;
+  kt_index_seek(&s->ix, hs->cursor.started ? hs->cursor.key : (struct kt_bytes){0}, &it);
+  for (size_t n = 0; kt_index_valid(&it); kt_index_next(&it), n++) {
+    const struct kent *k = kt_index_item(&it);
+    if (n == max_keys) {
+      kt_buf_reset(&hs->key);
+      kt_buf_append(&hs->key, k_key(k), k_klen(k));
+      hs->cursor.started = true;
+      hs->cursor.key = (struct kt_bytes){hs->key.p, (uint32_t)hs->key.len};
+      return 1;
+    }
+    kent_each(k, hs->rev, s->compact_rev, hash_rec, &hs->h);
+  }
+  hs->done = true;
+  return 0;
+}
+
+void kt_mvcc_hash_done(struct kt_mvcc_hasher *hs) {
+  kt_buf_free(&hs->key);
+  hs->cursor = (struct kt_mvcc_cursor){0};
 }

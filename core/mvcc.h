@@ -94,6 +94,7 @@ uint64_t kt_mvcc_revs(const struct kt_mvcc *s); /* revisions in memory, incl. no
 uint64_t kt_mvcc_index_bytes(const struct kt_mvcc *s); /* B+tree nodes + separators */
 bool kt_mvcc_nospace(const struct kt_mvcc *s);         /* NOSPACE alarm raised */
 void kt_mvcc_disarm_nospace(struct kt_mvcc *s);
+void kt_mvcc_raise_nospace(struct kt_mvcc *s); /* an alarm activated by request */
 
 /* Validate an op before it is proposed: empty key (EKEYEMPTY), key or value
  * too large (ETOOLARGE), range_end < key (EINVAL; etcd would answer an empty
@@ -178,5 +179,34 @@ void kt_mvcc_restore_done(struct kt_mvcc *s, int64_t revision, int64_t compact_r
  * survives compaction (as kt_mvcc_iter emits them), for tests and HashKV.
  * Independent of physical compaction progress. O(n). */
 uint64_t kt_mvcc_hash(const struct kt_mvcc *s);
+
+/* The same hash bounded by a revision and computed in slices (HashKV):
+ * every retained revision <= rev, with rev and the compact revision mixed
+ * in first, so kt_mvcc_hash(s) equals a hasher started at the current
+ * revision. Identical on every member that applied the same log up to rev,
+ * whatever each member's physical compaction progress or later writes.
+ *
+ * kt_mvcc_hash_start: rev 0 = the current revision. Errors: ECOMPACTED
+ * (0 < rev <= compact revision: etcd's HashByRev rule), EFUTUREREV (rev >
+ * current).
+ * kt_mvcc_hash_step: hashes at most max_keys more keys (writes to the store
+ * between steps are fine: they add revisions > rev). Returns 1 while keys
+ * remain, 0 when hs->h is final. A compaction applied since the start
+ * changes what is retained: the hasher then starts over at the new compact
+ * revision, or returns -KT_ECOMPACTED if rev is now at or below it.
+ * kt_mvcc_hash_done frees the hasher's cursor copy. */
+struct kt_mvcc_hasher {
+  uint64_t h;
+  int64_t rev, compact_rev;
+  struct kt_mvcc_cursor cursor;
+  struct kt_buf key; /* the cursor's key, owned */
+  bool done;
+};
+int kt_mvcc_hash_start(const struct kt_mvcc *s, int64_t rev, struct kt_mvcc_hasher *hs,
+                       struct kt_err *e);
+int kt_mvcc_hash_step(const struct kt_mvcc *s, struct kt_mvcc_hasher *hs, size_t max_keys);
+void kt_mvcc_hash_done(struct kt_mvcc_hasher *hs);
+/* etcd's hash fields are 32 bits: the 64-bit hash folded. */
+static inline uint32_t kt_mvcc_hash32(uint64_t h) { return (uint32_t)(h ^ (h >> 32)); }
 
 #endif

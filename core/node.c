@@ -119,6 +119,9 @@ static void apply_req(struct kt_node *n, uint8_t ent_type, const struct kt_req *
   case KT_MSG_LEASE_REVOKE:
     kt_node_lease_apply(n, req, c, req_id);
     return;
+  case KT_MSG_ALARM:
+    kt_node_maint_apply_alarm(n, req, c, req_id);
+    return;
   default:
     kt_log(KT_LOG_WARN, "node", "entry of unexpected type %u ignored", req->type);
   }
@@ -167,7 +170,10 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
              de.msg);
     fatal_stop(n, KT_ECORRUPT, msg);
   } else {
+    bool nospace = kt_mvcc_nospace(n->store);
     apply_req(n, ent->type, &req, c && kt_conn_open(c) ? c : NULL, req_id, &own);
+    if (!nospace && kt_mvcc_nospace(n->store))
+      kt_node_maint_nospace_raised(n, kt_get_u64be(ent->data));
   }
   if (c)
     kt_conn_unref(c);
@@ -356,8 +362,8 @@ static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
   struct kt_resp r = {.type = KT_MSG_STATUS, .id = id};
   kt_node_header(n, &r.header);
   static const char version[] = KT_VERSION;
-  static struct kt_bytes nospace = {(const uint8_t *)"memberID:0 alarm:NOSPACE", 24};
-  struct kt_bytes walerr[1];
+  char alarm_text[8][64];
+  struct kt_bytes alarms[8];
   struct kt_status_resp *s = &r.u.status;
   s->version = (struct kt_bytes){(const uint8_t *)version, sizeof version - 1};
   s->db_size = (int64_t)kt_mvcc_size_bytes(n->store);
@@ -367,15 +373,14 @@ static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
   s->raft_index = kt_raft_last_index(n->raft);
   s->raft_term = kt_raft_term(n->raft);
   s->raft_applied_index = n->applied_index;
-  if (kt_mvcc_nospace(n->store)) {
-    s->errors = &nospace;
-    s->n_errors = 1;
-  } else if (n->wal_failed) {
-    walerr[0] =
+  size_t na = kt_node_maint_alarm_texts(n, alarm_text, KT_ARRAY_LEN(alarm_text) - 1);
+  for (size_t i = 0; i < na; i++)
+    alarms[i] = (struct kt_bytes){(const uint8_t *)alarm_text[i], (uint32_t)strlen(alarm_text[i])};
+  if (n->wal_failed)
+    alarms[na++] =
         (struct kt_bytes){(const uint8_t *)n->wal_failed_msg, (uint32_t)strlen(n->wal_failed_msg)};
-    s->errors = walerr;
-    s->n_errors = 1;
-  }
+  s->errors = na ? alarms : NULL;
+  s->n_errors = (uint32_t)na;
   kt_proto_encode_resp(out, &r);
   kt_conn_sent(c);
 }
@@ -484,6 +489,10 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
     kt_node_watch_request(n, c, req);
     return;
   }
+  /* Maintenance (snapshot, hash, defragment, alarm list) is served from
+   * this member's state, with or without a leader. */
+  if (kt_node_maint_request(n, c, req, body, body_len))
+    return;
   /* Until this member leads and has applied its first entry, only status and
    * serializable reads are answered; the rest waits (bounded). */
   if (!n->serving && req->type != KT_MSG_STATUS &&
@@ -824,6 +833,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
   kt_node_watch_tick(n);
   kt_node_install_tick(n);
   kt_node_lock_tick(n);
+  kt_node_maint_tick(n);
   move_check(n);
   /* Requests that waited two election timeouts for a leader fail. */
   ev_tstamp limit = 2.0 * n->cfg.election_timeout_ms / 1000.0;
@@ -869,6 +879,7 @@ static void snap_abort(struct kt_node *n, const char *why) {
   n->snap_w = NULL;
   kt_arena_free(&n->snap_arena);
   n->last_snap_index = n->snap_index; /* try again after another snapshot_count */
+  kt_node_maint_snap_done(n, false);
 }
 
 /* One slice of snapshot work (bounded: SNAP_SLICE_KEYS keys). */
@@ -929,6 +940,7 @@ static void on_snap_progress(struct ev_loop *loop, ev_async *w, int revents) {
   else if (removed)
     kt_log(KT_LOG_INFO, "wal", "purged %d segment(s) up to index %llu", removed,
            (unsigned long long)n->prev_snap_index);
+  kt_node_maint_snap_done(n, true);
 }
 
 /* The snapshot's meta blob: a line for people (ketchutl snapshot status),
@@ -944,6 +956,8 @@ static void meta_blob(struct kt_node *n, struct kt_buf *out) {
   kt_node_member_save(n, out);
   kt_node_lease_save(n, out);
 }
+
+static void snap_start(struct kt_node *n);
 
 static void snap_maybe_start(struct kt_node *n) {
   if (n->snap_w || n->stopping)
@@ -963,6 +977,19 @@ static void snap_maybe_start(struct kt_node *n) {
     return;
   }
   n->snap_force = false;
+  snap_start(n);
+}
+
+bool kt_node_snapshot_now(struct kt_node *n) {
+  if (n->stopping)
+    return false;
+  if (!n->snap_w)
+    snap_start(n);
+  return true;
+}
+
+/* Starts writing a snapshot of the applied state (no snapshot running). */
+static void snap_start(struct kt_node *n) {
   struct kt_snap_meta meta = {0};
   /* The member and lease tables at this index ride in the meta blob
    * (O(leases) here, on the loop: ~10 ms per 100k leases). */
@@ -983,6 +1010,7 @@ static void snap_maybe_start(struct kt_node *n) {
     kt_log(KT_LOG_ERROR, "snap", "cannot start snapshot: %s", e.msg);
     n->snap_w = NULL;
     n->last_snap_index = n->applied_index;
+    kt_node_maint_snap_done(n, false);
     return;
   }
   kt_log(KT_LOG_INFO, "snap", "snapshot started index=%llu revision=%lld",
@@ -1063,6 +1091,7 @@ static void background_slice(struct kt_node *n) {
   if (kt_node_watch_busy(n))
     kt_node_watch_step(n); /* watchers catching up from history */
   snap_slice(n);
+  kt_node_maint_step(n); /* hash-kv slices, defragment progress */
   /* Physical compaction waits while a snapshot iterates the store. */
   if (!n->snap_w && kt_mvcc_compact_pending(n->store)) {
     if (!kt_mvcc_compact_step(n->store, COMPACT_SLICE_KEYS)) {
@@ -1077,7 +1106,7 @@ static void background_slice(struct kt_node *n) {
 }
 
 static bool background_pending(const struct kt_node *n) {
-  return kt_node_watch_busy(n) ||
+  return kt_node_watch_busy(n) || kt_node_maint_busy(n) ||
          (n->snap_w && !n->snap_iter_done && kt_snap_writer_can_add(n->snap_w)) ||
          (n->snap_w && n->snap_iter_done && !n->snap_finish_sent) ||
          (!n->snap_w && kt_mvcc_compact_pending(n->store));
@@ -1395,7 +1424,10 @@ bool kt_node_solo(const struct kt_node *n) {
 }
 
 static void on_conn_close(void *arg, struct kt_conn *c) { kt_node_watch_conn_closed(arg, c); }
-static void on_conn_drained(void *arg, struct kt_conn *c) { kt_node_watch_drained(arg, c); }
+static void on_conn_drained(void *arg, struct kt_conn *c) {
+  kt_node_watch_drained(arg, c);
+  kt_node_maint_drained(arg, c);
+}
 
 int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct kt_node **out,
                  struct kt_err *e) {
@@ -1420,6 +1452,7 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
     goto fail;
   kt_node_lease_init(n);
   kt_node_lock_init(n);
+  kt_node_maint_init(n);
   kt_node_install_init(n);
   n->store = new_store(n);
   if ((rc = load_snapshot(n, e)))
@@ -1517,6 +1550,7 @@ fail:
   }
   kt_node_watch_free(n);
   kt_node_lock_free(n);
+  kt_node_maint_free(n);
   kt_node_install_free(n);
   kt_node_lease_free(n);
   kt_node_member_free(n);
@@ -1571,6 +1605,7 @@ void kt_node_free(struct kt_node *n) {
   kt_server_free(n->server); /* closes connections: their watches go */
   kt_node_watch_free(n);
   kt_node_lock_free(n);
+  kt_node_maint_free(n);
   kt_node_install_free(n);
   kt_node_lease_free(n);
   kt_node_member_free(n);

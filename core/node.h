@@ -26,7 +26,10 @@
  * least half the store's size (a snapshot copies the whole store, so this
  * bounds its cost per byte written) (kt_mvcc_iter slices → snap writer
  * thread), physical
- * compaction (kt_mvcc_compact_step), WAL/snapshot retention.
+ * compaction (kt_mvcc_compact_step), WAL/snapshot retention, and the
+ * maintenance services of core/node_maint.c (hash-kv slices, a snapshot
+ * taken on demand for snapshot save and defragment, snapshot files streamed
+ * under each connection's soft limit).
  *
  * Data dir: <data-dir>/member/wal/ (segments) and <data-dir>/member/snap/ (snapshots).
  * Recovery: newest snapshot that verifies (else the one before it), then the

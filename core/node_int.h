@@ -220,6 +220,7 @@ struct kt_node {
   struct node_watch_state *ws;
   struct node_lease_state *ls;
   struct node_lock_state *lk;
+  struct node_maint_state *mt; /* node_maint.c */
 
   bool snap_force; /* take a snapshot now (a new member needs one) */
   bool stopping;
@@ -351,6 +352,30 @@ int kt_node_lease_load(struct kt_node *n, const uint8_t *p, size_t len, struct k
 /* During snapshot restore: key k (current version) carries lease id. */
 void kt_node_lease_note_key(struct kt_node *n, struct kt_bytes key, int64_t lease);
 void kt_node_lease_restore_done(struct kt_node *n, bool attach); /* false: discard */
+
+/* node.c: start a snapshot of the applied state now unless one is being
+ * written (the caller waits for kt_node_maint_snap_done); false when the
+ * member is stopping. */
+bool kt_node_snapshot_now(struct kt_node *n);
+
+/* node_maint.c: SNAPSHOT, DEFRAGMENT, HASH_KV, ALARM (etcd Maintenance). */
+void kt_node_maint_init(struct kt_node *n);
+void kt_node_maint_free(struct kt_node *n);
+/* Before the serving gate: answers maintenance requests (and refuses KV and
+ * lease requests while a CORRUPT alarm is active); false: not handled. */
+bool kt_node_maint_request(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
+                           const uint8_t *body, size_t body_len);
+void kt_node_maint_apply_alarm(struct kt_node *n, const struct kt_req *req, struct kt_conn *c,
+                               uint64_t req_id);
+/* The store raised NOSPACE applying an entry proposed by member `origin`. */
+void kt_node_maint_nospace_raised(struct kt_node *n, uint64_t origin);
+/* "memberID:<id> alarm:<NAME>" for each active alarm (STATUS errors). */
+size_t kt_node_maint_alarm_texts(struct kt_node *n, char (*out)[64], size_t cap);
+void kt_node_maint_snap_done(struct kt_node *n, bool ok); /* a snapshot finished or failed */
+void kt_node_maint_drained(struct kt_node *n, struct kt_conn *c);
+bool kt_node_maint_busy(const struct kt_node *n); /* slices pending */
+void kt_node_maint_step(struct kt_node *n);
+void kt_node_maint_tick(struct kt_node *n);
 
 /* node_watch.c */
 void kt_node_watch_init(struct kt_node *n);

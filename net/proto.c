@@ -82,6 +82,14 @@ const char *kt_proto_type_name(int type) {
     return "observe";
   case KT_MSG_RESIGN:
     return "resign";
+  case KT_MSG_ALARM:
+    return "alarm";
+  case KT_MSG_DEFRAGMENT:
+    return "defragment";
+  case KT_MSG_HASH_KV:
+    return "hash_kv";
+  case KT_MSG_SNAPSHOT:
+    return "snapshot";
   case KT_MSG_ERROR:
     return "error";
   default:
@@ -338,7 +346,7 @@ static int rd_u32(struct dec *d, const char *field, uint32_t *out) {
 
 /* An enum field: out of range is EINVAL (well-formed, meaningless). */
 static int rd_enum(struct dec *d, const char *field, uint8_t max, uint8_t *out) {
-  uint64_t v;
+  uint64_t v = 0;
   int rc = rd_u64(d, field, UINT64_MAX, &v);
   if (rc)
     return rc;
@@ -846,6 +854,33 @@ static int dec_leader(struct dec *d, struct kt_leader_key *l) {
   return 0;
 }
 
+/* ---- maintenance requests: ALARM, DEFRAGMENT, HASH_KV, SNAPSHOT ---- */
+
+static int dec_maint_req(struct dec *d, uint8_t type, struct kt_req *req) {
+  uint32_t nf;
+  int rc = rd_map(d, "payload", &nf);
+  if (rc)
+    return rc;
+  while (nf--) {
+    struct kt_bytes k;
+    if ((rc = rd_key(d, &k)))
+      return rc;
+    if (type == KT_MSG_ALARM && KEY("action"))
+      rc = rd_enum(d, "action", KT_ALARM_DEACTIVATE, &req->u.alarm.action);
+    else if (type == KT_MSG_ALARM && KEY("member_id"))
+      rc = rd_u64(d, "member_id", UINT64_MAX, &req->u.alarm.member_id);
+    else if (type == KT_MSG_ALARM && KEY("alarm"))
+      rc = rd_enum(d, "alarm", KT_ALARM_CORRUPT, &req->u.alarm.alarm);
+    else if (type == KT_MSG_HASH_KV && KEY("revision"))
+      rc = rd_i64(d, "revision", &req->u.hash_kv.revision);
+    else
+      rc = skip(d, 0);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
 int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_req *req,
                         struct kt_err *e) {
   struct dec d = {.p = body, .end = body + len, .a = a, .e = e};
@@ -1084,6 +1119,14 @@ int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, str
       if (rc)
         return rc;
     }
+    break;
+  case KT_MSG_ALARM:
+  case KT_MSG_DEFRAGMENT:
+  case KT_MSG_HASH_KV:
+  case KT_MSG_SNAPSHOT:
+    path_push(&d, kt_proto_type_name((int)rawtype), -1);
+    if ((rc = dec_maint_req(&d, (uint8_t)rawtype, req)))
+      return rc;
     break;
   default:
     return kt_err_set(e, KT_EUNSUPPORTED, "type: unknown request type %llu",
@@ -1579,6 +1622,70 @@ static int dec_lock_resp(struct dec *d, struct kt_lock_resp *l, struct kt_header
   return 0;
 }
 
+/* ---- maintenance responses ---- */
+
+/* An alarm member: [member_id, alarm] (longer arrays: the rest skipped). */
+static int dec_alarm_member(struct dec *d, struct kt_alarm_member *m) {
+  uint32_t n;
+  int rc = rd_arr(d, NULL, &n);
+  if (rc)
+    return rc;
+  if (n < 2)
+    return fail(d, KT_EPROTO, NULL, "expected [member_id, alarm], got an array of %u", n);
+  if ((rc = rd_u64(d, "member_id", UINT64_MAX, &m->member_id)) ||
+      (rc = rd_enum(d, "alarm", KT_ALARM_CORRUPT, &m->alarm)))
+    return rc;
+  for (uint32_t i = 2; i < n; i++)
+    if ((rc = skip(d, 1)))
+      return rc;
+  return 0;
+}
+
+static int dec_maint_resp(struct dec *d, uint8_t type, struct kt_resp *resp) {
+  uint32_t nf;
+  int rc = rd_map(d, "payload", &nf);
+  if (rc)
+    return rc;
+  while (nf--) {
+    struct kt_bytes k;
+    if ((rc = rd_key(d, &k)))
+      return rc;
+    if (KEY("header")) {
+      rc = dec_header(d, &resp->header);
+    } else if (type == KT_MSG_ALARM && KEY("alarms")) {
+      struct kt_alarm_resp *a = &resp->u.alarm;
+      uint32_t n;
+      if ((rc = rd_arr(d, "alarms", &n)))
+        return rc;
+      /* each entry takes at least 3 bytes: bound the allocation by the body */
+      if ((uint64_t)n * 3 > left(d))
+        return truncated(d, "alarms");
+      a->alarms = n ? kt_arena_alloc(d->a, n * sizeof *a->alarms) : NULL;
+      a->n_alarms = n;
+      for (uint32_t i = 0; i < n && !rc; i++) {
+        path_push(d, "alarms", i);
+        if (!(rc = dec_alarm_member(d, &a->alarms[i])))
+          path_pop(d);
+      }
+    } else if (type == KT_MSG_HASH_KV && KEY("hash")) {
+      rc = rd_u32(d, "hash", &resp->u.hash_kv.hash);
+    } else if (type == KT_MSG_HASH_KV && KEY("compact_revision")) {
+      rc = rd_i64(d, "compact_revision", &resp->u.hash_kv.compact_revision);
+    } else if (type == KT_MSG_HASH_KV && KEY("hash_revision")) {
+      rc = rd_i64(d, "hash_revision", &resp->u.hash_kv.hash_revision);
+    } else if (type == KT_MSG_SNAPSHOT && KEY("remaining_bytes")) {
+      rc = rd_u64(d, "remaining_bytes", UINT64_MAX, &resp->u.snapshot.remaining_bytes);
+    } else if (type == KT_MSG_SNAPSHOT && KEY("blob")) {
+      rc = rd_bytes(d, "blob", &resp->u.snapshot.blob);
+    } else {
+      rc = skip(d, 0);
+    }
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
 int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_resp *resp,
                          struct kt_err *e) {
   struct dec d = {.p = body, .end = body + len, .a = a, .e = e};
@@ -1686,6 +1793,14 @@ int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, st
   case KT_MSG_STATUS:
     path_push(&d, "status", -1);
     if ((rc = dec_status_resp(&d, &resp->u.status, &resp->header)))
+      return rc;
+    break;
+  case KT_MSG_ALARM:
+  case KT_MSG_DEFRAGMENT:
+  case KT_MSG_HASH_KV:
+  case KT_MSG_SNAPSHOT:
+    path_push(&d, kt_proto_type_name((int)rawtype), -1);
+    if ((rc = dec_maint_resp(&d, (uint8_t)rawtype, resp)))
       return rc;
     break;
   case KT_MSG_ERROR:
@@ -2148,6 +2263,23 @@ static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t 
     map_end(&w, &m);
     break;
   }
+  case KT_MSG_ALARM:
+  case KT_MSG_DEFRAGMENT:
+  case KT_MSG_HASH_KV:
+  case KT_MSG_SNAPSHOT: {
+    struct map m = map_begin(&w);
+    if (req->type == KT_MSG_ALARM) {
+      kt_assert(req->u.alarm.action <= KT_ALARM_DEACTIVATE &&
+                req->u.alarm.alarm <= KT_ALARM_CORRUPT);
+      f_u64(&w, &m, "action", req->u.alarm.action);
+      f_u64(&w, &m, "member_id", req->u.alarm.member_id);
+      f_u64(&w, &m, "alarm", req->u.alarm.alarm);
+    } else if (req->type == KT_MSG_HASH_KV) {
+      f_i64(&w, &m, "revision", req->u.hash_kv.revision);
+    }
+    map_end(&w, &m);
+    break;
+  }
   default:
     kt_assert(!"kt_proto_encode_req: not a request type");
   }
@@ -2335,6 +2467,10 @@ void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
   else if (resp->type >= KT_MSG_LOCK && resp->type <= KT_MSG_RESIGN)
     est += 128 + resp->u.lock.key.n + resp->u.lock.leader.name.n + resp->u.lock.leader.key.n +
            resp->u.lock.kv.key.n + resp->u.lock.kv.value.n;
+  else if (resp->type == KT_MSG_SNAPSHOT)
+    est += 32 + resp->u.snapshot.blob.n;
+  else if (resp->type == KT_MSG_ALARM)
+    est += 16 + 12 * (size_t)resp->u.alarm.n_alarms;
   kt_buf_reserve(out, est);
   envelope(&w, resp->type, resp->id);
   struct map m;
@@ -2469,6 +2605,32 @@ void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
     map_end(&w, &m);
     break;
   }
+  case KT_MSG_ALARM:
+  case KT_MSG_DEFRAGMENT:
+  case KT_MSG_HASH_KV:
+  case KT_MSG_SNAPSHOT:
+    m = map_begin(&w);
+    f_header(&w, &m, &resp->header);
+    if (resp->type == KT_MSG_ALARM && resp->u.alarm.n_alarms) {
+      name(&w, &m, "alarms");
+      msgpack_pack_array(&w.pk, resp->u.alarm.n_alarms);
+      for (uint32_t i = 0; i < resp->u.alarm.n_alarms; i++) {
+        const struct kt_alarm_member *x = &resp->u.alarm.alarms[i];
+        kt_assert(x->alarm <= KT_ALARM_CORRUPT);
+        msgpack_pack_array(&w.pk, 2);
+        msgpack_pack_uint64(&w.pk, x->member_id);
+        msgpack_pack_uint64(&w.pk, x->alarm);
+      }
+    } else if (resp->type == KT_MSG_HASH_KV) {
+      f_u64(&w, &m, "hash", resp->u.hash_kv.hash);
+      f_i64(&w, &m, "compact_revision", resp->u.hash_kv.compact_revision);
+      f_i64(&w, &m, "hash_revision", resp->u.hash_kv.hash_revision);
+    } else if (resp->type == KT_MSG_SNAPSHOT) {
+      f_u64(&w, &m, "remaining_bytes", resp->u.snapshot.remaining_bytes);
+      f_bytes(&w, &m, "blob", resp->u.snapshot.blob);
+    }
+    map_end(&w, &m);
+    break;
   case KT_MSG_ERROR:
     m = map_begin(&w);
     f_u64(&w, &m, "code", resp->u.error.code);

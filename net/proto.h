@@ -56,7 +56,11 @@ enum kt_msg_type {
   KT_MSG_MEMBER_UPDATE = 35,   /* etcd Cluster.MemberUpdate (also a WAL entry) */
   KT_MSG_MEMBER_PROMOTE = 36,  /* etcd Cluster.MemberPromote (also a WAL entry) */
   KT_MSG_MEMBER_PUBLISH = 39,  /* member -> cluster, only inside WAL entries */
+  KT_MSG_ALARM = 40,           /* etcd Maintenance.Alarm (GET local; ACTIVATE/DEACTIVATE raft) */
   KT_MSG_MOVE_LEADER = 44,     /* etcd Maintenance.MoveLeader */
+  KT_MSG_DEFRAGMENT = 45,      /* etcd Maintenance.Defragment */
+  KT_MSG_HASH_KV = 46,         /* etcd Maintenance.HashKV (and Hash) */
+  KT_MSG_SNAPSHOT = 47,        /* etcd Maintenance.Snapshot: a stream of SNAPSHOT frames */
   KT_MSG_LOCK = 80,            /* etcd v3lock.Lock: waits until held */
   KT_MSG_UNLOCK = 81,          /* etcd v3lock.Unlock */
   KT_MSG_CAMPAIGN = 82,        /* etcd v3election.Campaign: waits until leader */
@@ -69,8 +73,8 @@ enum kt_msg_type {
   KT_MSG_RESERVED_WATCH_FIRST = 19,  /* 19..23 watch */
   KT_MSG_RESERVED_LEASE_FIRST = 29,  /* 29..31 lease */
   KT_MSG_RESERVED_MEMBER_FIRST = 37, /* 37..38 member */
-  KT_MSG_RESERVED_ALARM_FIRST = 40,  /* 40..43 alarm */
-  KT_MSG_RESERVED_MAINT_FIRST = 45,  /* 45..55 maintenance */
+  KT_MSG_RESERVED_ALARM_FIRST = 41,  /* 41..43 alarm */
+  KT_MSG_RESERVED_MAINT_FIRST = 48,  /* 48..55 maintenance */
   KT_MSG_RESERVED_AUTH_FIRST = 56,   /* 56..79 auth */
   KT_MSG_ERROR = 127,
 };
@@ -242,6 +246,47 @@ struct kt_lock_resp {
   struct kt_kv kv;
 };
 
+/* ALARM (etcd AlarmRequest / AlarmResponse). Action and alarm type have
+ * etcd's numbers. */
+enum kt_alarm_action { KT_ALARM_GET = 0, KT_ALARM_ACTIVATE = 1, KT_ALARM_DEACTIVATE = 2 };
+enum kt_alarm_type { KT_ALARM_NONE = 0, KT_ALARM_NOSPACE = 1, KT_ALARM_CORRUPT = 2 };
+
+struct kt_alarm_req {
+  uint8_t action;     /* enum kt_alarm_action */
+  uint64_t member_id; /* ACTIVATE/DEACTIVATE: the member the alarm is for */
+  uint8_t alarm;      /* enum kt_alarm_type */
+};
+
+struct kt_alarm_member {
+  uint64_t member_id;
+  uint8_t alarm; /* enum kt_alarm_type */
+};
+
+/* GET: every active alarm. ACTIVATE/DEACTIVATE: the alarm raised or
+ * cleared (none if nothing changed). */
+struct kt_alarm_resp {
+  struct kt_alarm_member *alarms;
+  uint32_t n_alarms;
+};
+
+/* HASH_KV: revision 0 = the current one. */
+struct kt_hash_kv_req {
+  int64_t revision;
+};
+
+struct kt_hash_kv_resp {
+  uint32_t hash;            /* over every retained revision <= hash_revision */
+  int64_t compact_revision; /* the store's compaction revision when hashed */
+  int64_t hash_revision;    /* the revision hashed (the request's, or the current one) */
+};
+
+/* A SNAPSHOT stream frame: a piece of the snapshot file, in order.
+ * remaining_bytes is what follows this frame's blob; 0 in the last frame. */
+struct kt_snapshot_resp {
+  uint64_t remaining_bytes;
+  struct kt_bytes blob;
+};
+
 struct kt_error_msg {
   uint32_t code; /* KT_E* */
   struct kt_bytes message;
@@ -262,6 +307,8 @@ struct kt_req {
     struct kt_watch_cancel_req watch_cancel; /* WATCH_PROGRESS: no fields */
     struct kt_lease_req lease;               /* LEASE_* */
     struct kt_lock_req lock;                 /* LOCK .. RESIGN */
+    struct kt_alarm_req alarm;               /* ALARM */
+    struct kt_hash_kv_req hash_kv;           /* HASH_KV (DEFRAGMENT, SNAPSHOT: no fields) */
   } u;
 };
 
@@ -280,6 +327,9 @@ struct kt_resp {
     struct kt_watch_resp watch;             /* WATCH_CREATE (CANCEL, PROGRESS: header) */
     struct kt_lease_resp lease;             /* LEASE_* */
     struct kt_lock_resp lock;               /* LOCK .. RESIGN */
+    struct kt_alarm_resp alarm;             /* ALARM (DEFRAGMENT: header only) */
+    struct kt_hash_kv_resp hash_kv;         /* HASH_KV */
+    struct kt_snapshot_resp snapshot;       /* each SNAPSHOT frame */
     struct kt_error_msg error;
   } u;
 };
@@ -297,13 +347,16 @@ int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, str
                         struct kt_err *e);
 /* Append a whole frame (length prefix + body) for req to out. req must be
  * well-formed (type HELLO..STATUS, WATCH_*, LEASE_*, MEMBER_LIST,
- * MEMBER_PUBLISH or MOVE_LEADER, op.type == type for KV types): anything
- * else is a caller bug (kt_assert). */
+ * MEMBER_PUBLISH, MOVE_LEADER, LOCK..RESIGN, ALARM (action and alarm in
+ * range), DEFRAGMENT, HASH_KV or SNAPSHOT; op.type == type for KV types):
+ * anything else is a caller bug (kt_assert). */
 void kt_proto_encode_req(struct kt_buf *out, const struct kt_req *req);
 
 /* Decode a response body; errors as kt_proto_decode_req (types HELLO..STATUS,
  * WATCH_* (type WATCH_CREATE: a WATCH frame, u.watch), LEASE_*, MEMBER_LIST,
- * MOVE_LEADER and ERROR). An event type other than PUT/DELETE is EINVAL. */
+ * MOVE_LEADER, LOCK..RESIGN, ALARM, DEFRAGMENT, HASH_KV, SNAPSHOT (one frame
+ * of the stream) and ERROR). An event type other than PUT/DELETE, an alarm
+ * type other than NONE/NOSPACE/CORRUPT is EINVAL. */
 int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_resp *resp,
                          struct kt_err *e);
 /* resp must be well-formed as for kt_proto_encode_req (events of type PUT or

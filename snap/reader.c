@@ -472,9 +472,49 @@ static int decode(struct src *s, const char *name, kt_snap_rec_fn fn, void *arg,
   return rc;
 }
 
+/* The etcd envelope (snap.h): given a file's size and its last
+ * KT_SNAP_ENV_TAIL bytes, the length of the snapshot inside, or `size` when
+ * it is not an envelope (then the decoder judges the bytes as they are).
+ * The caller then checks that the bytes in [len, size - KT_SNAP_ENV_TAIL)
+ * (fewer than 512) are zero. */
+static size_t envelope_len(size_t size, const uint8_t *tail) {
+  if (size < 512 + 32 || size % 512 != 32 || memcmp(tail, KT_SNAP_ENV_MAGIC, 8) != 0)
+    return size;
+  uint64_t len = kt_get_u64be(tail + 8);
+  if (len > size || kt_snap_env_size(len) != size)
+    return size;
+  return (size_t)len;
+}
+
+static bool all_zero(const uint8_t *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i])
+      return false;
+  return true;
+}
+
+static size_t envelope_inner_mem(const uint8_t *p, size_t size) {
+  if (size < KT_SNAP_ENV_TAIL)
+    return size;
+  size_t len = envelope_len(size, p + size - KT_SNAP_ENV_TAIL);
+  return len != size && all_zero(p + len, size - KT_SNAP_ENV_TAIL - len) ? len : size;
+}
+
+static size_t envelope_inner(int fd, size_t size) {
+  uint8_t tail[KT_SNAP_ENV_TAIL], zeros[512];
+  if (size < KT_SNAP_ENV_TAIL ||
+      pread(fd, tail, sizeof tail, (off_t)(size - sizeof tail)) != (ssize_t)sizeof tail)
+    return size;
+  size_t len = envelope_len(size, tail);
+  size_t pad = size - KT_SNAP_ENV_TAIL - len; /* < 512 by the size rule */
+  if (len == size || pread(fd, zeros, pad, (off_t)len) != (ssize_t)pad || !all_zero(zeros, pad))
+    return size;
+  return len;
+}
+
 int kt_snap_load_mem(const uint8_t *p, size_t n, const char *name, kt_snap_rec_fn fn, void *arg,
                      struct kt_snap_meta *meta, struct kt_err *err) {
-  struct src s = {.need = mem_need, .p = p, .n = n, .fd = -1};
+  struct src s = {.need = mem_need, .p = p, .n = envelope_inner_mem(p, n), .fd = -1};
   return decode(&s, name, fn, arg, meta, err);
 }
 
@@ -494,6 +534,7 @@ int kt_snap_load(const char *path, kt_snap_rec_fn fn, void *arg, struct kt_snap_
     return rc;
   }
   struct src s = {.need = file_need, .fd = fd, .n = (size_t)st.st_size};
+  s.n = envelope_inner(fd, s.n);
   int rc = decode(&s, path, fn, arg, meta, err);
   free(s.buf);
   close(fd);

@@ -35,13 +35,10 @@
  * complete, fsynced file; a file is accepted only if every rule of
  * FORMAT.md holds, including the BLAKE2b hash over all of it.
  *
- * Chunked access (Raft InstallSnapshot, `ketchctl snapshot save`), designed
- * but not built yet: a snapshot travels as the exact bytes of its file. The
- * sender reads byte ranges of a finished file; the receiver appends them to
- * "<name>.snap.tmp", and when the last chunk is in calls kt_snap_verify on
- * it, then fsync + rename exactly as the writer does. The decoder is already
- * split from the byte source (kt_snap_load_mem decodes a buffer), so a
- * receiver may also decode chunks held in memory.
+ * Chunked access (Raft InstallSnapshot, `ketchctl snapshot save`): a
+ * snapshot travels as the exact bytes of its file (FORMAT.md "Chunked
+ * transfer"); the sender reads byte ranges of a finished file, the receiver
+ * checks the whole file before it renames it into place.
  *
  * No ev.h here: the writer reports through a plain function pointer.
  */
@@ -60,6 +57,18 @@
 #define KT_SNAP_BLOCK_BYTES_DEFAULT (1u << 20) /* target raw block size */
 #define KT_SNAP_MAX_INFLIGHT_DEFAULT 4         /* blocks queued before can_add says no */
 #define KT_SNAP_HASH_BYTES 32
+
+/* The etcd envelope (snap/FORMAT.md): what ketch-grpc's Maintenance.Snapshot
+ * sends, so that etcdctl's `snapshot save` (which wants a file of 512*k + 32
+ * bytes ending in a SHA-256, as etcd's bbolt snapshots are) keeps it:
+ *   snapshot file (len bytes) | zero bytes | "KETCHENV" | len u64 BE |
+ *   SHA-256 of everything before it
+ * with the zeros making everything before the SHA-256 a multiple of 512.
+ * kt_snap_load/verify/load_mem read an enveloped file as the snapshot
+ * inside. */
+#define KT_SNAP_ENV_MAGIC "KETCHENV" /* 8 bytes, no NUL */
+#define KT_SNAP_ENV_TAIL 48          /* magic, length, SHA-256 */
+static inline uint64_t kt_snap_env_size(uint64_t len) { return (len + 16 + 511) / 512 * 512 + 32; }
 
 /* Record types (the first element of each record's msgpack array). */
 enum kt_snap_rec_type { KT_SNAP_REC_KVREV = 1 };
@@ -176,6 +185,11 @@ typedef int (*kt_snap_rec_fn)(void *arg, const struct kt_kvrev *rec);
  * fresh store and frees it on error). Only a 0 return says the snapshot is
  * whole. Memory: one compressed and one raw block at a time (<= ~129 MiB
  * for a hostile file, ~2 MiB for ours).
+ *
+ * A file in the etcd envelope (above) is read as the snapshot inside it
+ * (meta->file_bytes is then the inner snapshot's size): the envelope's
+ * zeros, magic and length are checked, its SHA-256 is not (the BLAKE2b
+ * trailer covers the snapshot).
  *
  * meta (may be NULL) is filled (kt_snap_meta_free it, also on error).
  * Errors: ECORRUPT (bad magic, header, block, record, order, count, hash,

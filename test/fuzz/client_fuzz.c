@@ -6,7 +6,10 @@
  * Seven requests of every type are pending (ids (n << 24) | slot, slots 0..6
  * in submission order: get, range, put, delete, txn, status, compact), then
  * a lease time-to-live with keys (slot 7, id (8 << 24) | 7) and one watch
- * (its stream id, sent after the HELLO: (1 << 62) | (9 << 24) | 0), so
+ * (its stream id, taken when it is sent after the HELLO: (1 << 62) |
+ * (12 << 24) | 0), a snapshot stream (slot 8, id (9 << 24) | 8), a hash-kv
+ * (slot 9, id (10 << 24) | 9) and an alarm list (slot 10, id (11 << 24) |
+ * 10), so
  * inputs can answer them, answer them wrongly, or break the framing. The
  * callbacks read every byte of every result. Whatever arrives, the client must
  * neither crash nor read out of bounds; pending requests end at close.
@@ -71,6 +74,23 @@ static void cb(void *arg, int err, const ketch_result *res) {
   }
   if (err)
     return;
+  if (res->type == KETCH_OP_SNAPSHOT) {
+    const uint8_t *p = res->snapshot.blob;
+    for (size_t i = 0; i < res->snapshot.blob_len; i++)
+      sink += p[i];
+    sink += res->snapshot.remaining_bytes;
+    return;
+  }
+  if (res->type == KETCH_OP_ALARM) {
+    for (size_t i = 0; i < res->alarm.n_alarms; i++)
+      sink += res->alarm.alarms[i].member_id + (uint64_t)res->alarm.alarms[i].alarm;
+    return;
+  }
+  if (res->type == KETCH_OP_HASH_KV) {
+    sink += res->hash_kv.hash + (uint64_t)res->hash_kv.compact_revision +
+            (uint64_t)res->hash_kv.hash_revision;
+    return;
+  }
   if (res->type >= KETCH_OP_LEASE_GRANT && res->type <= KETCH_OP_LEASE_LEASES) {
     for (size_t i = 0; i < res->lease.n_keys; i++)
       touch_kv(&res->lease.keys[i]);
@@ -146,6 +166,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       .key = "a", .key_len = 1, .prefix = true, .prev_kv = true, .fragment = true};
   uint64_t wh;
   ketch_watch(c, &wq, cb, NULL, &wh);
+  ketch_snapshot_async(c, cb, NULL);
+  ketch_hash_kv_async(c, 0, cb, NULL);
+  ketch_alarm_async(c, KETCH_ALARM_GET, 0, KETCH_ALARM_NONE, cb, NULL);
 
   int afd = -1;
   for (int i = 0; i < 1000 && afd < 0; i++) {

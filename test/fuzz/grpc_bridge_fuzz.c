@@ -5,8 +5,8 @@
  * connects; closing the handle completes each call exactly once.
  * First byte 0xd0..0xdf: (byte & 15) % 4 picks Cluster's MemberAdd,
  * MemberRemove, MemberUpdate or MemberPromote.
- * Streams (first byte 0xe0..0xef: (byte & 15) % 9 picks Watch, LeaseKeepAlive,
- * Lock, Unlock, Campaign, Proclaim, Leader, Resign or Observe): the rest
+ * Streams (first byte 0xe0..0xef: (byte & 15) % 10 picks Watch, LeaseKeepAlive,
+ * Lock, Unlock, Campaign, Proclaim, Leader, Resign, Observe or Snapshot): the rest
  * is a sequence of request messages, each a 1-byte length and its bytes, fed
  * one by one; then the stream is closed and the handle too: every watch and
  * call must be released (LeakSanitizer) and io must not be used after close. */
@@ -62,7 +62,7 @@ static void fuzz_stream(ketch_client *c, const uint8_t *d, size_t n, unsigned me
   stream_closed = false;
   stream_pending = 0;
   kt_bridge_stream *s =
-      kt_bridge_stream_open(c, stream_methods[method % 9], 1 << 20, &fuzz_io, NULL);
+      kt_bridge_stream_open(c, stream_methods[method % 10], 1 << 20, &fuzz_io, NULL);
   if (!s)
     return;
   size_t off = 0;
@@ -103,7 +103,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                       "/etcdserverpb.Cluster/MemberList",
                                       "/etcdserverpb.Maintenance/MoveLeader",
                                       "/etcdserverpb.Lease/LeaseKeepAlive",
-                                      "/etcdserverpb.Maintenance/Alarm"};
+                                      "/etcdserverpb.Maintenance/Alarm",
+                                      "/etcdserverpb.Maintenance/Defragment",
+                                      "/etcdserverpb.Maintenance/Hash",
+                                      "/etcdserverpb.Maintenance/HashKV",
+                                      "/etcdserverpb.Auth/UserList"};
   unsigned sel = buf[0];
   if (sel >= 0xf0) { /* a grpc-timeout value */
     int64_t t = kt_bridge_parse_timeout(buf + 1, size - 1);
@@ -130,7 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       "/etcdserverpb.Cluster/MemberAdd", "/etcdserverpb.Cluster/MemberRemove",
       "/etcdserverpb.Cluster/MemberUpdate", "/etcdserverpb.Cluster/MemberPromote"};
   calls_done = 0;
-  kt_bridge_call(c, sel >= 0xd0 ? member_paths_fuzz[(sel & 15) % 4] : paths[sel % 16], buf + 1,
+  kt_bridge_call(c, sel >= 0xd0 ? member_paths_fuzz[(sel & 15) % 4] : paths[sel % 20], buf + 1,
                  size - 1, 1 << 20, done, NULL);
   ketch_close(c);
   if (calls_done != 1)

@@ -974,7 +974,7 @@ static void fz_resp(struct kt_buf *b, uint8_t type, uint64_t id) {
   kt_proto_encode_resp(b, &r);
 }
 
-#define FZ_WATCH_ID ((1ull << 62) | (9ull << 24))
+#define FZ_WATCH_ID ((1ull << 62) | (12ull << 24)) /* sent after the HELLO: seq 12 */
 
 static void fz_watch(struct kt_buf *b) {
   static struct kt_event ev[3];

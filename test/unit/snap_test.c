@@ -11,6 +11,7 @@
 #include <msgpack.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <sodium.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -791,5 +792,86 @@ TEST(huge_block_length_in_tiny_file) {
   CHECK_EQ(kt_snap_load_mem(g, hlen + sizeof blk, "m", NULL, NULL, NULL, &err), KT_ECORRUPT);
   CHECK(strstr(err.msg, "bad raw length"));
   free(g);
+  free(f);
+}
+
+/* The etcd envelope (snap.h) that ketch-grpc wraps a snapshot in for
+ * etcdctl: read as the snapshot inside; anything else after the trailer is
+ * still refused. */
+static size_t envelope(const uint8_t *f, size_t n, uint8_t *out) {
+  size_t total = (size_t)kt_snap_env_size(n), pad = total - n - KT_SNAP_ENV_TAIL;
+  memcpy(out, f, n);
+  memset(out + n, 0, pad);
+  memcpy(out + n + pad, KT_SNAP_ENV_MAGIC, 8);
+  kt_put_u64be(out + n + pad + 8, n);
+  crypto_hash_sha256(out + total - 32, out, total - 32);
+  return total;
+}
+
+TEST(etcd_envelope_reads_as_the_snapshot_inside) {
+  const char *dir = kt_test_tmpdir();
+  char path[4096], env[4200];
+  size_t n;
+  uint8_t *f = small_snapshot(dir, 40, &n, path, sizeof path);
+  CHECK(f);
+  uint8_t *e = malloc(n + 1024);
+  size_t total = envelope(f, n, e);
+  CHECK_EQ(total % 512, 32);
+  snprintf(env, sizeof env, "%s/etcdctl.db", dir);
+  write_file(env, e, total);
+  struct kt_snap_meta plain = {0}, got = {0};
+  struct kt_err err = {0};
+  CHECK_EQ(kt_snap_verify(path, &plain, &err), 0);
+  CHECK_EQ(kt_snap_verify(env, &got, &err), 0);
+  CHECK_EQ(got.file_bytes, n);
+  kt_snap_meta_free(&got);
+  CHECK_EQ(kt_snap_load_mem(e, total, "env", NULL, NULL, &got, &err), 0); /* the fuzzed path */
+  CHECK_EQ(got.file_bytes, n);
+  CHECK(memcmp(got.hash, plain.hash, sizeof got.hash) == 0 && got.live_keys == plain.live_keys);
+  kt_snap_meta_free(&plain);
+  kt_snap_meta_free(&got);
+  /* a non-zero padding byte, a wrong length, a wrong magic: not an
+   * envelope, so bytes after the trailer */
+  size_t spots[] = {n, total - 40, total - 48};
+  for (size_t i = 0; i < sizeof spots / sizeof spots[0]; i++) {
+    e[spots[i]] ^= 0x01;
+    write_file(env, e, total);
+    memset(&err, 0, sizeof err);
+    CHECK_EQ(kt_snap_verify(env, NULL, &err), KT_ECORRUPT);
+    CHECK(strstr(err.msg, "bytes after the trailer") != NULL);
+    CHECK_EQ(kt_snap_load_mem(e, total, "env", NULL, NULL, NULL, &err), KT_ECORRUPT);
+    e[spots[i]] ^= 0x01;
+  }
+  /* a damaged snapshot inside an intact envelope is refused by its hash */
+  e[n / 2] ^= 0x40;
+  write_file(env, e, total);
+  CHECK_EQ(kt_snap_verify(env, NULL, &err), KT_ECORRUPT);
+  free(e);
+  free(f);
+}
+
+/* Fuzz seeds of the envelope (KT_SNAP_GEN_CORPUS=dir ... gen_envelope): a
+ * whole one, and ones whose padding, length or magic is wrong. */
+TEST(gen_envelope_fuzz_corpus) {
+  const char *out = getenv("KT_SNAP_GEN_CORPUS");
+  if (!out)
+    return;
+  char path[4096], p[4200];
+  size_t n;
+  uint8_t *f = small_snapshot(kt_test_tmpdir(), 5, &n, path, sizeof path);
+  CHECK(f);
+  uint8_t *e = malloc(n + 1024);
+  size_t total = envelope(f, n, e);
+  static const char *const names[] = {"env-valid", "env-bad-pad", "env-bad-len", "env-bad-magic"};
+  size_t spots[] = {0, n, total - 40, total - 48};
+  for (size_t i = 0; i < 4; i++) {
+    if (i)
+      e[spots[i]] ^= 0x01;
+    snprintf(p, sizeof p, "%s/%s", out, names[i]);
+    write_file(p, e, total);
+    if (i)
+      e[spots[i]] ^= 0x01;
+  }
+  free(e);
   free(f);
 }

@@ -1,5 +1,6 @@
 /* tools/grpc-bridge/bridge_kv.c — etcd's unary calls (KV, Lease, Cluster,
- * Maintenance.Status/MoveLeader) mapped onto libketch:
+ * Maintenance.Status/MoveLeader/Alarm/Defragment/Hash/HashKV) mapped onto
+ * libketch:
  * protobuf requests to ketch requests, ketch results to protobuf responses,
  * ketch errors to etcd's gRPC statuses (see bridge.h). */
 #include "bridge.h"
@@ -142,6 +143,9 @@ enum {
   M_MEMBER_LIST,
   M_MOVE_LEADER,
   M_ALARM,
+  M_DEFRAGMENT,
+  M_HASH,
+  M_HASH_KV,
   M_N
 };
 static const char *const method_paths[M_N] = {
@@ -158,6 +162,9 @@ static const char *const method_paths[M_N] = {
     "/etcdserverpb.Cluster/MemberList",
     "/etcdserverpb.Maintenance/MoveLeader",
     "/etcdserverpb.Maintenance/Alarm",
+    "/etcdserverpb.Maintenance/Defragment",
+    "/etcdserverpb.Maintenance/Hash",
+    "/etcdserverpb.Maintenance/HashKV",
 };
 /* Streaming methods, served by bridge_stream.c. */
 static const char *const stream_paths[] = {
@@ -172,6 +179,7 @@ static const char *const stream_paths[] = {
     "/v3electionpb.Election/Leader",
     "/v3electionpb.Election/Observe",
     "/v3electionpb.Election/Resign",
+    "/etcdserverpb.Maintenance/Snapshot",
 };
 /* Cluster's membership changes: their own table and member_call(). */
 enum { MC_ADD, MC_REMOVE, MC_UPDATE, MC_PROMOTE, MC_N };
@@ -216,7 +224,7 @@ int kt_bridge_method(const char *path, char *msg, size_t msg_len) {
     if (strlen(etcd_services[i]) == svc_len && memcmp(svc, etcd_services[i], svc_len) == 0) {
       snprintf(msg, msg_len,
                "ketch-grpc: %.*s/%.64s is not implemented (served: KV, Watch, Lease, "
-               "Cluster, Maintenance/Status, MoveLeader and Alarm GET, Lock, Election)",
+               "Cluster, Maintenance, Lock, Election; ketch has no auth yet)",
                (int)svc_len, svc, meth);
       return KT_BRIDGE_UNIMPLEMENTED;
     }
@@ -926,30 +934,57 @@ static void on_result(void *arg, int err, const ketch_result *res) {
     m = (const ProtobufCMessage *)mk_members(&a, h, &res->member_list);
     break;
   case M_ALARM: {
-    /* The connected member's alarms, from its status: etcd's
-     * "memberID:<id> alarm:<type>" strings (member 0: that member). etcd
-     * lists the cluster's: the others' are not known here. */
-    const ketch_status_result *st = &res->status;
+    /* GET: the connected member's list (the cluster's alarms, as every
+     * member applies ACTIVATE/DEACTIVATE); ACTIVATE/DEACTIVATE: the alarm
+     * changed. No header: etcd 3.4 sends none. */
+    size_t n = res->alarm.n_alarms;
     Etcdserverpb__AlarmResponse *o = ar_alloc(&a, sizeof *o);
-    Etcdserverpb__AlarmMember **v = ar_alloc(&a, (st->n_errors ? st->n_errors : 1) * sizeof *v);
-    if (!o || !v)
+    Etcdserverpb__AlarmMember **v = ar_alloc(&a, (n ? n : 1) * sizeof *v);
+    Etcdserverpb__AlarmMember *am = ar_alloc(&a, (n ? n : 1) * sizeof *am);
+    if (!o || !v || !am)
       break;
-    etcdserverpb__alarm_response__init(o); /* no header: etcd sends none */
+    etcdserverpb__alarm_response__init(o);
+    for (size_t i = 0; i < n; i++) {
+      etcdserverpb__alarm_member__init(&am[i]);
+      am[i].memberid = res->alarm.alarms[i].member_id;
+      am[i].alarm = (Etcdserverpb__AlarmType)res->alarm.alarms[i].alarm;
+      v[i] = &am[i];
+    }
     o->alarms = v;
-    for (size_t i = 0; i < st->n_errors; i++) {
-      unsigned long long id = 0;
-      char type[16];
-      if (sscanf(st->errors[i], "memberID:%llu alarm:%15s", &id, type) != 2)
-        continue;
-      Etcdserverpb__AlarmMember *am = ar_alloc(&a, sizeof *am);
-      if (!am)
-        break;
-      etcdserverpb__alarm_member__init(am);
-      am->memberid = id ? id : res->header.member_id;
-      am->alarm = strcmp(type, "NOSPACE") == 0   ? ETCDSERVERPB__ALARM_TYPE__NOSPACE
-                  : strcmp(type, "CORRUPT") == 0 ? ETCDSERVERPB__ALARM_TYPE__CORRUPT
-                                                 : ETCDSERVERPB__ALARM_TYPE__NONE;
-      v[o->n_alarms++] = am;
+    o->n_alarms = n;
+    m = (const ProtobufCMessage *)o;
+    break;
+  }
+  case M_DEFRAGMENT: {
+    Etcdserverpb__DefragmentResponse *o = ar_alloc(&a, sizeof *o);
+    if (o) {
+      etcdserverpb__defragment_response__init(o);
+      o->header = h;
+    }
+    m = (const ProtobufCMessage *)o;
+    break;
+  }
+  case M_HASH: {
+    /* etcd hashes its whole backend file; ketch answers the same hash as
+     * HashKV at the current revision (the store is all it has). */
+    Etcdserverpb__HashResponse *o = ar_alloc(&a, sizeof *o);
+    if (o) {
+      etcdserverpb__hash_response__init(o);
+      o->header = h;
+      o->hash = res->hash_kv.hash;
+    }
+    m = (const ProtobufCMessage *)o;
+    break;
+  }
+  case M_HASH_KV: {
+    Etcdserverpb__HashKVResponse *o = ar_alloc(&a, sizeof *o);
+    if (o) {
+      etcdserverpb__hash_kvresponse__init(o);
+      o->header = h;
+      o->hash = res->hash_kv.hash;
+      /* etcd says -1 for a store never compacted */
+      o->compact_revision = res->hash_kv.compact_revision ? res->hash_kv.compact_revision : -1;
+      o->hash_revision = res->hash_kv.hash_revision;
     }
     m = (const ProtobufCMessage *)o;
     break;
@@ -1100,12 +1135,37 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
   case M_ALARM: {
     Etcdserverpb__AlarmRequest *r = etcdserverpb__alarm_request__unpack(NULL, len, msg);
     req = (ProtobufCMessage *)r;
-    if (r && r->action != ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__GET) {
-      err = KETCH_EUNSUPPORTED;
-      put_check_msg = "ketch-grpc: Maintenance/Alarm ACTIVATE and DEACTIVATE are not "
-                      "implemented (GET is)";
+    if (r && ((unsigned)r->action > ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__DEACTIVATE ||
+              (unsigned)r->alarm > ETCDSERVERPB__ALARM_TYPE__CORRUPT)) {
+      err = KETCH_EINVAL;
+      put_check_msg = "ketch-grpc: unknown alarm action or type";
     } else if (r) {
-      err = ketch_status_async(kc, on_result, c);
+      err = ketch_alarm_async(kc, (int)r->action, r->memberid, (int)r->alarm, on_result, c);
+    }
+    break;
+  }
+  case M_DEFRAGMENT: {
+    Etcdserverpb__DefragmentRequest *r = etcdserverpb__defragment_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r)
+      err = ketch_defragment_async(kc, on_result, c);
+    break;
+  }
+  case M_HASH: {
+    Etcdserverpb__HashRequest *r = etcdserverpb__hash_request__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r)
+      err = ketch_hash_kv_async(kc, 0, on_result, c);
+    break;
+  }
+  case M_HASH_KV: {
+    Etcdserverpb__HashKVRequest *r = etcdserverpb__hash_kvrequest__unpack(NULL, len, msg);
+    req = (ProtobufCMessage *)r;
+    if (r && r->revision < 0) {
+      /* etcd: a negative revision hashes the current one */
+      err = ketch_hash_kv_async(kc, 0, on_result, c);
+    } else if (r) {
+      err = ketch_hash_kv_async(kc, r->revision, on_result, c);
     }
     break;
   }

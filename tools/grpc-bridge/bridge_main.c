@@ -885,13 +885,14 @@ static void usage(FILE *f) {
   fprintf(f, "usage: ketch-grpc [--listen-addr HOST:PORT] [--endpoints LIST]\n"
              "                  [--max-request-bytes N] [--max-stream-queue-bytes N]\n"
              "                  [--log-level debug|info|warn|error]\n"
-             "etcd's v3 gRPC API (KV, Watch, Lease, Cluster.MemberList, Maintenance.Status,\n"
-             "MoveLeader and Alarm GET, v3lock, v3election) in front of a ketch cluster.\n"
+             "etcd's v3 gRPC API (KV, Watch, Lease, Cluster.MemberList, Maintenance, v3lock,\n"
+             "v3election) in front of a ketch cluster.\n"
              "  --listen-addr        gRPC (h2c) listen address (default 127.0.0.1:2379)\n"
              "  --endpoints          ketch members, comma separated (default 127.0.0.1:2479)\n"
              "  --max-request-bytes  largest write request accepted (default 1572864)\n"
              "  --max-stream-queue-bytes  responses a stream may queue for a client that\n"
-             "                       does not read; a watch beyond it is cancelled\n"
+             "                       does not read; a watch or snapshot beyond it is\n"
+             "                       cancelled\n"
              "                       (default 8388608)\n"
              "  --log-level          debug, info, warn or error (default info)\n");
 }

@@ -31,10 +31,12 @@
  * promises exactly one, last). */
 #include "bridge.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../snap/snap.h"
 #include "../grpc/grpc_client.h"
 #include "kv.pb-c.h"
 #include "rpc.pb-c.h"
@@ -55,6 +57,7 @@ enum {
   S_LEADER,
   S_RESIGN,
   S_OBSERVE,
+  S_SNAPSHOT, /* Maintenance.Snapshot: server stream of the member's snapshot file */
 };
 
 static const char *const stream_methods[] = {
@@ -67,6 +70,7 @@ static const char *const stream_methods[] = {
     [S_LEADER] = "/v3electionpb.Election/Leader",
     [S_RESIGN] = "/v3electionpb.Election/Resign",
     [S_OBSERVE] = "/v3electionpb.Election/Observe",
+    [S_SNAPSHOT] = "/etcdserverpb.Maintenance/Snapshot",
 };
 
 struct bwatch;
@@ -91,6 +95,10 @@ struct kt_bridge_stream {
   size_t pending;
   /* Lock / Election */
   struct rop *op;
+  /* Snapshot: the ketch file is sent in the etcd envelope (snap/snap.h) */
+  bool snapshot_started;
+  uint64_t snap_len, snap_sent; /* the ketch file's size, bytes sent */
+  crypto_hash_sha256_state snap_sha;
 };
 
 struct bwatch {
@@ -1168,6 +1176,87 @@ static void recipe_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
     recipe_fail(s, err, ketch_errmsg(s->kc));
 }
 
+/* ---- Maintenance.Snapshot ----
+ * One ketch_snapshot_async per call: each piece of the member's snapshot
+ * file becomes a SnapshotResponse, and after the last one the etcd envelope's
+ * tail (zeros, "KETCHENV", the file's length, SHA-256 of all before: etcdctl
+ * 3.4 refuses a snapshot that is not 512*k + 32 bytes ending in a SHA-256);
+ * remaining_bytes count the whole envelope, as etcd's count its file. libketch's
+ * stream cannot be paused (one handle serves every client), so a piece that
+ * does not fit the stream's queue (io->room: the client stops reading) ends
+ * the call with RESOURCE_EXHAUSTED; the rest of the transfer is dropped as it
+ * arrives, and the bridge's memory stays bounded. */
+
+static void on_snapshot(void *arg, int err, const ketch_result *res) {
+  kt_bridge_stream *s = arg;
+  bool last = err || res->snapshot.remaining_bytes == 0;
+  if (s->io && !s->finished) {
+    if (err) {
+      int st;
+      const char *m = kt_bridge_error(err, res->message, &st);
+      stream_finish(s, st, m);
+    } else if (!s->io->room(s->arg, res->snapshot.blob_len + 64)) {
+      stream_finish(s, KT_GRPC_RESOURCE_EXHAUSTED,
+                    "ketch-grpc: snapshot receiver too slow (its stream queue is full)");
+    } else {
+      if (s->snap_sent == 0)
+        s->snap_len = res->snapshot.blob_len + res->snapshot.remaining_bytes;
+      uint64_t total = kt_snap_env_size(s->snap_len);
+      Etcdserverpb__ResponseHeader h;
+      Etcdserverpb__SnapshotResponse r;
+      fill_header(&h, &res->header, s->kc);
+      etcdserverpb__snapshot_response__init(&r);
+      r.header = &h;
+      r.blob.data = (uint8_t *)res->snapshot.blob;
+      r.blob.len = res->snapshot.blob_len;
+      crypto_hash_sha256_update(&s->snap_sha, r.blob.data, r.blob.len);
+      s->snap_sent += r.blob.len;
+      r.remaining_bytes = total - s->snap_sent;
+      send_msg(s, &r);
+      if (last) {
+        uint8_t tail[512 + KT_SNAP_ENV_TAIL] = {0};
+        size_t pad = (size_t)(total - s->snap_len - KT_SNAP_ENV_TAIL);
+        memcpy(tail + pad, KT_SNAP_ENV_MAGIC, 8);
+        kt_put_u64be(tail + pad + 8, s->snap_len);
+        crypto_hash_sha256_update(&s->snap_sha, tail, pad + 16);
+        crypto_hash_sha256_final(&s->snap_sha, tail + pad + 16);
+        r.blob.data = tail;
+        r.blob.len = pad + KT_SNAP_ENV_TAIL;
+        r.remaining_bytes = 0;
+        send_msg(s, &r);
+        stream_finish(s, KT_GRPC_OK, "");
+      }
+    }
+  }
+  if (last) {
+    if (s->io)
+      s->io->pending(s->arg, -1);
+    stream_unref(s);
+  }
+}
+
+static void snapshot_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
+  Etcdserverpb__SnapshotRequest *r = etcdserverpb__snapshot_request__unpack(NULL, len, msg);
+  if (!r) {
+    stream_finish(s, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf");
+    return;
+  }
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  if (s->snapshot_started)
+    return; /* a server stream takes one request */
+  int err = ketch_snapshot_async(s->kc, on_snapshot, s);
+  if (err) {
+    int st;
+    const char *m = kt_bridge_error(err, ketch_errmsg(s->kc), &st);
+    stream_finish(s, st, m);
+    return;
+  }
+  s->snapshot_started = true;
+  crypto_hash_sha256_init(&s->snap_sha);
+  s->refs++;
+  s->io->pending(s->arg, +1);
+}
+
 /* ---- the stream ---- */
 
 kt_bridge_stream *kt_bridge_stream_open(ketch_client *kc, const char *path,
@@ -1198,6 +1287,8 @@ void kt_bridge_stream_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) 
     watch_recv(s, msg, len);
   else if (s->method == S_KEEPALIVE)
     keepalive_recv(s, msg, len);
+  else if (s->method == S_SNAPSHOT)
+    snapshot_recv(s, msg, len);
   else
     recipe_recv(s, msg, len);
 }
@@ -1208,7 +1299,9 @@ void kt_bridge_stream_eof(kt_bridge_stream *s) {
   s->eof = true;
   if (s->method == S_KEEPALIVE && s->pending == 0)
     stream_finish(s, KT_GRPC_OK, "");
-  else if (s->method >= S_LOCK && !s->op)
+  else if (s->method == S_SNAPSHOT && !s->snapshot_started)
+    stream_finish(s, KT_GRPC_INTERNAL, "grpc: the request ended without a message");
+  else if (s->method >= S_LOCK && s->method != S_SNAPSHOT && !s->op)
     stream_finish(s, KT_GRPC_INTERNAL, "grpc: the request ended without a message");
 }
 

@@ -89,6 +89,32 @@ extern uint64_t ctl_member_id;
 void ctl_print_member_change(const ketch_result *res, const char *name, const char *peer_urls);
 void ctl_print_health(const struct ctl_ep_health *h, size_t n);
 
+/* ---- maintenance (maint.c runs them, print.c prints) ---- */
+struct ctl_ep_hashkv {
+  const char *endpoint;
+  const ketch_result *res; /* a KETCH_OP_HASH_KV result */
+};
+/* endpoint hashkv: "ep, hash" / ENDPOINT|HASH table / etcd's JSON (compact
+ * revision -1 when never compacted) / fields. */
+void ctl_print_hashkv(const struct ctl_ep_hashkv *h, size_t n);
+/* alarm list and alarm disarm (table refused, exit 4, as etcdctl). */
+void ctl_print_alarms(const ketch_result *res);
+
+/* maint.c: snapshot save, defrag, endpoint hashkv, alarm list / disarm. */
+void ctl_run_snapshot_save(int argc, char **argv);
+void ctl_run_defrag(int argc, char **argv);
+void ctl_run_hashkv(int argc, char **argv);
+void ctl_run_alarm_list(int argc, char **argv);
+void ctl_run_alarm_disarm(int argc, char **argv);
+extern bool ctl_defrag_cluster;
+extern int64_t ctl_hashkv_rev;
+/* main.c: the endpoints of --endpoints, or with cluster every client URL of
+ * the member list (etcdctl's endpointsFromCluster); a client on one. */
+int ctl_endpoints(char **out, int max, bool cluster);
+bool ctl_endpoint_cluster(void); /* endpoint --cluster */
+size_t ctl_endpoint_count(void); /* how many --endpoints were given */
+ketch_client *ctl_open_endpoint(const char *endpoint, char *msg, size_t msgcap);
+
 /* lease commands: etcdctl's printers (ids in hex in simple, decimal in
  * json/fields; json flattens the header like clientv3's structs). */
 void ctl_print_lease_grant(const ketch_result *res);

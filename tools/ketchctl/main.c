@@ -256,6 +256,18 @@ static struct flag elect_flags[] = {
 
 static struct flag help_flags[] = {{"help", 'h', FT_BOOL, "false", NULL, &help_flag, false}, {0}};
 
+/* maintenance (maint.c) */
+bool ctl_defrag_cluster;
+int64_t ctl_hashkv_rev;
+static struct flag defrag_flags[] = {{"cluster", 0, FT_BOOL, "false",
+                                      "use all endpoints from the cluster member list",
+                                      &ctl_defrag_cluster, false},
+                                     {0}};
+static struct flag hashkv_flags[] = {{"rev", 0, FT_INT, "0",
+                                      "maximum revision to hash (default: all revisions)",
+                                      &ctl_hashkv_rev, false},
+                                     {0}};
+
 /* Sets a flag from text; on error writes pflag's message into err. */
 static int flag_set(struct flag *f, const char *val, bool via_short, char *err, size_t errcap) {
   char why[200] = "";
@@ -553,14 +565,24 @@ static const char put_long[] =
     "will store the content of the file to <key>.\n";
 
 static const struct cmd commands[] = {
+    {"alarm disarm", "alarm disarm", "Disarms all alarms", NULL, NULL, ctl_run_alarm_disarm},
+    {"alarm list", "alarm list", "Lists all alarms", NULL, NULL, ctl_run_alarm_list},
     {"compaction", "compaction [options] <revision>", "Compacts the event history in ketch", NULL,
      compaction_flags, run_compaction},
+    {"defrag", "defrag", "Defragments the storage of the ketch members with given endpoints",
+     "ketch keeps its store in memory: defrag waits until compacted history is freed, returns "
+     "freed memory to the OS\nand writes a snapshot so the WAL before the previous snapshot is "
+     "purged.\n",
+     defrag_flags, ctl_run_defrag},
     {"del", "del [options] <key> [range_end]",
      "Removes the specified key or range of keys [key, range_end)", NULL, del_flags, run_del},
     {"elect", "elect <election-name> [proposal]", "Observes and participates in leader election",
      NULL, elect_flags, ctl_run_elect},
     {"endpoint health", "endpoint health",
      "Checks the healthiness of endpoints specified in `--endpoints` flag", NULL, NULL, run_health},
+    {"endpoint hashkv", "endpoint hashkv",
+     "Prints the KV history hash for each endpoint in --endpoints", NULL, hashkv_flags,
+     ctl_run_hashkv},
     {"endpoint status", "endpoint status",
      "Prints out the status of endpoints specified in `--endpoints` flag",
      "When --write-out is set to simple, this command prints out comma-separated status lists "
@@ -595,6 +617,11 @@ static const struct cmd commands[] = {
      member_update_flags, run_member_update},
     {"move-leader", "move-leader <transferee-member-id>",
      "Transfers leadership to another ketch cluster member.", NULL, NULL, run_move_leader},
+    {"snapshot save", "snapshot save <filename>",
+     "Stores a ketch node backend snapshot to a given file",
+     "The file is a ketch snapshot (snap/FORMAT.md): `ketchutl snapshot restore <filename> "
+     "--data-dir <dir>`\nmakes a new member's data dir from it.\n",
+     NULL, ctl_run_snapshot_save},
     {"put", "put [options] <key> <value> (<value> can also be given from stdin)",
      "Puts the given key into the store", put_long, put_flags, run_put},
     {"txn", "txn [options]", "Txn processes all the requests in one transaction", NULL, txn_flags,
@@ -712,12 +739,12 @@ static void usage_endpoint(void) {
   printf("NAME:\n\tendpoint - Endpoint related commands\n\n"
          "USAGE:\n\tketchctl endpoint <subcommand> [flags]\n\nAPI VERSION:\n\t%s\n\n\nCOMMANDS:\n",
          API_VERSION);
-  const char *cells[2] = {"health", "status"}, *texts[2] = {"", ""};
+  const char *cells[3] = {"hashkv", "health", "status"}, *texts[3] = {"", "", ""};
   for (const struct cmd *k = commands; k->name; k++)
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
       if (!strncmp(k->name, "endpoint ", 9) && !strcmp(k->name + 9, cells[i]))
         texts[i] = k->short_help;
-  tab_block("\t", cells, texts, 2);
+  tab_block("\t", cells, texts, 3);
   help_flags[0].usage = "help for endpoint";
   struct flag *local[] = {endpoint_flags, help_flags, NULL}, *global[] = {global_flags, NULL};
   printf("\nOPTIONS:\n");
@@ -765,8 +792,34 @@ static void usage_lease(void) {
   printf("\n");
 }
 
+/* alarm and snapshot: their subcommands from the table */
+static void usage_maint_group(const char *group, const char *what) {
+  printf("NAME:\n\t%s - %s\n\n"
+         "USAGE:\n\tketchctl %s <subcommand> [flags]\n\nAPI VERSION:\n\t%s\n\n\nCOMMANDS:\n",
+         group, what, group, API_VERSION);
+  const char *cells[4], *texts[4];
+  int n = 0;
+  size_t gl = strlen(group);
+  for (const struct cmd *k = commands; k->name && n < 4; k++)
+    if (!strncmp(k->name, group, gl) && k->name[gl] == ' ') {
+      cells[n] = k->name + gl + 1;
+      texts[n++] = k->short_help;
+    }
+  tab_block("\t", cells, texts, n);
+  static char help_text[64];
+  snprintf(help_text, sizeof help_text, "help for %s", group);
+  help_flags[0].usage = help_text;
+  struct flag *local[] = {help_flags, NULL}, *global[] = {global_flags, NULL};
+  printf("\nOPTIONS:\n");
+  flag_usages(local);
+  printf("\nGLOBAL OPTIONS:\n");
+  flag_usages(global);
+  printf("\n");
+}
+
 static bool is_group(const char *w) {
-  return !strcmp(w, "endpoint") || !strcmp(w, "member") || !strcmp(w, "lease");
+  return !strcmp(w, "endpoint") || !strcmp(w, "member") || !strcmp(w, "lease") ||
+         !strcmp(w, "alarm") || !strcmp(w, "snapshot");
 }
 
 /* group: "endpoint", "member", "lease" or NULL */
@@ -777,6 +830,10 @@ static void show_usage(const struct cmd *cmd, const char *group) {
     usage_endpoint();
   else if (group && !strcmp(group, "lease"))
     usage_lease();
+  else if (group && !strcmp(group, "alarm"))
+    usage_maint_group("alarm", "Alarm related commands");
+  else if (group && !strcmp(group, "snapshot"))
+    usage_maint_group("snapshot", "Manages ketch node snapshots");
   else if (group)
     usage_member();
   else
@@ -1146,6 +1203,23 @@ static int endpoints_for(char **out, int max) {
       out[n++] = (char *)m->client_urls[k];
   }
   return n;
+}
+
+int ctl_endpoints(char **out, int max, bool cluster) {
+  bool saved = ep_cluster;
+  ep_cluster = cluster;
+  int n = endpoints_for(out, max);
+  ep_cluster = saved;
+  return n;
+}
+bool ctl_endpoint_cluster(void) { return ep_cluster; }
+size_t ctl_endpoint_count(void) {
+  char *eps[64];
+  return (size_t)split_endpoints(eps, 64);
+}
+ketch_client *ctl_open_endpoint(const char *endpoint, char *msg, size_t msgcap) {
+  init_display();
+  return open_endpoints(endpoint, msg, msgcap);
 }
 
 static void run_status(int argc, char **argv) {

@@ -222,6 +222,12 @@ static void jstr(const char *k, const char *s, bool omitempty) {
   putchar('"');
 }
 
+static void json_begin(void) {
+  jdepth = 0;
+  jfirst[0] = true;
+  jopen(NULL, '{');
+}
+
 /* ---- the one header printer and the one key-value printer ---- */
 
 static void hdr(const ketch_header *h) {
@@ -596,6 +602,87 @@ void ctl_print_status(const struct ctl_ep_status *s, size_t n) {
   free(buf);
 }
 
+/* ---- maintenance: endpoint hashkv, alarm list / disarm ---- */
+
+void ctl_print_hashkv(const struct ctl_ep_hashkv *h, size_t n) {
+  if (ctl_display.format == CTL_JSON) {
+    jdepth = 0;
+    jfirst[0] = true;
+    jopen(NULL, '[');
+    for (size_t i = 0; i < n; i++) {
+      const ketch_hash_kv_result *r = &h[i].res->hash_kv;
+      jopen(NULL, '{');
+      jstr("Endpoint", h[i].endpoint, false);
+      jopen("HashKV", '{');
+      hdr(&h[i].res->header);
+      juint("hash", r->hash);
+      /* etcd reports -1 for a store never compacted */
+      jint("compact_revision", r->compact_revision ? r->compact_revision : -1);
+      jclose('}');
+      jclose('}');
+    }
+    jclose(']');
+    putchar('\n');
+    return;
+  }
+  if (ctl_display.format == CTL_FIELDS) {
+    for (size_t i = 0; i < n; i++) {
+      hdr(&h[i].res->header);
+      printf("\"Endpoint\" : ");
+      ctl_goquote(stdout, h[i].endpoint, strlen(h[i].endpoint));
+      printf("\n\"Hash\" : %" PRIu32 "\n\n", h[i].res->hash_kv.hash);
+    }
+    return;
+  }
+  static const char *const head[] = {"endpoint", "hash"};
+  char(*buf)[16] = calloc(n ? n : 1, sizeof *buf);
+  const char **cells = calloc(n ? n * 2 : 1, sizeof *cells);
+  if (!buf || !cells)
+    ctl_die(CTL_EXIT_ERROR, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    snprintf(buf[i], sizeof buf[i], "%" PRIu32, h[i].res->hash_kv.hash);
+    cells[2 * i] = h[i].endpoint;
+    cells[2 * i + 1] = buf[i];
+  }
+  rows_out(head, 2, cells, n);
+  free(cells);
+  free(buf);
+}
+
+/* etcdctl prints *pb.AlarmMember with %+v (gogo's compact text, trailing
+ * space) and its JSON without a header (etcd 3.4's AlarmResponse has none). */
+void ctl_print_alarms(const ketch_result *res) {
+  static const char *const names[] = {"NONE", "NOSPACE", "CORRUPT"};
+  const ketch_alarm_result *a = &res->alarm;
+  refuse_table();
+  if (ctl_display.format == CTL_JSON) {
+    json_begin();
+    if (a->n_alarms) {
+      jopen("alarms", '[');
+      for (size_t i = 0; i < a->n_alarms; i++) {
+        jopen(NULL, '{');
+        juint("memberID", a->alarms[i].member_id);
+        jint("alarm", a->alarms[i].alarm);
+        jclose('}');
+      }
+      jclose(']');
+    }
+    jclose('}');
+    putchar('\n');
+    return;
+  }
+  if (ctl_display.format == CTL_FIELDS)
+    hdr(&res->header);
+  for (size_t i = 0; i < a->n_alarms; i++) {
+    const char *name =
+        a->alarms[i].alarm >= 0 && a->alarms[i].alarm <= 2 ? names[a->alarms[i].alarm] : "NONE";
+    if (ctl_display.format == CTL_FIELDS)
+      printf("\"MemberID\" : %" PRIu64 "\n\"AlarmType\" : %s\n", a->alarms[i].member_id, name);
+    else
+      printf("memberID:%" PRIu64 " alarm:%s \n", a->alarms[i].member_id, name);
+  }
+}
+
 void ctl_print_health(const struct ctl_ep_health *h, size_t n) {
   switch (ctl_display.format) {
   case CTL_SIMPLE: /* etcdctl writes these lines to stderr */
@@ -801,12 +888,6 @@ static void hdr_flat(const ketch_header *h) {
   juint("member_id", h->member_id);
   jint("revision", h->revision);
   juint("raft_term", h->raft_term);
-}
-
-static void json_begin(void) {
-  jdepth = 0;
-  jfirst[0] = true;
-  jopen(NULL, '{');
 }
 
 void ctl_print_lease_grant(const ketch_result *res) {

@@ -106,8 +106,9 @@ static int usage(void) {
   return 2;
 }
 
-/* Copy `from` to `to` and fsync it. */
-static int copy_file(const char *from, const char *to) {
+/* Copy the first `len` bytes of `from` to `to` and fsync it (the snapshot
+ * inside an etcd envelope is the file's first meta.file_bytes bytes). */
+static int copy_file(const char *from, const char *to, uint64_t len) {
   int in = open(from, O_RDONLY | O_CLOEXEC);
   if (in < 0)
     return -1;
@@ -117,13 +118,17 @@ static int copy_file(const char *from, const char *to) {
     return -1;
   }
   char buf[1 << 16];
-  ssize_t n;
+  ssize_t n = 0;
   int rc = 0;
-  while ((n = read(in, buf, sizeof buf)) > 0)
+  while (len && (n = read(in, buf, len < sizeof buf ? (size_t)len : sizeof buf)) > 0) {
     if (write(out, buf, (size_t)n) != n) {
       rc = -1;
       break;
     }
+    len -= (uint64_t)n;
+  }
+  if (len)
+    n = -1; /* shorter than verified */
   if (n < 0 || fsync(out) < 0)
     rc = -1;
   close(in);
@@ -160,7 +165,7 @@ static int restore(const char *file, const char *dir) {
   }
   kt_snap_name(meta.term, meta.index, name, sizeof name);
   snprintf(path, sizeof path, "%s/member/snap/%s", dir, name);
-  if (copy_file(file, path) < 0) {
+  if (copy_file(file, path, meta.file_bytes) < 0) {
     fprintf(stderr, "Error: copy to %s: %s\n", path, strerror(errno));
     kt_snap_meta_free(&meta);
     return 1;
