@@ -12,7 +12,8 @@
  *     MSG_PROP: the member would apply a client's request twice — entries
  *     carry no dedup key — and the node's TCP links neither duplicate nor
  *     resend), delayed (which reorders) and cut by partitions, one-way too,
- *     that form and heal at random
+ *     that form and heal at random (all at once, or one member at a time:
+ *     "swizzle", so partitions heal in random order)
  *   - disk: a ready batch's entries + hard state become durable after a random
  *     delay, in order; only then is raft told (kt_raft_persisted). The disk
  *     is WAL bytes: each completed write appends its records (REC_HARDSTATE
@@ -1859,6 +1860,11 @@ static void sim_unit(struct sim *s, bool chaos) {
     uint64_t a = 1 + kt_rng_below(&s->rng, (uint64_t)s->n_nodes);
     uint64_t b = 1 + kt_rng_below(&s->rng, (uint64_t)s->n_nodes);
     s->oneway[a][b] = true;
+  } else if (chance(s, 20)) { /* swizzle: one member rejoins, its cuts heal */
+    int k = (int)kt_rng_below(&s->rng, (uint64_t)s->n_nodes);
+    s->nodes[k].group = 0;
+    for (int i = 0; i <= SIM_MAX_N; i++)
+      s->oneway[k + 1][i] = s->oneway[i][k + 1] = false;
   } else if (chance(s, 20)) { /* heal */
     for (int i = 0; i < SIM_MAX_N; i++)
       s->nodes[i].group = 0;
