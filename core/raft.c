@@ -1120,14 +1120,20 @@ void kt_raft_tick(struct kt_raft *r) {
   release_held(r);
 }
 
-int kt_raft_propose(struct kt_raft *r, const void *data, uint32_t len, uint64_t *index) {
+/* Appends (leader) or forwards (follower) one entry of `type`; a CONF entry
+ * only when no change is pending. */
+static int propose(struct kt_raft *r, uint8_t type, const void *data, uint32_t len,
+                   uint64_t *index) {
   kt_assert(!r->in_ready);
+  bool conf = type == KT_RAFT_ENTRY_CONF;
   if (index)
     *index = 0;
   if (r->role == KT_RAFT_LEADER) {
-    if (r->transferee)
+    if (r->transferee || (conf && conf_busy(r)))
       return KT_EBUSY;
-    append_one(r, r->term, KT_RAFT_ENTRY_NORMAL, data, len);
+    append_one(r, r->term, type, data, len);
+    if (conf)
+      r->pending_conf = last_index(r);
     if (index)
       *index = last_index(r);
     for (size_t i = 0; i < r->n_prs; i++)
@@ -1137,40 +1143,21 @@ int kt_raft_propose(struct kt_raft *r, const void *data, uint32_t len, uint64_t 
   }
   if (!r->lead)
     return KT_ENOLEADER;
+  if (conf && conf_busy(r))
+    return KT_EBUSY;
   struct kt_raft_entry *e = kt_arena_alloc(&r->arena, sizeof *e);
-  *e = (struct kt_raft_entry){0, 0, KT_RAFT_ENTRY_NORMAL, len,
-                              len ? kt_arena_dup(&r->arena, data, len) : NULL};
+  *e = (struct kt_raft_entry){0, 0, type, len, len ? kt_arena_dup(&r->arena, data, len) : NULL};
   struct kt_raft_msg m = {.type = KT_RAFT_MSG_PROP, .to = r->lead, .n_entries = 1, .entries = e};
   send(r, m);
   return 0;
 }
 
+int kt_raft_propose(struct kt_raft *r, const void *data, uint32_t len, uint64_t *index) {
+  return propose(r, KT_RAFT_ENTRY_NORMAL, data, len, index);
+}
+
 int kt_raft_propose_conf(struct kt_raft *r, const void *data, uint32_t len, uint64_t *index) {
-  kt_assert(!r->in_ready);
-  if (index)
-    *index = 0;
-  if (r->role == KT_RAFT_LEADER) {
-    if (r->transferee || conf_busy(r))
-      return KT_EBUSY;
-    append_one(r, r->term, KT_RAFT_ENTRY_CONF, data, len);
-    r->pending_conf = last_index(r);
-    if (index)
-      *index = last_index(r);
-    for (size_t i = 0; i < r->n_prs; i++)
-      if (r->prs[i].id != r->id)
-        send_append_all(r, &r->prs[i], false);
-    return 0;
-  }
-  if (!r->lead)
-    return KT_ENOLEADER;
-  if (conf_busy(r))
-    return KT_EBUSY;
-  struct kt_raft_entry *e = kt_arena_alloc(&r->arena, sizeof *e);
-  *e = (struct kt_raft_entry){0, 0, KT_RAFT_ENTRY_CONF, len,
-                              len ? kt_arena_dup(&r->arena, data, len) : NULL};
-  struct kt_raft_msg m = {.type = KT_RAFT_MSG_PROP, .to = r->lead, .n_entries = 1, .entries = e};
-  send(r, m);
-  return 0;
+  return propose(r, KT_RAFT_ENTRY_CONF, data, len, index);
 }
 
 /* What a configuration change implies for this member's role and, on the
