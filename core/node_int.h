@@ -268,7 +268,6 @@ void kt_node_member_free(struct kt_node *n);
 int kt_node_member_open(struct kt_node *n, struct kt_err *e);
 /* After the WAL opened: a new cluster's first entries (written and synced). */
 int kt_node_member_bootstrap(struct kt_node *n, struct replay *r, struct kt_err *e);
-void kt_node_member_before_raft(struct kt_node *n, bool snapshot_loaded);
 /* The transport's peers follow the table (created when a peer first appears). */
 int kt_node_member_sync_peers(struct kt_node *n, struct kt_err *e);
 void kt_node_member_conf(const struct kt_node *n, uint64_t *voters, size_t *nv, uint64_t *learners,

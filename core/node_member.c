@@ -162,6 +162,19 @@ static bool join_urls(char *out, size_t cap, const struct kt_bytes *v, uint32_t 
   return true;
 }
 
+/* The peer URLs of an ADD or UPDATE into out ("a,b"): EMEMBERBADURLS if a
+ * URL is not http://host:port, EPEERURLEXISTS if another member than
+ * `except` (the member updated; 0 for an add) has one of them. */
+static int peer_urls_check(struct kt_node *n, const struct kt_member_change_req *mc,
+                           uint64_t except, char *out, size_t cap, struct kt_err *e) {
+  if (!join_urls(out, cap, mc->peer_urls, mc->n_peer_urls))
+    return kt_err_set(e, KT_EMEMBERBADURLS, "%s", kt_strerror(KT_EMEMBERBADURLS));
+  for (size_t i = 0; i < n->n_members; i++)
+    if (n->members[i].id != except && urls_overlap(out, n->members[i].peer_urls))
+      return kt_err_set(e, KT_EPEERURLEXISTS, "%s", kt_strerror(KT_EPEERURLEXISTS));
+  return 0;
+}
+
 static void first_url(const char *list, char *out, size_t cap) {
   const char *c = strchr(list, ',');
   size_t l = c ? (size_t)(c - list) : strlen(list);
@@ -372,7 +385,7 @@ static bool active(struct kt_node *n, const struct kt_raft_member_state *rs, siz
 }
 
 static int check_change(struct kt_node *n, uint8_t type, const struct kt_member_change_req *mc,
-                        char *urls, size_t urls_cap, struct kt_err *e) {
+                        struct kt_err *e) {
   struct kt_raft_member_state rs[KT_RAFT_MAX_MEMBERS];
   size_t nrs = kt_raft_members(n->raft, rs, KT_ARRAY_LEN(rs));
   if (kt_raft_conf_pending(n->raft))
@@ -380,13 +393,11 @@ static int check_change(struct kt_node *n, uint8_t type, const struct kt_member_
   const struct kt_node_member *m = type == KT_MSG_MEMBER_ADD ? NULL : find(n, mc->id);
   if (type != KT_MSG_MEMBER_ADD && !m)
     return kt_err_set(e, KT_EMEMBERNOTFOUND, "%s", kt_strerror(KT_EMEMBERNOTFOUND));
-  if (type == KT_MSG_MEMBER_ADD || type == KT_MSG_MEMBER_UPDATE) {
-    if (!join_urls(urls, urls_cap, mc->peer_urls, mc->n_peer_urls))
-      return kt_err_set(e, KT_EMEMBERBADURLS, "%s", kt_strerror(KT_EMEMBERBADURLS));
-    for (size_t i = 0; i < n->n_members; i++)
-      if ((!m || n->members[i].id != m->id) && urls_overlap(urls, n->members[i].peer_urls))
-        return kt_err_set(e, KT_EPEERURLEXISTS, "%s", kt_strerror(KT_EPEERURLEXISTS));
-  }
+  char urls[512];
+  int rc;
+  if ((type == KT_MSG_MEMBER_ADD || type == KT_MSG_MEMBER_UPDATE) &&
+      (rc = peer_urls_check(n, mc, m ? m->id : 0, urls, sizeof urls, e)))
+    return rc;
   size_t voters = kt_node_member_voters(n), started = 0;
   for (size_t i = 0; i < n->n_members; i++)
     if (!n->members[i].learner && (type != KT_MSG_MEMBER_REMOVE || n->members[i].id != mc->id))
@@ -449,9 +460,8 @@ void kt_node_member_request(struct kt_node *n, struct kt_conn *c, uint64_t from,
     if (!ms->changes[i].used)
       ch = &ms->changes[i];
   struct kt_err e = {0};
-  char urls[512];
   struct kt_member_change_req mc = req->u.member;
-  int rc = ch ? check_change(n, req->type, &mc, urls, sizeof urls, &e)
+  int rc = ch ? check_change(n, req->type, &mc, &e)
               : kt_err_set(&e, KT_EBUSY, "a membership change is already in progress");
   if (rc) {
     answer_now(n, c, req->id, from, seq, req->type, rc, e.msg);
@@ -495,6 +505,7 @@ void kt_node_member_client(struct kt_node *n, struct kt_conn *c, const struct kt
 static int apply_change(struct kt_node *n, uint8_t type, const struct kt_member_change_req *mc,
                         struct kt_err *e) {
   char urls[512];
+  int rc;
   struct kt_node_member *m = find(n, mc->id);
   if (!mc->id)
     return kt_err_set(e, KT_EINVAL, "member id 0");
@@ -502,11 +513,8 @@ static int apply_change(struct kt_node *n, uint8_t type, const struct kt_member_
   case KT_MSG_MEMBER_ADD: {
     if (m || kt_node_member_removed(n, mc->id))
       return kt_err_set(e, KT_EMEMBEREXISTS, "%s", kt_strerror(KT_EMEMBEREXISTS));
-    if (!join_urls(urls, sizeof urls, mc->peer_urls, mc->n_peer_urls))
-      return kt_err_set(e, KT_EMEMBERBADURLS, "%s", kt_strerror(KT_EMEMBERBADURLS));
-    for (size_t i = 0; i < n->n_members; i++)
-      if (urls_overlap(urls, n->members[i].peer_urls))
-        return kt_err_set(e, KT_EPEERURLEXISTS, "%s", kt_strerror(KT_EPEERURLEXISTS));
+    if ((rc = peer_urls_check(n, mc, 0, urls, sizeof urls, e)))
+      return rc;
     if (n->n_members >= KT_NODE_MAX_MEMBERS)
       return kt_err_set(e, KT_EINVAL, "too many members (at most %d)", KT_NODE_MAX_MEMBERS);
     if (kt_raft_apply_conf(
@@ -539,11 +547,8 @@ static int apply_change(struct kt_node *n, uint8_t type, const struct kt_member_
   case KT_MSG_MEMBER_UPDATE:
     if (!m)
       return kt_err_set(e, KT_EMEMBERNOTFOUND, "%s", kt_strerror(KT_EMEMBERNOTFOUND));
-    if (!join_urls(urls, sizeof urls, mc->peer_urls, mc->n_peer_urls))
-      return kt_err_set(e, KT_EMEMBERBADURLS, "%s", kt_strerror(KT_EMEMBERBADURLS));
-    for (size_t i = 0; i < n->n_members; i++)
-      if (n->members[i].id != m->id && urls_overlap(urls, n->members[i].peer_urls))
-        return kt_err_set(e, KT_EPEERURLEXISTS, "%s", kt_strerror(KT_EPEERURLEXISTS));
+    if ((rc = peer_urls_check(n, mc, m->id, urls, sizeof urls, e)))
+      return rc;
     snprintf(m->peer_urls, sizeof m->peer_urls, "%s", urls);
     return 0;
   case KT_MSG_MEMBER_PROMOTE:
@@ -1102,15 +1107,6 @@ int kt_node_member_bootstrap(struct kt_node *n, struct replay *r, struct kt_err 
   kt_log(KT_LOG_INFO, "member", "new cluster %016llx: %zu members written to the log",
          (unsigned long long)n->cluster_id, ms->n_initial);
   return 0;
-}
-
-/* Before raft starts: the table is the snapshot's (load_snapshot adopted it)
- * or empty (the log rebuilds it from index 1). */
-void kt_node_member_before_raft(struct kt_node *n, bool snapshot_loaded) {
-  if (!snapshot_loaded) {
-    n->n_members = 0;
-    n->n_removed = 0;
-  }
 }
 
 bool kt_node_member_is_learner(const struct kt_node *n) {
