@@ -735,81 +735,31 @@ static void usage(const struct cmd *c) {
   printf("\n");
 }
 
-static void usage_endpoint(void) {
-  printf("NAME:\n\tendpoint - Endpoint related commands\n\n"
-         "USAGE:\n\tketchctl endpoint <subcommand> [flags]\n\nAPI VERSION:\n\t%s\n\n\nCOMMANDS:\n",
-         API_VERSION);
-  const char *cells[3] = {"hashkv", "health", "status"}, *texts[3] = {"", "", ""};
-  for (const struct cmd *k = commands; k->name; k++)
-    for (int i = 0; i < 3; i++)
-      if (!strncmp(k->name, "endpoint ", 9) && !strcmp(k->name + 9, cells[i]))
-        texts[i] = k->short_help;
-  tab_block("\t", cells, texts, 3);
-  help_flags[0].usage = "help for endpoint";
-  struct flag *local[] = {endpoint_flags, help_flags, NULL}, *global[] = {global_flags, NULL};
-  printf("\nOPTIONS:\n");
-  flag_usages(local);
-  printf("\nGLOBAL OPTIONS:\n");
-  flag_usages(global);
-  printf("\n");
-}
-
-static void usage_member(void) {
-  printf("NAME:\n\tmember - Membership related commands\n\n"
-         "USAGE:\n\tketchctl member <subcommand> [flags]\n\nAPI VERSION:\n\t%s\n\n\nCOMMANDS:\n",
-         API_VERSION);
-  const char *cells[5] = {"add", "list", "promote", "remove", "update"}, *texts[5] = {0};
-  for (const struct cmd *k = commands; k->name; k++)
-    for (int i = 0; i < 5; i++)
-      if (!strncmp(k->name, "member ", 7) && !strcmp(k->name + 7, cells[i]))
-        texts[i] = k->short_help;
-  tab_block("\t", cells, texts, 5);
-  help_flags[0].usage = "help for member";
-  struct flag *local[] = {help_flags, NULL}, *global[] = {global_flags, NULL};
-  printf("\nOPTIONS:\n");
-  flag_usages(local);
-  printf("\nGLOBAL OPTIONS:\n");
-  flag_usages(global);
-  printf("\n");
-}
-
-static void usage_lease(void) {
-  printf("NAME:\n\tlease - Lease related commands\n\n"
-         "USAGE:\n\tketchctl lease <subcommand> [flags]\n\nAPI VERSION:\n\t%s\n\n\nCOMMANDS:\n",
-         API_VERSION);
-  const char *cells[5] = {"grant", "keep-alive", "list", "revoke", "timetolive"}, *texts[5] = {0};
-  for (const struct cmd *k = commands; k->name; k++)
-    for (int i = 0; i < 5; i++)
-      if (!strncmp(k->name, "lease ", 6) && !strcmp(k->name + 6, cells[i]))
-        texts[i] = k->short_help;
-  tab_block("\t", cells, texts, 5);
-  help_flags[0].usage = "help for lease";
-  struct flag *local[] = {help_flags, NULL}, *global[] = {global_flags, NULL};
-  printf("\nOPTIONS:\n");
-  flag_usages(local);
-  printf("\nGLOBAL OPTIONS:\n");
-  flag_usages(global);
-  printf("\n");
-}
-
-/* alarm and snapshot: their subcommands from the table */
-static void usage_maint_group(const char *group, const char *what) {
+/* A command group's help page (etcdctl's): its subcommands by name,
+ * the group's own flags (extra, may be NULL) and the global ones. */
+static void usage_group(const char *group, const char *what, struct flag *extra) {
   printf("NAME:\n\t%s - %s\n\n"
          "USAGE:\n\tketchctl %s <subcommand> [flags]\n\nAPI VERSION:\n\t%s\n\n\nCOMMANDS:\n",
          group, what, group, API_VERSION);
-  const char *cells[4], *texts[4];
+  const char *cells[8], *texts[8];
   int n = 0;
   size_t gl = strlen(group);
-  for (const struct cmd *k = commands; k->name && n < 4; k++)
+  for (const struct cmd *k = commands; k->name && n < 8; k++)
     if (!strncmp(k->name, group, gl) && k->name[gl] == ' ') {
-      cells[n] = k->name + gl + 1;
-      texts[n++] = k->short_help;
+      int at = n++; /* cobra lists subcommands sorted by name */
+      for (; at > 0 && strcmp(cells[at - 1], k->name + gl + 1) > 0; at--) {
+        cells[at] = cells[at - 1];
+        texts[at] = texts[at - 1];
+      }
+      cells[at] = k->name + gl + 1;
+      texts[at] = k->short_help;
     }
   tab_block("\t", cells, texts, n);
   static char help_text[64];
   snprintf(help_text, sizeof help_text, "help for %s", group);
   help_flags[0].usage = help_text;
-  struct flag *local[] = {help_flags, NULL}, *global[] = {global_flags, NULL};
+  struct flag *local[] = {extra ? extra : help_flags, extra ? help_flags : NULL, NULL};
+  struct flag *global[] = {global_flags, NULL};
   printf("\nOPTIONS:\n");
   flag_usages(local);
   printf("\nGLOBAL OPTIONS:\n");
@@ -827,15 +777,15 @@ static void show_usage(const struct cmd *cmd, const char *group) {
   if (cmd)
     usage(cmd);
   else if (group && !strcmp(group, "endpoint"))
-    usage_endpoint();
+    usage_group("endpoint", "Endpoint related commands", endpoint_flags);
   else if (group && !strcmp(group, "lease"))
-    usage_lease();
+    usage_group("lease", "Lease related commands", NULL);
   else if (group && !strcmp(group, "alarm"))
-    usage_maint_group("alarm", "Alarm related commands");
+    usage_group("alarm", "Alarm related commands", NULL);
   else if (group && !strcmp(group, "snapshot"))
-    usage_maint_group("snapshot", "Manages ketch node snapshots");
+    usage_group("snapshot", "Manages ketch node snapshots", NULL);
   else if (group)
-    usage_member();
+    usage_group("member", "Membership related commands", NULL);
   else
     usage(NULL);
 }
