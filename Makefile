@@ -173,7 +173,8 @@ BENCH_WORKLOADS_3 ?= put:64 put:256 range-l:64 range-s:64 lease-keepalive:64 wat
 bench: deps all
 	@sh test/deps.sh bench
 	@mkdir -p bench
-	$(BINDIR)/ketch-bench compare --rounds 3 --run-seconds 3 --keys 100000 --out-dir bench \
+	$(BINDIR)/ketch-bench compare --rounds 3 --run-seconds 3 --keys 100000 --resource-keys 1000000 \
+	  --out-dir bench \
 	  $(BENCH_WORKLOADS) > bench/table.md
 	$(BINDIR)/ketch-bench compare --members 3 --rounds 3 --run-seconds 2 --keys 100000 \
 	  --out-dir bench/3members $(BENCH_WORKLOADS_3) >> bench/table.md

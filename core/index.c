@@ -241,14 +241,22 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
                  struct sep *sep, void ***slot) {
   if (h == 0) {
     struct leaf *l = node;
-    bool eq;
-    uint32_t p = leaf_pos(ix, l, key, &eq);
+    bool eq = false;
+    /* keys arriving in order (a restore, sequential puts) go after the last
+     * one: one comparison instead of a search */
+    uint32_t p = l->n && kt_bytes_cmp(key, ix->key_of(l->items[l->n - 1])) > 0
+                     ? l->n
+                     : leaf_pos(ix, l, key, &eq);
     kt_assert(!eq);
     struct leaf *r = NULL, *dst = l;
     if (l->n == LEAF_MAX) {
       r = xmalloc(sizeof *r);
       ix->node_bytes += sizeof *r;
-      uint32_t half = LEAF_MAX / 2;
+      /* split in the middle, or, for a key after every key of the leaf,
+       * leave this leaf full and start the new one with the key alone, so
+       * keys inserted in order fill leaves instead of leaving them half
+       * empty */
+      uint32_t half = p == LEAF_MAX ? LEAF_MAX : LEAF_MAX / 2;
       r->n = LEAF_MAX - half;
       lmove(r, 0, l, half, r->n);
       r->lcp = l->lcp; /* same offset: hints stay valid; refit tightens */
@@ -257,7 +265,7 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
       refit(ix, r, 0, 0);
       r->next = l->next;
       l->next = r;
-      if (p > half) {
+      if (p > half || p == LEAF_MAX) {
         dst = r;
         p -= half;
       }
@@ -283,7 +291,11 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
     return r;
   }
   struct inner *in = node;
-  uint32_t ci = inner_pos(in, key, prefix8(key));
+  uint64_t kp = prefix8(key);
+  const struct sep *last = in->n ? &in->sep[in->n - 1] : NULL;
+  uint32_t ci = last && (last->pfx < kp || (last->pfx == kp && kt_bytes_cmp(last->k, key) <= 0))
+                    ? in->n
+                    : inner_pos(in, key, kp);
   if (h == 1 && ((struct leaf *)in->child[ci])->n == LEAF_MAX && rebalance(ix, in, ci))
     ci = inner_pos(in, key, prefix8(key));
   struct sep csep;
@@ -308,7 +320,9 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
   memcpy(tc, in->child, (ci + 1) * sizeof(void *));
   tc[ci + 1] = cr;
   memcpy(tc + ci + 2, in->child + ci + 1, (in->n - ci) * sizeof(void *));
-  uint32_t total = INNER_MAX + 1, mid = total / 2;
+  /* (a child added at the right end: this node stays nearly full, as for
+   * leaves) */
+  uint32_t total = INNER_MAX + 1, mid = ci == INNER_MAX ? INNER_MAX - 1 : total / 2;
   struct inner *r = xmalloc(sizeof *r);
   ix->node_bytes += sizeof *r;
   in->n = mid;

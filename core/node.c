@@ -2,6 +2,7 @@
 #include "node.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -799,6 +800,13 @@ static void process_ready(struct kt_node *n) {
       to = n->durable_snap_index;
     if (to >= kt_raft_first_index(n->raft) + 1024)
       kt_raft_compact(n->raft, to);
+  }
+  if (n->serving && !n->trimmed) {
+    /* once, when the recovery is over: the pages freed by it (the replayed
+     * log, the snapshot's buffers) go back to the OS (~10 MB with 1M keys,
+     * a few ms) */
+    n->trimmed = true;
+    malloc_trim(0);
   }
   serve_ready_reads(n);
   move_check(n);

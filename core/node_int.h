@@ -154,6 +154,7 @@ struct kt_node {
   uint64_t lead_index;                  /* first entry of our leadership: serve once applied */
   uint64_t wal_last_index;              /* index of the last entry appended to the WAL */
   bool serving;                         /* leader and lead_index applied */
+  bool trimmed;                         /* malloc_trim after the recovery done */
   uint64_t known_leader;                /* 0 during an election */
   struct kt_raft_hard_state hs_synced;  /* last hard state appended with a sync */
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -116,7 +117,22 @@ static int px_readdir(void *ctx, const char *path, void (*fn)(void *arg, const c
   return 0;
 }
 
+static const void *px_map(void *ctx, int fd, size_t len) {
+  (void)ctx;
+  void *p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (p == MAP_FAILED)
+    return NULL;
+  madvise(p, len, MADV_SEQUENTIAL);
+  return p;
+}
+static void px_unmap(void *ctx, const void *p, size_t len) {
+  (void)ctx;
+  munmap((void *)p, len);
+}
+
 const struct kt_wal_fileops kt_wal_posix_fileops = {
+    .map = px_map,
+    .unmap = px_unmap,
     .open = px_open,
     .pread = px_pread,
     .pwrite = px_pwrite,
@@ -635,12 +651,30 @@ static size_t check_sequence(const char *dir, const struct listing *l, struct kt
   return l->n;
 }
 
-static int read_all(const struct kt_wal_fileops *ops, int fd, const char *path, uint8_t **out,
-                    size_t *len, struct kt_err *err) {
+/* A whole segment in memory: mapped read-only when the file operations can
+ * map (no copy, no zeroed buffer: a restart reads several 64 MiB segments),
+ * else read into a buffer. */
+struct seg_buf {
+  const uint8_t *p;
+  size_t len;
+  bool mapped;
+};
+
+static int read_all(const struct kt_wal_fileops *ops, int fd, const char *path, struct seg_buf *out,
+                    struct kt_err *err) {
   uint64_t size;
   int r = ops->fsize(ops->ctx, fd, &size);
   if (r)
     return io_err(err, r, "stat", path);
+  *out = (struct seg_buf){0};
+  if (size && size <= SIZE_MAX && ops->map) {
+    out->p = ops->map(ops->ctx, fd, (size_t)size);
+    if (out->p) {
+      out->len = (size_t)size;
+      out->mapped = true;
+      return 0;
+    }
+  }
   uint8_t *buf = malloc(size ? (size_t)size : 1);
   if (!buf)
     return kt_err_set(err, KT_ENOMEM, "wal: no memory to read %s", path);
@@ -649,9 +683,17 @@ static int read_all(const struct kt_wal_fileops *ops, int fd, const char *path, 
     free(buf);
     return io_err(err, (int)got, "read", path);
   }
-  *out = buf;
-  *len = (size_t)got;
+  out->p = buf;
+  out->len = (size_t)got;
   return 0;
+}
+
+static void seg_buf_free(const struct kt_wal_fileops *ops, struct seg_buf *b) {
+  if (b->mapped)
+    ops->unmap(ops->ctx, b->p, b->len);
+  else
+    free((void *)b->p);
+  *b = (struct seg_buf){0};
 }
 
 enum load_mode { LOAD_OPEN, LOAD_VERIFY };
@@ -679,13 +721,13 @@ static int load(const struct kt_wal_fileops *ops, const char *dir, const struct 
     int fd = ops->open(ops->ctx, path, mode == LOAD_OPEN && last ? O_RDWR : O_RDONLY, 0);
     if (fd < 0)
       return io_err(err, fd, "open", path);
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int rc = read_all(ops, fd, path, &buf, &len, err);
+    struct seg_buf buf;
+    int rc = read_all(ops, fd, path, &buf, err);
     struct kt_wal_scan s;
-    if (!rc)
-      rc = kt_wal_scan_segment(buf, len, &s, fn, arg);
-    free(buf);
+    if (!rc) {
+      rc = kt_wal_scan_segment(buf.p, buf.len, &s, fn, arg);
+      seg_buf_free(ops, &buf);
+    }
     if (rc) {
       ops->close(ops->ctx, fd);
       return rc;
@@ -896,15 +938,14 @@ int kt_wal_repair(const char *dir, const struct kt_wal_fileops *ops,
       rc = io_err(err, fd, "open", path);
       break;
     }
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    rc = read_all(ops, fd, path, &buf, &len, err);
+    struct seg_buf buf;
+    rc = read_all(ops, fd, path, &buf, err);
     ops->close(ops->ctx, fd);
     if (rc)
       break;
     struct kt_wal_scan s;
-    kt_wal_scan_segment(buf, len, &s, NULL, NULL);
-    free(buf);
+    kt_wal_scan_segment(buf.p, buf.len, &s, NULL, NULL);
+    seg_buf_free(ops, &buf);
     if (s.status == KT_WAL_SCAN_BADHDR || s.hdr.seq != l.v[i].seq ||
         s.hdr.first_index != l.v[i].first_index || (i > 0 && s.hdr.prev_crc != last_crc)) {
       cut_seg = i;
@@ -939,14 +980,13 @@ int kt_wal_repair(const char *dir, const struct kt_wal_fileops *ops,
     int fd = ops->open(ops->ctx, path, O_RDONLY, 0);
     if (fd < 0)
       continue;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    if (!read_all(ops, fd, path, &buf, &len, err)) {
+    struct seg_buf buf;
+    if (!read_all(ops, fd, path, &buf, err)) {
       struct kt_wal_scan s;
-      kt_wal_scan_segment(buf, len, &s, NULL, NULL);
+      kt_wal_scan_segment(buf.p, buf.len, &s, NULL, NULL);
       rep->bytes_dropped += s.dirty_end;
       rep->records_dropped += s.records + s.records_after;
-      free(buf);
+      seg_buf_free(ops, &buf);
     }
     ops->close(ops->ctx, fd);
   }

@@ -148,6 +148,10 @@ struct kt_wal_fileops {
   int (*fsync_dir)(void *ctx, const char *path);
   /* Calls fn for each entry name (not "." or ".."). */
   int (*readdir)(void *ctx, const char *path, void (*fn)(void *arg, const char *name), void *arg);
+  /* Optional (NULL: segments are read with pread): a read-only view of the
+   * first len bytes of fd, NULL if it cannot; released with unmap. */
+  const void *(*map)(void *ctx, int fd, size_t len);
+  void (*unmap)(void *ctx, const void *p, size_t len);
 };
 extern const struct kt_wal_fileops kt_wal_posix_fileops;
 

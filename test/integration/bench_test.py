@@ -526,7 +526,8 @@ def compare():
     env = dict(os.environ, TMPDIR=tmp)
     try:
         rc, out, err = run(["compare", "--rounds", "1", "--run-seconds", "0.3", "--keys", "500",
-                            "--leases", "200", "--json", "--out-dir", out_dir, "put:1", "range-s:4",
+                            "--leases", "200", "--resource-keys", "3000", "--json", "--out-dir",
+                            out_dir, "put:1", "range-s:4",
                             "lease-keepalive:4", "watch-latency:5", "watch:20", "lock:3"],
                            timeout=120, env=env)
         if rc:
@@ -550,10 +551,16 @@ def compare():
                 continue
             if not (x["etcd"]["server_cpu_s_per_100k"] > 0 and x["ketch"]["server_cpu_s_per_100k"] > 0):
                 return "server CPU not measured: %r" % x
+        res = r["resources"]
+        if res["keys"] != 3000:
+            return "resources %r" % res
         for t in ("ketch", "etcd"):
-            rs = r["restart"][t]
-            if not (0 < rs["seconds"] < 60 and rs["rss_kb"] > 0 and rs["data_dir_mb"] > 0):
-                return "restart figures %r" % r["restart"]
+            rs = res[t]
+            if not (0 < rs["restart_s"] < 60 and rs["rss_kb"] > 0 and rs["rss_restart_kb"] > 0 and
+                    rs["data_dir_mb"] > 0 and rs["load_rps"] > 0 and rs["load_cpu_s_per_100k"] > 0):
+                return "resource figures %r" % res
+        if "| RSS after restart, MB" not in err or "| restart to serving, s |" not in err:
+            return "resource table missing: %r" % err[-1500:]
         if "- 3-member comparisons: a separate run" not in err or "| put, 1 client |" not in err:
             return "table / 3-member note missing on stderr: %r" % err[-800:]
         for t in ("lease keep-alive, 4 clients", "watch latency, 5 watchers",

@@ -215,8 +215,8 @@ static void fault_init(struct fault *f, struct kt_wal_fileops *ops, uint64_t see
   f->real_sync = true;
   kt_rng_seed(&f->rng, seed);
   *ops = (struct kt_wal_fileops){
-      f,        fo_open,  fo_pread,  fo_pwrite, fo_fdatasync, fo_fallocate, fo_ftruncate,
-      fo_fsize, fo_close, fo_rename, fo_unlink, fo_mkdir,     fo_fsync_dir, fo_readdir};
+      f,        fo_open,   fo_pread,  fo_pwrite, fo_fdatasync, fo_fallocate, fo_ftruncate, fo_fsize,
+      fo_close, fo_rename, fo_unlink, fo_mkdir,  fo_fsync_dir, fo_readdir,   NULL,         NULL};
 }
 
 static void fault_free(struct fault *f) {

@@ -8,6 +8,8 @@
  * target_etcd.c (submit a request, poll integration), run.c (the loop:
  * closed or open loop, progress line), report.c (text and JSON), floor.c
  * (the disk + loopback floor), compare.c (ketch vs etcd side by side),
+ * servers.c (the servers compare starts and measures), resources.c (RSS,
+ * data dir and restart with many keys),
  * watch.c (watch, watch-latency: watchers + writers in one loop), lock.c
  * (lock: one thread per client, synchronous lock/unlock). lease-keepalive
  * is bench_run's loop after an unmeasured grant run (run.c).

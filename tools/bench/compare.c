@@ -10,8 +10,9 @@
  * alternately — etcd, ketch, etcd, ketch... — for --rounds rounds of
  * --run-seconds each, and prints per workload the medians and the ratio
  * ketch/etcd, with the issue's targets beside them, the servers' CPU seconds
- * per 100k requests; then RSS, data dir size, restart-to-serving time and
- * RSS after the restart. The same generator drives
+ * per 100k requests. With --resource-keys N (1 member), first what each
+ * server costs to hold N keys (resources.c: RSS, data dir, restart to
+ * serving), each alone. The same generator drives
  * both (etcd through its v3 gRPC API, ketch through libketch).
  *
  * Workloads: put:C (C clients), range-l:C / range-s:C (one loaded key,
@@ -28,20 +29,15 @@
  * events received) counts as an error.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "bench.h"
+#include "servers.h"
 
 #define MAX_WL 16
 #define MAX_ROUNDS 15
@@ -56,181 +52,6 @@ struct wl {
   double med_rps[2], med_p50[2], med_p99[2], med_cpu[2]; /* cpu: server s per 100k requests */
   int64_t lease_base[2]; /* lease-keepalive: leases granted on that server, 0 = not yet */
 };
-
-struct server {
-  pid_t pid;
-  int port, peer;
-  const char *bin;
-  char log[PATH_MAX + 16];
-  char dir[PATH_MAX];
-  char endpoint[64];
-};
-
-static int free_port(void) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t l = sizeof a;
-  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) ||
-      getsockname(s, (struct sockaddr *)&a, &l))
-    return -1;
-  close(s);
-  return ntohs(a.sin_port);
-}
-
-static pid_t spawn(char *const argv[], const char *log_path) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    FILE *f = freopen(log_path, "a", stdout);
-    if (f)
-      dup2(fileno(stdout), 2);
-    setpgid(0, 0); /* our ^C does not reach it: we stop it ourselves */
-    execvp(argv[0], argv);
-    fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
-  }
-  return pid;
-}
-
-static void stop(struct server *s) {
-  if (s->pid <= 0)
-    return;
-  kill(s->pid, SIGTERM);
-  for (int i = 0; i < 50; i++) {
-    if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
-      s->pid = 0;
-      return;
-    }
-    usleep(100000);
-  }
-  kill(s->pid, SIGKILL);
-  waitpid(s->pid, NULL, 0);
-  s->pid = 0;
-}
-
-/* Starts (or restarts, on the same data dir) member `name` of the cluster
- * `ic` (name=peer-url,...): etcd's flags, which ketch shares. */
-static void start_server(struct server *s, int t, const char *name, const char *ic) {
-  char cu[64], pu[64];
-  snprintf(cu, sizeof cu, "http://127.0.0.1:%d", s->port);
-  snprintf(pu, sizeof pu, "http://127.0.0.1:%d", s->peer);
-  char *av[28];
-  int n = 0;
-  av[n++] = (char *)s->bin;
-  av[n++] = "--name";
-  av[n++] = (char *)name;
-  av[n++] = "--data-dir";
-  av[n++] = s->dir;
-  av[n++] = "--listen-client-urls";
-  av[n++] = cu;
-  av[n++] = "--advertise-client-urls";
-  av[n++] = cu;
-  av[n++] = "--listen-peer-urls";
-  av[n++] = pu;
-  av[n++] = "--initial-advertise-peer-urls";
-  av[n++] = pu;
-  av[n++] = "--initial-cluster";
-  av[n++] = (char *)ic;
-  av[n++] = "--initial-cluster-token";
-  av[n++] = "ketch-bench";
-  av[n++] = "--log-level";
-  av[n++] = t == T_ETCD ? "error" : "warn";
-  av[n] = NULL;
-  s->pid = spawn(av, s->log);
-}
-
-/* user + system CPU seconds of a process so far; -1 if unknown */
-static double proc_cpu_s(pid_t pid) {
-  char p[64], buf[1024];
-  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(p, "r");
-  if (!f)
-    return -1;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  char *q = strrchr(buf, ')'); /* fields after the command name */
-  unsigned long ut = 0, st = 0;
-  if (!q || sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-    return -1;
-  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
-static double cluster_cpu_s(struct server *m, int n) {
-  double sum = 0;
-  for (int i = 0; i < n; i++) {
-    double c = proc_cpu_s(m[i].pid);
-    if (c < 0)
-      return -1;
-    sum += c;
-  }
-  return sum;
-}
-
-static uint64_t dir_bytes;
-static int add_size(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)path, (void)ftw;
-  if (flag == FTW_F)
-    dir_bytes += (uint64_t)st->st_blocks * 512;
-  return 0;
-}
-
-/* Disk space used under dir (allocated blocks), bytes. */
-static uint64_t du_bytes(const char *dir) {
-  dir_bytes = 0;
-  nftw(dir, add_size, 16, FTW_PHYS);
-  return dir_bytes;
-}
-
-static long rss_kb(pid_t pid) {
-  char p[64], line[256];
-  snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
-  FILE *f = fopen(p, "r");
-  long kb = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "VmRSS:", 6))
-      kb = atol(line + 6);
-  if (f)
-    fclose(f);
-  return kb;
-}
-
-static void rm_rf(const char *dir) {
-  char cmd[PATH_MAX + 32];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd)) {
-  }
-}
-
-static void base_cfg(struct bench_cfg *c, int target, const char *endpoint) {
-  cfg_defaults(c);
-  c->target = target;
-  c->endpoints = endpoint;
-  c->key_size = 16;
-  c->val_size = 256;
-  c->timeout_ms = 10000;
-}
-
-/* Is the server answering a linearizable range? Waits at most timeout_s. */
-static bool wait_ready(int target, const char *endpoint, pid_t pid, double timeout_s) {
-  static struct bench_result r;
-  uint64_t end = bench_now_ns() + (uint64_t)(timeout_s * 1e9);
-  while (bench_now_ns() < end) {
-    if (waitpid(pid, NULL, WNOHANG) == pid)
-      return false;
-    struct bench_cfg c;
-    base_cfg(&c, target, endpoint);
-    c.workload = W_RANGE;
-    c.workload_name = "range";
-    c.range_key = "ready";
-    c.total = 1;
-    c.timeout_ms = 1000;
-    char err[256];
-    if (!bench_run(&c, &r, err, sizeof err) && r.ok == 1)
-      return true;
-    usleep(20000);
-  }
-  return false;
-}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -320,7 +141,8 @@ static void usage_compare(void) {
   fprintf(stderr,
           "usage: ketch-bench compare [--rounds N] [--run-seconds S] [--keys N] [--json]\n"
           "         [--out-dir DIR] [--ketch PATH] [--etcd PATH] [--data-dir-base DIR]\n"
-          "         [--leases N] [WORKLOAD...]   (put:C range-l:C range-s:C txn-put:C\n"
+          "         [--leases N] [--resource-keys N] [WORKLOAD...]   (put:C range-l:C range-s:C "
+          "txn-put:C\n"
           "         mixed:C lease-keepalive:C watch-latency:W watch:W lock:C; default put:1\n"
           "         put:16 put:64 put:256 range-l:64 range-s:64 lease-keepalive:64\n"
           "         watch-latency:100 watch:1000 lock:8)\n");
@@ -330,7 +152,7 @@ static void usage_compare(void) {
 int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   int rounds = 3;
   double run_s = 3;
-  long keys = 100000, leases = 10000;
+  long keys = 100000, leases = 10000, res_keys = 0;
   int members = 1;
   bool json = gcfg->json;
   const char *out_dir = NULL, *etcd_bin = "etcd", *base = getenv("TMPDIR");
@@ -346,6 +168,8 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
       run_s = atof(argv[++i]);
     else if (!strcmp(a, "--keys") && more)
       keys = atol(argv[++i]);
+    else if (!strcmp(a, "--resource-keys") && more)
+      res_keys = atol(argv[++i]);
     else if (!strcmp(a, "--leases") && more)
       leases = atol(argv[++i]);
     else if (!strcmp(a, "--json"))
@@ -365,8 +189,8 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     else
       usage_compare();
   }
-  if (rounds < 1 || rounds > MAX_ROUNDS || !(run_s > 0) || keys < 1 || leases < 1 ||
-      leases > 10000000 || (members != 1 && members != 3))
+  if (rounds < 1 || rounds > MAX_ROUNDS || !(run_s > 0) || keys < 1 || leases < 1 || res_keys < 0 ||
+      (res_keys && members != 1) || leases > 10000000 || (members != 1 && members != 3))
     usage_compare();
   if (!n_wl) {
     static const char *const def[] = {"put:1",
@@ -395,8 +219,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     base = "/tmp";
   static struct server all[2][3]; /* [T_KETCH / T_ETCD][member] */
   memset(all, 0, sizeof all);
-  struct server *srv[2] = {all[0], all[1]}; /* srv[t]: member 0 (resources) */
-  static char eps[2][256], ics[2][512];     /* endpoint lists, --initial-cluster */
+  static char eps[2][256], ics[2][512]; /* endpoint lists, --initial-cluster */
   char tmpl[PATH_MAX];
   snprintf(tmpl, sizeof tmpl, "%s/ketch-bench-compare-XXXXXX", base);
   if (!mkdtemp(tmpl)) {
@@ -406,6 +229,12 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   int rc = 1;
   static struct bench_result r;
   char err[512];
+  struct resource_figures res[2];
+  const char *const bins[2] = {ketch_bin, etcd_bin}; /* [T_KETCH], [T_ETCD] */
+  if (res_keys && resources_measure(tmpl, bins, res_keys, res, err, sizeof err)) {
+    fprintf(stderr, "ketch-bench compare: resources: %s\n", err);
+    goto out;
+  }
   for (int t = 0; t < 2; t++) {
     eps[t][0] = ics[t][0] = 0;
     for (int m = 0; m < members; m++) {
@@ -424,7 +253,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     for (int m = 0; m < members; m++) {
       char name[16];
       snprintf(name, sizeof name, "m%d", m + 1);
-      start_server(&all[t][m], t, name, ics[t]);
+      server_start(&all[t][m], t, name, ics[t]);
     }
     for (int m = 0; m < members; m++)
       if (all[t][m].pid < 0 || !wait_ready(t, all[t][m].endpoint, all[t][m].pid, 60)) {
@@ -440,14 +269,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   /* load the same keys into both */
   for (int t = T_ETCD; t >= T_KETCH; t--) {
     struct bench_cfg c;
-    base_cfg(&c, t, eps[t]);
-    c.workload = W_PUT;
-    c.workload_name = "put";
-    c.clients = 64;
-    c.conns = 16;
-    c.total = keys;
-    c.key_space = keys;
-    c.sequential = true;
+    load_cfg(&c, t, eps[t], keys);
     fprintf(stderr, "compare: loading %ld keys into %s\n", keys, t == T_ETCD ? "etcd" : "ketch");
     if (bench_run(&c, &r, err, sizeof err) || r.errors) {
       fprintf(stderr, "ketch-bench compare: loading %s: %s (%ld errors)\n",
@@ -546,22 +368,6 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   }
   double fsync_ms = median(fs_p50, rounds), rtt_ms = median(rt_p50, rounds);
   double floor_ms = fsync_ms + rtt_ms;
-  /* resources: RSS now, data dir size, then restart-to-serving and RSS after it */
-  long rss[2] = {rss_kb(srv[T_KETCH]->pid), rss_kb(srv[T_ETCD]->pid)}, rss_restart[2] = {0, 0};
-  double du_mb[2] = {0, 0}, restart_s[2] = {0, 0};
-  for (int t = T_ETCD; t >= T_KETCH && members == 1; t--) {
-    stop(srv[t]);
-    du_mb[t] = (double)du_bytes(srv[t]->dir) / 1048576.0;
-    uint64_t t0 = bench_now_ns();
-    start_server(srv[t], t, "m1", ics[t]);
-    if (srv[t]->pid < 0 || !wait_ready(t, srv[t]->endpoint, srv[t]->pid, 120)) {
-      fprintf(stderr, "ketch-bench compare: %s did not restart (see %s)\n",
-              t == T_ETCD ? "etcd" : "ketch", srv[t]->log);
-      goto out;
-    }
-    restart_s[t] = (double)(bench_now_ns() - t0) / 1e9;
-    rss_restart[t] = rss_kb(srv[t]->pid);
-  }
   for (int i = 0; i < n_wl; i++)
     for (int t = 0; t < 2; t++) {
       wls[i].med_rps[t] = median(wls[i].rps[t], rounds);
@@ -591,13 +397,13 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     fprintf(f,
             "{\"date\":\"%s\",\"cpus\":%ld,\"rounds\":%d,\"run_seconds\":%.1f,\"keys\":%ld,"
             "\"members\":%d,\"floor\":{\"fdatasync_p50_ms\":%.4f,\"rtt_p50_ms\":%.4f,"
-            "\"floor_ms\":%.4f},\"rss_kb\":{\"ketch\":%ld,\"etcd\":%ld},"
-            "\"restart\":{\"ketch\":{\"seconds\":%.3f,\"rss_kb\":%ld,\"data_dir_mb\":%.1f},"
-            "\"etcd\":{\"seconds\":%.3f,\"rss_kb\":%ld,\"data_dir_mb\":%.1f}},"
-            "\"rows\":[",
-            date, ncpu, rounds, run_s, keys, members, fsync_ms, rtt_ms, floor_ms, rss[T_KETCH],
-            rss[T_ETCD], restart_s[T_KETCH], rss_restart[T_KETCH], du_mb[T_KETCH],
-            restart_s[T_ETCD], rss_restart[T_ETCD], du_mb[T_ETCD]);
+            "\"floor_ms\":%.4f},",
+            date, ncpu, rounds, run_s, keys, members, fsync_ms, rtt_ms, floor_ms);
+    if (res_keys) {
+      resources_json(f, res_keys, res);
+      fprintf(f, ",");
+    }
+    fprintf(f, "\"rows\":[");
     for (int i = 0; i < n_wl; i++) {
       struct wl *w = &wls[i];
       fprintf(f,
@@ -668,28 +474,8 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
               wls[i].med_p50[T_KETCH], wls[i].med_p50[T_KETCH] / floor_ms, wls[i].med_p50[T_ETCD],
               wls[i].med_p50[T_ETCD] / floor_ms);
   if (members == 1) {
-    fprintf(f,
-            "- RSS at the end (keys loaded + every run's history, no compaction): ketch %.1f MB, "
-            "etcd %.1f MB\n",
-            (double)rss[T_KETCH] / 1024, (double)rss[T_ETCD] / 1024);
-    fprintf(
-        f,
-        "- data dir: ketch %.1f MB, etcd %.1f MB; restart to serving: ketch %.2f s, etcd %.2f s; "
-        "RSS after restart: ketch %.1f MB, etcd %.1f MB\n",
-        du_mb[T_KETCH], du_mb[T_ETCD], restart_s[T_KETCH], restart_s[T_ETCD],
-        (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
-    if (rss[T_KETCH] > rss[T_ETCD])
-      fprintf(f, "- SHORT: RSS at the end: ketch %.1f MB > etcd %.1f MB\n",
-              (double)rss[T_KETCH] / 1024, (double)rss[T_ETCD] / 1024);
-    if (rss_restart[T_KETCH] > rss_restart[T_ETCD])
-      fprintf(f, "- SHORT: RSS after restart: ketch %.1f MB > etcd %.1f MB\n",
-              (double)rss_restart[T_KETCH] / 1024, (double)rss_restart[T_ETCD] / 1024);
-    if (du_mb[T_KETCH] > du_mb[T_ETCD])
-      fprintf(f, "- SHORT: data dir: ketch %.1f MB > etcd %.1f MB\n", du_mb[T_KETCH],
-              du_mb[T_ETCD]);
-    if (restart_s[T_KETCH] > restart_s[T_ETCD])
-      fprintf(f, "- SHORT: restart to serving: ketch %.2f s > etcd %.2f s\n", restart_s[T_KETCH],
-              restart_s[T_ETCD]);
+    if (res_keys)
+      resources_table(f, res_keys, res);
     fprintf(f, "- 3-member comparisons: a separate run (compare --members 3; make bench runs "
                "both).\n");
   } else {
@@ -703,7 +489,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
 out:
   for (int t = 0; t < 2; t++)
     for (int m = 0; m < members; m++)
-      stop(&all[t][m]);
+      server_stop(&all[t][m]);
   if (!rc)
     rm_rf(tmpl);
   else

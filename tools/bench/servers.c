@@ -1,0 +1,188 @@
+/* tools/bench/servers.c — starting, stopping and measuring the servers of
+ * `ketch-bench compare` (servers.h). */
+#include <errno.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "servers.h"
+
+int free_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t l = sizeof a;
+  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) ||
+      getsockname(s, (struct sockaddr *)&a, &l))
+    return -1;
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+static pid_t spawn(char *const argv[], const char *log_path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE *f = freopen(log_path, "a", stdout);
+    if (f)
+      dup2(fileno(stdout), 2);
+    setpgid(0, 0); /* our ^C does not reach it: we stop it ourselves */
+    execvp(argv[0], argv);
+    fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+void server_stop(struct server *s) {
+  if (s->pid <= 0)
+    return;
+  kill(s->pid, SIGTERM);
+  for (int i = 0; i < 50; i++) {
+    if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
+      s->pid = 0;
+      return;
+    }
+    usleep(100000);
+  }
+  kill(s->pid, SIGKILL);
+  waitpid(s->pid, NULL, 0);
+  s->pid = 0;
+}
+
+void server_start(struct server *s, int t, const char *name, const char *ic) {
+  char cu[64], pu[64];
+  snprintf(cu, sizeof cu, "http://127.0.0.1:%d", s->port);
+  snprintf(pu, sizeof pu, "http://127.0.0.1:%d", s->peer);
+  char *av[28];
+  int n = 0;
+  av[n++] = (char *)s->bin;
+  av[n++] = "--name";
+  av[n++] = (char *)name;
+  av[n++] = "--data-dir";
+  av[n++] = s->dir;
+  av[n++] = "--listen-client-urls";
+  av[n++] = cu;
+  av[n++] = "--advertise-client-urls";
+  av[n++] = cu;
+  av[n++] = "--listen-peer-urls";
+  av[n++] = pu;
+  av[n++] = "--initial-advertise-peer-urls";
+  av[n++] = pu;
+  av[n++] = "--initial-cluster";
+  av[n++] = (char *)ic;
+  av[n++] = "--initial-cluster-token";
+  av[n++] = "ketch-bench";
+  av[n++] = "--log-level";
+  av[n++] = t == T_ETCD ? "error" : "warn";
+  av[n] = NULL;
+  s->pid = spawn(av, s->log);
+}
+
+/* user + system CPU seconds of a process so far; -1 if unknown */
+static double proc_cpu_s(pid_t pid) {
+  char p[64], buf[1024];
+  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(p, "r");
+  if (!f)
+    return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *q = strrchr(buf, ')'); /* fields after the command name */
+  unsigned long ut = 0, st = 0;
+  if (!q || sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+    return -1;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+double cluster_cpu_s(struct server *m, int n) {
+  double sum = 0;
+  for (int i = 0; i < n; i++) {
+    double c = proc_cpu_s(m[i].pid);
+    if (c < 0)
+      return -1;
+    sum += c;
+  }
+  return sum;
+}
+
+static uint64_t dir_bytes;
+static int add_size(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)path, (void)ftw;
+  if (flag == FTW_F)
+    dir_bytes += (uint64_t)st->st_blocks * 512;
+  return 0;
+}
+
+uint64_t du_bytes(const char *dir) {
+  dir_bytes = 0;
+  nftw(dir, add_size, 16, FTW_PHYS);
+  return dir_bytes;
+}
+
+long rss_kb(pid_t pid) {
+  char p[64], line[256];
+  snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(p, "r");
+  long kb = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmRSS:", 6))
+      kb = atol(line + 6);
+  if (f)
+    fclose(f);
+  return kb;
+}
+
+void rm_rf(const char *dir) {
+  char cmd[PATH_MAX + 32];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd)) {
+  }
+}
+
+void base_cfg(struct bench_cfg *c, int target, const char *endpoint) {
+  cfg_defaults(c);
+  c->target = target;
+  c->endpoints = endpoint;
+  c->key_size = 16;
+  c->val_size = 256;
+  c->timeout_ms = 10000;
+}
+
+void load_cfg(struct bench_cfg *c, int target, const char *endpoint, long keys) {
+  base_cfg(c, target, endpoint);
+  c->workload = W_PUT;
+  c->workload_name = "put";
+  c->clients = 64;
+  c->conns = 16;
+  c->total = keys;
+  c->key_space = keys;
+  c->sequential = true;
+}
+
+bool wait_ready(int target, const char *endpoint, pid_t pid, double timeout_s) {
+  static struct bench_result r;
+  uint64_t end = bench_now_ns() + (uint64_t)(timeout_s * 1e9);
+  while (bench_now_ns() < end) {
+    if (waitpid(pid, NULL, WNOHANG) == pid)
+      return false;
+    struct bench_cfg c;
+    base_cfg(&c, target, endpoint);
+    c.workload = W_RANGE;
+    c.workload_name = "range";
+    c.range_key = "ready";
+    c.total = 1;
+    c.timeout_ms = 1000;
+    char err[256];
+    if (!bench_run(&c, &r, err, sizeof err) && r.ok == 1)
+      return true;
+    usleep(20000);
+  }
+  return false;
+}
