@@ -24,42 +24,62 @@ struct hist {
 };
 
 /* A key: the latest revision inline, then in the same allocation the
- * optional lease (only when non-zero) and history pointer (only once the key
- * has had more than one revision), the key bytes and the latest value bytes.
- * Older revisions live in the history array, oldest first. The optional
- * fields are what keeps a one-revision key at 36 bytes of header. */
+ * optional create revision + version (only when they are not implied), lease
+ * (only when non-zero) and history pointer (only once the key has had more
+ * than one revision), the key bytes and the latest value bytes. Older
+ * revisions live in the history array, oldest first.
+ * Create revision and version are implied for the two commonest latest
+ * revisions: a key's first version (create = mod, version 1: no flag) and a
+ * tombstone (F_TOMB: both 0); anything else stores them (F_CV). So a key
+ * written once has a 20-byte header (a 16-byte key with a 256-byte value is
+ * one 304-byte malloc chunk instead of 320). */
 struct kent {
-  int64_t mod, create, version; /* latest; version 0 = tombstone */
-  uint32_t kf;                  /* key length | F_LEASE | F_HIST */
+  int64_t mod;
+  uint32_t kf; /* key length | F_LEASE | F_HIST | F_CV | F_TOMB */
   uint32_t vlen, sub;
-  uint8_t data[]; /* [lease][hist] key value; lease and hist unaligned */
+  uint8_t data[]; /* [create version][lease][hist] key value, unaligned */
 };
 #define F_LEASE 0x80000000u
 #define F_HIST 0x40000000u
+#define F_CV 0x20000000u
+#define F_TOMB 0x10000000u
 #define KLEN_MASK 0x0fffffffu
 #define MAX_KEY_LIMIT KLEN_MASK
 
 static inline uint32_t k_klen(const struct kent *k) { return k->kf & KLEN_MASK; }
+static inline size_t k_cv(const struct kent *k) { return k->kf & F_CV ? 16u : 0u; }
 static inline size_t k_extra(const struct kent *k) {
-  return (k->kf & F_LEASE ? 8u : 0u) + (k->kf & F_HIST ? 8u : 0u);
+  return k_cv(k) + (k->kf & F_LEASE ? 8u : 0u) + (k->kf & F_HIST ? 8u : 0u);
 }
 static inline uint8_t *k_key(const struct kent *k) { return (uint8_t *)k->data + k_extra(k); }
 static inline uint8_t *k_val(const struct kent *k) { return k_key(k) + k_klen(k); }
+static inline int64_t k_create(const struct kent *k) {
+  int64_t c = k->kf & F_TOMB ? 0 : k->mod;
+  if (k->kf & F_CV)
+    memcpy(&c, k->data, 8);
+  return c;
+}
+static inline int64_t k_version(const struct kent *k) {
+  int64_t v = k->kf & F_TOMB ? 0 : 1;
+  if (k->kf & F_CV)
+    memcpy(&v, k->data + 8, 8);
+  return v;
+}
 static inline int64_t k_lease(const struct kent *k) {
   int64_t l = 0;
   if (k->kf & F_LEASE)
-    memcpy(&l, k->data, 8);
+    memcpy(&l, k->data + k_cv(k), 8);
   return l;
 }
 static inline struct hist *k_hist(const struct kent *k) {
   struct hist *h = NULL;
   if (k->kf & F_HIST)
-    memcpy(&h, k->data + (k->kf & F_LEASE ? 8 : 0), sizeof h);
+    memcpy(&h, k->data + k_cv(k) + (k->kf & F_LEASE ? 8 : 0), sizeof h);
   return h;
 }
 static inline void k_set_hist(struct kent *k, struct hist *h) {
   kt_assert(k->kf & F_HIST);
-  memcpy(k->data + (k->kf & F_LEASE ? 8 : 0), &h, sizeof h);
+  memcpy(k->data + k_cv(k) + (k->kf & F_LEASE ? 8 : 0), &h, sizeof h);
 }
 #define KENT_HDR offsetof(struct kent, data)
 
@@ -106,7 +126,7 @@ static inline struct kt_bytes kkey(const struct kent *k) {
 }
 
 static inline struct hrev kent_latest(const struct kent *k) {
-  return (struct hrev){k->mod,  k->create, k->version, k_lease(k), k->vlen ? k_val(k) : NULL,
+  return (struct hrev){k->mod,  k_create(k), k_version(k), k_lease(k), k->vlen ? k_val(k) : NULL,
                        k->vlen, k->sub};
 }
 
@@ -689,15 +709,30 @@ static void emit(struct kt_mvcc *s, const struct kt_event *ev) {
     s->cfg.on_event(s->cfg.event_arg, ev);
 }
 
+/* The revision fields of a new latest revision (version 0: a tombstone). */
+struct krev {
+  int64_t mod, create, version;
+  uint32_t sub;
+};
+
 static struct kent *kent_alloc(struct kt_bytes key, const uint8_t *val, uint32_t vlen,
-                               int64_t lease, bool with_hist) {
+                               int64_t lease, bool with_hist, struct krev r) {
   kt_assert(key.n <= KLEN_MASK);
-  size_t extra = (lease ? 8u : 0u) + (with_hist ? 8u : 0u);
+  kt_assert(r.version != 0 || (r.create == 0 && lease == 0 && vlen == 0));
+  uint32_t form = r.version == 0 ? F_TOMB : r.version == 1 && r.create == r.mod ? 0 : F_CV;
+  size_t cv = form == F_CV ? 16u : 0u;
+  size_t extra = cv + (lease ? 8u : 0u) + (with_hist ? 8u : 0u);
   struct kent *k = xmalloc(KENT_HDR + extra + key.n + vlen);
-  k->kf = key.n | (lease ? F_LEASE : 0) | (with_hist ? F_HIST : 0);
+  k->mod = r.mod;
+  k->sub = r.sub;
+  k->kf = key.n | (lease ? F_LEASE : 0) | (with_hist ? F_HIST : 0) | form;
   k->vlen = vlen;
+  if (cv) {
+    memcpy(k->data, &r.create, 8);
+    memcpy(k->data + 8, &r.version, 8);
+  }
   if (lease)
-    memcpy(k->data, &lease, 8);
+    memcpy(k->data + cv, &lease, 8);
   if (with_hist)
     k_set_hist(k, NULL);
   memcpy(k_key(k), key.p, key.n);
@@ -733,7 +768,7 @@ static void do_put(struct wctx *w, const struct kt_put_req *p, struct kt_put_res
   int64_t main = s->rev + 1;
   void **slot = kt_index_get(&s->ix, p->key);
   struct kent *old = slot ? *slot : NULL;
-  bool live = old && old->version != 0;
+  bool live = old && k_version(old) != 0;
   const uint8_t *val = p->value.p;
   uint32_t vlen = p->value.n;
   int64_t lease = p->lease;
@@ -745,11 +780,8 @@ static void do_put(struct wctx *w, const struct kt_put_req *p, struct kt_put_res
   }
   if (p->ignore_lease)
     lease = k_lease(old);
-  struct kent *nk = kent_alloc(p->key, val, vlen, lease, old != NULL);
-  nk->mod = main;
-  nk->sub = w->changes++;
-  nk->create = live ? old->create : main;
-  nk->version = live ? old->version + 1 : 1;
+  struct krev kr = {main, live ? k_create(old) : main, live ? k_version(old) + 1 : 1, w->changes++};
+  struct kent *nk = kent_alloc(p->key, val, vlen, lease, old != NULL, kr);
   struct kt_event ev = {.type = KT_EVENT_PUT};
   if (live) {
     struct hrev pr = kent_latest(old);
@@ -796,10 +828,8 @@ static bool del_visit(void *arg, struct kent *k) {
   kt_assert(r.mod == k->mod && r.sub == k->sub); /* live view is the latest */
   struct kt_mvcc *s = d->w->s;
   int64_t main = s->rev + 1;
-  struct kent *nk = kent_alloc(kkey(k), NULL, 0, 0, true);
-  nk->mod = main;
-  nk->sub = d->w->changes++;
-  nk->create = nk->version = 0;
+  struct kent *nk =
+      kent_alloc(kkey(k), NULL, 0, 0, true, (struct krev){main, 0, 0, d->w->changes++});
   struct kt_event ev = {.type = KT_EVENT_DELETE, .has_prev_kv = true, .prev_kv = to_kv(k, &r)};
   kvvec_push(&d->prev, ev.prev_kv);
   void **slot = kt_index_get(&s->ix, kkey(k));
@@ -945,7 +975,7 @@ static int check_path(const struct kt_mvcc *s, const struct kt_txn_req *t, const
         const struct kent *k = slot ? *slot : NULL;
         /* a delete earlier in the txn removes it first (only a from-key
          * delete can, see check_intervals); etcd panics there */
-        if (!k || k->version == 0 || iset_has(dels, pr->key))
+        if (!k || k_version(k) == 0 || iset_has(dels, pr->key))
           return kt_err_set(e, KT_ENOTFOUND, "key not found");
         if (pr->ignore_value)
           vlen = k->vlen;
@@ -1030,7 +1060,7 @@ int kt_mvcc_apply(struct kt_mvcc *s, const struct kt_request_op *op, struct kt_a
     if (p->ignore_value || p->ignore_lease) {
       void **slot = kt_index_get(&s->ix, p->key);
       const struct kent *k = slot ? *slot : NULL;
-      if (!k || k->version == 0)
+      if (!k || k_version(k) == 0)
         return kt_err_set(e, KT_ENOTFOUND, "key not found");
       if (p->ignore_value)
         vlen = k->vlen;
@@ -1104,7 +1134,7 @@ static bool kent_compact(struct kt_mvcc *s, struct kent *k, int64_t rev) {
       free(h);
       k_set_hist(k, NULL);
     }
-    return k->version == 0;
+    return k_version(k) == 0;
   }
   if (!h)
     return false;
@@ -1239,16 +1269,14 @@ int kt_mvcc_restore_rec(struct kt_mvcc *s, const struct kt_kvrev *rec, struct kt
   if (c < 0 || (c == 0 && (rec->mod_revision < last->mod || (rec->mod_revision == last->mod &&
                                                              (uint32_t)rec->mod_sub <= last->sub))))
     return kt_err_set(e, KT_ECORRUPT, "snapshot record out of order");
+  struct krev kr = {rec->mod_revision, rec->tombstone ? 0 : rec->create_revision,
+                    rec->tombstone ? 0 : rec->version, (uint32_t)rec->mod_sub};
   struct kent *nk =
-      kent_alloc(rec->key, rec->value.p, rec->value.n, rec->tombstone ? 0 : rec->lease, c == 0);
-  nk->mod = rec->mod_revision;
-  nk->sub = (uint32_t)rec->mod_sub;
-  nk->create = rec->tombstone ? 0 : rec->create_revision;
-  nk->version = rec->tombstone ? 0 : rec->version;
+      kent_alloc(rec->key, rec->value.p, rec->value.n, rec->tombstone ? 0 : rec->lease, c == 0, kr);
   if (c == 0) {
     void **slot = kt_index_get(&s->ix, rec->key);
     kt_assert(slot && *slot == last);
-    if (last->version != 0)
+    if (k_version(last) != 0)
       s->live--;
     kent_push_old(s, last, nk); /* deaths are rebuilt by restore_done */
     *slot = nk;
@@ -1256,7 +1284,7 @@ int kt_mvcc_restore_rec(struct kt_mvcc *s, const struct kt_kvrev *rec, struct kt
     kt_index_insert(&s->ix, nk);
   }
   s->rlast = nk;
-  if (nk->version != 0)
+  if (k_version(nk) != 0)
     s->live++;
   s->size += charge(k_klen(nk), nk->vlen);
   s->revs++;

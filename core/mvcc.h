@@ -25,21 +25,25 @@
  *   1 leaf + the one record it returns; a range scan walks leaf arrays. A skiplist costs more
  * pointers per key and a cache miss per level; an ART needs more code (prefix keys, variable nodes)
  * for a gain only on long shared prefixes. (Reasoned, not measured against them.)
- * - One allocation per key: a 36-byte header with the latest revision (mod,
- *   create, version, key length + flags, value length, sub), then the lease
- *   only if non-zero and the history pointer only once the key has history,
- *   then the key bytes and the latest value bytes.
+ * - One allocation per key: a 20-byte header with the latest revision (mod,
+ *   key length + flags, value length, sub), then the create revision and
+ *   version only when they are not implied (a key's first version: create =
+ *   mod, version 1; a tombstone: both 0), the lease only if non-zero and the
+ *   history pointer only once the key has history, then the key bytes and
+ *   the latest value bytes.
  * - History: an array of 48-byte entries (oldest first), each value its own
  *   allocation. A put or delete allocates a new record, moves the old latest
  *   (value copied out) into the array, and parks the old record on the
  *   garbage list. A tombstone is a revision with version 0 and no value.
- * Measured (test/perf/mvcc_perf.c, 16 B keys, 256 B values, glibc malloc,
- * mallinfo2 delta): 63 B/key at 1M keys and 61 B/key at 10M beyond key and
- * value for a one-revision key (48 B record header + malloc rounding, 12-15 B
- * index); ~120 B per older revision beyond its value (48 B entry, the copied
- * value's allocation, 16 B accounting log entry until compaction). At 10M
- * keys on a shared 2-core box: ~330k puts/s, ~340k point reads/s, a
- * 1000-key range scan in ~160 us, compaction ~0.5 us per key in steps.
+ * Measured (test/perf/mvcc_perf.c, 16 B keys, 256 B values, random order,
+ * glibc malloc, mallinfo2 delta): 47 B/key at 1M keys beyond key and value
+ * for a one-revision key (32 B record header + malloc rounding, ~15 B index;
+ * ~11 B of index when keys arrive in order, as from a snapshot); ~130 B per
+ * older revision beyond its value (48 B entry, the copied value's
+ * allocation, the latest's create/version now stored, 16 B accounting log
+ * entry until compaction). At 1M keys on a shared 2-core box: ~470k puts/s,
+ * ~1M point reads/s, a 1000-key range scan in ~100 us, compaction ~0.3 us
+ * per key in steps.
  *
  * Revisions: reads at revision R see, per key, the newest revision with
  * main <= R (a tombstone hides the key). All writes of one apply share main

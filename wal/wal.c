@@ -122,7 +122,6 @@ static const void *px_map(void *ctx, int fd, size_t len) {
   void *p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
   if (p == MAP_FAILED)
     return NULL;
-  madvise(p, len, MADV_SEQUENTIAL);
   return p;
 }
 static void px_unmap(void *ctx, const void *p, size_t len) {
