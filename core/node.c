@@ -23,6 +23,14 @@ void kt_node_stop_fatal(struct kt_node *n, int code, const char *what) {
   fatal_stop(n, code, what);
 }
 
+/* As etcd 3.4: the two lines it logs, and (in ketch_main) exit status 0. */
+void kt_node_stop_removed(struct kt_node *n) {
+  kt_log(KT_LOG_ERROR, "member", "the member has been permanently removed from the cluster");
+  kt_log(KT_LOG_INFO, "member", "the data-dir used by this member must be removed.");
+  n->fatal = KT_EMEMBERREMOVED;
+  ev_break(n->loop, EVBREAK_ALL);
+}
+
 /* ---- replies ---- */
 
 void kt_node_header(const struct kt_node *n, struct kt_header *h) {

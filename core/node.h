@@ -106,7 +106,9 @@ int kt_node_listen(struct kt_node *n, const char *host, int port, struct kt_err 
  * break the loop. */
 void kt_node_shutdown(struct kt_node *n);
 void kt_node_free(struct kt_node *n);
-/* Non-zero if the member stopped on a fatal error (failed fdatasync...). */
+/* Non-zero if the member stopped on a fatal error (failed fdatasync...), or
+ * KT_EMEMBERREMOVED if it stopped because it was removed from the cluster
+ * (etcd 3.4 exits 0 then: the operator asked for it). */
 int kt_node_fatal(const struct kt_node *n);
 
 #endif

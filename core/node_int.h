@@ -250,6 +250,9 @@ void kt_node_propose_conf(struct kt_node *n, const uint8_t *body, size_t len, kt
                           void *ctx);
 /* Stop the member: a fatal condition (failed fsync, removed from the cluster). */
 void kt_node_stop_fatal(struct kt_node *n, int code, const char *what);
+/* Stop because this member was removed from the cluster (kt_node_fatal
+ * says KT_EMEMBERREMOVED; not an error: the process exits 0, as etcd). */
+void kt_node_stop_removed(struct kt_node *n);
 /* A lone voter elects itself without waiting an election timeout. */
 void kt_node_campaign_now(struct kt_node *n);
 /* Linearizable reads need a read index unless this member is the only voter

@@ -120,6 +120,17 @@ size_t kt_node_member_voters(const struct kt_node *n) {
   return v;
 }
 
+/* etcd 3.4's maxLearners: one learner at a time. Checked after the id and
+ * the peer URLs, as etcd's ValidateConfigurationChange does. */
+#define MAX_LEARNERS 1
+
+static int learner_limit_check(const struct kt_node *n, const struct kt_member_change_req *mc,
+                               struct kt_err *e) {
+  if (mc->is_learner && n->n_members - kt_node_member_voters(n) >= MAX_LEARNERS)
+    return kt_err_set(e, KT_ETOOMANYLEARNERS, "%s", kt_strerror(KT_ETOOMANYLEARNERS));
+  return 0;
+}
+
 /* One URL of a comma list equal to one of another's. */
 static bool urls_overlap(const char *a, const char *b) {
   for (const char *p = a; p && *p;) {
@@ -186,8 +197,7 @@ static void first_url(const char *list, char *out, size_t cap) {
 static void on_peer_removed(void *arg, uint64_t peer) {
   struct kt_node *n = arg;
   (void)peer;
-  kt_node_stop_fatal(n, KT_EMEMBERREMOVED,
-                     "the member has been permanently removed from the cluster");
+  kt_node_stop_removed(n);
 }
 
 static bool is_removed(void *arg, uint64_t id) { return kt_node_member_removed(arg, id); }
@@ -404,6 +414,8 @@ static int check_change(struct kt_node *n, uint8_t type, const struct kt_member_
       started += active(n, rs, nrs, n->members[i].id);
   switch (type) {
   case KT_MSG_MEMBER_ADD:
+    if ((rc = learner_limit_check(n, mc, e)))
+      return rc;
     if (n->n_members >= KT_NODE_MAX_MEMBERS)
       return kt_err_set(e, KT_EINVAL, "too many members (at most %d)", KT_NODE_MAX_MEMBERS);
     /* etcd's strict reconfiguration check: the new quorum is met by the
@@ -513,7 +525,8 @@ static int apply_change(struct kt_node *n, uint8_t type, const struct kt_member_
   case KT_MSG_MEMBER_ADD: {
     if (m || kt_node_member_removed(n, mc->id))
       return kt_err_set(e, KT_EMEMBEREXISTS, "%s", kt_strerror(KT_EMEMBEREXISTS));
-    if ((rc = peer_urls_check(n, mc, 0, urls, sizeof urls, e)))
+    if ((rc = peer_urls_check(n, mc, 0, urls, sizeof urls, e)) ||
+        (rc = learner_limit_check(n, mc, e)))
       return rc;
     if (n->n_members >= KT_NODE_MAX_MEMBERS)
       return kt_err_set(e, KT_EINVAL, "too many members (at most %d)", KT_NODE_MAX_MEMBERS);
@@ -615,8 +628,7 @@ void kt_node_member_after_ready(struct kt_node *n) {
   struct node_member_state *ms = n->mem;
   if (ms->stop_removed) {
     ms->stop_removed = false;
-    kt_node_stop_fatal(n, KT_EMEMBERREMOVED,
-                       "the member has been permanently removed from the cluster");
+    kt_node_stop_removed(n);
     return;
   }
   if (!n->in_ready)

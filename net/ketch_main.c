@@ -132,7 +132,10 @@ int main(int argc, char **argv) {
   ev_signal_stop(loop, &sigterm);
   ev_signal_stop(loop, &sigint);
   kt_node_free(the_node);
-  kt_log(KT_LOG_INFO, "main", fatal ? "stopped on error" : "shutdown complete");
+  bool removed = fatal == KT_EMEMBERREMOVED; /* etcd 3.4 exits 0 */
+  kt_log(KT_LOG_INFO, "main",
+         removed ? "stopped: removed from the cluster"
+                 : (fatal ? "stopped on error" : "shutdown complete"));
   kt_config_free(&cfg);
-  return fatal ? 1 : 0;
+  return fatal && !removed ? 1 : 0;
 }
