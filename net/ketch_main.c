@@ -87,6 +87,7 @@ int main(int argc, char **argv) {
       .initial = initial,
       .n_initial = n_initial,
       .join_existing = cfg.initial_cluster_state == KT_CLUSTER_EXISTING,
+      .force_new_cluster = cfg.force_new_cluster,
       .listen_peer_host = cfg.listen_peer_urls.n ? cfg.listen_peer_urls.v[0].host : NULL,
       .listen_peer_port = cfg.listen_peer_urls.n ? cfg.listen_peer_urls.v[0].port : 0,
       .heartbeat_ms = cfg.heartbeat_interval_ms,
