@@ -116,6 +116,7 @@ enum {
   KETCH_EMEMBERBADURLS = 33,    /* given member URLs are invalid */
   KETCH_EMEMBERREMOVED = 34,    /* the member has been permanently removed */
   KETCH_ENOTENOUGHSTARTED = 35, /* re-configuration failed due to not enough started members */
+  KETCH_ETOOMANYLEARNERS = 36,  /* too many learner members in cluster (one at a time) */
 };
 
 /* The message of a code ("mvcc: required revision has been compacted");

@@ -54,7 +54,8 @@
   X(EUNHEALTHY, 32, "unhealthy cluster")                                                           \
   X(EMEMBERBADURLS, 33, "given member URLs are invalid")                                           \
   X(EMEMBERREMOVED, 34, "the member has been permanently removed from the cluster")                \
-  X(ENOTENOUGHSTARTED, 35, "re-configuration failed due to not enough started members")
+  X(ENOTENOUGHSTARTED, 35, "re-configuration failed due to not enough started members")            \
+  X(ETOOMANYLEARNERS, 36, "too many learner members in cluster")
 
 enum {
 #define KT_ERR_ENUM(name, code, msg) KT_##name = code,

@@ -24,6 +24,14 @@ void kt_node_stop_fatal(struct kt_node *n, int code, const char *what) {
   fatal_stop(n, code, what);
 }
 
+/* As etcd 3.4: the two lines it logs, and (in ketch_main) exit status 0. */
+void kt_node_stop_removed(struct kt_node *n) {
+  kt_log(KT_LOG_ERROR, "member", "the member has been permanently removed from the cluster");
+  kt_log(KT_LOG_INFO, "member", "the data-dir used by this member must be removed.");
+  n->fatal = KT_EMEMBERREMOVED;
+  ev_break(n->loop, EVBREAK_ALL);
+}
+
 /* ---- replies ---- */
 
 void kt_node_header(const struct kt_node *n, struct kt_header *h) {
@@ -1332,19 +1340,23 @@ static int replay_rec(void *arg, const struct kt_wal_rec *rec) {
                       n->wal_dir, (unsigned long long)rec->index,
                       (unsigned long long)(first + r->n_ents - 1));
   r->n_ents = rec->index - first; /* a rewritten index replaces the log from there */
+  kt_node_replay_push(r, rec->index, rec->payload, rec->len);
+  return 0;
+}
+
+void kt_node_replay_push(struct replay *r, uint64_t index, const uint8_t *rec, uint32_t len) {
   if (r->n_ents == r->cap_ents) {
     r->cap_ents = r->cap_ents ? r->cap_ents * 2 : 1024;
     r->ents = realloc(r->ents, r->cap_ents * sizeof *r->ents);
     kt_assert(r->ents);
   }
-  uint32_t dlen = rec->len - ENTRY_HDR;
-  r->ents[r->n_ents++] = (struct kt_raft_entry){
-      .term = kt_get_u64be(rec->payload),
-      .index = rec->index,
-      .type = rec->payload[8],
-      .len = dlen,
-      .data = dlen ? kt_arena_dup(&r->data, rec->payload + ENTRY_HDR, dlen) : NULL};
-  return 0;
+  uint32_t dlen = len - ENTRY_HDR;
+  r->ents[r->n_ents++] =
+      (struct kt_raft_entry){.term = kt_get_u64be(rec),
+                             .index = index,
+                             .type = rec[8],
+                             .len = dlen,
+                             .data = dlen ? kt_arena_dup(&r->data, rec + ENTRY_HDR, dlen) : NULL};
 }
 
 /* ---- peers ---- */
@@ -1497,6 +1509,8 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
                     (unsigned long long)n->applied_index);
   } else {
     rc = kt_node_member_bootstrap(n, &r, e);
+    if (!rc && cfg->force_new_cluster)
+      rc = kt_node_force_new_cluster(n, &r, e);
     if (!rc)
       rc = start_raft(n, &r, e);
   }

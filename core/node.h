@@ -35,6 +35,9 @@
  * Recovery: newest snapshot that verifies (else the one before it), then the
  * WAL records after its index become raft's restart state (hard state and
  * log); raft hands the committed ones back to be applied before serving.
+ * --force-new-cluster (core/node_force.c) appends, between the replay and
+ * raft's start, the entries that leave this member alone, and commits the
+ * whole log.
  * Two snapshots are kept and the WAL is purged only up to the older one, so a
  * corrupt newest snapshot still recovers.
  */
@@ -78,6 +81,9 @@ struct kt_node_config {
   const struct kt_node_peer *initial;
   size_t n_initial;
   bool join_existing;
+  /* --force-new-cluster: on an existing data dir, become a one-member
+   * cluster keeping the whole log (core/node_force.c); ignored on a new one. */
+  bool force_new_cluster;
   const char *listen_peer_host; /* --listen-peer-urls (first); NULL: no peer listener */
   int listen_peer_port;
   /* Auto-compaction, as etcd's --auto-compaction-mode/-retention: periodic
@@ -106,7 +112,9 @@ int kt_node_listen(struct kt_node *n, const char *host, int port, struct kt_err 
  * break the loop. */
 void kt_node_shutdown(struct kt_node *n);
 void kt_node_free(struct kt_node *n);
-/* Non-zero if the member stopped on a fatal error (failed fdatasync...). */
+/* Non-zero if the member stopped on a fatal error (failed fdatasync...), or
+ * KT_EMEMBERREMOVED if it stopped because it was removed from the cluster
+ * (etcd 3.4 exits 0 then: the operator asked for it). */
 int kt_node_fatal(const struct kt_node *n);
 
 #endif

@@ -117,6 +117,10 @@ struct replay {
   struct kt_err *e;
 };
 
+/* Appends a WAL entry record (term | type | data, `len` bytes in all) to
+ * the replayed log at index (the next one). */
+void kt_node_replay_push(struct replay *r, uint64_t index, const uint8_t *rec, uint32_t len);
+
 /* A member table as a snapshot carries it. */
 struct kt_node_members {
   struct kt_node_member v[KT_NODE_MAX_MEMBERS];
@@ -251,6 +255,9 @@ void kt_node_propose_conf(struct kt_node *n, const uint8_t *body, size_t len, kt
                           void *ctx);
 /* Stop the member: a fatal condition (failed fsync, removed from the cluster). */
 void kt_node_stop_fatal(struct kt_node *n, int code, const char *what);
+/* Stop because this member was removed from the cluster (kt_node_fatal
+ * says KT_EMEMBERREMOVED; not an error: the process exits 0, as etcd). */
+void kt_node_stop_removed(struct kt_node *n);
 /* A lone voter elects itself without waiting an election timeout. */
 void kt_node_campaign_now(struct kt_node *n);
 /* Linearizable reads need a read index unless this member is the only voter
@@ -269,6 +276,18 @@ void kt_node_member_free(struct kt_node *n);
 int kt_node_member_open(struct kt_node *n, struct kt_err *e);
 /* After the WAL opened: a new cluster's first entries (written and synced). */
 int kt_node_member_bootstrap(struct kt_node *n, struct replay *r, struct kt_err *e);
+/* Appends a CONF entry (nobody's proposal) with req as its body to the WAL
+ * (not synced) and to r, at the index after r's last, of term `term`. */
+int kt_node_member_log_conf(struct kt_node *n, struct replay *r, uint64_t term,
+                            const struct kt_req *req, struct kt_err *e);
+/* Appends r->hs to the WAL and syncs everything appended so far. */
+int kt_node_member_log_hs(struct kt_node *n, struct replay *r, struct kt_err *e);
+/* The member file was created by this run (a new data dir). */
+bool kt_node_member_new_dir(const struct kt_node *n);
+
+/* node_force.c: --force-new-cluster on an existing data dir (after the WAL
+ * replay, before raft starts); a no-op on a new one. */
+int kt_node_force_new_cluster(struct kt_node *n, struct replay *r, struct kt_err *e);
 /* The transport's peers follow the table (created when a peer first appears). */
 int kt_node_member_sync_peers(struct kt_node *n, struct kt_err *e);
 void kt_node_member_conf(const struct kt_node *n, uint64_t *voters, size_t *nv, uint64_t *learners,

@@ -35,8 +35,14 @@
  *   snapshots        the table and the removed ids ride in the snapshot's
  *                    meta blob; loading or installing one replaces them.
  *   removal          a member that applies its own removal answers, then
- *                    stops (EMEMBERREMOVED); a removed member that comes back
- *                    is refused by its peers (peer status REMOVED) and stops.
+ *                    stops (EMEMBERREMOVED; exit status 0, as etcd); a
+ *                    removed member that comes back is refused by its peers
+ *                    (peer status REMOVED) and stops.
+ *   force            --force-new-cluster (core/node_force.c) appends CONF
+ *                    entries removing every other member through
+ *                    kt_node_member_log_conf, the bootstrap's path; they
+ *                    apply like any change.
+ *   learners         one at a time (etcd 3.4's limit): ETOOMANYLEARNERS.
  *
  * Invariants: the table's voters and learners are raft's configuration at
  * the applied index; at most KT_NODE_MAX_MEMBERS members; ids never 0 and
@@ -89,6 +95,7 @@ struct node_member_state {
   bool published;       /* our MEMBER_PUBLISH applied since we started serving */
   ev_tstamp publish_at; /* when we last proposed it */
   bool stop_removed;    /* this member applied its own removal */
+  bool created;         /* the member file was written by this run (a new data dir) */
   struct kt_arena arena;
   struct kt_buf buf;
 };
@@ -118,6 +125,17 @@ size_t kt_node_member_voters(const struct kt_node *n) {
   for (size_t i = 0; i < n->n_members; i++)
     v += !n->members[i].learner;
   return v;
+}
+
+/* etcd 3.4's maxLearners: one learner at a time. Checked after the id and
+ * the peer URLs, as etcd's ValidateConfigurationChange does. */
+#define MAX_LEARNERS 1
+
+static int learner_limit_check(const struct kt_node *n, const struct kt_member_change_req *mc,
+                               struct kt_err *e) {
+  if (mc->is_learner && n->n_members - kt_node_member_voters(n) >= MAX_LEARNERS)
+    return kt_err_set(e, KT_ETOOMANYLEARNERS, "%s", kt_strerror(KT_ETOOMANYLEARNERS));
+  return 0;
 }
 
 /* One URL of a comma list equal to one of another's. */
@@ -186,8 +204,7 @@ static void first_url(const char *list, char *out, size_t cap) {
 static void on_peer_removed(void *arg, uint64_t peer) {
   struct kt_node *n = arg;
   (void)peer;
-  kt_node_stop_fatal(n, KT_EMEMBERREMOVED,
-                     "the member has been permanently removed from the cluster");
+  kt_node_stop_removed(n);
 }
 
 static bool is_removed(void *arg, uint64_t id) { return kt_node_member_removed(arg, id); }
@@ -404,6 +421,8 @@ static int check_change(struct kt_node *n, uint8_t type, const struct kt_member_
       started += active(n, rs, nrs, n->members[i].id);
   switch (type) {
   case KT_MSG_MEMBER_ADD:
+    if ((rc = learner_limit_check(n, mc, e)))
+      return rc;
     if (n->n_members >= KT_NODE_MAX_MEMBERS)
       return kt_err_set(e, KT_EINVAL, "too many members (at most %d)", KT_NODE_MAX_MEMBERS);
     /* etcd's strict reconfiguration check: the new quorum is met by the
@@ -513,7 +532,8 @@ static int apply_change(struct kt_node *n, uint8_t type, const struct kt_member_
   case KT_MSG_MEMBER_ADD: {
     if (m || kt_node_member_removed(n, mc->id))
       return kt_err_set(e, KT_EMEMBEREXISTS, "%s", kt_strerror(KT_EMEMBEREXISTS));
-    if ((rc = peer_urls_check(n, mc, 0, urls, sizeof urls, e)))
+    if ((rc = peer_urls_check(n, mc, 0, urls, sizeof urls, e)) ||
+        (rc = learner_limit_check(n, mc, e)))
       return rc;
     if (n->n_members >= KT_NODE_MAX_MEMBERS)
       return kt_err_set(e, KT_EINVAL, "too many members (at most %d)", KT_NODE_MAX_MEMBERS);
@@ -615,8 +635,7 @@ void kt_node_member_after_ready(struct kt_node *n) {
   struct node_member_state *ms = n->mem;
   if (ms->stop_removed) {
     ms->stop_removed = false;
-    kt_node_stop_fatal(n, KT_EMEMBERREMOVED,
-                       "the member has been permanently removed from the cluster");
+    kt_node_stop_removed(n);
     return;
   }
   if (!n->in_ready)
@@ -1034,6 +1053,7 @@ int kt_node_member_open(struct kt_node *n, struct kt_err *e) {
   if (errno != ENOENT)
     return kt_err_set(e, KT_EIO, "%s: %s", path, strerror(errno));
   int rc;
+  ms->created = true;
   if (n->cfg.join_existing) {
     ms->joined = true;
     if ((rc = join_cluster(n, e)))
@@ -1053,6 +1073,44 @@ int kt_node_member_open(struct kt_node *n, struct kt_err *e) {
   return write_meta(n, path, ms->initial, ms->n_initial, e);
 }
 
+int kt_node_member_log_conf(struct kt_node *n, struct replay *r, uint64_t term,
+                            const struct kt_req *req, struct kt_err *e) {
+  struct node_member_state *ms = n->mem;
+  uint64_t index = n->applied_index + r->n_ents + 1;
+  kt_buf_reset(&ms->buf);
+  uint8_t hdr[ENTRY_HDR + DATA_HDR] = {0}; /* origin 0, seq 0: nobody's proposal */
+  kt_put_u64be(hdr, term);
+  hdr[8] = KT_RAFT_ENTRY_CONF;
+  kt_buf_append(&ms->buf, hdr, sizeof hdr);
+  kt_proto_encode_req_body(&ms->buf, req);
+  uint64_t seq;
+  int rc = kt_wal_append(n->wal, REC_ENTRY, index, ms->buf.p, ms->buf.len, &seq);
+  if (rc)
+    return kt_err_set(e, rc, "%s: entry %llu: %s", n->wal_dir, (unsigned long long)index,
+                      kt_strerror(rc));
+  kt_node_replay_push(r, index, ms->buf.p, (uint32_t)ms->buf.len);
+  return 0;
+}
+
+int kt_node_member_log_hs(struct kt_node *n, struct replay *r, struct kt_err *e) {
+  uint64_t last = n->applied_index + r->n_ents;
+  uint8_t b[24];
+  kt_put_u64be(b, r->hs.term);
+  kt_put_u64be(b + 8, r->hs.vote);
+  kt_put_u64be(b + 16, r->hs.commit);
+  uint64_t seq;
+  int rc = kt_wal_append(n->wal, REC_HARDSTATE, last, b, sizeof b, &seq);
+  if (!rc)
+    rc = kt_wal_sync(n->wal, e);
+  if (rc)
+    return e->code ? rc : kt_err_set(e, rc, "%s: hard state: %s", n->wal_dir, kt_strerror(rc));
+  n->wal_last_index = last;
+  n->hs_synced = r->hs;
+  return 0;
+}
+
+bool kt_node_member_new_dir(const struct kt_node *n) { return n->mem->created; }
+
 /* The log of a brand-new member of a new cluster: one MEMBER_ADD per initial
  * member (term 1, committed). Written and synced here, before raft starts. */
 int kt_node_member_bootstrap(struct kt_node *n, struct replay *r, struct kt_err *e) {
@@ -1062,9 +1120,6 @@ int kt_node_member_bootstrap(struct kt_node *n, struct replay *r, struct kt_err 
   if (ms->restore_index) { /* restored data: the table is the initial list already */
     return 0;
   }
-  r->ents = realloc(r->ents, ms->n_initial * sizeof *r->ents);
-  kt_assert(r->ents);
-  r->cap_ents = ms->n_initial;
   for (size_t i = 0; i < ms->n_initial; i++) {
     const struct kt_node_member *m = &ms->initial[i];
     kt_arena_reset(&ms->arena);
@@ -1072,38 +1127,14 @@ int kt_node_member_bootstrap(struct kt_node *n, struct replay *r, struct kt_err 
     req.u.member.id = m->id;
     req.u.member.name = (struct kt_bytes){(const uint8_t *)m->name, (uint32_t)strlen(m->name)};
     req.u.member.n_peer_urls = split_urls(&ms->arena, m->peer_urls, &req.u.member.peer_urls);
-    kt_buf_reset(&ms->buf);
-    uint8_t hdr[ENTRY_HDR + DATA_HDR] = {0};
-    kt_put_u64be(hdr, 1); /* term 1; origin 0, seq 0: nobody's proposal */
-    hdr[8] = KT_RAFT_ENTRY_CONF;
-    kt_buf_append(&ms->buf, hdr, sizeof hdr);
-    kt_proto_encode_req_body(&ms->buf, &req);
-    uint64_t seq;
-    int rc = kt_wal_append(n->wal, REC_ENTRY, i + 1, ms->buf.p, ms->buf.len, &seq);
+    int rc = kt_node_member_log_conf(n, r, 1, &req, e);
     if (rc)
-      return kt_err_set(e, rc, "%s: bootstrap entry: %s", n->wal_dir, kt_strerror(rc));
-    uint32_t dlen = (uint32_t)(ms->buf.len - ENTRY_HDR);
-    r->ents[i] =
-        (struct kt_raft_entry){.term = 1,
-                               .index = i + 1,
-                               .type = KT_RAFT_ENTRY_CONF,
-                               .len = dlen,
-                               .data = kt_arena_dup(&r->data, ms->buf.p + ENTRY_HDR, dlen)};
+      return rc;
   }
-  r->n_ents = ms->n_initial;
   r->hs = (struct kt_raft_hard_state){.term = 1, .vote = 0, .commit = ms->n_initial};
-  uint8_t b[24];
-  kt_put_u64be(b, r->hs.term);
-  kt_put_u64be(b + 8, r->hs.vote);
-  kt_put_u64be(b + 16, r->hs.commit);
-  uint64_t seq;
-  int rc = kt_wal_append(n->wal, REC_HARDSTATE, ms->n_initial, b, sizeof b, &seq);
-  if (!rc)
-    rc = kt_wal_sync(n->wal, e);
+  int rc = kt_node_member_log_hs(n, r, e);
   if (rc)
-    return e->code ? rc : kt_err_set(e, rc, "%s: bootstrap: %s", n->wal_dir, kt_strerror(rc));
-  n->wal_last_index = ms->n_initial;
-  n->hs_synced = r->hs;
+    return rc;
   kt_log(KT_LOG_INFO, "member", "new cluster %016llx: %zu members written to the log",
          (unsigned long long)n->cluster_id, ms->n_initial);
   return 0;

@@ -87,6 +87,7 @@ int main(int argc, char **argv) {
       .initial = initial,
       .n_initial = n_initial,
       .join_existing = cfg.initial_cluster_state == KT_CLUSTER_EXISTING,
+      .force_new_cluster = cfg.force_new_cluster,
       .listen_peer_host = cfg.listen_peer_urls.n ? cfg.listen_peer_urls.v[0].host : NULL,
       .listen_peer_port = cfg.listen_peer_urls.n ? cfg.listen_peer_urls.v[0].port : 0,
       .heartbeat_ms = cfg.heartbeat_interval_ms,
@@ -132,7 +133,10 @@ int main(int argc, char **argv) {
   ev_signal_stop(loop, &sigterm);
   ev_signal_stop(loop, &sigint);
   kt_node_free(the_node);
-  kt_log(KT_LOG_INFO, "main", fatal ? "stopped on error" : "shutdown complete");
+  bool removed = fatal == KT_EMEMBERREMOVED; /* etcd 3.4 exits 0 */
+  kt_log(KT_LOG_INFO, "main",
+         removed ? "stopped: removed from the cluster"
+                 : (fatal ? "stopped on error" : "shutdown complete"));
   kt_config_free(&cfg);
-  return fatal ? 1 : 0;
+  return fatal && !removed ? 1 : 0;
 }

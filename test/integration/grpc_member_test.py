@@ -201,6 +201,17 @@ def test_member_add_learner_then_join():
         assert set(kv["ETCD_INITIAL_CLUSTER"].split(",")) == listed, (kv, listed)
         assert len(listed) == len(s.names) + 1, listed
         s.settings = kv
+    # one learner at a time (etcd 3.4): FailedPrecondition "etcdserver: too
+    # many learner members in cluster" on both sides
+    both(lambda s: ["member", "add", "x2", "--peer-urls=http://127.0.0.1:%d" % free_port(),
+                    "--learner"])
+    p = gs.pb()
+    for s in (e, k):  # the gRPC status itself
+        st = gs.unary(s.port, "/etcdserverpb.Cluster/MemberAdd",
+                      p.MemberAddRequest(peerURLs=["http://127.0.0.1:%d" % free_port()],
+                                         isLearner=True), p.MemberAddResponse)
+        assert st[:2] == ("FAILED_PRECONDITION", "etcdserver: too many learner members in cluster"), \
+            (s.kind, st)
     # the new member is listed unstarted (no name, no client URLs) as a learner
     rows = [new_row(s) for s in (e, k)]
     assert rows[0] == rows[1] == "ID, unstarted, , URL, , true", rows
@@ -315,9 +326,12 @@ def test_member_remove():
         assert "removed" in s.logtext(), (s.kind, rc, s.logtext()[-2000:])
         assert s.id not in [m["ID"] for m in s.members()]
     k_rc, e_rc = k.proc.returncode, e.proc.returncode
-    assert k_rc != 0, (k_rc, k.logtext()[-1000:])
-    assert "permanently removed" in k.logtext(), k.logtext()[-2000:]
-    print("# removed member exit codes: etcd %s, ketch %s" % (e_rc, k_rc))
+    assert (e_rc, k_rc) == (0, 0), ("exit status of the removed member: etcd, ketch", e_rc, k_rc,
+                                    k.logtext()[-1000:])
+    for s in (e, k):  # etcd's two lines (capnslog: "E | etcdserver: ...")
+        for line in ("the member has been permanently removed from the cluster",
+                     "the data-dir used by this member must be removed."):
+            assert line in s.logtext(), (s.kind, line, s.logtext()[-2000:])
     both(lambda s: ["member", "remove", "%x" % s.id])
     both(lambda s: ["member", "promote", "%x" % s.id])
     for s in (e, k):
@@ -380,7 +394,9 @@ def test_unhealthy_and_not_enough_started():
 def test_concurrent_changes():
     """Changes sent at once: one at a time is applied; the others get etcd's
     answer to a configuration change that cannot complete (Unavailable
-    "etcdserver: request timed out"), and were not applied."""
+    "etcdserver: request timed out"), or, once the first learner is in,
+    etcd's one-learner limit (FailedPrecondition "etcdserver: too many
+    learner members in cluster"), and were not applied."""
     import grpc
     p = gs.pb()
     e = g.env()
@@ -401,11 +417,13 @@ def test_concurrent_changes():
                     and r.header.raft_term and not r.header.revision, r
                 assert r.member.ID in [m.ID for m in r.members], r
             except grpc.RpcError as err:
-                assert (err.code(), err.details()) == (
-                    grpc.StatusCode.UNAVAILABLE, "etcdserver: request timed out"), err
+                assert (err.code(), err.details()) in (
+                    (grpc.StatusCode.UNAVAILABLE, "etcdserver: request timed out"),
+                    (grpc.StatusCode.FAILED_PRECONDITION,
+                     "etcdserver: too many learner members in cluster")), err
                 busy += 1
     print("# concurrent learner adds: %d applied, %d refused" % (len(added), busy))
-    assert added and busy, (added, busy)
+    assert len(added) == 1 and busy == 5, (added, busy)
     assert len(k.members()) == before + len(added)
     rm = p.MemberRemoveRequest
     for i in added:

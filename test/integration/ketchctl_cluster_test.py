@@ -424,6 +424,35 @@ def membership_change_errors():
                  ["member", "remove", "xyz"], ["member", "promote"]):
         name = "-".join(a.split("=")[0].lstrip("-") for a in args[1:])
         compare("member-errors/" + name, args)
+    second_learner()
+
+
+def second_learner():
+    """etcd 3.4 allows one learner: with one added (never started) on each
+    side, a second is refused with the same words and exit code; the first
+    is then removed again. etcd refuses changes with "unhealthy cluster"
+    until every voter has been connected to the leader for 5 s (the move-leader
+    cases just changed it): its first add is retried that long."""
+    firsts = []
+    for side in (E, K):
+        deadline = time.time() + 15
+        while True:
+            rc, out, err = side.run(["member", "add", "l1", "--learner",
+                                     "--peer-urls=http://127.0.0.1:%d" % free_port()])
+            if "unhealthy cluster" not in err or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        m = re.match(r"Member\s+([0-9a-f]+) added", out)
+        if rc != 0 or not m:
+            return report("member-errors/second-learner", "%s: first learner: %d %r %r" %
+                          (side.kind, rc, out, err))
+        firsts.append((side, m.group(1)))
+    compare("member-errors/second-learner",
+            ["member", "add", "l2", "--learner", "--peer-urls=http://127.0.0.1:%d" % free_port()])
+    for side, mid in firsts:
+        rc, out, err = side.run(["member", "remove", mid])
+        if rc != 0:
+            report("member-errors/second-learner-removed", "%s: %d %r %r" % (side.kind, rc, out, err))
 
 
 def main():

@@ -8,12 +8,14 @@ a clear error when 3 are down; the errors an operator can hit."""
 import os
 import re
 import subprocess
+import threading
 import time
 
 from cluster_test import TIMING, cleanup, put_retry, start_cluster, status, wait_leader
 from harness import BIN, PUT, Conn, Member, ServerError, free_port, run_tests
 
-ENOLEADER, ETIMEOUT, EUNKNOWN = 11, 12, 13
+ENOLEADER, ETIMEOUT, EUNKNOWN, ETOOMANYLEARNERS = 11, 12, 13, 36
+MEMBER_ADD = 33
 
 
 def ctl(endpoints, *args, check=True, timeout=30):
@@ -124,7 +126,9 @@ def test_learner_added_caught_up_by_snapshot_promoted_then_a_member_removed():
         out = ctl([leader, new], "member", "remove", gone_id).stdout
         assert re.match(r"^Member [0-9a-f ]{16} removed from cluster [0-9a-f ]{16}$", out.strip()), out
         rc, log = gone.run_to_exit(timeout=10)
-        assert rc not in (0, None) and "permanently removed" in log, (rc, log[-1500:])
+        # etcd 3.4: exit status 0 and these two lines
+        assert rc == 0 and "permanently removed from the cluster" in log and \
+            "the data-dir used by this member must be removed." in log, (rc, log[-1500:])
         assert gone_id not in members([leader, new])
         rest = [m for m in ms if m is not gone] + [new]
         put_retry(new, "after-remove", "1")
@@ -134,7 +138,7 @@ def test_learner_added_caught_up_by_snapshot_promoted_then_a_member_removed():
         before = len(gone.logtext())
         gone.start(wait=False)
         rc, log = gone.run_to_exit(timeout=15)
-        assert rc not in (0, None) and "permanently removed" in log[before:], (rc, log[before:])
+        assert rc == 0 and "permanently removed" in log[before:], (rc, log[before:])
         assert p is True
     finally:
         cleanup(ms + ([new] if new else []))
@@ -234,6 +238,26 @@ def test_member_change_errors():
         for args, code, text in cases:
             p = ctl(ms, *args, check=False)
             assert (p.returncode, p.stderr.strip()) == (code, text), (args, p.returncode, p.stderr)
+        # one learner at a time (etcd 3.4): a second is refused, natively
+        # with code 36, in ketchctl with etcd's words; promote or remove the
+        # first and the next may come
+        add = ctl(ms, "member", "add", "l1", "--peer-urls=http://127.0.0.1:%d" % free_port(),
+                  "--learner")
+        l1 = add.stdout.split()[1]
+        p = ctl(ms, "member", "add", "l2", "--peer-urls=http://127.0.0.1:%d" % free_port(),
+                "--learner", check=False)
+        assert (p.returncode, p.stderr.strip()) == (
+            1, "Error: etcdserver: too many learner members in cluster"), (p.returncode, p.stderr)
+        try:
+            Conn(ms[0].port).call(MEMBER_ADD, {"peer_urls": ["http://127.0.0.1:%d" % free_port()],
+                                               "is_learner": True})
+            raise AssertionError("a second learner was added")
+        except ServerError as e:
+            assert (e.code, e.message) == (ETOOMANYLEARNERS, "too many learner members in cluster"), e
+        ctl(ms, "member", "remove", l1)
+        add = ctl(ms, "member", "add", "l2", "--peer-urls=http://127.0.0.1:%d" % free_port(),
+                  "--learner")
+        ctl(ms, "member", "remove", add.stdout.split()[1])
         # a voter added while one of three is down: the new quorum (3 of 4)
         # is not met by the 2 running
         down_id = "%x" % status(ms[2])["header"][1]
@@ -256,9 +280,137 @@ def test_member_change_errors():
         cleanup(ms)
 
 
+class Writer(threading.Thread):
+    """Pipelined puts (up to 32 in flight) to one member until it fails;
+    `acked` holds the keys whose PUT came back OK."""
+
+    def __init__(self, m):
+        super().__init__(daemon=True)
+        self.m, self.acked, self.stop = m, {}, False
+
+    def run(self):
+        try:
+            c = Conn(self.m.port, timeout=5)
+            inflight, i = {}, 0
+            while not self.stop or inflight:
+                while not self.stop and len(inflight) < 32:
+                    key = b"fnc%06d" % i
+                    inflight[c.send(PUT, {"key": key, "value": key})] = key
+                    i += 1
+                f = c.recv()
+                if f is None:
+                    return
+                t, rid, _ = f
+                key = inflight.pop(rid, None)
+                if t == PUT and key:
+                    self.acked[key] = True
+        except (OSError, ConnectionError):
+            return
+
+
+def keys_of(m, prefix=b"fnc"):
+    r = Conn(m.port, timeout=10).get(prefix, range_end=prefix[:-1] + bytes([prefix[-1] + 1]),
+                                      keys_only=True)
+    return {kv[0] for kv in r.get("kvs") or []}
+
+
+def test_force_new_cluster_after_losing_two_of_three():
+    """Two of three members lost for good (kill -9 under a write load): the
+    third, restarted with --force-new-cluster, is a one-member cluster with
+    every acknowledged write, serving reads and writes; a plain restart
+    keeps that; a new member added then catches up; a lost member that
+    comes back is refused and stops (exit 0, as etcd)."""
+    ms = start_cluster()
+    new = None
+    try:
+        leader = wait_leader(ms)
+        survivor = [m for m in ms if m is not leader][0]  # a follower: its commit index lags
+        w = Writer(leader)
+        w.start()
+        wait_for("writes acknowledged", lambda: len(w.acked) >= 2000)
+        lost = [m for m in ms if m is not survivor]
+        for m in lost:
+            m.kill9()
+        survivor.kill9()
+        w.stop = True
+        w.join(10)
+        acked = set(w.acked)
+        survivor.extra.append("--force-new-cluster")
+        survivor.start(wait=True)
+        log = survivor.logtext()
+        assert "--force-new-cluster: forcing restart of member" in log, log[-3000:]
+        print("# " + re.search(r"commit index \d+ -> \d+ \(\d+ entries past[^)]*\)", log).group(0))
+        put_retry(survivor, "alone", "1")
+        got = keys_of(survivor)
+        assert acked <= got, "acknowledged writes missing: %d of %d" % (len(acked - got), len(acked))
+        mm = members([survivor])
+        assert len(mm) == 1 and list(mm.values())[0][:2] == ("started", survivor.name), mm
+        # a plain restart keeps the one-member configuration
+        survivor.stop()
+        survivor.extra.remove("--force-new-cluster")
+        survivor.start(wait=True)
+        put_retry(survivor, "restarted", "1")
+        assert len(members([survivor])) == 1 and acked <= keys_of(survivor)
+        # grow again: a new member catches up
+        add = ctl([survivor], "member", "add", "n9", "--peer-urls=http://127.0.0.1:%d" % free_port())
+        new = start_added("n9", add.stdout)
+        last = max(acked)
+        wait_for("new member caught up", lambda: local_value(new, last) == last)
+        wait_for("two members", lambda: len(members([survivor, new])) == 2)
+        put_retry(new, "grown", "1")
+        # a lost member comes back from its data dir: refused, it stops
+        gone = lost[0]
+        before = len(gone.logtext())
+        gone.start(wait=False)
+        rc, log = gone.run_to_exit(timeout=15)
+        assert rc == 0 and "permanently removed" in log[before:], (rc, log[before:][-2000:])
+    finally:
+        cleanup(ms + ([new] if new else []))
+
+
+def test_force_new_cluster_on_a_learner():
+    """The survivor is a learner: it is promoted, then the others removed."""
+    ms = start_cluster(token="fnc-learner")
+    new = None
+    try:
+        leader = wait_leader(ms)
+        load(leader, 500)
+        add = ctl(ms, "member", "add", "l9", "--peer-urls=http://127.0.0.1:%d" % free_port(),
+                  "--learner")
+        new = start_added("l9", add.stdout)
+        wait_for("learner caught up", lambda: local_value(new, "k000499") == b"v" * 64)
+        for m in ms + [new]:
+            m.kill9()
+        new.extra.append("--force-new-cluster")
+        new.start(wait=True)
+        put_retry(new, "alone", "1")
+        mm = members([new])
+        assert len(mm) == 1 and [(r[1], r[4]) for r in mm.values()] == [("l9", "false")], mm
+        assert not status(new).get("is_learner")
+        assert local_value(new, "k000499") == b"v" * 64
+    finally:
+        cleanup(ms + ([new] if new else []))
+
+
+def test_force_new_cluster_ignored_on_a_new_data_dir():
+    """As etcd 3.4: on a new data dir the flag is ignored and the members
+    bootstrap from --initial-cluster."""
+    ms = start_cluster(extra=["--force-new-cluster"], token="fnc-new")
+    try:
+        wait_leader(ms)
+        assert len(members(ms)) == 3
+        assert all("--force-new-cluster ignored" in m.logtext() for m in ms)
+        put_retry(ms[0], "k", "v")
+    finally:
+        cleanup(ms)
+
+
 if __name__ == "__main__":
     run_tests([test_learner_added_caught_up_by_snapshot_promoted_then_a_member_removed,
                test_one_member_grows_to_three_and_moves_leadership,
                test_follower_down_while_20k_keys_are_written_catches_up,
                test_five_members_survive_two_failures_refuse_writes_with_three_down,
-               test_member_change_errors])
+               test_member_change_errors,
+               test_force_new_cluster_after_losing_two_of_three,
+               test_force_new_cluster_on_a_learner,
+               test_force_new_cluster_ignored_on_a_new_data_dir])

@@ -1119,6 +1119,25 @@ TEST(raft_apply_conf_invalid_changes_nothing) {
   cl_free(c);
 }
 
+/* A member restarted as the node does it: no configuration (the log's CONF
+ * entries make it), hard state hs, log ents[0..n) from index 1. */
+static struct kt_raft *from_log(uint64_t id, struct kt_raft_hard_state hs,
+                                const struct kt_raft_entry *ents, size_t n) {
+  struct kt_raft_config cfg = {.id = id,
+                               .election_ticks = 10,
+                               .heartbeat_ticks = 1,
+                               .max_inflight_msgs = 16,
+                               .pre_vote = true,
+                               .check_quorum = true,
+                               .seed = 7,
+                               .hs = hs,
+                               .entries = ents,
+                               .n_entries = n};
+  struct kt_raft *r;
+  kt_assert(kt_raft_new(&cfg, &r) == 0);
+  return r;
+}
+
 /* A member started as the node bootstraps a cluster: no configuration, a log
  * of one ADD_VOTER per initial member, committed. */
 static struct kt_raft *bootstrap(uint64_t id, int n, uint8_t (*d)[2], struct kt_raft_entry *ents) {
@@ -1127,19 +1146,7 @@ static struct kt_raft *bootstrap(uint64_t id, int n, uint8_t (*d)[2], struct kt_
     d[j][1] = (uint8_t)(j + 1);
     ents[j] = (struct kt_raft_entry){1, (uint64_t)j + 1, KT_RAFT_ENTRY_CONF, 2, d[j]};
   }
-  struct kt_raft_config cfg = {.id = id,
-                               .election_ticks = 10,
-                               .heartbeat_ticks = 1,
-                               .max_inflight_msgs = 16,
-                               .pre_vote = true,
-                               .check_quorum = true,
-                               .seed = 7,
-                               .hs = {1, 0, (uint64_t)n},
-                               .entries = ents,
-                               .n_entries = (size_t)n};
-  struct kt_raft *r;
-  kt_assert(kt_raft_new(&cfg, &r) == 0);
-  return r;
+  return from_log(id, (struct kt_raft_hard_state){1, 0, (uint64_t)n}, ents, (size_t)n);
 }
 
 TEST(raft_bootstrap_from_conf_entries) {
@@ -1297,4 +1304,70 @@ TEST(raft_member_added_while_down_catches_up_from_heartbeats) {
   CHECK_EQ(kt_raft_last_index(c->r[4]), last);
   CHECK_EQ(c->applied[4], last);
   cl_free(c);
+}
+
+/* --force-new-cluster as the node does it (core/node_force.c), seen by raft:
+ * member 2 of {1, 2, 3} restarts from its own log — entries 5 and 6 are
+ * persisted past its recorded commit index 4 — with REMOVE 1 and REMOVE 3
+ * appended at 7 and 8 and the hard state's commit moved to 8. Raft needs no
+ * special mode: it hands back all 8 entries as committed, applying them
+ * leaves 2 the only voter, it elects itself and commits alone; a restart
+ * from the same log (no force) comes back as the same one-member cluster. */
+static struct kt_raft *forced(uint8_t (*d)[2], struct kt_raft_entry *ents) {
+  static const uint8_t conf[5][2] = {{KT_RAFT_CONF_ADD_VOTER, 1},
+                                     {KT_RAFT_CONF_ADD_VOTER, 2},
+                                     {KT_RAFT_CONF_ADD_VOTER, 3},
+                                     {KT_RAFT_CONF_REMOVE, 1},
+                                     {KT_RAFT_CONF_REMOVE, 3}};
+  static const uint64_t at[5] = {1, 2, 3, 7, 8};
+  for (uint64_t i = 1; i <= 8; i++)
+    ents[i - 1] = (struct kt_raft_entry){i <= 3 ? 1 : 2, i, KT_RAFT_ENTRY_NORMAL, 1, d[5]};
+  d[5][0] = 'x';
+  for (int j = 0; j < 5; j++) {
+    memcpy(d[j], conf[j], 2);
+    ents[at[j] - 1].type = KT_RAFT_ENTRY_CONF;
+    ents[at[j] - 1].len = 2;
+    ents[at[j] - 1].data = d[j];
+  }
+  return from_log(2, (struct kt_raft_hard_state){2, 1, 8}, ents, 8);
+}
+
+/* Starts member 2 of the isolated cluster c from r: applies what it hands
+ * back, elects itself, commits a proposal alone. */
+static void forced_run(struct cl *c, struct kt_raft *r, uint64_t applied, uint64_t term) {
+  kt_raft_free(c->r[2]);
+  c->r[2] = r;
+  cl_isolate(c, 1, true); /* 1 and 3 are gone */
+  cl_isolate(c, 3, true);
+  cl_ready(c, 2);
+  CHECK_EQ(c->applied[2], applied);
+  struct kt_raft_member_state ms[4];
+  CHECK_EQ(kt_raft_members(c->r[2], ms, 4), 1);
+  CHECK(ms[0].id == 2 && !ms[0].learner);
+  cl_tick(c, 2, 25);
+  CHECK_EQ(kt_raft_role(c->r[2]), KT_RAFT_LEADER);
+  CHECK_EQ(kt_raft_term(c->r[2]), term);
+  cl_propose(c, 2, "after");
+  CHECK_EQ(c->applied[2], applied + 2); /* its empty entry and the proposal */
+  CHECK_EQ(c->sent[2][KT_RAFT_MSG_APP] + c->sent[2][KT_RAFT_MSG_VOTE], 0);
+}
+
+TEST(raft_forced_one_member_configuration_from_own_log) {
+  uint8_t d[6][2];
+  struct kt_raft_entry ents[8];
+  struct cl *c = cl_new(3, true, true);
+  struct kt_raft *r = forced(d, ents);
+  CHECK_EQ(kt_raft_commit(r), 8);
+  forced_run(c, r, 8, 3); /* 5 and 6 are applied too */
+  CHECK_EQ(c->n_conf[2], 5);
+  CHECK_EQ(c->conf_rc[2], 0);
+  /* a plain restart from what it persisted: entries 1..10, commit 10 */
+  struct kt_raft_entry log[10];
+  for (uint64_t i = 1; i <= 10; i++)
+    log[i - 1] = *kt_raft_entry_at(c->r[2], i);
+  struct cl *c2 = cl_new(3, true, true);
+  r = from_log(2, (struct kt_raft_hard_state){3, 2, 10}, log, 10); /* entries copied */
+  cl_free(c);
+  forced_run(c2, r, 10, 4);
+  cl_free(c2);
 }

@@ -58,6 +58,8 @@ static const struct {
     {KETCH_EMEMBERBADURLS, KT_GRPC_INVALID_ARGUMENT, "etcdserver: given member URLs are invalid"},
     {KETCH_ENOTENOUGHSTARTED, KT_GRPC_FAILED_PRECONDITION,
      "etcdserver: re-configuration failed due to not enough started members"},
+    {KETCH_ETOOMANYLEARNERS, KT_GRPC_FAILED_PRECONDITION,
+     "etcdserver: too many learner members in cluster"},
     /* etcd's membership.ErrIDRemoved becomes ErrGRPCMemberNotFound */
     {KETCH_EMEMBERREMOVED, KT_GRPC_NOT_FOUND, "etcdserver: member not found"},
 };
