@@ -128,10 +128,28 @@ static void px_unmap(void *ctx, const void *p, size_t len) {
   (void)ctx;
   munmap((void *)p, len);
 }
+/* The end of the last data extent (SEEK_DATA / SEEK_HOLE: an unwritten
+ * preallocated range is a hole), or size if the file system cannot tell. */
+static uint64_t px_data_end(void *ctx, int fd, uint64_t size) {
+  (void)ctx;
+  uint64_t end = 0;
+  for (off_t pos = 0; (uint64_t)pos < size;) {
+    off_t d = lseek(fd, pos, SEEK_DATA);
+    if (d < 0)
+      return errno == ENXIO ? end : size; /* ENXIO: no data after pos */
+    off_t h = lseek(fd, d, SEEK_HOLE);
+    if (h <= d)
+      return size;
+    end = (uint64_t)h;
+    pos = h;
+  }
+  return end < size ? end : size;
+}
 
 const struct kt_wal_fileops kt_wal_posix_fileops = {
     .map = px_map,
     .unmap = px_unmap,
+    .data_end = px_data_end,
     .open = px_open,
     .pread = px_pread,
     .pwrite = px_pwrite,
@@ -652,7 +670,9 @@ static size_t check_sequence(const char *dir, const struct listing *l, struct kt
 
 /* A whole segment in memory: mapped read-only when the file operations can
  * map (no copy, no zeroed buffer: a restart reads several 64 MiB segments),
- * else read into a buffer. */
+ * else read into a buffer; only up to the end of its data when the file
+ * operations can tell it (the rest reads as zeros, so scanning it changes
+ * nothing: the unwritten tail of the last segment is most of the file). */
 struct seg_buf {
   const uint8_t *p;
   size_t len;
@@ -665,6 +685,8 @@ static int read_all(const struct kt_wal_fileops *ops, int fd, const char *path, 
   int r = ops->fsize(ops->ctx, fd, &size);
   if (r)
     return io_err(err, r, "stat", path);
+  if (ops->data_end)
+    size = ops->data_end(ops->ctx, fd, size);
   *out = (struct seg_buf){0};
   if (size && size <= SIZE_MAX && ops->map) {
     out->p = ops->map(ops->ctx, fd, (size_t)size);

@@ -152,6 +152,10 @@ struct kt_wal_fileops {
    * first len bytes of fd, NULL if it cannot; released with unmap. */
   const void *(*map)(void *ctx, int fd, size_t len);
   void (*unmap)(void *ctx, const void *p, size_t len);
+  /* Optional (NULL: size): an offset past which the file's first size bytes
+   * are known to read as zeros (the end of its last data extent: a segment's
+   * preallocated tail is unwritten), so a scan need not read them. */
+  uint64_t (*data_end)(void *ctx, int fd, uint64_t size);
 };
 extern const struct kt_wal_fileops kt_wal_posix_fileops;
 
