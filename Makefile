@@ -167,9 +167,9 @@ deps:
 
 # The standard suite (a few minutes): ketch vs etcd, 1 member each, alternating
 # rounds; writes bench/results.json, bench/table.md and bench/throughput.svg.
-BENCH_WORKLOADS ?= put:1 put:16 put:64 put:256 range-l:64 range-s:64 lease-keepalive:64 \
+BENCH_WORKLOADS ?= put:1 put:16 put:64 put:256 put:64@10000 range-l:64 range-s:64 lease-keepalive:64 \
   watch-latency:100 watch:1000 lock:8
-BENCH_WORKLOADS_3 ?= put:64 put:256 range-l:64 range-s:64 lease-keepalive:64 watch-latency:100 lock:8
+BENCH_WORKLOADS_3 ?= put:64 put:256 put:64@5000 range-l:64 range-s:64 lease-keepalive:64 watch-latency:100 lock:8
 bench: deps all
 	@sh test/deps.sh bench
 	@mkdir -p bench

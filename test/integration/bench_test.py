@@ -528,7 +528,7 @@ def compare():
         rc, out, err = run(["compare", "--rounds", "1", "--run-seconds", "0.3", "--keys", "500",
                             "--leases", "200", "--resource-keys", "3000", "--json", "--out-dir",
                             out_dir, "put:1", "range-s:4",
-                            "lease-keepalive:4", "watch-latency:5", "watch:20", "lock:3"],
+                            "lease-keepalive:4", "watch-latency:5", "watch:20", "lock:3", "put:4@300"],
                            timeout=120, env=env)
         if rc:
             return "exit %d: %s" % (rc, err[-500:])
@@ -536,8 +536,12 @@ def compare():
         if json.load(open(os.path.join(out_dir, "results.json"))) != r:
             return "results.json differs from stdout"
         if [x["workload"] for x in r["rows"]] != ["put:1", "range-s:4", "lease-keepalive:4",
-                                                  "watch-latency:5", "watch:20", "lock:3"]:
+                                                  "watch-latency:5", "watch:20", "lock:3",
+                                                  "put:4@300"]:
             return "rows %r" % r["rows"]
+        rated = r["rows"][-1]  # open loop: both get the offered 300/s (90 in 0.3 s)
+        if not all(250 < rated[t]["rps"] < 350 for t in ("etcd", "ketch")):
+            return "offered rate not held: %r" % rated
         for x in r["rows"]:
             if not (x["etcd"]["rps"] > 0 and x["ketch"]["rps"] > 0):
                 return "no throughput: %r" % x
@@ -567,7 +571,9 @@ def compare():
                   "watch fan-out, 20 watchers", "lock + unlock one mutex, 3 clients"):
             if "| " + t not in err:
                 return "table row %r missing: %r" % (t, err[-1500:])
-        if len(open(os.path.join(out_dir, "results.dat")).read().splitlines()) != 6:
+        if "| put, 4 clients, 300/s offered | " not in err or "p99 <= 1/10: " not in err:
+            return "open-loop row missing: %r" % err[-1500:]
+        if len(open(os.path.join(out_dir, "results.dat")).read().splitlines()) != 7:
             return "results.dat"
         left = os.listdir(tmp)
         return "data dirs left behind: %r" % left if left else None
