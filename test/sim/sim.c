@@ -142,10 +142,13 @@
  * view, checked when a revoke is first applied: not before a TTL has passed
  * since the grant was first applied or since the last renewal by the newest
  * leader (no later term had a leader). Renewals answered by a stale leader
- * (the node answers keep-alives without confirming its leadership; etcd
- * >= 3.5.8 confirms it) are counted, and so are revokes that came before
- * such a renewal's TTL ran out, but they do not fail the seed. TTLs are
- * counted from the leader's renewal, not from when the client hears it.
+ * are counted, and so are revokes that came before such a renewal's TTL
+ * ran out (lease_stale_unhonored), but they do not fail the seed: the node
+ * answers keep-alives without confirming its leadership, and the new
+ * leader's extension covers a deposed leader's renewals for one election
+ * timeout only (etcd since confirms leadership before renewing:
+ * ensureLeadership, etcd-io/etcd#15247). TTLs are counted from the
+ * leader's renewal, not from when the client hears it.
  * At the end the network
  * heals, removed members are shut down, and the cluster must make progress
  * (a proposal — a delete of a key nobody writes, which moves no revision —
@@ -392,8 +395,10 @@ struct lease_truth {
   int64_t granted_ms; /* its grant first applied (0: never) */
   int64_t honored_ms; /* no revoke may take effect before */
   int64_t stale_ms;   /* keep-alives answered by a stale leader reach this */
-  uint64_t renew_by;  /* the last renewal: member, its promote time, when */
-  int64_t renew_epoch, renew_ms;
+  uint64_t renew_by;  /* the last renewal: by, when */
+  int64_t renew_ms;
+  /* by member: its last renewal, and its promote time then (which term of service) */
+  int64_t by_ms[SIM_MAX_N + 1], by_epoch[SIM_MAX_N + 1];
   bool revoked;
 };
 
@@ -2195,19 +2200,21 @@ static bool kv_same(const struct kt_kv *a, const struct kt_kv *b) {
 static const char *ev_str(char *buf, size_t n, uint8_t type, const struct kt_kv *kv, bool has_prev,
                           const struct kt_kv *prev) {
   snprintf(buf, n, "%s %.*s=%.*s (c %lld m %lld v %lld lease %lld)%s%.*s",
-           type == KT_EVENT_PUT ? "put" : "delete", (int)kv->key.n, (const char *)kv->key.p,
-           (int)kv->value.n, (const char *)kv->value.p, (long long)kv->create_revision,
+           type == KT_EVENT_PUT ? "put" : "delete", (int)kv->key.n,
+           kv->key.n ? (const char *)kv->key.p : "", (int)kv->value.n,
+           kv->value.n ? (const char *)kv->value.p : "", (long long)kv->create_revision,
            (long long)kv->mod_revision, (long long)kv->version, (long long)kv->lease,
            has_prev ? " prev " : "", has_prev ? (int)prev->value.n : 0,
-           has_prev ? (const char *)prev->value.p : "");
+           has_prev && prev->value.n ? (const char *)prev->value.p : "");
   return buf;
 }
 
 static const char *watch_str(const struct sim_watch *w, char *buf, size_t n) {
-  snprintf(buf, n, "watch [%s%s%.*s) of n%llu%s%s%s%s", w->key, w->en ? ", " : "",
-           (int)(w->en == 1 && !w->end[0] ? 4 : w->en), w->en == 1 && !w->end[0] ? "\\\\0" : w->end,
-           (unsigned long long)w->member, w->no_put ? " no_put" : "", w->no_del ? " no_delete" : "",
-           w->prev_kv ? " prev_kv" : "", w->slow ? " slow" : "");
+  const char *end = !w->en ? "" : w->en == 1 && !w->end[0] ? ", \\0" : NULL;
+  snprintf(buf, n, "watch [%s%s%.*s) of n%llu%s%s%s%s", w->key, end ? end : ", ",
+           end ? 0 : (int)w->en, end ? "" : w->end, (unsigned long long)w->member,
+           w->no_put ? " no_put" : "", w->no_del ? " no_delete" : "", w->prev_kv ? " prev_kv" : "",
+           w->slow ? " slow" : "");
   return buf;
 }
 
@@ -2452,7 +2459,7 @@ static void watch_final(struct sim *s) {
  * leader) must be honored by every leader after it; one by a stale leader
  * is only counted (lease_stale_renewals): the node answers keep-alives
  * without confirming its leadership, so a deposed leader's renewals may be
- * lost (etcd >= 3.5.8 confirms it first). */
+ * lost (see the header). */
 static int lease_renew(struct sim *s, struct sim_node *nd, int64_t id) {
   int64_t now_ms = (int64_t)s->now * MS_PER_UNIT, ttl = 0;
   int rc;
@@ -2476,8 +2483,8 @@ static int lease_renew(struct sim *s, struct sim_node *nd, int64_t id) {
     s->st.lease_stale_renewals++;
   }
   t->renew_by = nd->id;
-  t->renew_epoch = nd->promote_ms;
-  t->renew_ms = now_ms;
+  t->renew_ms = t->by_ms[nd->id] = now_ms;
+  t->by_epoch[nd->id] = nd->promote_ms;
   return 0;
 }
 
@@ -2565,16 +2572,17 @@ static void lessee_grant(struct sim *s, struct sim_lessee *c, struct sim_node *n
 /* Once per tick: each lease client grants a lease (TTL 2..5 s) on its
  * member, waits for it to be applied there (its answer), puts keys with it,
  * keeps it alive every TTL/3 for up to three TTLs (or not at all), then
- * walks away and lets it expire. A client whose member is down loses
- * interest in the lease it has. Only while `issue`: afterwards nobody keeps
- * a lease alive. */
+ * walks away and lets it expire. A client whose member is down goes to
+ * another one (a grant in flight is forgotten: if it commits, nobody keeps
+ * that lease alive). Only while `issue`: afterwards nobody keeps a lease
+ * alive. */
 static void lessees_tick(struct sim *s, bool issue) {
   for (int i = 0; i < SIM_LESSEES && !s->failed; i++) {
     struct sim_lessee *c = &s->lessees[i];
     struct sim_node *nd = node_of(s, c->member);
-    if (!nd || !nd->alive || nd->removed) {
+    if (!nd || !nd->alive || nd->removed) { /* keeps a held lease alive elsewhere */
       c->member = random_member(s);
-      c->state = LS_IDLE;
+      c->state = c->state == LS_HOLDING ? LS_HOLDING : LS_IDLE;
       continue;
     }
     struct lease_truth *t = lease_truth(s, c->id);
@@ -2614,16 +2622,17 @@ static void lease_check_expiry(struct sim *s, struct sim_node *nd, int64_t id, i
   if (!t)
     return;
   int64_t ttl_ms = t->ttl_s * 1000;
-  int64_t due = t->renew_by == nd->id && t->renew_epoch == nd->promote_ms ? t->renew_ms + ttl_ms
-                : t->granted_ms >= nd->promote_ms                         ? t->granted_ms + ttl_ms
+  bool renewed = t->by_ms[nd->id] && t->by_epoch[nd->id] == nd->promote_ms;
+  int64_t due = renewed                           ? t->by_ms[nd->id] + ttl_ms
+                : t->granted_ms >= nd->promote_ms ? t->granted_ms + ttl_ms
                                                   : nd->promote_ms + ttl_ms + ELECTION_MS;
   if (now_ms < due)
     sim_fail(s,
              "leader n%llu expires lease %lld (TTL %llds) at %lld ms, due at %lld ms: promoted "
-             "at %lld ms, granted at %lld ms, renewed by n%llu at %lld ms",
+             "at %lld ms, granted at %lld ms, renewed by it at %lld ms (last by n%llu at %lld ms)",
              (unsigned long long)nd->id, (long long)id, (long long)t->ttl_s, (long long)now_ms,
              (long long)due, (long long)nd->promote_ms, (long long)t->granted_ms,
-             (unsigned long long)t->renew_by, (long long)t->renew_ms);
+             (long long)t->by_ms[nd->id], (unsigned long long)t->renew_by, (long long)t->renew_ms);
 }
 
 /* The node's kt_node_lease_tick on every serving leader: expired leases
