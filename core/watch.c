@@ -392,7 +392,7 @@ void kt_watch_hub_free(struct kt_watch_hub *h) {
   for (uint32_t i = 0; i < h->kb_cap; i++)
     for (struct group *g = h->kb[i], *n; g; g = n) {
       n = g->hnext;
-      log_trim(g, UINT64_MAX);
+      log_free_upto(g, UINT64_MAX); /* all of it: log_trim would keep what holders need */
       free(g->log);
       free(g);
     }
