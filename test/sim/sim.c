@@ -59,10 +59,12 @@
  *     the member, answered from its store once applied >= the read index)
  *     and serializable gets (its store, at once), on the keys "a".."d" with
  *     unique values (revisions as the checker sees them: the lease
- *     workload's revisions taken out, see linz_rev). A write is answered when the member that
- * proposed it applies its own entry (origin, seq), with kt_sm_apply's result or error (an error:
- * nothing happened); a proposal made on the leader must then sit at the index and term it got
- * (raft.h's rule, checked). Its outcome is unknown when the member crashes or installs a snapshot,
+ *     workload's revisions taken out, see linz_rev). A write is answered
+ *     when the member that proposed it applies its own entry (origin, seq),
+ *     with kt_sm_apply's result or error (an error: nothing happened); a
+ *     proposal made on the leader must then sit at the index and term it
+ *     got (raft.h's rule, checked). Its outcome is unknown when the member
+ *     crashes or installs a snapshot,
  *     when another entry is applied at its index, or after 150 ticks — never
  *     a success. At the end, an unknown write whose entry never reached the
  *     committed log is recorded as failed (it never took effect; the
@@ -141,14 +143,16 @@
  * TTL plus an election timeout after this leader's promotion. The client's
  * view, checked when a revoke is first applied: not before a TTL has passed
  * since the grant was first applied or since the last renewal by the newest
- * leader (no later term had a leader). Renewals answered by a stale leader
- * are counted, and so are revokes that came before such a renewal's TTL
- * ran out (lease_stale_unhonored), but they do not fail the seed: the node
- * answers keep-alives without confirming its leadership, and the new
- * leader's extension covers a deposed leader's renewals for one election
- * timeout only (etcd since confirms leadership before renewing:
- * ensureLeadership, etcd-io/etcd#15247). TTLs are counted from the
- * leader's renewal, not from when the client hears it.
+ * leader (no later term had a leader). A renewal answered by a deposed
+ * leader (the node answers keep-alives without confirming its leadership)
+ * is honored only through the new leader's extension, which covers a
+ * deposed leader until check_quorum makes it step down (etcd-io/etcd#4778):
+ * with check_quorum (as the node runs) a revoke before such a renewal's TTL
+ * ran out fails the seed; without it (a quarter of the seeds) it is only
+ * counted (lease_stale_unhonored): a deposed leader may then answer
+ * keep-alives for as long as it is cut off (etcd now confirms leadership
+ * before renewing: ensureLeadership, etcd-io/etcd#15247). TTLs are counted
+ * from the leader's renewal, not from when the client hears it.
  * At the end the network
  * heals, removed members are shut down, and the cluster must make progress
  * (a proposal — a delete of a key nobody writes, which moves no revision —
@@ -395,7 +399,9 @@ struct lease_truth {
   int64_t granted_ms; /* its grant first applied (0: never) */
   int64_t honored_ms; /* no revoke may take effect before */
   int64_t stale_ms;   /* keep-alives answered by a stale leader reach this */
-  uint64_t renew_by;  /* the last renewal: by, when */
+  uint64_t stale_by;  /* ... the last of them: by, when */
+  int64_t stale_at;
+  uint64_t renew_by; /* the last renewal: by, when */
   int64_t renew_ms;
   /* by member: its last renewal, and its promote time then (which term of service) */
   int64_t by_ms[SIM_MAX_N + 1], by_epoch[SIM_MAX_N + 1];
@@ -542,8 +548,8 @@ static struct net_msg net_pop(struct sim *s) {
   return top;
 }
 
-static struct sim_node *node_of(const struct sim *s, uint64_t id) {
-  return id >= 1 && id <= (uint64_t)s->n_nodes ? (struct sim_node *)&s->nodes[id - 1] : NULL;
+static struct sim_node *node_of(struct sim *s, uint64_t id) {
+  return id >= 1 && id <= (uint64_t)s->n_nodes ? &s->nodes[id - 1] : NULL;
 }
 
 /* ---- configurations */
@@ -1522,7 +1528,15 @@ static void lease_applied(struct sim *s, struct sim_node *nd, const struct kt_ra
   s->st.lease_revoked++;
   s->st.lease_keys_revoked += nkeys;
   s->st.lease_stale_unhonored += now_ms < t->stale_ms;
-  if (now_ms < t->honored_ms)
+  if (now_ms < t->stale_ms && s->check_quorum) /* as the node runs */
+    sim_fail(s,
+             "lease %lld (TTL %llds) revoked at index %llu at %lld ms, %lld ms before the TTL of "
+             "a keep-alive deposed leader n%llu answered at %lld ms (check_quorum: a new "
+             "leader's election timeout extension should cover it)",
+             (long long)id, (long long)t->ttl_s, (unsigned long long)e->index, (long long)now_ms,
+             (long long)(t->stale_ms - now_ms), (unsigned long long)t->stale_by,
+             (long long)t->stale_at);
+  else if (now_ms < t->honored_ms)
     sim_fail(s,
              "lease %lld (TTL %llds) revoked at index %llu at %lld ms, %lld ms before its TTL ran "
              "out: granted at %lld ms, last renewed by n%llu at %lld ms",
@@ -2401,7 +2415,7 @@ static void watches_tick(struct sim *s, bool chaos) {
 }
 
 /* The first event w should have had from its member by now (NULL: none). */
-static const struct gev *watch_missing(const struct sim *s, const struct sim_watch *w) {
+static const struct gev *watch_missing(struct sim *s, const struct sim_watch *w) {
   const struct sim_node *nd = node_of(s, w->member);
   size_t j = watch_next(s, w, w->pos);
   return j < s->evn && nd->alive && s->ev[j].kv.mod_revision <= kt_mvcc_revision(nd->store)
@@ -2457,9 +2471,7 @@ static void watch_final(struct sim *s) {
 /* The leader answers a keep-alive (the node's answer(): kt_lease_keepalive
  * on its timers). A renewal by the newest leader (no later term has a
  * leader) must be honored by every leader after it; one by a stale leader
- * is only counted (lease_stale_renewals): the node answers keep-alives
- * without confirming its leadership, so a deposed leader's renewals may be
- * lost (see the header). */
+ * only under check_quorum (see the header). */
 static int lease_renew(struct sim *s, struct sim_node *nd, int64_t id) {
   int64_t now_ms = (int64_t)s->now * MS_PER_UNIT, ttl = 0;
   int rc;
@@ -2480,6 +2492,8 @@ static int lease_renew(struct sim *s, struct sim_node *nd, int64_t id) {
     t->honored_ms = KT_MAX(t->honored_ms, until);
   } else {
     t->stale_ms = KT_MAX(t->stale_ms, until);
+    t->stale_by = nd->id;
+    t->stale_at = now_ms;
     s->st.lease_stale_renewals++;
   }
   t->renew_by = nd->id;

@@ -108,7 +108,8 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, bool conf, uint6
           "  watches: created=%llu resumed=%llu events checked=%llu cancelled-compacted=%llu "
           "slow moved aside=%llu\n"
           "  leases: granted=%llu renewed=%llu (forwarded=%llu, by a stale leader=%llu) "
-          "expired+revoked=%llu keys deleted=%llu; stale renewals not honored=%llu\n",
+          "expired+revoked=%llu keys deleted=%llu; stale renewals not honored (without "
+          "check_quorum)=%llu\n",
           (unsigned long long)tot.applied_reqs, (unsigned long long)tot.hashes_checked,
           (unsigned long long)tot.compactions, (unsigned long long)tot.wal_torn_cut,
           (unsigned long long)tot.ops, (unsigned long long)tot.ops_ok,
