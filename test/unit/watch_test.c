@@ -343,15 +343,30 @@ TEST(compacted_start_cancels) {
   kt_mvcc_free(s);
 }
 
+/* An empty store at revision 1 (no hub yet) and the put of "k00" the
+ * tests below repeat. */
+static struct kt_mvcc *k00_store(struct kt_request_op *put) {
+  setup_keys();
+  hub = NULL;
+  struct kt_mvcc *s = new_store();
+  kt_mvcc_restore_done(s, 1, 0);
+  *put = (struct kt_request_op){.type = KT_OP_PUT, .u.put = {.key = B("k00"), .value = B("v")}};
+  return s;
+}
+
+static void hub_store_free(struct kt_mvcc *s) {
+  kt_watch_hub_free(hub);
+  hub = NULL;
+  kt_mvcc_free(s);
+}
+
 /* A slow watcher moved aside right after it took a whole revision resumes
  * after that revision: compacting that revision must not cancel it (it
  * lost nothing), in both ways of moving aside (group log, catch-up
  * buffer). Found by the simulation (test/sim/sim.c). */
 TEST(moved_aside_after_whole_revision_not_cancelled) {
-  setup_keys();
-  hub = NULL;
-  struct kt_mvcc *s = new_store();
-  kt_mvcc_restore_done(s, 1, 0);
+  struct kt_request_op put;
+  struct kt_mvcc *s = k00_store(&put);
   hub = kt_watch_hub_new(s, NULL);
   struct wspec w = {.start = 0};
   strcpy(w.key, "k00");
@@ -361,7 +376,6 @@ TEST(moved_aside_after_whole_revision_not_cancelled) {
   struct kt_err e = {0};
   CHECK_EQ(kt_watch_create(hub, &o, &w, &w.id, &e), 0);
   w.start = 2;
-  struct kt_request_op put = {.type = KT_OP_PUT, .u.put = {.key = B("k00"), .value = B("v")}};
   apply(s, &put); /* rev 2 */
   CHECK_EQ(drain(&w, 1000), 1);
   apply(s, &put); /* rev 3 */
@@ -395,19 +409,14 @@ TEST(moved_aside_after_whole_revision_not_cancelled) {
   CHECK_EQ(v.got.n, 3);
   free(v.got.v);
   free(w.got.v);
-  kt_watch_hub_free(hub);
-  hub = NULL;
-  kt_mvcc_free(s);
+  hub_store_free(s);
 }
 
 /* Freeing the hub while a watcher replays history and holds its group's
  * log frees that log too (a leak under `make asan` before). */
 TEST(hub_free_while_replaying) {
-  setup_keys();
-  hub = NULL;
-  struct kt_mvcc *s = new_store();
-  kt_mvcc_restore_done(s, 1, 0);
-  struct kt_request_op put = {.type = KT_OP_PUT, .u.put = {.key = B("k00"), .value = B("v")}};
+  struct kt_request_op put;
+  struct kt_mvcc *s = k00_store(&put);
   for (int i = 0; i < 40; i++)
     apply(s, &put);
   hub = kt_watch_hub_new(s, NULL);
@@ -421,9 +430,7 @@ TEST(hub_free_while_replaying) {
   kt_watch_stats(hub, &st);
   CHECK_EQ(st.unsynced, 1);
   CHECK(st.buffered_events >= 1);
-  kt_watch_hub_free(hub);
-  hub = NULL;
-  kt_mvcc_free(s);
+  hub_store_free(s);
 }
 
 static int ready_calls;
