@@ -58,11 +58,20 @@ static void collect_key(void *arg, struct kt_bytes key) {
   l->v[l->n++] = (struct kt_bytes){kt_arena_dup(l->a, key.p, key.n), key.n};
 }
 
+static int key_cmp(const void *x, const void *y) {
+  return kt_bytes_cmp(*(const struct kt_bytes *)x, *(const struct kt_bytes *)y);
+}
+
 static int revoke(struct kt_sm *sm, int64_t id, struct kt_arena *a) {
   struct key_list keys = {.a = a};
   int rc = kt_lease_keys(sm->leases, id, collect_key, &keys);
   if (!rc) {
     int64_t before = kt_mvcc_revision(sm->store);
+    /* In key order (as etcd): the lease's list is in attach order, which a
+     * snapshot load does not keep, and the order gives the deletes their
+     * sub-revisions (the store's hash, the order of watch events). */
+    if (keys.n > 1)
+      qsort(keys.v, keys.n, sizeof *keys.v, key_cmp);
     if (keys.n)
       kt_mvcc_delete_keys(sm->store, keys.v, keys.n, a);
     revision_done(sm, before);

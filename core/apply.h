@@ -36,7 +36,9 @@
  * - LEASE_GRANT: kt_lease_grant with the requested id (0: the generator
  *   picks) and TTL; errors EINVAL, ELEASEEXISTS.
  * - LEASE_REVOKE: the lease's keys are deleted at ONE new revision (none if
- *   it has no keys), then the lease is removed; ELEASENOTFOUND if unknown.
+ *   it has no keys), in key order (the same sub-revisions on every member,
+ *   whatever order a snapshot load attached them in), then the lease is
+ *   removed; ELEASENOTFOUND if unknown.
  * - Any other type: KT_EUNSUPPORTED (the node applies membership itself).
  * An error's message is the store's when it gave one, else kt_strerror.
  */

@@ -392,7 +392,7 @@ void kt_watch_hub_free(struct kt_watch_hub *h) {
   for (uint32_t i = 0; i < h->kb_cap; i++)
     for (struct group *g = h->kb[i], *n; g; g = n) {
       n = g->hnext;
-      log_trim(g, UINT64_MAX);
+      log_free_upto(g, UINT64_MAX); /* all of it: log_trim would keep what holders need */
       free(g->log);
       free(g);
     }
@@ -488,11 +488,16 @@ static uint64_t pending(const struct watcher *w) {
 static void move_aside(struct kt_watch_hub *h, struct watcher *w) {
   list_del(&w->g->members, w);
   w->synced = false;
-  if (w->bn) {
-    struct wev *l = w->buf[w->bh + w->bn - 1];
-    w->q_rev = l->rev, w->q_sub = l->sub;
+  if (w->bn) { /* catch_up queues whole revisions */
+    w->q_rev = w->buf[w->bh + w->bn - 1]->rev, w->q_sub = SUB_ALL;
   } else {
     w->q_rev = w->last_rev, w->q_sub = w->last_sub;
+    /* the log holds whole revisions: if nothing of last_rev waits, it was
+     * taken whole (resuming at it would cancel a watcher that lost nothing
+     * once last_rev is compacted) */
+    struct group *g = w->g;
+    if (w->pos >= g->committed || g->log[g->head + (w->pos - g->base)]->rev != w->last_rev)
+      w->q_sub = SUB_ALL;
   }
   list_add(&h->unsynced, w);
   h->st.moved_aside++;
@@ -744,6 +749,8 @@ static size_t catch_up(struct kt_watch_hub *h, struct watcher *w, size_t budget)
       w->q_sub = (uint32_t)x->r.mod_sub;
       pushed++;
     }
+    if (pushed) /* it stops at a revision's end: q_rev is queued whole */
+      w->q_sub = SUB_ALL;
     if (p->d == p->n) { /* everything up to target is queued */
       w->q_rev = p->target;
       w->q_sub = SUB_ALL;

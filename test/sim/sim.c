@@ -1,8 +1,10 @@
 /* test/sim/sim.c — deterministic simulation of a ketch cluster: each member
- * the real core (core/raft + the state machine of core/apply over core/mvcc
- * and core/lease + the WAL record codec of wal/) over a simulated clock,
- * network and disk, with clients whose history is checked for
- * linearizability (test/sim/linz.h).
+ * the real core (core/raft + the state machine of core/apply over core/mvcc,
+ * core/lease and core/watch + the WAL record codec of wal/) over a simulated
+ * clock, network and disk, with clients whose history is checked for
+ * linearizability (test/sim/linz.h), watch clients checked against the
+ * committed history, and lease clients checked against what the leaders
+ * promised.
  *
  * Everything is driven by one seeded PRNG, so a seed replays exactly:
  *   - time: 10 units per tick (a tick = 100 ms of the state machine's clock);
@@ -31,8 +33,11 @@
  *   - the state machine: every committed NORMAL entry is origin member u64 |
  *     proposal seq u64 | a kt_req body (kt_proto_encode_req_body), as the
  *     node's; each member decodes it and applies it with kt_sm_apply to its
- *     own kt_mvcc store and kt_lease_mgr (the store's event hook is
- *     kt_sm_on_event). CONF entries ('C' | change | id) are applied by the
+ *     own kt_mvcc store, kt_lease_mgr and kt_watch_hub (the store's event
+ *     hook calls kt_sm_on_event, as the node's on_store_event; the first
+ *     member to apply an index also records its events in the global event
+ *     log: the committed history's events by revision, the ground truth of
+ *     the watches). CONF entries ('C' | change | id) are applied by the
  *     sim's membership model below. The leader now and then proposes COMPACT
  *     a few revisions back (revisions do not move); every member runs
  *     physical compaction steps.
@@ -53,11 +58,13 @@
  *     then put + get, else get), linearizable gets (kt_raft_read_index on
  *     the member, answered from its store once applied >= the read index)
  *     and serializable gets (its store, at once), on the keys "a".."d" with
- *     unique values. A write is answered when the member that proposed it
- *     applies its own entry (origin, seq), with kt_sm_apply's result or
- *     error (an error: nothing happened); a proposal made on the leader must
- *     then sit at the index and term it got (raft.h's rule, checked). Its
- *     outcome is unknown when the member crashes or installs a snapshot,
+ *     unique values (revisions as the checker sees them: the lease
+ *     workload's revisions taken out, see linz_rev). A write is answered
+ *     when the member that proposed it applies its own entry (origin, seq),
+ *     with kt_sm_apply's result or error (an error: nothing happened); a
+ *     proposal made on the leader must then sit at the index and term it
+ *     got (raft.h's rule, checked). Its outcome is unknown when the member
+ *     crashes or installs a snapshot,
  *     when another entry is applied at its index, or after 150 ticks — never
  *     a success. At the end, an unknown write whose entry never reached the
  *     committed log is recorded as failed (it never took effect; the
@@ -77,6 +84,36 @@
  *     kt_raft_members) and keeps 3..5 voters and removed ids out. A member
  *     that applied its own removal stays up but must never lead; when it
  *     crashes it is gone for good, as a removed node would be.
+ *   - watches: 4 watch clients at a time (40 in all), each on a random
+ *     member's hub (kt_watch_create, as core/node_watch.c) with a random key,
+ *     prefix, range or from-key, from now, from an older revision or from a
+ *     compacted one, with no_put / no_delete / prev_kv now and then; some are
+ *     slow (max_pending 1..4, take a revision or two every few ticks), so
+ *     the hub moves them aside and catches them up from history. Every tick
+ *     each hub runs kt_watch_step (a small budget: history passes take
+ *     several steps), and each client takes as the node's drain_one does
+ *     (kt_watch_take until nothing is ready; a revision never split; a
+ *     start beyond the member's revision + 1 served from now, events below
+ *     it dropped). A client whose member crashes (its hub dies with it) or
+ *     is removed, or that gives up (its member knows no leader; or just
+ *     reconnects), resumes on a random member from the revision after the
+ *     last it got (as libketch). A snapshot install keeps the hub
+ *     (kt_watch_hub_set_store, as the node): its watchers continue.
+ *   - leases: 2 lease clients each grant a lease (their own ids, TTL 2..5 s,
+ *     LEASE_GRANT through raft), wait for their member to apply it (its
+ *     answer), put keys "l0".."l7" with it, keep it alive every TTL/3 for up
+ *     to three TTLs, then walk away and let it expire. A keep-alive is
+ *     answered by the member if its lease manager is leader, else forwarded
+ *     to the leader the member knows (delayed, dropped, cut like a message;
+ *     the answer counts where the leader handles it), as core/node_lease.c.
+ *     After each ready a leader that serves (applied its first index of the
+ *     term) promotes its lease manager (kt_lease_promote, extended by an
+ *     election timeout, 1000 ms), any other demotes it; every tick each
+ *     serving leader proposes LEASE_REVOKE for kt_lease_expired's leases
+ *     (kt_node_lease_tick). The lease keys are disjoint from "a".."d", and
+ *     the checker's revisions leave the lease revisions out (linz_rev): the
+ *     history projected on "a".."d", revisions renumbered, must be
+ *     linearizable, and revokes need no place in it.
  * Checks, on every step: at most one leader per term; log matching; leader
  * completeness; committed entries never change (every (index, term, data)
  * any member commits is recorded globally and compared); every member
@@ -87,23 +124,60 @@
  * asked; every member that applies the CONF entry at index i has the same
  * configuration after it (and snapshots carry it); only a voter of its own
  * configuration, never a removed member, becomes leader; at each crash the
- * WAL decodes to what raft was told is durable. At the end the network
+ * WAL decodes to what raft was told is durable.
+ * Watches: every event a client takes is the next event of its range (and
+ * filters) in the global log after the last one it got (across resumes on
+ * other members too): no gap, no duplicate, in order, equal kv and prev_kv
+ * (present iff asked and the key was live); after each take the last
+ * revision's events have all come (a txn's and a revoke's events arrive
+ * together); a client that asked for a compacted revision gets a cancel,
+ * never an event; a cancel names a compact revision the member has and one
+ * the client needs (on a lagging member served from now the hub's own start
+ * may be it).
+ * Leases: a revoke's deletes, on every member, are exactly the lease's keys
+ * at ONE new revision (events counted on the store's hook). The leader's
+ * rule (core/lease.c), checked when it proposes an expiry: a lease expires a
+ * TTL after its last renewal by this leader in this term of service (a
+ * renewal sets now + TTL, replacing the extension, as etcd's Renew); with
+ * none, a TTL after its grant if applied while this leader served; else a
+ * TTL plus an election timeout after this leader's promotion. The client's
+ * view, checked when a revoke is first applied: not before a TTL has passed
+ * since the grant was first applied or since the last renewal by the newest
+ * leader (no later term had a leader). A renewal answered by a deposed
+ * leader (the node answers keep-alives without confirming its leadership)
+ * is honored only through the new leader's extension, which covers a
+ * deposed leader until check_quorum makes it step down (etcd-io/etcd#4778):
+ * with check_quorum (as the node runs) a revoke before such a renewal's TTL
+ * ran out fails the seed; without it (a quarter of the seeds) it is only
+ * counted (lease_stale_unhonored): a deposed leader may then answer
+ * keep-alives for as long as it is cut off (etcd now confirms leadership
+ * before renewing: ensureLeadership, etcd-io/etcd#15247). TTLs are counted
+ * from the leader's renewal, not from when the client hears it.
+ * At the end the network
  * heals, removed members are shut down, and the cluster must make progress
  * (a proposal — a delete of a key nobody writes, which moves no revision —
  * applied on every member of the leader's configuration); then one
  * linearizable get per key on the leader (asked again of a new leader if
- * an election loses it), and kt_linz_check on the whole history: a
+ * an election loses it); lease liveness: with nobody keeping leases alive,
+ * every lease is revoked on every member of the leader's configuration
+ * within 400 ticks; watch liveness: every watch client (moved to the
+ * leader's configuration) has every event of its range up to its member's
+ * revision within 200 ticks, and none that asked for a compacted revision
+ * is left uncancelled; and kt_linz_check on the whole history: a
  * VIOLATION fails the seed with the checker's explanation, and so does
  * GAVE_UP (counted; the history is bounded so that it does not happen).
  *
  * Injected member bugs (opts.member_bug, above raft, invisible to the raft
  * checks): linearizable gets served from the local store without ReadIndex;
  * a write answered by whatever entry applies at its index (an empty leader
- * entry or another request's), its term and seq unchecked.
+ * entry or another request's), its term and seq unchecked; now and then an
+ * event not published to the watch hub, or published twice (found by the
+ * watch check); a keep-alive answered without renewing, a new leader that
+ * does not extend leases (found by the lease checks).
  *
- * Not simulated (yet): watches (core/watch hub) and lease workloads (grant,
- * keep-alive, leader expiry through LEASE_REVOKE); leases exist in the state
- * machine, its snapshots and its hash, but no client grants one.
+ * Not simulated (yet): clients' own revokes, server-chosen lease ids, TTL
+ * queries, the answer of a forwarded keep-alive travelling back, watch
+ * progress notifications and fragments, watch cancels by the client.
  *
  * Included by test/unit/raft_sim_test.c (so `make test` builds and runs it).
  */
@@ -137,11 +211,19 @@ struct sim_opts {
   int member_bug;     /* injected member (not raft) bug, see enum sim_member_bug */
 };
 
+#define SIM_WATCHES 4    /* watch clients at a time */
+#define SIM_LESSEES 2    /* lease clients */
+#define ELECTION_MS 1000 /* election_ticks (10) x 100 ms: a new leader's lease extension */
+
 /* Bugs injected into the simulated member (above raft), which only the
  * linearizability checker can see. */
 enum sim_member_bug {
-  SIM_BUG_LOCAL_READ = 1,    /* linearizable gets answered from the local store, no ReadIndex */
-  SIM_BUG_MATCH_BY_INDEX = 2 /* a write answered by whatever entry applies at its index */
+  SIM_BUG_LOCAL_READ = 1,     /* linearizable gets answered from the local store, no ReadIndex */
+  SIM_BUG_MATCH_BY_INDEX = 2, /* a write answered by whatever entry applies at its index */
+  SIM_BUG_WATCH_SKIP = 3,     /* now and then an event never reaches the watch hub */
+  SIM_BUG_WATCH_DUP = 4,      /* now and then an event reaches the watch hub twice */
+  SIM_BUG_LEASE_NO_RENEW = 5, /* a keep-alive answered by the leader without renewing */
+  SIM_BUG_LEASE_NO_EXTEND = 6 /* a new leader gives leases no election timeout extra */
 };
 
 struct sim_stats {
@@ -151,6 +233,9 @@ struct sim_stats {
   uint64_t applied_reqs, hashes_checked, compactions, wal_torn_cut;
   uint64_t ops, ops_ok, ops_failed, ops_unknown, ops_never_committed, sreads, linz_steps,
       linz_gave_up;
+  uint64_t watch_created, watch_resumed, watch_events, watch_compacted, watch_moved_aside;
+  uint64_t leases_granted, lease_renewals, lease_renewals_fwd, lease_stale_renewals,
+      lease_stale_unhonored, lease_revoked, lease_keys_revoked;
 };
 
 /* A configuration as the state machine keeps it: voters then learners, each
@@ -214,6 +299,13 @@ struct sim_node {
   bool started;            /* spares start when first proposed */
   bool removed;            /* applied its own removal: stays out */
   bool gone;               /* removed and stopped for good */
+  struct sim *sim;
+  struct kt_watch_hub *hub; /* the real watch hub over the store (kt_sm.watches) */
+  uint64_t lead_index;      /* BECAME_LEADER's index: leases promoted once applied */
+  int64_t promote_ms;       /* when its lease manager last became leader */
+  /* events the store published during the current apply (revoke check) */
+  uint32_t ev_count, ev_puts;
+  int64_t ev_lo, ev_hi;
 };
 
 struct net_msg {
@@ -257,7 +349,7 @@ struct sim_client {
   /* what the client last read of each key, for compare-and-swap */
   struct {
     bool present;
-    int64_t mod, version;
+    int64_t mod, lmod, version; /* lmod: mod as the checker counts (linz_rev) */
     char value[32];
   } seen[SIM_KEYS];
 };
@@ -265,6 +357,62 @@ struct sim_client {
 struct conf_at {
   uint64_t index;
   struct sim_conf c;
+};
+
+/* One event of the committed history, as the first member to apply its
+ * entry published it (bytes in sim.ev_arena). */
+struct gev {
+  uint8_t type;
+  bool has_prev;
+  struct kt_kv kv, prev;
+};
+
+/* A watch client: attached to one member's hub, resuming on another from
+ * the revision after the last one it got (as libketch). */
+struct sim_watch {
+  bool active;
+  uint64_t member, hub_id; /* hub_id 0: detached (resumes at the next tick) */
+  const char *key, *end;   /* end NULL: one key; "" with en 1: from key on */
+  uint32_t kn, en;
+  bool no_put, no_del, prev_kv, slow;
+  uint32_t max_pending;
+  int64_t next_rev; /* the first revision it still wants */
+  int64_t min_rev;  /* the node's rule on a lagging member: events below dropped */
+  bool must_cancel; /* asked for a compacted revision: the next outcome is a cancel */
+  size_t pos;       /* next event of the global log to consider */
+  uint64_t next_at; /* slow: takes now and then; inactive: starts again */
+};
+
+/* A lease client: grants a lease (its own id), puts keys with it, keeps it
+ * alive for a while through its member, then walks away. */
+enum { LS_IDLE, LS_GRANTING, LS_HOLDING };
+struct sim_lessee {
+  uint64_t member;
+  int state;
+  int64_t id;
+  uint64_t next_at, deadline, keep_until, next_ka;
+};
+
+/* What the leaders promised of a lease (ids LEASE_ID0 + k). */
+struct lease_truth {
+  int64_t ttl_s;
+  int64_t granted_ms; /* its grant first applied (0: never) */
+  int64_t honored_ms; /* no revoke may take effect before */
+  int64_t stale_ms;   /* keep-alives answered by a stale leader reach this */
+  uint64_t stale_by;  /* ... the last of them: by, when */
+  int64_t stale_at;
+  uint64_t renew_by; /* the last renewal: by, when */
+  int64_t renew_ms;
+  /* by member: its last renewal, and its promote time then (which term of service) */
+  int64_t by_ms[SIM_MAX_N + 1], by_epoch[SIM_MAX_N + 1];
+  bool revoked;
+};
+
+/* A keep-alive a follower forwarded to the leader (the node's FWD_REQ). */
+struct fwd_ka {
+  uint64_t at, to;
+  int64_t id;
+  int lessee;
 };
 
 struct sim {
@@ -316,6 +464,27 @@ struct sim {
   struct kt_arena arena;
   struct failed_snap *failed_snaps; /* reported at the next unit, outside ready */
   size_t n_failed_snaps, cap_failed_snaps;
+  /* the committed history's events (first applier), by revision */
+  struct gev *ev;
+  size_t evn, evcap;
+  struct kt_arena ev_arena;
+  int64_t ev_rev;     /* the last revision in ev */
+  size_t *rev_off;    /* by revision: its first event in ev */
+  int64_t *rev_lease; /* by revision: how many revisions <= it were lease work */
+  size_t rev_cap;
+  uint64_t ev_index; /* the highest log index some member applied */
+  bool first_apply;  /* the member applying now is the first at this index */
+  /* watch clients */
+  struct sim_watch watches[SIM_WATCHES];
+  int watch_creates;
+  struct kt_arena warena;
+  /* lease clients and what leaders promised */
+  struct sim_lessee lessees[SIM_LESSEES];
+  struct lease_truth *lt;
+  size_t ltn, ltcap;
+  struct fwd_ka *fwd;
+  size_t fwdn, fwdcap;
+  uint64_t top_term; /* the highest term that had a leader */
 };
 
 static void sim_fail(struct sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -717,7 +886,102 @@ static struct kt_bytes dup_bytes(struct kt_bytes b) {
   return (struct kt_bytes){p, b.n};
 }
 
+/* ---- the committed history's events: the ground truth of the watches */
+
+#define LEASE_KEY_PREFIX 'l' /* the lease clients' keys "l0".."l7" */
+
+static void rev_reserve(struct sim *s, int64_t rev) {
+  if ((size_t)rev < s->rev_cap)
+    return;
+  size_t cap = s->rev_cap ? s->rev_cap : 256;
+  while (cap <= (size_t)rev)
+    cap *= 2;
+  s->rev_off = realloc(s->rev_off, cap * sizeof *s->rev_off);
+  s->rev_lease = realloc(s->rev_lease, cap * sizeof *s->rev_lease);
+  kt_assert(s->rev_off && s->rev_lease);
+  s->rev_cap = cap;
+}
+
+static struct kt_kv kv_dup(struct kt_arena *a, const struct kt_kv *kv) {
+  struct kt_kv c = *kv;
+  c.key.p = kv->key.n ? kt_arena_dup(a, kv->key.p, kv->key.n) : NULL;
+  c.value.p = kv->value.n ? kt_arena_dup(a, kv->value.p, kv->value.n) : NULL;
+  return c;
+}
+
+/* An event of the member that is first to apply the current entry. */
+static void glog_add(struct sim *s, const struct kt_event *ev) {
+  int64_t rev = ev->kv.mod_revision;
+  if (rev != s->ev_rev) {
+    if (rev != s->ev_rev + 1) {
+      sim_fail(s, "an event at revision %lld follows revision %lld", (long long)rev,
+               (long long)s->ev_rev);
+      return;
+    }
+    rev_reserve(s, rev);
+    s->rev_off[rev] = s->evn;
+    s->rev_lease[rev] =
+        s->rev_lease[rev - 1] + (ev->kv.key.n && ev->kv.key.p[0] == LEASE_KEY_PREFIX);
+    s->ev_rev = rev;
+  }
+  GROW(s->ev, s->evn, s->evcap);
+  struct gev *g = &s->ev[s->evn++];
+  g->type = ev->type;
+  g->has_prev = ev->has_prev_kv;
+  g->kv = kv_dup(&s->ev_arena, &ev->kv);
+  g->prev = ev->has_prev_kv ? kv_dup(&s->ev_arena, &ev->prev_kv) : (struct kt_kv){0};
+}
+
+/* The first event of revision rev or later in the global log. */
+static size_t glog_first(const struct sim *s, int64_t rev) {
+  return rev > s->ev_rev ? s->evn : rev < 2 ? 0 : s->rev_off[rev];
+}
+
+/* A revision as the linearizability checker counts them: the lease
+ * workload's revisions (its puts on "l*" keys, revokes) are not in the
+ * history, so they are taken out (the keys are disjoint: the projection of
+ * the history on "a".."d" with revisions renumbered is what must be
+ * linearizable). */
+static int64_t linz_rev(const struct sim *s, int64_t rev) {
+  return rev >= 1 && rev <= s->ev_rev ? rev - s->rev_lease[rev] : rev;
+}
+
+/* The store's event hook on a member: kt_sm_on_event (watch hub, lease
+ * keys: the node's on_store_event), the global log when this member is the
+ * first to apply the entry, and the counts of the revoke check. */
+static void sim_store_event(void *arg, const struct kt_event *ev) {
+  struct sim_node *nd = arg;
+  struct sim *s = nd->sim;
+  int64_t rev = ev->kv.mod_revision;
+  if (s->first_apply)
+    glog_add(s, ev);
+  nd->ev_lo = nd->ev_count++ ? KT_MIN(nd->ev_lo, rev) : rev;
+  nd->ev_hi = KT_MAX(nd->ev_hi, rev);
+  nd->ev_puts += ev->type == KT_EVENT_PUT;
+  struct kt_sm sm = nd->sm;
+  int bug = s->o.member_bug;
+  if (nd->hub && rev % 7 == 3 && (bug == SIM_BUG_WATCH_SKIP || bug == SIM_BUG_WATCH_DUP)) {
+    sm.watches = NULL; /* the injected bug: the hub misses the event, or gets it twice */
+    if (bug == SIM_BUG_WATCH_DUP) {
+      kt_watch_publish(nd->hub, ev);
+      kt_watch_publish(nd->hub, ev);
+    }
+  }
+  kt_sm_on_event(&sm, ev);
+}
+
+static void hub_free(struct sim_node *nd) {
+  if (!nd->hub)
+    return;
+  struct kt_watch_stats ws;
+  kt_watch_stats(nd->hub, &ws);
+  nd->sim->st.watch_moved_aside += ws.moved_aside;
+  kt_watch_hub_free(nd->hub);
+  nd->hub = NULL;
+}
+
 static void sm_close(struct sim_node *nd) {
+  hub_free(nd); /* its watchers die with the member's process */
   if (nd->store)
     kt_mvcc_free(nd->store);
   if (nd->leases)
@@ -729,35 +993,47 @@ static void sm_close(struct sim_node *nd) {
 /* The member's state machine becomes sn's (NULL: empty, revision 1), as the
  * node loads a snapshot: records into a new store, the lease table, the id
  * generator, then every live key attached to the lease its newest record
- * names. */
+ * names. The watch hub (a new one at a start) then follows the new store, as
+ * the node's install does (kt_watch_hub_set_store: its watchers resume from
+ * the new store's history, or are cancelled if it was compacted). */
 static void sm_open(struct sim *s, struct sim_node *nd, const struct sm_snap *sn) {
-  sm_close(nd);
-  struct kt_mvcc_config mc = {.on_event = kt_sm_on_event, .event_arg = &nd->sm};
+  struct kt_mvcc *old_store = nd->store;
+  struct kt_lease_mgr *old_leases = nd->leases;
+  struct kt_mvcc_config mc = {.on_event = sim_store_event, .event_arg = nd};
   nd->store = kt_mvcc_new(&mc);
   struct kt_lease_cfg lc = {.id_seed = LEASE_ID_SEED};
   nd->leases = kt_lease_new(&lc);
   nd->sm = (struct kt_sm){nd->store, nd->leases, NULL};
   if (!sn) {
     kt_mvcc_restore_done(nd->store, 1, 0);
-    return;
+  } else {
+    struct kt_err e = {0};
+    for (size_t i = 0; i < sn->n_recs; i++)
+      if (kt_mvcc_restore_rec(nd->store, &sn->recs[i], &e))
+        sim_fail(s, "n%llu: snapshot record %zu refused: %s", (unsigned long long)nd->id, i, e.msg);
+    kt_mvcc_restore_done(nd->store, sn->revision, sn->compact_revision);
+    for (size_t i = 0; i < sn->n_leases; i++)
+      if (kt_lease_restore(nd->leases, sn->leases[i][0], sn->leases[i][1]))
+        sim_fail(s, "n%llu: snapshot lease %lld refused", (unsigned long long)nd->id,
+                 (long long)sn->leases[i][0]);
+    kt_lease_set_id_state(nd->leases, sn->id_state);
+    for (size_t i = 0; i < sn->n_recs; i++) {
+      const struct kt_kvrev *r = &sn->recs[i], *next = i + 1 < sn->n_recs ? r + 1 : NULL;
+      bool newest = !next || next->key.n != r->key.n || memcmp(next->key.p, r->key.p, r->key.n);
+      if (newest && !r->tombstone && r->lease && kt_lease_attach(nd->leases, r->lease, r->key))
+        sim_fail(s, "n%llu: snapshot key of unknown lease %lld", (unsigned long long)nd->id,
+                 (long long)r->lease);
+    }
   }
-  struct kt_err e = {0};
-  for (size_t i = 0; i < sn->n_recs; i++)
-    if (kt_mvcc_restore_rec(nd->store, &sn->recs[i], &e))
-      sim_fail(s, "n%llu: snapshot record %zu refused: %s", (unsigned long long)nd->id, i, e.msg);
-  kt_mvcc_restore_done(nd->store, sn->revision, sn->compact_revision);
-  for (size_t i = 0; i < sn->n_leases; i++)
-    if (kt_lease_restore(nd->leases, sn->leases[i][0], sn->leases[i][1]))
-      sim_fail(s, "n%llu: snapshot lease %lld refused", (unsigned long long)nd->id,
-               (long long)sn->leases[i][0]);
-  kt_lease_set_id_state(nd->leases, sn->id_state);
-  for (size_t i = 0; i < sn->n_recs; i++) {
-    const struct kt_kvrev *r = &sn->recs[i], *next = i + 1 < sn->n_recs ? r + 1 : NULL;
-    bool newest = !next || next->key.n != r->key.n || memcmp(next->key.p, r->key.p, r->key.n);
-    if (newest && !r->tombstone && r->lease && kt_lease_attach(nd->leases, r->lease, r->key))
-      sim_fail(s, "n%llu: snapshot key of unknown lease %lld", (unsigned long long)nd->id,
-               (long long)r->lease);
-  }
+  if (nd->hub)
+    kt_watch_hub_set_store(nd->hub, nd->store);
+  else
+    nd->hub = kt_watch_hub_new(nd->store, NULL);
+  nd->sm.watches = nd->hub;
+  if (old_store)
+    kt_mvcc_free(old_store);
+  if (old_leases)
+    kt_lease_free(old_leases);
 }
 
 static int save_rec(void *arg, const struct kt_kvrev *rec) {
@@ -866,6 +1142,8 @@ static void node_start(struct sim *s, struct sim_node *nd) {
   };
   int rc = kt_raft_new(&c, &nd->r);
   kt_assert(rc == 0);
+  nd->sim = s;
+  nd->lead_index = 0;
   nd->alive = nd->started = true;
   nd->applied = nd->snap_index; /* the state machine restarts from the snapshot */
   nd->checked_commit = nd->snap_index;
@@ -938,9 +1216,11 @@ static void client_fail(struct sim *s, struct sim_client *c) {
   client_done(s, c, CL_FAILED);
 }
 
-static void kv_to_linz(const struct kt_kv *kv, struct kt_linz_kv *out, char *buf, size_t n) {
+static void kv_to_linz(const struct sim *s, const struct kt_kv *kv, struct kt_linz_kv *out,
+                       char *buf, size_t n) {
   snprintf(buf, n, "%.*s", (int)kv->value.n, (const char *)kv->value.p);
-  *out = (struct kt_linz_kv){true, buf, kv->create_revision, kv->mod_revision, kv->version};
+  *out = (struct kt_linz_kv){true, buf, linz_rev(s, kv->create_revision),
+                             linz_rev(s, kv->mod_revision), kv->version};
 }
 
 /* A get answered from nd's store as it is now (the read index, if any, is
@@ -955,12 +1235,13 @@ static void answer_get(struct sim *s, struct sim_client *c, struct sim_node *nd)
     kt_arena_free(&a);
     return;
   }
-  struct kt_linz_result r = {.revision = kt_mvcc_revision(nd->store)};
+  struct kt_linz_result r = {.revision = linz_rev(s, kt_mvcc_revision(nd->store))};
   char buf[32];
   if (resp.n_kvs) {
-    kv_to_linz(&resp.kvs[0], &r.kv, buf, sizeof buf);
+    kv_to_linz(s, &resp.kvs[0], &r.kv, buf, sizeof buf);
     c->seen[c->key].present = true;
-    c->seen[c->key].mod = r.kv.mod_revision;
+    c->seen[c->key].mod = resp.kvs[0].mod_revision;
+    c->seen[c->key].lmod = r.kv.mod_revision;
     c->seen[c->key].version = r.kv.version;
     snprintf(c->seen[c->key].value, sizeof c->seen[c->key].value, "%s", buf);
   } else {
@@ -979,11 +1260,11 @@ static void answer_write(struct sim *s, struct sim_client *c, int rc,
     client_fail(s, c);
     return;
   }
-  struct kt_linz_result r = {.revision = res->revision};
+  struct kt_linz_result r = {.revision = linz_rev(s, res->revision)};
   struct kt_linz_kv gets[KT_LINZ_MAX_TXN_OPS];
   char buf[KT_LINZ_MAX_TXN_OPS + 1][32];
   if (c->kind == KT_LINZ_PUT && c->prev_kv && res->op.u.put.has_prev_kv)
-    kv_to_linz(&res->op.u.put.prev_kv, &r.kv, buf[0], sizeof buf[0]);
+    kv_to_linz(s, &res->op.u.put.prev_kv, &r.kv, buf[0], sizeof buf[0]);
   if (c->kind == KT_LINZ_DELETE)
     r.deleted = res->op.u.del.deleted;
   if (c->kind == KT_LINZ_TXN) {
@@ -994,7 +1275,7 @@ static void answer_write(struct sim *s, struct sim_client *c, int rc,
         continue;
       gets[r.n_gets] = (struct kt_linz_kv){0};
       if (x->u.range.n_kvs)
-        kv_to_linz(&x->u.range.kvs[0], &gets[r.n_gets], buf[1 + r.n_gets], sizeof buf[0]);
+        kv_to_linz(s, &x->u.range.kvs[0], &gets[r.n_gets], buf[1 + r.n_gets], sizeof buf[0]);
       r.n_gets++;
     }
     r.gets = gets;
@@ -1117,7 +1398,8 @@ static void client_start(struct sim *s, struct sim_client *c) {
                                                 .n_success = 2,
                                                 .failure = els,
                                                 .n_failure = 1}};
-    struct kt_linz_cmp lc = {SIM_KEY[k], target, result, cv, num};
+    int64_t lnum = target == KT_CMP_MOD && c->seen[k].present ? c->seen[k].lmod : num;
+    struct kt_linz_cmp lc = {SIM_KEY[k], target, result, cv, lnum};
     struct kt_linz_txop lthen[2] = {{KT_LINZ_PUT, SIM_KEY[k], val},
                                     {KT_LINZ_GET, SIM_KEY[k2], NULL}};
     struct kt_linz_txop lels[1] = {{KT_LINZ_GET, SIM_KEY[k], NULL}};
@@ -1199,6 +1481,70 @@ static void clients_reads(struct sim *s, struct sim_node *nd) {
   }
 }
 
+/* ---- leases: what the leaders promised (the checks) */
+
+#define LEASE_ID0 1000 /* the lease clients' ids: LEASE_ID0 + k, never reused */
+
+static struct lease_truth *lease_truth(struct sim *s, int64_t id) {
+  return id >= LEASE_ID0 && (size_t)(id - LEASE_ID0) < s->ltn ? &s->lt[id - LEASE_ID0] : NULL;
+}
+
+/* A lease entry applied on nd (rev0: the store's revision before; nkeys:
+ * the keys attached to a revoked lease before). A grant, first applied,
+ * starts the lease's TTL. A revoke deletes the lease's keys at ONE revision
+ * on every member (its events: nkeys deletes, all at rev0 + 1); first
+ * applied, it must not take effect before the TTL has run out since the
+ * grant or the last renewal by the newest leader. */
+static void lease_applied(struct sim *s, struct sim_node *nd, const struct kt_raft_entry *e,
+                          const struct kt_req *req, int rc, const struct kt_sm_result *res,
+                          bool first, uint64_t nkeys, int64_t rev0) {
+  int64_t now_ms = (int64_t)s->now * MS_PER_UNIT, id = req->u.lease.id;
+  struct lease_truth *t = lease_truth(s, id);
+  if (req->type == KT_MSG_LEASE_GRANT) {
+    if (!rc && first && t) {
+      t->ttl_s = res->lease_ttl;
+      t->granted_ms = now_ms;
+      t->honored_ms = now_ms + t->ttl_s * 1000;
+      s->st.leases_granted++;
+    }
+    return;
+  }
+  if (rc) /* an unknown lease: its revoke came twice (an expiry handed out again) */
+    return;
+  int64_t rev = kt_mvcc_revision(nd->store);
+  if (nd->ev_count != nkeys || nd->ev_puts || rev != rev0 + (nkeys > 0) ||
+      (nkeys && (nd->ev_lo != rev || nd->ev_hi != rev))) {
+    sim_fail(s,
+             "n%llu: lease %lld revoked at index %llu: %llu keys, %u events (%u puts) at "
+             "revisions %lld..%lld, store revision %lld -> %lld",
+             (unsigned long long)nd->id, (long long)id, (unsigned long long)e->index,
+             (unsigned long long)nkeys, nd->ev_count, nd->ev_puts, (long long)nd->ev_lo,
+             (long long)nd->ev_hi, (long long)rev0, (long long)rev);
+    return;
+  }
+  if (!first || !t)
+    return;
+  t->revoked = true;
+  s->st.lease_revoked++;
+  s->st.lease_keys_revoked += nkeys;
+  s->st.lease_stale_unhonored += now_ms < t->stale_ms;
+  if (now_ms < t->stale_ms && s->check_quorum) /* as the node runs */
+    sim_fail(s,
+             "lease %lld (TTL %llds) revoked at index %llu at %lld ms, %lld ms before the TTL of "
+             "a keep-alive deposed leader n%llu answered at %lld ms (check_quorum: a new "
+             "leader's election timeout extension should cover it)",
+             (long long)id, (long long)t->ttl_s, (unsigned long long)e->index, (long long)now_ms,
+             (long long)(t->stale_ms - now_ms), (unsigned long long)t->stale_by,
+             (long long)t->stale_at);
+  else if (now_ms < t->honored_ms)
+    sim_fail(s,
+             "lease %lld (TTL %llds) revoked at index %llu at %lld ms, %lld ms before its TTL ran "
+             "out: granted at %lld ms, last renewed by n%llu at %lld ms",
+             (long long)id, (long long)t->ttl_s, (unsigned long long)e->index, (long long)now_ms,
+             (long long)(t->honored_ms - now_ms), (long long)t->granted_ms,
+             (unsigned long long)t->renew_by, (long long)t->renew_ms);
+}
+
 /* A committed NORMAL entry: the member's state machine applies it. */
 static void apply_normal_entry(struct sim *s, struct sim_node *nd, const struct kt_raft_entry *e) {
   if (e->len == 0) { /* a leader's empty entry */
@@ -1224,8 +1570,18 @@ static void apply_normal_entry(struct sim *s, struct sim_node *nd, const struct 
     return;
   }
   struct kt_sm_result res;
+  nd->ev_count = nd->ev_puts = 0;
+  nd->ev_lo = nd->ev_hi = 0;
+  bool first = s->first_apply = e->index > s->ev_index;
+  int64_t rev0 = kt_mvcc_revision(nd->store);
+  struct kt_lease_info li = {0};
+  if (req.type == KT_MSG_LEASE_REVOKE)
+    (void)kt_lease_ttl(nd->leases, req.u.lease.id, 0, &li);
   int rc = kt_sm_apply(&nd->sm, &req, (int64_t)s->now * MS_PER_UNIT, &s->apply_arena, &res, &err);
+  s->first_apply = false;
   s->st.applied_reqs++;
+  if (req.type == KT_MSG_LEASE_GRANT || req.type == KT_MSG_LEASE_REVOKE)
+    lease_applied(s, nd, e, &req, rc, &res, first, li.nkeys, rev0);
   clients_applied(s, nd, e, kt_get_u64be(e->data), kt_get_u64be(e->data + 8), rc, &res);
 }
 
@@ -1243,6 +1599,9 @@ static void node_crash(struct sim *s, struct sim_node *nd) {
   kt_raft_free(nd->r);
   nd->r = NULL;
   sm_close(nd); /* memory: the restart loads the snapshot on its disk */
+  for (int i = 0; i < SIM_WATCHES; i++)
+    if (s->watches[i].member == nd->id)
+      s->watches[i].hub_id = 0; /* its hub is gone: the client resumes elsewhere */
   nd->alive = false;
   nd->gone = nd->removed; /* the node of a removed member does not come back */
   nd->restart_at = s->now + 10 * (5 + kt_rng_below(&s->rng, 60));
@@ -1311,6 +1670,7 @@ static void on_leader(struct sim *s, struct sim_node *nd, uint64_t term) {
     return;
   }
   s->leader_of[term] = nd->id;
+  s->top_term = KT_MAX(s->top_term, term);
   if (nd->removed || !kt_raft_is_voter(nd->r, nd->id)) {
     sim_fail(s, "n%llu became leader of term %llu but is %s", (unsigned long long)nd->id,
              (unsigned long long)term, nd->removed ? "removed" : "not a voter");
@@ -1517,6 +1877,24 @@ static void apply_conf_entry(struct sim *s, struct sim_node *nd, const struct kt
     nd->removed = true;
 }
 
+/* The node's kt_node_lease_role after each ready: a leader's lease manager
+ * is promoted once the leader serves (applied its first index of the term),
+ * every lease extended by an election timeout; demoted when not leader. */
+static void lease_role(struct sim *s, struct sim_node *nd) {
+  bool lead =
+      kt_raft_role(nd->r) == KT_RAFT_LEADER && nd->lead_index && nd->applied >= nd->lead_index;
+  if (lead == kt_lease_is_leader(nd->leases))
+    return;
+  int64_t now_ms = (int64_t)s->now * MS_PER_UNIT;
+  if (lead) {
+    kt_lease_promote(nd->leases, now_ms,
+                     s->o.member_bug == SIM_BUG_LEASE_NO_EXTEND ? 0 : ELECTION_MS);
+    nd->promote_ms = now_ms;
+  } else {
+    kt_lease_demote(nd->leases);
+  }
+}
+
 static void process_ready(struct sim *s, struct sim_node *nd) {
   for (int guard = 0; guard < 100 && nd->alive && kt_raft_has_ready(nd->r); guard++) {
     struct kt_raft_ready rd;
@@ -1527,8 +1905,10 @@ static void process_ready(struct sim *s, struct sim_node *nd) {
         printf("  t=%llu n%llu %s\n", (unsigned long long)s->now, (unsigned long long)nd->id,
                kt_raft_event_str(&rd.events[i], b, sizeof b));
       }
-      if (rd.events[i].type == KT_RAFT_EV_BECAME_LEADER)
+      if (rd.events[i].type == KT_RAFT_EV_BECAME_LEADER) {
         on_leader(s, nd, rd.events[i].term);
+        nd->lead_index = rd.events[i].a; /* serving once applied (the node's lead_index) */
+      }
       if (rd.events[i].type == KT_RAFT_EV_NEED_SNAPSHOT)
         send_snapshot(s, nd, rd.events[i].a);
     }
@@ -1563,6 +1943,7 @@ static void process_ready(struct sim *s, struct sim_node *nd) {
       } else {
         apply_normal_entry(s, nd, e);
       }
+      s->ev_index = KT_MAX(s->ev_index, e->index);
       check_sm_hash(s, nd, e->index);
     }
     for (size_t i = 0; i < rd.n_reads && !s->failed; i++) {
@@ -1586,6 +1967,7 @@ static void process_ready(struct sim *s, struct sim_node *nd) {
     }
     if (!s->failed)
       clients_reads(s, nd);
+    lease_role(s, nd);
     kt_raft_advance(nd->r);
   }
   if (!nd->alive || s->failed)
@@ -1782,6 +2164,543 @@ static void propose_conf_change(struct sim *s, struct sim_node *nd) {
   process_ready(s, nd);
 }
 
+static void sim_unit(struct sim *s, bool chaos);
+
+/* The live leader of the highest term (-1: none), as a slot index. */
+static int find_leader(const struct sim *s) {
+  int lead = -1;
+  for (int i = 0; i < s->n_nodes; i++)
+    if (s->nodes[i].alive && kt_raft_role(s->nodes[i].r) == KT_RAFT_LEADER &&
+        (lead < 0 || kt_raft_term(s->nodes[i].r) > kt_raft_term(s->nodes[lead].r)))
+      lead = i;
+  return lead;
+}
+
+/* ---- watch clients: each member's real hub (core/watch), checked against
+ * the global event log */
+
+static const struct {
+  const char *key, *end; /* end NULL: one key; "" (one NUL byte): from key on */
+  uint32_t en;
+} WATCH_RANGES[] = {{"a", NULL, 0}, {"c", NULL, 0}, {"l1", NULL, 0}, {"l", "m", 1},
+                    {"a", "c", 1},  {"b", "l4", 2}, {"a", "", 1}};
+
+static bool watch_covers(const struct sim_watch *w, const struct gev *g) {
+  if (g->type == KT_EVENT_PUT ? w->no_put : w->no_del)
+    return false;
+  struct kt_bytes k = g->kv.key, lo = {(const uint8_t *)w->key, w->kn};
+  if (!w->en)
+    return k.n == lo.n && !memcmp(k.p, lo.p, k.n);
+  return kt_bytes_cmp(k, lo) >= 0 &&
+         ((w->en == 1 && !w->end[0]) ||
+          kt_bytes_cmp(k, (struct kt_bytes){(const uint8_t *)w->end, w->en}) < 0);
+}
+
+/* The first event of w's range at global log index i or later (s->evn: none). */
+static size_t watch_next(const struct sim *s, const struct sim_watch *w, size_t i) {
+  while (i < s->evn && !watch_covers(w, &s->ev[i]))
+    i++;
+  return i;
+}
+
+static bool kv_same(const struct kt_kv *a, const struct kt_kv *b) {
+  return a->key.n == b->key.n && a->value.n == b->value.n &&
+         !memcmp(a->key.p, b->key.p, a->key.n) &&
+         (!a->value.n || !memcmp(a->value.p, b->value.p, a->value.n)) &&
+         a->create_revision == b->create_revision && a->mod_revision == b->mod_revision &&
+         a->version == b->version && a->lease == b->lease;
+}
+
+static const char *ev_str(char *buf, size_t n, uint8_t type, const struct kt_kv *kv, bool has_prev,
+                          const struct kt_kv *prev) {
+  snprintf(buf, n, "%s %.*s=%.*s (c %lld m %lld v %lld lease %lld)%s%.*s",
+           type == KT_EVENT_PUT ? "put" : "delete", (int)kv->key.n,
+           kv->key.n ? (const char *)kv->key.p : "", (int)kv->value.n,
+           kv->value.n ? (const char *)kv->value.p : "", (long long)kv->create_revision,
+           (long long)kv->mod_revision, (long long)kv->version, (long long)kv->lease,
+           has_prev ? " prev " : "", has_prev ? (int)prev->value.n : 0,
+           has_prev && prev->value.n ? (const char *)prev->value.p : "");
+  return buf;
+}
+
+static const char *watch_str(const struct sim_watch *w, char *buf, size_t n) {
+  const char *end = !w->en ? "" : w->en == 1 && !w->end[0] ? ", \\0" : NULL;
+  snprintf(buf, n, "watch [%s%s%.*s) of n%llu%s%s%s%s", w->key, end ? end : ", ",
+           end ? 0 : (int)w->en, end ? "" : w->end, (unsigned long long)w->member,
+           w->no_put ? " no_put" : "", w->no_del ? " no_delete" : "", w->prev_kv ? " prev_kv" : "",
+           w->slow ? " slow" : "");
+  return buf;
+}
+
+/* Attaches w to nd from w->next_rev, as the node's watch_create: a start
+ * beyond the member's revision + 1 (it lags the member the client left) is
+ * served from now, events below it dropped. */
+static void watch_attach(struct sim *s, struct sim_watch *w, struct sim_node *nd) {
+  struct kt_watch_opts o = {.key = {(const uint8_t *)w->key, w->kn},
+                            .range_end = {(const uint8_t *)w->end, w->en},
+                            .no_put = w->no_put,
+                            .no_delete = w->no_del,
+                            .prev_kv = w->prev_kv,
+                            .max_pending = w->max_pending};
+  int64_t hrev = kt_watch_revision(nd->hub);
+  w->min_rev = w->next_rev > hrev + 1 ? w->next_rev : 0;
+  o.start_revision = w->min_rev ? 0 : w->next_rev;
+  w->must_cancel = !w->min_rev && w->next_rev <= kt_mvcc_compact_revision(nd->store);
+  w->member = nd->id;
+  w->pos = KT_MAX(w->pos, glog_first(s, w->next_rev));
+  struct kt_err e = {0};
+  char b[128];
+  if (kt_watch_create(nd->hub, &o, NULL, &w->hub_id, &e))
+    sim_fail(s, "%s from revision %lld refused: %s", watch_str(w, b, sizeof b),
+             (long long)w->next_rev, e.msg);
+}
+
+/* The member a (re)attaching watch client goes to: a random one (the
+ * leader once the chaos is over); NULL if it is down. */
+static struct sim_node *watch_member(struct sim *s, bool chaos) {
+  int lead = chaos ? -1 : find_leader(s);
+  struct sim_node *nd = lead >= 0 ? &s->nodes[lead] : node_of(s, random_member(s));
+  return nd && nd->alive && !nd->removed ? nd : NULL;
+}
+
+/* A new watch client: a random range and options, from now, from an older
+ * revision, or from a compacted one (which must be cancelled). */
+static void watch_new(struct sim *s, struct sim_watch *w) {
+  struct sim_node *nd = watch_member(s, true);
+  if (!nd) {
+    w->next_at = s->now + 10;
+    return;
+  }
+  int r = (int)kt_rng_below(&s->rng, sizeof WATCH_RANGES / sizeof WATCH_RANGES[0]);
+  *w = (struct sim_watch){.active = true,
+                          .key = WATCH_RANGES[r].key,
+                          .kn = (uint32_t)strlen(WATCH_RANGES[r].key),
+                          .end = WATCH_RANGES[r].end,
+                          .en = WATCH_RANGES[r].en};
+  w->no_put = chance(s, 100);
+  w->no_del = !w->no_put && chance(s, 100);
+  w->prev_kv = chance(s, 300);
+  w->slow = chance(s, 300);
+  w->max_pending = w->slow ? 1 + (uint32_t)kt_rng_below(&s->rng, 4) : 0;
+  int64_t rev = kt_mvcc_revision(nd->store), crev = kt_mvcc_compact_revision(nd->store);
+  uint64_t how = kt_rng_below(&s->rng, 4);
+  if (how == 0 && rev > crev)
+    w->next_rev = crev + 1 + (int64_t)kt_rng_below(&s->rng, (uint64_t)(rev - crev));
+  else if (how == 1 && crev >= 1)
+    w->next_rev = 1 + (int64_t)kt_rng_below(&s->rng, (uint64_t)crev);
+  else
+    w->next_rev = kt_watch_revision(nd->hub) + 1; /* from now */
+  s->watch_creates++;
+  s->st.watch_created++;
+  watch_attach(s, w, nd);
+}
+
+/* One event taken from the hub: it must be the next event of w's range in
+ * the committed history (no gap, no duplicate, in order), with its prev_kv
+ * when asked. */
+static void watch_deliver(struct sim *s, struct sim_watch *w, const struct kt_event *ev) {
+  char b[128], x[160], y[160];
+  if (w->must_cancel) {
+    sim_fail(s, "%s asked for compacted revision %lld: got %s, not a cancel",
+             watch_str(w, b, sizeof b), (long long)w->next_rev,
+             ev_str(x, sizeof x, ev->type, &ev->kv, ev->has_prev_kv, &ev->prev_kv));
+    return;
+  }
+  size_t j = watch_next(s, w, w->pos);
+  const struct gev *g = j < s->evn ? &s->ev[j] : NULL;
+  if (!g || g->type != ev->type || !kv_same(&g->kv, &ev->kv) ||
+      ev->has_prev_kv != (w->prev_kv && g->has_prev) ||
+      (ev->has_prev_kv && !kv_same(&g->prev, &ev->prev_kv))) {
+    sim_fail(s, "%s: got %s, expected %s", watch_str(w, b, sizeof b),
+             ev_str(x, sizeof x, ev->type, &ev->kv, ev->has_prev_kv, &ev->prev_kv),
+             g ? ev_str(y, sizeof y, g->type, &g->kv, w->prev_kv && g->has_prev, &g->prev)
+               : "nothing");
+    return;
+  }
+  w->pos = j + 1;
+  w->next_rev = ev->kv.mod_revision + 1;
+  s->st.watch_events++;
+}
+
+/* The hub cancelled w (take: -KT_ECOMPACTED): only if a revision it needs
+ * was compacted (on a lagging member served from now, the hub's own start
+ * may be the compacted one: allowed), never beyond the member's compaction. */
+static void watch_cancelled(struct sim *s, struct sim_watch *w, struct sim_node *nd, int k,
+                            int64_t crev) {
+  char b[128];
+  if (k != -KT_ECOMPACTED || crev > kt_mvcc_compact_revision(nd->store) ||
+      (crev < w->next_rev && !w->min_rev)) {
+    sim_fail(s, "%s cancelled (%s) at compact revision %lld (the member's %lld), wants %lld",
+             watch_str(w, b, sizeof b), kt_strerror(-k), (long long)crev,
+             (long long)kt_mvcc_compact_revision(nd->store), (long long)w->next_rev);
+    return;
+  }
+  s->st.watch_compacted++;
+  w->active = false;
+  w->next_at = s->now + 10 * (1 + kt_rng_below(&s->rng, 20));
+}
+
+/* Delivery as the node's drain_one: events taken until none is ready or the
+ * limit is reached at a revision's end (a revision is never split), those
+ * below the start it asked for dropped. After a batch the last revision's
+ * events must all have come (they are made ready together). */
+static void watch_take(struct sim *s, struct sim_watch *w, struct sim_node *nd, int limit) {
+  struct kt_event evs[8];
+  int got = 0;
+  int64_t last = 0;
+  for (;;) {
+    kt_arena_reset(&s->warena);
+    int64_t crev = 0;
+    int k = kt_watch_take(nd->hub, w->hub_id, evs, 8, &s->warena, &crev);
+    if (k < 0) {
+      watch_cancelled(s, w, nd, k, crev);
+      return;
+    }
+    for (int i = 0; i < k && !s->failed; i++) {
+      if (evs[i].kv.mod_revision < w->min_rev)
+        continue;
+      watch_deliver(s, w, &evs[i]);
+      last = evs[i].kv.mod_revision;
+      got++;
+    }
+    int64_t next = kt_watch_next_rev(nd->hub, w->hub_id);
+    if (s->failed || !next || (got >= limit && next != last))
+      break;
+  }
+  size_t j = watch_next(s, w, w->pos);
+  if (got && !s->failed && j < s->evn && s->ev[j].kv.mod_revision == last) {
+    char b[128], x[160];
+    sim_fail(s, "%s: revision %lld split, %s not delivered with the rest",
+             watch_str(w, b, sizeof b), (long long)last,
+             ev_str(x, sizeof x, s->ev[j].type, &s->ev[j].kv, false, NULL));
+  }
+}
+
+/* Once per tick: each hub's catch-up step (a small budget in the chaos, so
+ * history passes take several steps), then each watch client: a lost one
+ * (its member crashed, was removed, knows no leader and the client gives
+ * up, or just reconnects) resumes elsewhere from its next revision; the
+ * others take what is ready (slow ones now and then, a few events). */
+static void watches_tick(struct sim *s, bool chaos) {
+  for (int i = 0; i < s->n_nodes; i++)
+    if (s->nodes[i].alive)
+      (void)kt_watch_step(s->nodes[i].hub, chaos ? 8 : 4096);
+  for (int i = 0; i < SIM_WATCHES && !s->failed; i++) {
+    struct sim_watch *w = &s->watches[i];
+    if (!w->active) {
+      if (chaos && s->now >= w->next_at && s->watch_creates < 10 * SIM_WATCHES)
+        watch_new(s, w);
+      continue;
+    }
+    struct sim_node *nd = node_of(s, w->member);
+    bool lost = !w->hub_id || !nd->alive || nd->removed;
+    if (!lost && chaos && (chance(s, 5) || (!kt_raft_leader(nd->r) && chance(s, 30)))) {
+      kt_watch_cancel(nd->hub, w->hub_id); /* the client gives up on it */
+      lost = true;
+    }
+    if (lost) {
+      w->hub_id = 0;
+      struct sim_node *to = watch_member(s, chaos);
+      if (to) {
+        s->st.watch_resumed++;
+        watch_attach(s, w, to);
+      }
+      continue;
+    }
+    if (w->slow && chaos && s->now < w->next_at)
+      continue;
+    watch_take(s, w, nd, w->slow && chaos ? 2 : 1 << 30);
+    w->next_at = s->now + 10 * (1 + kt_rng_below(&s->rng, 5));
+  }
+}
+
+/* The first event w should have had from its member by now (NULL: none). */
+static const struct gev *watch_missing(struct sim *s, const struct sim_watch *w) {
+  const struct sim_node *nd = node_of(s, w->member);
+  size_t j = watch_next(s, w, w->pos);
+  return j < s->evn && nd->alive && s->ev[j].kv.mod_revision <= kt_mvcc_revision(nd->store)
+             ? &s->ev[j]
+             : NULL;
+}
+
+/* At the end (healed, leases drained): every watch client moves to the
+ * leader's configuration and catches up; it must have had every event of
+ * its range up to its member's revision, and one that asked for a
+ * compacted revision must have been cancelled. */
+static void watch_final(struct sim *s) {
+  int lead = find_leader(s);
+  struct sim_conf c = lead >= 0 ? conf_of_raft(s->nodes[lead].r) : (struct sim_conf){0};
+  for (int i = 0; i < SIM_WATCHES; i++) {
+    struct sim_watch *w = &s->watches[i];
+    struct sim_node *nd = node_of(s, w->member);
+    if (w->active && w->hub_id && !conf_has(&c, w->member)) {
+      if (nd->alive)
+        kt_watch_cancel(nd->hub, w->hub_id);
+      w->hub_id = 0;
+    }
+  }
+  for (int t = 0; t < 200 && !s->failed; t++) {
+    bool done = true;
+    for (int i = 0; i < SIM_WATCHES; i++) {
+      const struct sim_watch *w = &s->watches[i];
+      done &= !w->active || (w->hub_id && !w->must_cancel && !watch_missing(s, w));
+    }
+    if (done)
+      break;
+    for (int u = 0; u < 10 && !s->failed; u++)
+      sim_unit(s, false);
+  }
+  for (int i = 0; i < SIM_WATCHES && !s->failed; i++) {
+    const struct sim_watch *w = &s->watches[i];
+    const struct gev *g = w->active ? watch_missing(s, w) : NULL;
+    char b[128], x[160];
+    if (w->active && !w->hub_id)
+      sim_fail(s, "%s: not attached 200 ticks after healing", watch_str(w, b, sizeof b));
+    else if (w->active && w->must_cancel)
+      sim_fail(s, "%s asked for compacted revision %lld: never cancelled",
+               watch_str(w, b, sizeof b), (long long)w->next_rev);
+    else if (g)
+      sim_fail(s, "%s never got %s (its member is at revision %lld)", watch_str(w, b, sizeof b),
+               ev_str(x, sizeof x, g->type, &g->kv, false, NULL),
+               (long long)kt_mvcc_revision(node_of(s, w->member)->store));
+  }
+}
+
+/* ---- lease clients and the leaders' expiry */
+
+/* The leader answers a keep-alive (the node's answer(): kt_lease_keepalive
+ * on its timers). A renewal by the newest leader (no later term has a
+ * leader) must be honored by every leader after it; one by a stale leader
+ * only under check_quorum (see the header). */
+static int lease_renew(struct sim *s, struct sim_node *nd, int64_t id) {
+  int64_t now_ms = (int64_t)s->now * MS_PER_UNIT, ttl = 0;
+  int rc;
+  if (s->o.member_bug == SIM_BUG_LEASE_NO_RENEW) { /* acknowledged, not renewed */
+    struct kt_lease_info li = {0};
+    rc = kt_lease_ttl(nd->leases, id, now_ms, &li);
+    rc = rc ? rc : li.remaining_ms > 0 ? 0 : KT_ELEASENOTFOUND;
+    ttl = li.granted_ttl_s;
+  } else {
+    rc = kt_lease_keepalive(nd->leases, id, now_ms, &ttl);
+  }
+  struct lease_truth *t = lease_truth(s, id);
+  if (rc || !t)
+    return rc ? rc : KT_ELEASENOTFOUND;
+  s->st.lease_renewals++;
+  int64_t until = now_ms + ttl * 1000;
+  if (kt_raft_term(nd->r) >= s->top_term) {
+    t->honored_ms = KT_MAX(t->honored_ms, until);
+  } else {
+    t->stale_ms = KT_MAX(t->stale_ms, until);
+    t->stale_by = nd->id;
+    t->stale_at = now_ms;
+    s->st.lease_stale_renewals++;
+  }
+  t->renew_by = nd->id;
+  t->renew_ms = t->by_ms[nd->id] = now_ms;
+  t->by_epoch[nd->id] = nd->promote_ms;
+  return 0;
+}
+
+/* A lease client's keep-alive through its member nd (the node's
+ * kt_node_lease_request): the leader answers at once; a follower forwards
+ * it to the leader it knows (delayed, cut and dropped like a message), whose
+ * answer counts when it gets there. Returns 0 (renewed or forwarded),
+ * KT_ELEASENOTFOUND (gone) or KT_ENOLEADER. */
+static int lease_keepalive(struct sim *s, struct sim_node *nd, int lessee, int64_t id) {
+  if (kt_lease_is_leader(nd->leases))
+    return lease_renew(s, nd, id);
+  uint64_t to = kt_raft_leader(nd->r);
+  struct sim_node *ld = node_of(s, to);
+  if (!ld || to == nd->id)
+    return KT_ENOLEADER;
+  if (ld->group == nd->group && !s->oneway[nd->id][to] && !chance(s, s->drop_pct)) {
+    GROW(s->fwd, s->fwdn, s->fwdcap);
+    s->fwd[s->fwdn++] =
+        (struct fwd_ka){s->now + 1 + kt_rng_below(&s->rng, s->max_delay), to, id, lessee};
+  }
+  return 0;
+}
+
+/* A lease client hears its keep-alive's answer: gone, or ask another member. */
+static void lessee_answer(struct sim *s, struct sim_lessee *c, int64_t id, int rc) {
+  if (c->state != LS_HOLDING || c->id != id || !rc)
+    return;
+  if (rc == KT_ENOLEADER) {
+    c->member = random_member(s);
+    return;
+  }
+  c->state = LS_IDLE;
+  c->next_at = s->now + 10 * kt_rng_below(&s->rng, 10);
+}
+
+/* Forwarded keep-alives that reached their leader. */
+static void lease_fwd_tick(struct sim *s) {
+  size_t k = 0;
+  for (size_t i = 0; i < s->fwdn; i++) {
+    struct fwd_ka f = s->fwd[i];
+    struct sim_node *ld = node_of(s, f.to);
+    if (f.at > s->now) {
+      s->fwd[k++] = f;
+    } else if (ld->alive) {
+      int rc = kt_lease_is_leader(ld->leases) ? lease_renew(s, ld, f.id) : KT_ENOLEADER;
+      s->st.lease_renewals_fwd += rc == 0;
+      lessee_answer(s, &s->lessees[f.lessee], f.id, rc);
+    }
+  }
+  s->fwdn = k;
+}
+
+/* A put of one of the lease keys "l0".."l7" with c's lease (fire and
+ * forget: its outcome is in the global event log). */
+static void lessee_put(struct sim *s, struct sim_lessee *c, struct sim_node *nd) {
+  char key[4], val[24];
+  snprintf(key, sizeof key, "%c%d", LEASE_KEY_PREFIX, (int)kt_rng_below(&s->rng, 8));
+  snprintf(val, sizeof val, "lv%llu", (unsigned long long)++s->next_val);
+  struct kt_req req = {.type = KT_MSG_PUT};
+  req.u.op = (struct kt_request_op){.type = KT_OP_PUT,
+                                    .u.put = {.key = B(key), .value = B(val), .lease = c->id}};
+  uint64_t idx;
+  if (propose_req(s, nd, &req, ++s->next_seq, &idx) == 0)
+    process_ready(s, nd);
+}
+
+static void lessee_grant(struct sim *s, struct sim_lessee *c, struct sim_node *nd) {
+  GROW(s->lt, s->ltn, s->ltcap);
+  s->lt[s->ltn++] = (struct lease_truth){.ttl_s = 2 + (int64_t)kt_rng_below(&s->rng, 4)};
+  c->id = LEASE_ID0 + (int64_t)s->ltn - 1;
+  struct kt_req req = {.type = KT_MSG_LEASE_GRANT};
+  req.u.lease.id = c->id;
+  req.u.lease.ttl = s->lt[s->ltn - 1].ttl_s;
+  uint64_t idx;
+  if (propose_req(s, nd, &req, ++s->next_seq, &idx)) { /* refused: no leader */
+    c->member = random_member(s);
+    c->next_at = s->now + 10;
+    return;
+  }
+  c->state = LS_GRANTING;
+  c->deadline = s->now + CLIENT_TIMEOUT;
+  process_ready(s, nd);
+}
+
+/* Once per tick: each lease client grants a lease (TTL 2..5 s) on its
+ * member, waits for it to be applied there (its answer), puts keys with it,
+ * keeps it alive every TTL/3 for up to three TTLs (or not at all), then
+ * walks away and lets it expire. A client whose member is down goes to
+ * another one (a grant in flight is forgotten: if it commits, nobody keeps
+ * that lease alive). Only while `issue`: afterwards nobody keeps a lease
+ * alive. */
+static void lessees_tick(struct sim *s, bool issue) {
+  for (int i = 0; i < SIM_LESSEES && !s->failed; i++) {
+    struct sim_lessee *c = &s->lessees[i];
+    struct sim_node *nd = node_of(s, c->member);
+    if (!nd || !nd->alive || nd->removed) { /* keeps a held lease alive elsewhere */
+      c->member = random_member(s);
+      c->state = c->state == LS_HOLDING ? LS_HOLDING : LS_IDLE;
+      continue;
+    }
+    struct lease_truth *t = lease_truth(s, c->id);
+    if (c->state == LS_IDLE) {
+      if (issue && s->now >= c->next_at && s->ltn < 40)
+        lessee_grant(s, c, nd);
+    } else if (c->state == LS_GRANTING) {
+      if (kt_lease_exists(nd->leases, c->id)) {
+        c->state = LS_HOLDING;
+        c->keep_until = s->now + 10 * kt_rng_below(&s->rng, (uint64_t)t->ttl_s * 30);
+        c->next_ka = s->now + (uint64_t)t->ttl_s * 100 / 3;
+        lessee_put(s, c, nd);
+      } else if (s->now >= c->deadline) {
+        c->state = LS_IDLE;
+      }
+    } else if (!issue || s->now >= c->keep_until) {
+      c->state = LS_IDLE; /* walks away: the lease expires */
+      c->next_at = s->now + 10 * kt_rng_below(&s->rng, 30);
+    } else {
+      if (chance(s, 30))
+        lessee_put(s, c, nd);
+      if (s->now >= c->next_ka) {
+        c->next_ka = s->now + (uint64_t)t->ttl_s * 100 / 3;
+        lessee_answer(s, c, c->id, lease_keepalive(s, nd, i, c->id));
+      }
+    }
+  }
+}
+
+/* The rule the node's leader implements (core/lease.c): a lease expires a
+ * TTL after its last renewal by this leader in this term of service (a
+ * renewal sets now + TTL, replacing the extension, as etcd's Renew); if
+ * none, a TTL after its grant applied while this leader served; else a TTL
+ * and an election timeout after this leader's promotion. */
+static void lease_check_expiry(struct sim *s, struct sim_node *nd, int64_t id, int64_t now_ms) {
+  struct lease_truth *t = lease_truth(s, id);
+  if (!t)
+    return;
+  int64_t ttl_ms = t->ttl_s * 1000;
+  bool renewed = t->by_ms[nd->id] && t->by_epoch[nd->id] == nd->promote_ms;
+  int64_t due = renewed                           ? t->by_ms[nd->id] + ttl_ms
+                : t->granted_ms >= nd->promote_ms ? t->granted_ms + ttl_ms
+                                                  : nd->promote_ms + ttl_ms + ELECTION_MS;
+  if (now_ms < due)
+    sim_fail(s,
+             "leader n%llu expires lease %lld (TTL %llds) at %lld ms, due at %lld ms: promoted "
+             "at %lld ms, granted at %lld ms, renewed by it at %lld ms (last by n%llu at %lld ms)",
+             (unsigned long long)nd->id, (long long)id, (long long)t->ttl_s, (long long)now_ms,
+             (long long)due, (long long)nd->promote_ms, (long long)t->granted_ms,
+             (long long)t->by_ms[nd->id], (unsigned long long)t->renew_by, (long long)t->renew_ms);
+}
+
+/* The node's kt_node_lease_tick on every serving leader: expired leases
+ * proposed for revocation (LEASE_REVOKE through raft), each checked
+ * against the leader's rule first. */
+static void lease_expiry_tick(struct sim *s) {
+  int64_t now_ms = (int64_t)s->now * MS_PER_UNIT;
+  for (int i = 0; i < s->n_nodes && !s->failed; i++) {
+    struct sim_node *nd = &s->nodes[i];
+    if (!nd->alive || !kt_lease_is_leader(nd->leases))
+      continue;
+    int64_t ids[16];
+    size_t k = kt_lease_expired(nd->leases, now_ms, 16, ids);
+    for (size_t j = 0; j < k; j++) {
+      lease_check_expiry(s, nd, ids[j], now_ms);
+      struct kt_req req = {.type = KT_MSG_LEASE_REVOKE};
+      req.u.lease.id = ids[j];
+      uint64_t idx;
+      (void)propose_req(s, nd, &req, ++s->next_seq, &idx);
+    }
+    if (k)
+      process_ready(s, nd);
+  }
+}
+
+/* Liveness: nobody keeps a lease alive any more (the clients stopped with
+ * the chaos); with the cluster healed every lease is revoked on every member
+ * of the leader's configuration within 400 ticks. */
+static void lease_final(struct sim *s) {
+  uint64_t until = s->now + 10 * 400;
+  int left = -1;
+  while (!s->failed && s->now < until) {
+    sim_unit(s, false);
+    int lead = s->now % 10 ? -1 : find_leader(s);
+    if (lead < 0)
+      continue;
+    struct sim_conf c = conf_of_raft(s->nodes[lead].r);
+    left = -1;
+    for (int i = 0; i < s->n_nodes && left < 0; i++)
+      if (conf_has(&c, (uint64_t)i + 1) &&
+          (!s->nodes[i].alive || kt_lease_count(s->nodes[i].leases)))
+        left = i;
+    if (left < 0)
+      break;
+  }
+  if (!s->failed && left >= 0)
+    sim_fail(s, "lease liveness: n%d still has %zu lease(s) 400 ticks after healing", left + 1,
+             s->nodes[left].alive ? kt_lease_count(s->nodes[left].leases) : 0);
+  for (size_t i = 0; i < s->ltn && !s->failed; i++)
+    if (s->lt[i].granted_ms && !s->lt[i].revoked)
+      sim_fail(s, "lease %lld granted at %lld ms was never revoked", (long long)(LEASE_ID0 + i),
+               (long long)s->lt[i].granted_ms);
+}
+
 /* One unit of simulated time. */
 static void sim_unit(struct sim *s, bool chaos) {
   s->now++;
@@ -1839,6 +2758,10 @@ static void sim_unit(struct sim *s, bool chaos) {
     return;
   /* once per tick: clients, the physical compaction steps, faults */
   clients_tick(s, chaos);
+  lessees_tick(s, chaos);
+  lease_fwd_tick(s);
+  lease_expiry_tick(s);
+  watches_tick(s, chaos);
   for (int i = 0; i < s->n_nodes; i++)
     if (s->nodes[i].alive)
       (void)kt_mvcc_compact_step(s->nodes[i].store, 4);
@@ -1927,6 +2850,13 @@ static void sim_free(struct sim *s) {
   kt_arena_free(&s->arena);
   kt_arena_free(&s->apply_arena);
   kt_linz_free(s->hist);
+  free(s->ev);
+  kt_arena_free(&s->ev_arena);
+  kt_arena_free(&s->warena);
+  free(s->rev_off);
+  free(s->rev_lease);
+  free(s->lt);
+  free(s->fwd);
   free(s->unknown_w);
   free(s->seq_committed);
 }
@@ -1941,11 +2871,7 @@ static void final_reads(struct sim *s) {
   for (int k = 0; k < SIM_KEYS; k++)
     s->clients[s->n_clients + k].outcome = CL_NONE;
   while (!s->failed && s->now < until) {
-    int lead = -1;
-    for (int i = 0; i < s->n_nodes; i++)
-      if (s->nodes[i].alive && kt_raft_role(s->nodes[i].r) == KT_RAFT_LEADER &&
-          (lead < 0 || kt_raft_term(s->nodes[i].r) > kt_raft_term(s->nodes[lead].r)))
-        lead = i;
+    int lead = find_leader(s);
     bool done = true;
     for (int k = 0; k < SIM_KEYS && !s->failed; k++) {
       struct sim_client *c = &s->clients[s->n_clients + k];
@@ -1999,6 +2925,9 @@ static int sim_run(const struct sim_opts *o, struct sim_stats *st, char *why, si
   s->o = *o;
   kt_assert(o->n >= 1 && o->n <= SIM_MAX_N);
   kt_rng_seed(&s->rng, o->seed);
+  s->ev_rev = 1; /* an empty store is at revision 1 */
+  rev_reserve(s, 1);
+  s->rev_lease[0] = s->rev_lease[1] = 0;
   s->drop_pct = (uint32_t)kt_rng_below(&s->rng, 100);     /* 0..10% */
   s->dup_pct = (uint32_t)kt_rng_below(&s->rng, 50);       /* 0..5% */
   s->max_delay = 1 + (uint32_t)kt_rng_below(&s->rng, 30); /* up to 3 ticks */
@@ -2096,6 +3025,10 @@ static int sim_run(const struct sim_opts *o, struct sim_stats *st, char *why, si
   }
   if (!s->failed)
     final_reads(s);
+  if (!s->failed)
+    lease_final(s);
+  if (!s->failed)
+    watch_final(s);
   if (!s->failed)
     check_history(s);
   if (s->failed && o->verbose)

@@ -240,7 +240,10 @@ TEST(grant_attach_revoke_one_revision) {
   CHECK(!kt_lease_exists(f.sm.leases, 100));
   CHECK_EQ(kt_lease_count(f.sm.leases), 1);
 
-  /* The watcher got the three deletes, all at that revision, ready at once. */
+  /* The watcher got the three deletes, all at that revision, ready at once,
+   * in key order (not the lease's attach order, k3 last: a snapshot load
+   * attaches in key order, and every member must give the deletes the same
+   * sub-revisions). */
   struct kt_event ev[8];
   struct kt_arena wa = {0};
   int64_t crev = 0;
@@ -249,6 +252,7 @@ TEST(grant_attach_revoke_one_revision) {
   for (int i = 0; i < got; i++) {
     CHECK_EQ(ev[i].type, KT_EVENT_DELETE);
     CHECK_EQ(ev[i].kv.mod_revision, rev + 1);
+    CHECK(ev[i].kv.key.n == 2 && !memcmp(ev[i].kv.key.p, keys[i], 2));
   }
   CHECK_EQ(kt_watch_revision(f.sm.watches), rev + 1);
   kt_arena_free(&wa);

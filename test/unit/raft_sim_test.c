@@ -5,7 +5,8 @@
  * crashes; 3 members crashing every ~25 ticks; membership changes with 3
  * and 5), then the injected bugs that the checkers must catch: raft bugs
  * (KT_SIM_BUG values, kt_raft_test_bug) found by a raft check, member bugs
- * (enum sim_member_bug) found by the linearizability checker.
+ * (enum sim_member_bug) found by the linearizability checker, the watch
+ * check or the lease checks.
  *
  *   KT_SIM_SEED=S      replay exactly one seed (every configuration), with
  *                      the trace if KT_SIM_VERBOSE=1
@@ -14,7 +15,8 @@
  * A failing seed prints "seed S n=N ...: why" and the replay command; a
  * linearizability violation prints the checker's explanation. Each
  * configuration prints its totals (entries, elections, crashes, requests
- * applied, store hashes compared, WAL tails cut, client ops checked). */
+ * applied, store hashes compared, WAL tails cut, client ops checked, watch
+ * events checked, leases granted, renewed and revoked). */
 #include <stdlib.h>
 
 #include "../sim/sim.c"
@@ -77,6 +79,18 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, bool conf, uint6
     tot.sreads += st.sreads;
     tot.linz_steps += st.linz_steps;
     tot.linz_gave_up += st.linz_gave_up;
+    tot.watch_created += st.watch_created;
+    tot.watch_resumed += st.watch_resumed;
+    tot.watch_events += st.watch_events;
+    tot.watch_compacted += st.watch_compacted;
+    tot.watch_moved_aside += st.watch_moved_aside;
+    tot.leases_granted += st.leases_granted;
+    tot.lease_renewals += st.lease_renewals;
+    tot.lease_renewals_fwd += st.lease_renewals_fwd;
+    tot.lease_stale_renewals += st.lease_stale_renewals;
+    tot.lease_stale_unhonored += st.lease_stale_unhonored;
+    tot.lease_revoked += st.lease_revoked;
+    tot.lease_keys_revoked += st.lease_keys_revoked;
   }
   fprintf(stderr,
           "sim n=%d crashes=%d seeds=%llu: committed=%llu elections=%llu crashes=%llu "
@@ -90,13 +104,25 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, bool conf, uint6
           "  state machine: requests applied=%llu store hashes compared=%llu compactions=%llu; WAL "
           "torn tails cut at restart=%llu\n"
           "  clients: ops checked=%llu (answered=%llu refused=%llu unknown=%llu, of unknown "
-          "never committed=%llu; serializable gets=%llu) linz steps=%llu gave up=%llu\n",
+          "never committed=%llu; serializable gets=%llu) linz steps=%llu gave up=%llu\n"
+          "  watches: created=%llu resumed=%llu events checked=%llu cancelled-compacted=%llu "
+          "slow moved aside=%llu\n"
+          "  leases: granted=%llu renewed=%llu (forwarded=%llu, by a stale leader=%llu) "
+          "expired+revoked=%llu keys deleted=%llu; stale renewals not honored (without "
+          "check_quorum)=%llu\n",
           (unsigned long long)tot.applied_reqs, (unsigned long long)tot.hashes_checked,
           (unsigned long long)tot.compactions, (unsigned long long)tot.wal_torn_cut,
           (unsigned long long)tot.ops, (unsigned long long)tot.ops_ok,
           (unsigned long long)tot.ops_failed, (unsigned long long)tot.ops_unknown,
           (unsigned long long)tot.ops_never_committed, (unsigned long long)tot.sreads,
-          (unsigned long long)tot.linz_steps, (unsigned long long)tot.linz_gave_up);
+          (unsigned long long)tot.linz_steps, (unsigned long long)tot.linz_gave_up,
+          (unsigned long long)tot.watch_created, (unsigned long long)tot.watch_resumed,
+          (unsigned long long)tot.watch_events, (unsigned long long)tot.watch_compacted,
+          (unsigned long long)tot.watch_moved_aside, (unsigned long long)tot.leases_granted,
+          (unsigned long long)tot.lease_renewals, (unsigned long long)tot.lease_renewals_fwd,
+          (unsigned long long)tot.lease_stale_renewals, (unsigned long long)tot.lease_revoked,
+          (unsigned long long)tot.lease_keys_revoked,
+          (unsigned long long)tot.lease_stale_unhonored);
   if (conf)
     fprintf(stderr,
             "  membership: proposed=%llu applied=%llu refused-invalid=%llu came-back-normal=%llu "
@@ -218,10 +244,12 @@ TEST(sim_catches_two_conf_changes_in_flight) {
   CHECK(bug_found_x(6, 3, true, 300));
 }
 
-/* Bugs in the member above raft, that only the client history shows: the
- * linearizability checker (not a raft check) must fail some seed, and the
- * failure must be its verdict. Returns the first seed found (0: none). */
-static uint64_t member_bug_found(int bug, int n, uint32_t crash_x10, uint64_t seeds) {
+/* Bugs in the member above raft, that only the client history, the watch
+ * streams or the lease promises show: the checker named by `by` (a
+ * substring of its verdict) must fail some seed, and the failure must be
+ * its verdict. Returns the first seed found (0: none). */
+static uint64_t member_bug_found_by(int bug, int n, uint32_t crash_x10, uint64_t seeds,
+                                    const char *by) {
   for (uint64_t seed = 1; seed <= seeds; seed++) {
     struct sim_opts o = {.seed = seed,
                          .n = n,
@@ -231,13 +259,17 @@ static uint64_t member_bug_found(int bug, int n, uint32_t crash_x10, uint64_t se
                          .member_bug = bug};
     char why[8192];
     if (sim_run(&o, NULL, why, sizeof why)) {
-      bool linz = strstr(why, "not linearizable") != NULL;
+      bool ok = strstr(why, by) != NULL;
       fprintf(stderr, "member bug %d found by seed %llu%s: %.*s\n", bug, (unsigned long long)seed,
-              linz ? "" : " (NOT by the linearizability checker)", linz ? 1500 : 400, why);
-      return linz ? seed : 0;
+              ok ? "" : " (NOT by the expected checker)", ok ? 1500 : 400, why);
+      return ok ? seed : 0;
     }
   }
   return 0;
+}
+
+static uint64_t member_bug_found(int bug, int n, uint32_t crash_x10, uint64_t seeds) {
+  return member_bug_found_by(bug, n, crash_x10, seeds, "not linearizable");
 }
 
 /* Linearizable gets answered from the member's own store, without
@@ -256,6 +288,30 @@ TEST(sim_catches_write_answered_by_index_alone) {
   if (env_u64("KT_SIM_SEED", 0))
     return;
   CHECK(member_bug_found(SIM_BUG_MATCH_BY_INDEX, 3, 40, 50) != 0);
+}
+
+/* Bugs that the watch check and the lease checks must find (each its own
+ * verdict, within 20 seeds). */
+TEST(sim_catches_watch_and_lease_bugs) {
+  if (env_u64("KT_SIM_SEED", 0))
+    return;
+  static const struct {
+    int bug;
+    const char *by;
+  } bugs[] = {
+      /* the hub misses an event now and then (never published to it): a gap */
+      {SIM_BUG_WATCH_SKIP, "watch ["},
+      /* the hub gets an event twice now and then: a duplicate */
+      {SIM_BUG_WATCH_DUP, "watch ["},
+      /* the leader answers a keep-alive without renewing: the lease expires
+       * (and is revoked) before a TTL since that keep-alive has passed */
+      {SIM_BUG_LEASE_NO_RENEW, "lease"},
+      /* a new leader does not extend leases by an election timeout: it
+       * expires a lease nobody could renew during the election too early */
+      {SIM_BUG_LEASE_NO_EXTEND, "lease"},
+  };
+  for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++)
+    CHECK(member_bug_found_by(bugs[i].bug, 3, 0, 20, bugs[i].by) != 0);
 }
 
 /* A seed replays exactly: two runs of one seed agree on every count. */
