@@ -7,7 +7,7 @@
 #define LEAF_MAX 62
 #define INNER_MAX 32 /* separators; children = INNER_MAX + 1 */
 
-/* hint[i] is the 2 bytes of item i's key at offset lcp (zero-padded); every
+/* hint[i] is the 4 bytes of item i's key at offset lcp (zero-padded); every
  * key of the leaf shares its first lcp bytes, so hints are ordered like the
  * keys and a lookup binary-searches them without touching the items, then
  * follows one pointer to confirm. lcp may be smaller than the true common
@@ -15,7 +15,7 @@
 struct leaf {
   uint32_t n, lcp;
   struct leaf *next;
-  uint16_t hint[LEAF_MAX];
+  uint32_t hint[LEAF_MAX];
   void *items[LEAF_MAX];
 };
 
@@ -39,9 +39,16 @@ static void *xmalloc(size_t n) {
   return p;
 }
 
-static inline uint16_t hint_of(struct kt_bytes k, uint32_t lcp) {
-  uint32_t a = lcp < k.n ? k.p[lcp] : 0, b = lcp + 1 < k.n ? k.p[lcp + 1] : 0;
-  return (uint16_t)(a << 8 | b);
+/* 4 bytes, not 2: keys that differ only in decimal digits after a long
+ * shared prefix ("/registry/pods/p-000123") leave 2 bytes ~100 values, so
+ * ~10 items of a leaf share a hint and a lookup follows ~5 item pointers
+ * (cache misses) to confirm; 4 bytes make hints nearly unique for 2 more
+ * bytes per slot. */
+static inline uint32_t hint_of(struct kt_bytes k, uint32_t lcp) {
+  uint32_t h = 0;
+  for (uint32_t i = 0; i < 4; i++)
+    h = h << 8 | (lcp + i < k.n ? k.p[lcp + i] : 0);
+  return h;
 }
 
 static uint32_t lcp_of(struct kt_bytes a, struct kt_bytes b) {
@@ -54,7 +61,7 @@ static uint32_t lcp_of(struct kt_bytes a, struct kt_bytes b) {
 /* Moves cnt items (and their hints) from s[si] to d[di]; counts untouched. */
 static void lmove(struct leaf *d, uint32_t di, struct leaf *s, uint32_t si, uint32_t cnt) {
   memmove(d->items + di, s->items + si, cnt * sizeof(void *));
-  memmove(d->hint + di, s->hint + si, cnt * sizeof(uint16_t));
+  memmove(d->hint + di, s->hint + si, cnt * sizeof(uint32_t));
 }
 
 static void rehint(const struct kt_index *ix, struct leaf *l, uint32_t from, uint32_t to) {
@@ -145,7 +152,7 @@ static uint32_t leaf_pos(const struct kt_index *ix, const struct leaf *l, struct
   uint32_t lo = 0, hi = l->n;
   *eq = false;
   /* fast path for a key that is present: search the hints, confirm */
-  uint16_t hk = hint_of(key, l->lcp);
+  uint32_t hk = hint_of(key, l->lcp);
   while (lo < hi) {
     uint32_t mid = (lo + hi) / 2;
     if (l->hint[mid] < hk)

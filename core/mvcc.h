@@ -19,7 +19,7 @@
  *
  * Layout (core/mvcc.c), chosen for 10M keys in RAM:
  * - An ordered index (core/index.h): a B+tree whose leaves hold one pointer
- *   and a 2-byte key hint per key (62 per leaf, kept ~80% full by moving
+ *   and a 4-byte key hint per key (62 per leaf, kept ~80% full by moving
  *   items to a sibling before splitting) and whose inner nodes keep an
  *   8-byte prefix of each separator inline. A point read is ~4 inner nodes +
  *   1 leaf + the one record it returns; a range scan walks leaf arrays. A skiplist costs more
