@@ -960,7 +960,8 @@ static void on_snap_progress(struct ev_loop *loop, ev_async *w, int revents) {
 }
 
 /* The snapshot's meta blob: a line for people (ketchutl snapshot status),
- * NUL, the member table (node_member.c), the lease table (node_lease.c). */
+ * NUL, the member table (node_member.c), the lease table (node_lease.c), the
+ * alarms (node_maint.c; absent from snapshots older than them). */
 static void meta_blob(struct kt_node *n, struct kt_buf *out) {
   char line[1024];
   int len = snprintf(line, sizeof line, "cluster_id=%016llx member_id=%016llx members=%zu %s=%s",
@@ -971,6 +972,7 @@ static void meta_blob(struct kt_node *n, struct kt_buf *out) {
   kt_buf_append(out, line, (size_t)len + 1);
   kt_node_member_save(n, out);
   kt_node_lease_save(n, out);
+  kt_node_maint_alarms_save(n, out);
 }
 
 static void snap_start(struct kt_node *n);
@@ -1223,10 +1225,13 @@ static struct kt_mvcc *new_store(struct kt_node *n) {
 }
 
 /* The snapshot meta blob (meta_blob): the text line, NUL, the member table
- * (into *t; t->n == 0 if the snapshot has none), the lease table. */
+ * (into *t; t->n == 0 if the snapshot has none), the lease table, the
+ * alarms (into *al; none if the snapshot has none). */
 static int load_snapshot_blob(struct kt_node *n, const struct kt_snap_meta *meta,
-                              struct kt_node_members *t, struct kt_err *e) {
+                              struct kt_node_members *t, struct kt_node_alarms *al,
+                              struct kt_err *e) {
   t->n = t->n_removed = 0;
+  al->n = 0;
   const uint8_t *nul =
       meta->membership.n ? memchr(meta->membership.p, 0, meta->membership.n) : NULL;
   if (!nul)
@@ -1239,13 +1244,19 @@ static int load_snapshot_blob(struct kt_node *n, const struct kt_snap_meta *meta
       return rc;
     off += used;
   }
-  return kt_node_lease_load(n, meta->membership.p + off, len - off, e);
+  size_t used = 0;
+  int rc = kt_node_lease_load(n, meta->membership.p + off, len - off, &used, e);
+  if (rc || off + used == len)
+    return rc;
+  off += used;
+  return kt_node_maint_alarms_decode(meta->membership.p + off, len - off, al, e);
 }
 
 /* The newest snapshot that loads whole; older ones are the fallback. */
 int kt_node_load_snapshot_file(struct kt_node *n, const char *path, struct kt_snap_meta *meta,
                                struct kt_mvcc **store, struct kt_lease_mgr **leases,
-                               struct kt_node_members *members, struct kt_err *e) {
+                               struct kt_node_members *members, struct kt_node_alarms *alarms,
+                               struct kt_err *e) {
   struct kt_lease_mgr *old = n->leases;
   n->leases = kt_node_lease_mgr_new(n); /* restore_done attaches keys into it */
   struct kt_mvcc *s = new_store(n);
@@ -1254,7 +1265,7 @@ int kt_node_load_snapshot_file(struct kt_node *n, const char *path, struct kt_sn
   restore_flush(&rs);
   kt_buf_free(&rs.key);
   if (!rc)
-    rc = load_snapshot_blob(n, meta, members, e);
+    rc = load_snapshot_blob(n, meta, members, alarms, e);
   kt_node_lease_restore_done(n, rc == 0);
   if (rc) {
     kt_lease_free(n->leases);
@@ -1283,7 +1294,8 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
     struct kt_lease_mgr *lm;
     struct kt_node_members *tab = malloc(sizeof *tab);
     kt_assert(tab);
-    if (kt_node_load_snapshot_file(n, path, &meta, &s, &lm, tab, &le)) {
+    struct kt_node_alarms al;
+    if (kt_node_load_snapshot_file(n, path, &meta, &s, &lm, tab, &al, &le)) {
       free(tab);
       kt_log(KT_LOG_ERROR, "snap", "snapshot refused: %s%s", le.msg,
              i + 1 < cnt ? " (falling back to an older snapshot)" : "");
@@ -1292,6 +1304,7 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
     }
     kt_mvcc_free(n->store);
     n->store = s;
+    kt_node_maint_alarms_adopt(n, &al);
     kt_lease_free(n->leases);
     n->leases = lm;
     n->applied_term = meta.term;

@@ -270,7 +270,8 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
     return; /* raft would refuse it: change nothing (stale is checked by the caller) */
   struct kt_node_members *tab = malloc(sizeof *tab);
   kt_assert(tab);
-  if (kt_node_load_snapshot_file(n, path, &meta, &store, &leases, tab, &e)) {
+  struct kt_node_alarms al;
+  if (kt_node_load_snapshot_file(n, path, &meta, &store, &leases, tab, &al, &e)) {
     kt_log(KT_LOG_ERROR, "snap", "received snapshot refused: %s", e.msg);
     kt_snap_meta_free(&meta);
     unlink(path);
@@ -320,6 +321,7 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
   kt_watch_hub_set_store(n->watches, store);
   kt_mvcc_free(n->store);
   n->store = store;
+  kt_node_maint_alarms_adopt(n, &al);
   kt_lease_free(n->leases);
   n->leases = leases;
   n->pers_head = n->n_pers = 0; /* WAL appends raft waited on: superseded */

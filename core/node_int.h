@@ -129,6 +129,13 @@ struct kt_node_members {
   size_t n_removed;
 };
 
+#define KT_NODE_MAX_ALARMS 64 /* (member, alarm) pairs */
+/* The active alarms, as a snapshot carries them (node_maint.c). */
+struct kt_node_alarms {
+  struct kt_alarm_member v[KT_NODE_MAX_ALARMS];
+  size_t n;
+};
+
 struct waiter { /* a physical compaction waiting for its slices */
   struct kt_conn *conn;
   uint64_t req_id;
@@ -335,10 +342,12 @@ void kt_node_lock_tick(struct kt_node *n);
 void kt_node_lock_recheck_all(struct kt_node *n); /* the store was replaced */
 
 /* Loads a snapshot file into a new store and lease table and decodes its
- * member table into *members (n == 0 if it carries none). */
+ * member table into *members (n == 0 if it carries none) and its alarms
+ * into *alarms. */
 int kt_node_load_snapshot_file(struct kt_node *n, const char *path, struct kt_snap_meta *meta,
                                struct kt_mvcc **store, struct kt_lease_mgr **leases,
-                               struct kt_node_members *members, struct kt_err *e);
+                               struct kt_node_members *members, struct kt_node_alarms *alarms,
+                               struct kt_err *e);
 
 /* node_install.c: snapshot transfer to followers behind the log, install. */
 void kt_node_install_init(struct kt_node *n);
@@ -367,7 +376,9 @@ void kt_node_lease_tick(struct kt_node *n);
 bool kt_node_lease_peer_message(struct kt_node *n, uint64_t from, const uint8_t *msg, size_t len);
 /* Snapshot: the leases as a blob appended to the snapshot's meta; restore. */
 void kt_node_lease_save(struct kt_node *n, struct kt_buf *out);
-int kt_node_lease_load(struct kt_node *n, const uint8_t *p, size_t len, struct kt_err *e);
+/* Loads the lease blob at p (at most len bytes); *used = its size. */
+int kt_node_lease_load(struct kt_node *n, const uint8_t *p, size_t len, size_t *used,
+                       struct kt_err *e);
 /* During snapshot restore: key k (current version) carries lease id. */
 void kt_node_lease_note_key(struct kt_node *n, struct kt_bytes key, int64_t lease);
 void kt_node_lease_restore_done(struct kt_node *n, bool attach); /* false: discard */
@@ -388,6 +399,15 @@ void kt_node_maint_apply_alarm(struct kt_node *n, const struct kt_req *req, stru
                                uint64_t req_id);
 /* The store raised NOSPACE applying an entry proposed by member `origin`. */
 void kt_node_maint_nospace_raised(struct kt_node *n, uint64_t origin);
+/* The alarms in a snapshot's meta blob: "KTALARM1" | u32 n | n x (u64
+ * member | u8 alarm). They are replicated state (NOSPACE refuses puts at
+ * apply), so a member restored from a snapshot must hold the same ones. */
+void kt_node_maint_alarms_save(struct kt_node *n, struct kt_buf *out);
+int kt_node_maint_alarms_decode(const uint8_t *p, size_t len, struct kt_node_alarms *out,
+                                struct kt_err *e);
+/* After the store was replaced by a snapshot's: its alarms become ours (and
+ * the store's quota alarm is raised if NOSPACE is among them). */
+void kt_node_maint_alarms_adopt(struct kt_node *n, const struct kt_node_alarms *a);
 /* "memberID:<id> alarm:<NAME>" for each active alarm (STATUS errors). */
 size_t kt_node_maint_alarm_texts(struct kt_node *n, char (*out)[64], size_t cap);
 void kt_node_maint_snap_done(struct kt_node *n, bool ok); /* a snapshot finished or failed */

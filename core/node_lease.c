@@ -462,14 +462,15 @@ void kt_node_lease_save(struct kt_node *n, struct kt_buf *out) {
   kt_lease_each_unsorted(n->leases, save_one, out);
 }
 
-int kt_node_lease_load(struct kt_node *n, const uint8_t *p, size_t len, struct kt_err *e) {
+int kt_node_lease_load(struct kt_node *n, const uint8_t *p, size_t len, size_t *used,
+                       struct kt_err *e) {
   if (len < 48 || memcmp(p, BLOB_MAGIC, 8) != 0)
     return kt_err_set(e, KT_ECORRUPT, "snapshot lease table: bad header");
   uint64_t st[4];
   for (int i = 0; i < 4; i++)
     st[i] = kt_get_u64be(p + 8 + 8 * i);
   uint64_t cnt = kt_get_u64be(p + 40);
-  if (cnt > (len - 48) / 16 || 48 + cnt * 16 != len)
+  if (cnt > (len - 48) / 16)
     return kt_err_set(e, KT_ECORRUPT, "snapshot lease table: %llu leases in %zu bytes",
                       (unsigned long long)cnt, len);
   for (uint64_t i = 0; i < cnt; i++) {
@@ -480,6 +481,7 @@ int kt_node_lease_load(struct kt_node *n, const uint8_t *p, size_t len, struct k
                         (long long)id, (long long)ttl);
   }
   kt_lease_set_id_state(n->leases, st);
+  *used = 48 + cnt * 16;
   return 0;
 }
 

@@ -31,9 +31,10 @@
  *   active), CORRUPT makes every member refuse KV and lease requests with
  *   ECORRUPT "corrupt cluster" until deactivated. The store raising NOSPACE
  *   itself (a put over the quota, applied on every member) records an alarm
- *   for the member that proposed that put. Alarms live in memory: a member
- *   restarted from a snapshot newer than the alarm's entry forgets them
- *   (the next put over the quota raises NOSPACE again).
+ *   for the member that proposed that put. Alarms are replicated state
+ *   (NOSPACE refuses puts when they are applied): they ride in snapshots
+ *   (kt_node_maint_alarms_save / _adopt), so a member restarted from, or
+ *   installing, a snapshot newer than the alarm's entry holds them too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -51,7 +52,6 @@
 #define MAX_HASH_JOBS 64      /* HASH_KV requests in progress */
 #define HASH_SLICE_KEYS 8192  /* keys hashed per loop turn */
 #define MAX_DEFRAG_WAITERS 64 /* DEFRAGMENT requests in progress */
-#define MAX_ALARMS 64         /* (member, alarm) pairs */
 
 struct snap_stream {
   struct kt_conn *conn; /* one reference held */
@@ -80,7 +80,7 @@ struct node_maint_state {
   size_t n_jobs;
   struct defrag_wait defrags[MAX_DEFRAG_WAITERS];
   size_t n_defrags;
-  struct kt_alarm_member alarms[MAX_ALARMS];
+  struct kt_alarm_member alarms[KT_NODE_MAX_ALARMS];
   size_t n_alarms;
   uint8_t *chunk;
 };
@@ -338,7 +338,7 @@ static ssize_t find_alarm(const struct node_maint_state *m, uint64_t member, uin
 }
 
 static void add_alarm(struct node_maint_state *m, uint64_t member, uint8_t type) {
-  if (find_alarm(m, member, type) >= 0 || m->n_alarms == MAX_ALARMS)
+  if (find_alarm(m, member, type) >= 0 || m->n_alarms == KT_NODE_MAX_ALARMS)
     return;
   m->alarms[m->n_alarms++] = (struct kt_alarm_member){member, type};
 }
@@ -365,6 +365,51 @@ void kt_node_maint_nospace_raised(struct kt_node *n, uint64_t origin) {
            "--quota-backend-bytes", (unsigned long long)origin);
     add_alarm(n->mt, origin, KT_ALARM_NOSPACE);
   }
+}
+
+#define ALARM_MAGIC "KTALARM1"
+
+void kt_node_maint_alarms_save(struct kt_node *n, struct kt_buf *out) {
+  struct node_maint_state *m = n->mt;
+  sync_nospace(n);
+  uint8_t h[12];
+  memcpy(h, ALARM_MAGIC, 8);
+  kt_put_u32be(h + 8, (uint32_t)m->n_alarms);
+  kt_buf_append(out, h, sizeof h);
+  for (size_t i = 0; i < m->n_alarms; i++) {
+    uint8_t r[9];
+    kt_put_u64be(r, m->alarms[i].member_id);
+    r[8] = m->alarms[i].alarm;
+    kt_buf_append(out, r, sizeof r);
+  }
+}
+
+int kt_node_maint_alarms_decode(const uint8_t *p, size_t len, struct kt_node_alarms *out,
+                                struct kt_err *e) {
+  out->n = 0;
+  if (len < 12 || memcmp(p, ALARM_MAGIC, 8) != 0)
+    return kt_err_set(e, KT_ECORRUPT, "snapshot alarms: bad header");
+  uint32_t cnt = kt_get_u32be(p + 8);
+  if (cnt > KT_NODE_MAX_ALARMS || len != 12 + (size_t)cnt * 9)
+    return kt_err_set(e, KT_ECORRUPT, "snapshot alarms: %u alarms in %zu bytes", cnt, len);
+  for (uint32_t i = 0; i < cnt; i++) {
+    const uint8_t *r = p + 12 + (size_t)i * 9;
+    if (r[8] != KT_ALARM_NOSPACE && r[8] != KT_ALARM_CORRUPT)
+      return kt_err_set(e, KT_ECORRUPT, "snapshot alarms: unknown alarm %u", r[8]);
+    out->v[out->n++] = (struct kt_alarm_member){kt_get_u64be(r), r[8]};
+  }
+  return 0;
+}
+
+void kt_node_maint_alarms_adopt(struct kt_node *n, const struct kt_node_alarms *a) {
+  struct node_maint_state *m = n->mt;
+  m->n_alarms = 0;
+  for (size_t i = 0; i < a->n; i++)
+    add_alarm(m, a->v[i].member_id, a->v[i].alarm);
+  if (has_alarm(m, KT_ALARM_NOSPACE))
+    kt_mvcc_raise_nospace(n->store);
+  if (m->n_alarms)
+    kt_log(KT_LOG_WARN, "node", "%zu alarm(s) active from the snapshot", m->n_alarms);
 }
 
 size_t kt_node_maint_alarm_texts(struct kt_node *n, char (*out)[64], size_t cap) {

@@ -443,6 +443,40 @@ def test_alarm_nospace_disarm():
         q.close()
 
 
+def test_nospace_alarm_survives_a_restart_from_a_newer_snapshot():
+    """NOSPACE is replicated state (puts are refused when applied): a member
+    restarted from a snapshot taken after the alarm still holds it and still
+    refuses a small put, as the members that never restarted do (it used to
+    forget the alarm and accept the put: its store would have diverged)."""
+    m = Member(extra=QUOTA + ["--log-level", "warn"])
+    tmp = tempfile.mkdtemp(prefix="ketch-nospace-")
+    try:
+        value = "x" * 100000
+        n, err = fill_until_nospace(lambda k: ketchctl(m.endpoint, ["put", k, value]))
+        assert err == "Error: etcdserver: mvcc: database space exceeded\n", err
+        small = ketchctl(m.endpoint, ["put", "small", "1"])
+        assert small[0] == 1 and "database space exceeded" in small[2], small
+        # a snapshot of the applied state after the alarm (snapshot save takes one)
+        assert ketchctl(m.endpoint, ["snapshot", "save", os.path.join(tmp, "s.db")])[0] == 0
+        alarms = ketchctl(m.endpoint, ["alarm", "list"])
+        m.stop()
+        m.start()
+        assert ketchctl(m.endpoint, ["alarm", "list"]) == alarms, alarms
+        assert re.fullmatch(r"memberID:\d+ alarm:NOSPACE \n", alarms[1]), alarms
+        assert ketchctl(m.endpoint, ["put", "small", "1"]) == small
+        # disarmed (after freeing space) it stays disarmed across a restart
+        assert ketchctl(m.endpoint, ["del", "fill/", "--prefix"])[0] == 0
+        assert ketchctl(m.endpoint, ["alarm", "disarm"])[0] == 0
+        assert ketchctl(m.endpoint, ["snapshot", "save", os.path.join(tmp, "t.db")])[0] == 0
+        m.stop()
+        m.start()
+        assert ketchctl(m.endpoint, ["alarm", "list"]) == (0, "", "")
+        assert ketchctl(m.endpoint, ["put", "small", "1"]) == (0, "OK\n", "")
+    finally:
+        m.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 # ---- a snapshot reader that stops reading ----
 
 def test_snapshot_reader_that_stops_reading_holds_bounded_memory():
@@ -515,4 +549,5 @@ if __name__ == "__main__":
                test_alarm_activate_deactivate_through_bridge,
                test_ketchctl_snapshot_save_restore, test_ketchctl_snapshot_save_checks_what_it_receives,
                test_ketchctl_hashkv_equal_on_all_members_and_defrag, test_alarm_nospace_disarm,
+               test_nospace_alarm_survives_a_restart_from_a_newer_snapshot,
                test_snapshot_reader_that_stops_reading_holds_bounded_memory, test_shutdown_clean])
