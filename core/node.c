@@ -589,7 +589,8 @@ void kt_node_fail_pending(struct kt_node *n, int code, const char *msg) {
   for (size_t i = n->pend_head; i < end; i++)
     pending_fail(n, &n->pend[i], code, msg);
   /* done callbacks may have proposed again: keep those */
-  memmove(n->pend, n->pend + end, (n->n_pend - end) * sizeof *n->pend);
+  if (n->n_pend > end) /* (memmove of NULL is UB even for 0 bytes) */
+    memmove(n->pend, n->pend + end, (n->n_pend - end) * sizeof *n->pend);
   n->n_pend -= end;
   n->pend_head = 0;
 }

@@ -1294,6 +1294,7 @@ static void run_member_add(int argc, char **argv) {
   ketch_client *c = open_client();
   ketch_result *res = NULL;
   check(c, ketch_member_add(c, urls, n, member_learner, &res), res);
+  ctl_keep_result(res);
   ctl_print_member_change(res, argv[0], member_peer_urls);
 }
 
@@ -1302,6 +1303,7 @@ static void run_member_remove(int argc, char **argv) {
   ketch_client *c = open_client();
   ketch_result *res = NULL;
   check(c, ketch_member_remove(c, id, &res), res);
+  ctl_keep_result(res);
   ctl_print_member_change(res, NULL, NULL);
 }
 
@@ -1312,6 +1314,7 @@ static void run_member_update(int argc, char **argv) {
   ketch_client *c = open_client();
   ketch_result *res = NULL;
   check(c, ketch_member_update(c, id, urls, n, &res), res);
+  ctl_keep_result(res);
   ctl_print_member_change(res, NULL, NULL);
 }
 
@@ -1320,6 +1323,7 @@ static void run_member_promote(int argc, char **argv) {
   ketch_client *c = open_client();
   ketch_result *res = NULL;
   check(c, ketch_member_promote(c, id, &res), res);
+  ctl_keep_result(res);
   ctl_print_member_change(res, NULL, NULL);
 }
 
