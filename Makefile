@@ -173,11 +173,11 @@ BENCH_WORKLOADS_3 ?= put:64 put:256 put:64@5000 range-l:64 range-s:64 lease-keep
 bench: deps all
 	@sh test/deps.sh bench
 	@mkdir -p bench
-	$(BINDIR)/ketch-bench compare --rounds 3 --run-seconds 3 --keys 100000 --resource-keys 1000000 \
-	  --out-dir bench \
+	$(BINDIR)/ketch-bench compare --rounds 3 --run-seconds 3 --keys 100000 --leases 100000 \
+	  --resource-keys 1000000 --out-dir bench \
 	  $(BENCH_WORKLOADS) > bench/table.md
 	$(BINDIR)/ketch-bench compare --members 3 --rounds 3 --run-seconds 2 --keys 100000 \
-	  --out-dir bench/3members $(BENCH_WORKLOADS_3) >> bench/table.md
+	  --leases 100000 --out-dir bench/3members $(BENCH_WORKLOADS_3) >> bench/table.md
 	@cat bench/table.md
 	gnuplot -e "datafile='bench/results.dat'; outfile='bench/throughput.svg'; \
 	  subtitle='$$(nproc) cores, $$(date -u +%Y-%m-%d)'" tools/bench/plot.gp
