@@ -5,6 +5,7 @@
 #   make asan       the same suite under ASan+UBSan (objects in build/asan)
 #   make fuzz F=wal_record SECONDS=60   run one libFuzzer target (clang)
 #   make sim-soak SEEDS=20000           the cluster simulation over more seeds
+#   make sim SEED=S                     replay one seed of it, with its trace
 #   make deps       apt-get install the Debian packages that are missing
 #   make bench      ketch vs etcd, the standard suite (a few minutes) -> bench/
 # Out-of-tree builds: make O=/tmp/x puts objects, bin/ and lib/ under /tmp/x.
@@ -76,7 +77,7 @@ FUZZ_REPLAYS := $(patsubst test/fuzz/%_fuzz.c,$(O)/test/fuzz/%_replay,$(FUZZ_TAR
 PERF_BINS := $(patsubst test/perf/%.c,$(O)/perf/%,$(PERF_SRCS))
 INTEG_BINS := $(patsubst test/integration/%.c,$(O)/test/integration/%,$(INTEG_SRCS))
 
-.PHONY: all deps run test asan fuzz perf sim-soak clean format format-check bench
+.PHONY: all deps run test asan fuzz perf sim sim-soak clean format format-check bench
 .SECONDARY:
 all: $(BINS) $(LIBS)
 
@@ -161,6 +162,11 @@ perf: $(PERF_BINS)
 SEEDS ?= 20000
 sim-soak: $(O)/test/raft_sim_test
 	KT_SIM_SEEDS=$(SEEDS) $(O)/test/raft_sim_test
+
+# One seed, exactly as it ran (every configuration), with the trace.
+sim: $(O)/test/raft_sim_test
+	@test -n "$(SEED)" || { echo "usage: make sim SEED=S"; exit 2; }
+	KT_SIM_SEED=$(SEED) KT_SIM_VERBOSE=1 $(O)/test/raft_sim_test
 
 deps:
 	@sh test/deps.sh

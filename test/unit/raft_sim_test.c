@@ -44,9 +44,10 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, bool conf, uint6
     struct sim_stats st;
     char why[8192];
     if (sim_run(&o, &st, why, sizeof why)) {
-      printf("seed %llu n=%d crash_x10=%u conf=%d: %s\n  replay: KT_SIM_SEED=%llu "
-             "KT_SIM_VERBOSE=1 build/test/raft_sim_test %s\n",
+      printf("seed %llu n=%d crash_x10=%u conf=%d: %s\n  replay: make sim SEED=%llu, or "
+             "KT_SIM_SEED=%llu KT_SIM_VERBOSE=1 build/test/raft_sim_test %s\n",
              (unsigned long long)seed, n, crash_x10, conf, why, (unsigned long long)seed,
+             (unsigned long long)seed,
              conf        ? "sim_membership_changes"
              : n == 5    ? "sim_5_members"
              : crash_x10 ? "sim_3_members_crashy"
