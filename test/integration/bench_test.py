@@ -539,8 +539,10 @@ def compare():
                                                   "watch-latency:5", "watch:20", "lock:3",
                                                   "put:4@300"]:
             return "rows %r" % r["rows"]
-        rated = r["rows"][-1]  # open loop: both get the offered 300/s (90 in 0.3 s)
-        if not all(250 < rated[t]["rps"] < 350 for t in ("etcd", "ketch")):
+        # open loop: both get the offered 300/s (90 requests in 0.3 s; a slow
+        # last reply stretches the run), never the thousands/s of 4 closed-loop clients
+        rated = r["rows"][-1]
+        if not all(100 < rated[t]["rps"] < 400 for t in ("etcd", "ketch")):
             return "offered rate not held: %r" % rated
         for x in r["rows"]:
             if not (x["etcd"]["rps"] > 0 and x["ketch"]["rps"] > 0):
