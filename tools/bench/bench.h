@@ -71,6 +71,7 @@ enum {
   W_LOCK,            /* mutex contention (lock.c) */
 };
 enum { T_KETCH, T_ETCD };
+static inline const char *target_name(int t) { return t == T_ETCD ? "etcd" : "ketch"; }
 
 #define BENCH_MAX_TXN_OPS 128
 #define BENCH_MAX_KEY 1024

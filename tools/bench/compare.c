@@ -254,12 +254,9 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     eps[t][0] = ics[t][0] = 0;
     for (int m = 0; m < members; m++) {
       struct server *s = &all[t][m];
-      s->port = free_port();
-      s->peer = free_port();
-      snprintf(s->dir, sizeof s->dir, "%.3900s/%s%d", tmpl, t == T_ETCD ? "etcd" : "ketch", m + 1);
-      s->bin = t == T_ETCD ? etcd_bin : ketch_bin;
-      snprintf(s->log, sizeof s->log, "%.4000s.log", s->dir);
-      snprintf(s->endpoint, sizeof s->endpoint, "127.0.0.1:%d", s->port);
+      char dir[PATH_MAX];
+      snprintf(dir, sizeof dir, "%.3900s/%s%d", tmpl, target_name(t), m + 1);
+      server_init(s, t == T_ETCD ? etcd_bin : ketch_bin, dir);
       size_t el = strlen(eps[t]), il = strlen(ics[t]);
       snprintf(eps[t] + el, sizeof eps[t] - el, "%s%s", m ? "," : "", s->endpoint);
       snprintf(ics[t] + il, sizeof ics[t] - il, "%sm%d=http://127.0.0.1:%d", m ? "," : "", m + 1,
@@ -272,8 +269,8 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     }
     for (int m = 0; m < members; m++)
       if (all[t][m].pid < 0 || !wait_ready(t, all[t][m].endpoint, all[t][m].pid, 60)) {
-        fprintf(stderr, "ketch-bench compare: %s did not start (see %s)\n",
-                t == T_ETCD ? "etcd" : "ketch", all[t][m].log);
+        fprintf(stderr, "ketch-bench compare: %s did not start (see %s)\n", target_name(t),
+                all[t][m].log);
         goto out;
       }
   }
@@ -285,10 +282,10 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   for (int t = T_ETCD; t >= T_KETCH; t--) {
     struct bench_cfg c;
     load_cfg(&c, t, eps[t], keys);
-    fprintf(stderr, "compare: loading %ld keys into %s\n", keys, t == T_ETCD ? "etcd" : "ketch");
+    fprintf(stderr, "compare: loading %ld keys into %s\n", keys, target_name(t));
     if (bench_run(&c, &r, err, sizeof err) || r.errors) {
-      fprintf(stderr, "ketch-bench compare: loading %s: %s (%ld errors)\n",
-              t == T_ETCD ? "etcd" : "ketch", err, r.errors);
+      fprintf(stderr, "ketch-bench compare: loading %s: %s (%ld errors)\n", target_name(t), err,
+              r.errors);
       goto out;
     }
   }
@@ -333,11 +330,10 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
           g.lease_ttl_s = 3600;
           g.lease_base = (int64_t)(i + 1) << 32;
           g.clients = 64;
-          fprintf(stderr, "compare: granting %ld leases on %s\n", leases,
-                  t == T_ETCD ? "etcd" : "ketch");
+          fprintf(stderr, "compare: granting %ld leases on %s\n", leases, target_name(t));
           if (bench_run(&g, &r, err, sizeof err) || r.errors) {
             fprintf(stderr, "ketch-bench compare: granting leases on %s: %s (%ld errors)\n",
-                    t == T_ETCD ? "etcd" : "ketch", err, r.errors);
+                    target_name(t), err, r.errors);
             goto out;
           }
           w->lease_base[t] = g.lease_base;
@@ -368,8 +364,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
           errors = wr.put_errors + labs(wr.expected - wr.events) + wr.foreign + wr.ended;
         w->cpu[t][round] = ops && cpu0 >= 0 && cpu1 >= 0 ? (cpu1 - cpu0) / (double)ops * 1e5 : 0;
         if (brc) {
-          fprintf(stderr, "ketch-bench compare: %s on %s: %s\n", w->name,
-                  t == T_ETCD ? "etcd" : "ketch", err);
+          fprintf(stderr, "ketch-bench compare: %s on %s: %s\n", w->name, target_name(t), err);
           goto out;
         }
         double rps = secs > 0 ? (double)ops / secs : 0;
@@ -378,8 +373,8 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
         w->p99[t][round] = hist_pct(lat_h, 99) / 1e6;
         w->errors[t] += errors;
         fprintf(stderr, "compare: round %d/%d %-12s %-5s %9.0f/s  p50 %7.3f ms  p99 %7.3f ms%s\n",
-                round + 1, rounds, w->name, t == T_ETCD ? "etcd" : "ketch", rps, w->p50[t][round],
-                w->p99[t][round], errors ? "  (errors!)" : "");
+                round + 1, rounds, w->name, target_name(t), rps, w->p50[t][round], w->p99[t][round],
+                errors ? "  (errors!)" : "");
       }
   }
   double fsync_ms = median(fs_p50, rounds), rtt_ms = median(rt_p50, rounds);

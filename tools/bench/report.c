@@ -20,8 +20,8 @@ static void lat_text(const char *title, const struct hist *h, bool precise) {
 void report_text(const struct bench_cfg *cfg, const struct bench_result *r) {
   const struct hist *h = &r->all;
   const char *f = cfg->precise ? "%.9f" : "%.4f";
-  printf("Target: %s %s (%d clients, %d conns%s)\n", cfg->target == T_ETCD ? "etcd" : "ketch",
-         cfg->endpoints, cfg->clients, cfg->conns, cfg->rate ? ", open loop" : ", closed loop");
+  printf("Target: %s %s (%d clients, %d conns%s)\n", target_name(cfg->target), cfg->endpoints,
+         cfg->clients, cfg->conns, cfg->rate ? ", open loop" : ", closed loop");
   if (cfg->rate)
     printf("Offered rate: %.1f requests/s (latency from the scheduled send time)\n", cfg->rate);
   if (r->leases)
@@ -64,8 +64,8 @@ void report_json(const struct bench_cfg *cfg, const struct bench_result *r) {
   printf("{\"target\":\"%s\",\"workload\":\"%s\",\"endpoints\":\"%s\",\"clients\":%d,\"conns\":%d,"
          "\"rate\":%.3f,\"total\":%ld,\"duration_s\":%.3f,\"issued\":%ld,\"ok\":%ld,\"errors\":%ld,"
          "\"errors_by_code\":{",
-         cfg->target == T_ETCD ? "etcd" : "ketch", cfg->workload_name, cfg->endpoints, cfg->clients,
-         cfg->conns, cfg->rate, cfg->total, cfg->duration_s, r->issued, r->ok, r->errors);
+         target_name(cfg->target), cfg->workload_name, cfg->endpoints, cfg->clients, cfg->conns,
+         cfg->rate, cfg->total, cfg->duration_s, r->issued, r->ok, r->errors);
   for (int i = 0; i < r->n_err; i++)
     printf("%s\"%s\":%ld", i ? "," : "", r->err[i].name, r->err[i].n);
   printf(

@@ -21,7 +21,7 @@ static int measure(struct server *s, int t, long keys, struct resource_figures *
                    size_t err_len) {
   static char ic[128];
   snprintf(ic, sizeof ic, "r1=http://127.0.0.1:%d", s->peer);
-  const char *who = t == T_ETCD ? "etcd" : "ketch";
+  const char *who = target_name(t);
   server_start(s, t, "r1", ic);
   if (s->pid < 0 || !wait_ready(t, s->endpoint, s->pid, 60)) {
     snprintf(err, err_len, "%s did not start (see %s)", who, s->log);
@@ -60,13 +60,9 @@ int resources_measure(const char *dir, const char *const bins[2], long keys,
                       struct resource_figures out[2], char *err, size_t err_len) {
   for (int t = T_ETCD; t >= T_KETCH; t--) {
     struct server s;
-    memset(&s, 0, sizeof s);
-    s.port = free_port();
-    s.peer = free_port();
-    s.bin = bins[t];
-    snprintf(s.dir, sizeof s.dir, "%.3900s/res-%s", dir, t == T_ETCD ? "etcd" : "ketch");
-    snprintf(s.log, sizeof s.log, "%.4000s.log", s.dir);
-    snprintf(s.endpoint, sizeof s.endpoint, "127.0.0.1:%d", s.port);
+    char sdir[PATH_MAX];
+    snprintf(sdir, sizeof sdir, "%.3900s/res-%s", dir, target_name(t));
+    server_init(&s, bins[t], sdir);
     memset(&out[t], 0, sizeof out[t]);
     int rc = measure(&s, t, keys, &out[t], err, err_len);
     server_stop(&s);
@@ -82,8 +78,8 @@ void resources_json(FILE *f, long keys, const struct resource_figures r[2]) {
     fprintf(f,
             ",\"%s\":{\"load_rps\":%.1f,\"load_cpu_s_per_100k\":%.3f,\"rss_kb\":%ld,"
             "\"data_dir_mb\":%.1f,\"restart_s\":%.3f,\"rss_restart_kb\":%ld}",
-            t == T_ETCD ? "etcd" : "ketch", r[t].load_rps, r[t].cpu_per_100k, r[t].rss_kb,
-            r[t].data_dir_mb, r[t].restart_s, r[t].rss_restart_kb);
+            target_name(t), r[t].load_rps, r[t].cpu_per_100k, r[t].rss_kb, r[t].data_dir_mb,
+            r[t].restart_s, r[t].rss_restart_kb);
   fprintf(f, "}");
 }
 

@@ -25,6 +25,16 @@ int free_port(void) {
   return ntohs(a.sin_port);
 }
 
+void server_init(struct server *s, const char *bin, const char *dir) {
+  memset(s, 0, sizeof *s);
+  s->bin = bin;
+  s->port = free_port();
+  s->peer = free_port();
+  snprintf(s->dir, sizeof s->dir, "%.4000s", dir);
+  snprintf(s->log, sizeof s->log, "%.4000s.log", s->dir);
+  snprintf(s->endpoint, sizeof s->endpoint, "127.0.0.1:%d", s->port);
+}
+
 static pid_t spawn(char *const argv[], const char *log_path) {
   pid_t pid = fork();
   if (pid == 0) {

@@ -25,6 +25,9 @@ struct server {
 
 /* A free loopback TCP port (bound once and released), -1 if none. */
 int free_port(void);
+/* A server not started yet: bin, free client and peer ports, data dir `dir`
+ * (its log beside it: dir.log). */
+void server_init(struct server *s, const char *bin, const char *dir);
 /* Starts (or restarts, on the same data dir) member `name` of the cluster
  * `ic` (name=peer-url,...) from s->bin with s's ports, dir and log;
  * s->pid < 0 if it could not be forked. */

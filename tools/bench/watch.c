@@ -367,23 +367,21 @@ void watch_report(const struct bench_cfg *cfg, const struct watch_result *r) {
            "\"p99_ms\":%.4f,\"p999_ms\":%.4f,\"max_ms\":%.4f,\"mean_ms\":%.4f,"
            "\"put_p50_ms\":%.4f,\"put_p99_ms\":%.4f,\"hist_rel_error\":%.5f,\"cpu_s\":%.3f,"
            "\"errors_by_code\":{",
-           cfg->target == T_ETCD ? "etcd" : "ketch", cfg->workload_name, cfg->endpoints,
-           r->watchers, cfg->streams, cfg->clients, cfg->put_total, cfg->put_rate, r->created,
-           r->setup_s, r->put_issued, r->put_ok, r->put_errors, r->events, r->expected, r->foreign,
-           r->ended, r->min_per_watcher, r->max_per_watcher, r->seconds, eps, pps,
-           hist_pct(h, 50) / 1e6, hist_pct(h, 90) / 1e6, hist_pct(h, 99) / 1e6,
-           hist_pct(h, 99.9) / 1e6, (double)h->max_ns / 1e6, hist_mean(h) / 1e6,
-           hist_pct(&r->put_lat, 50) / 1e6, hist_pct(&r->put_lat, 99) / 1e6, HIST_REL_ERROR,
-           r->cpu_s);
+           target_name(cfg->target), cfg->workload_name, cfg->endpoints, r->watchers, cfg->streams,
+           cfg->clients, cfg->put_total, cfg->put_rate, r->created, r->setup_s, r->put_issued,
+           r->put_ok, r->put_errors, r->events, r->expected, r->foreign, r->ended,
+           r->min_per_watcher, r->max_per_watcher, r->seconds, eps, pps, hist_pct(h, 50) / 1e6,
+           hist_pct(h, 90) / 1e6, hist_pct(h, 99) / 1e6, hist_pct(h, 99.9) / 1e6,
+           (double)h->max_ns / 1e6, hist_mean(h) / 1e6, hist_pct(&r->put_lat, 50) / 1e6,
+           hist_pct(&r->put_lat, 99) / 1e6, HIST_REL_ERROR, r->cpu_s);
     for (int i = 0; i < r->n_err; i++)
       printf("%s\"%s\":%ld", i ? "," : "", r->err[i].name, r->err[i].n);
     printf("}}\n");
     return;
   }
   const char *f = cfg->precise ? "  %g%% in %.9f secs.\n" : "  %g%% in %.4f secs.\n";
-  printf("Target: %s %s %s: %ld watchers over %d streams, %s\n",
-         cfg->target == T_ETCD ? "etcd" : "ketch", cfg->endpoints, cfg->workload_name, r->watchers,
-         cfg->streams,
+  printf("Target: %s %s %s: %ld watchers over %d streams, %s\n", target_name(cfg->target),
+         cfg->endpoints, cfg->workload_name, r->watchers, cfg->streams,
          cfg->workload == W_WATCH_LATENCY ? "one key" : "one key range (" WATCH_PREFIX ")");
   if (cfg->put_rate)
     printf("Puts: %ld at %.1f/s (open loop), %d bytes each\n", cfg->put_total, cfg->put_rate,
