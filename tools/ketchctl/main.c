@@ -1277,6 +1277,15 @@ static uint64_t member_id_arg(int argc, char **argv) {
   return ctl_member_id;
 }
 
+/* The end of member add/remove/update/promote: err from the call (taken
+ * before res is read: a call's arguments have no evaluation order), then
+ * etcdctl's output. */
+static void member_change_done(ketch_client *c, int err, ketch_result *res, const char *name,
+                               const char *peer_urls) {
+  check(c, err, res);
+  ctl_print_member_change(res, name, peer_urls);
+}
+
 static void run_member_add(int argc, char **argv) {
   if (argc < 1)
     ctl_die(CTL_EXIT_BAD_ARGS, "member name not provided");
@@ -1293,18 +1302,16 @@ static void run_member_add(int argc, char **argv) {
   size_t n = member_urls(urls, 64);
   ketch_client *c = open_client();
   ketch_result *res = NULL;
-  check(c, ketch_member_add(c, urls, n, member_learner, &res), res);
-  ctl_keep_result(res);
-  ctl_print_member_change(res, argv[0], member_peer_urls);
+  int err = ketch_member_add(c, urls, n, member_learner, &res);
+  member_change_done(c, err, res, argv[0], member_peer_urls);
 }
 
 static void run_member_remove(int argc, char **argv) {
   uint64_t id = member_id_arg(argc, argv);
   ketch_client *c = open_client();
   ketch_result *res = NULL;
-  check(c, ketch_member_remove(c, id, &res), res);
-  ctl_keep_result(res);
-  ctl_print_member_change(res, NULL, NULL);
+  int err = ketch_member_remove(c, id, &res);
+  member_change_done(c, err, res, NULL, NULL);
 }
 
 static void run_member_update(int argc, char **argv) {
@@ -1313,18 +1320,16 @@ static void run_member_update(int argc, char **argv) {
   size_t n = member_urls(urls, 64);
   ketch_client *c = open_client();
   ketch_result *res = NULL;
-  check(c, ketch_member_update(c, id, urls, n, &res), res);
-  ctl_keep_result(res);
-  ctl_print_member_change(res, NULL, NULL);
+  int err = ketch_member_update(c, id, urls, n, &res);
+  member_change_done(c, err, res, NULL, NULL);
 }
 
 static void run_member_promote(int argc, char **argv) {
   uint64_t id = member_id_arg(argc, argv);
   ketch_client *c = open_client();
   ketch_result *res = NULL;
-  check(c, ketch_member_promote(c, id, &res), res);
-  ctl_keep_result(res);
-  ctl_print_member_change(res, NULL, NULL);
+  int err = ketch_member_promote(c, id, &res);
+  member_change_done(c, err, res, NULL, NULL);
 }
 
 /* Go's strconv.ParseUint(s, 16, 64). */
