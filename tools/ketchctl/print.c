@@ -162,6 +162,12 @@ static void jclose(char brace) {
   putchar(brace);
   jdepth--;
 }
+/* A new JSON document opening with brace. */
+static void jbegin(char brace) {
+  jdepth = 0;
+  jfirst[0] = true;
+  jopen(NULL, brace);
+}
 static void jint(const char *k, int64_t v) { /* omitempty */
   if (v) {
     jkey(k);
@@ -222,11 +228,7 @@ static void jstr(const char *k, const char *s, bool omitempty) {
   putchar('"');
 }
 
-static void json_begin(void) {
-  jdepth = 0;
-  jfirst[0] = true;
-  jopen(NULL, '{');
-}
+static void json_begin(void) { jbegin('{'); }
 
 /* ---- the one header printer and the one key-value printer ---- */
 
@@ -415,9 +417,7 @@ static void body_txn(const ketch_header *h, const ketch_txn_result *r, int64_t b
 static void top_begin(void) {
   refuse_table();
   if (ctl_display.format == CTL_JSON) {
-    jdepth = 0;
-    jfirst[0] = true;
-    jopen(NULL, '{');
+    jbegin('{');
   }
 }
 static void top_end(void) {
@@ -512,9 +512,7 @@ static void rows_out(const char *const *head, int ncols, const char *const *cell
 
 void ctl_print_status(const struct ctl_ep_status *s, size_t n) {
   if (ctl_display.format == CTL_JSON) {
-    jdepth = 0;
-    jfirst[0] = true;
-    jopen(NULL, '[');
+    jbegin('[');
     for (size_t i = 0; i < n; i++) {
       const ketch_status_result *st = &s[i].res->status;
       jopen(NULL, '{');
@@ -606,9 +604,7 @@ void ctl_print_status(const struct ctl_ep_status *s, size_t n) {
 
 void ctl_print_hashkv(const struct ctl_ep_hashkv *h, size_t n) {
   if (ctl_display.format == CTL_JSON) {
-    jdepth = 0;
-    jfirst[0] = true;
-    jopen(NULL, '[');
+    jbegin('[');
     for (size_t i = 0; i < n; i++) {
       const ketch_hash_kv_result *r = &h[i].res->hash_kv;
       jopen(NULL, '{');
@@ -696,9 +692,7 @@ void ctl_print_health(const struct ctl_ep_health *h, size_t n) {
     }
     return;
   case CTL_JSON:
-    jdepth = 0;
-    jfirst[0] = true;
-    jopen(NULL, '[');
+    jbegin('[');
     for (size_t i = 0; i < n; i++) {
       jopen(NULL, '{');
       jstr("endpoint", h[i].endpoint, false);
@@ -772,9 +766,7 @@ static void jmember(const char *k, const ketch_member *m) {
 
 /* {"header":..., ["member":...,] "members":[...]} */
 static void json_members(const ketch_header *h, const ketch_member_list_result *r) {
-  jdepth = 0;
-  jfirst[0] = true;
-  jopen(NULL, '{');
+  jbegin('{');
   hdr(h);
   if (r->added)
     jmember("member", r->added);
