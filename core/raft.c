@@ -12,6 +12,8 @@ enum { PR_PROBE, PR_REPLICATE, PR_SNAPSHOT };
 /* A follower in SNAPSHOT state that acked nothing for this many election
  * timeouts is probed again (the node's transfer failed or the peer died). */
 #define SNAPSHOT_WAIT_ELECTIONS 3
+/* entries a leader takes from one PROP message (a follower sends no more) */
+#define MAX_PROP_ENTRIES 4096
 
 struct progress {
   uint64_t id, match, next;
@@ -26,6 +28,9 @@ struct progress {
   uint64_t infl_total;
   uint32_t stall_ticks;  /* replicate with messages in flight and no ack */
   bool probed_compacted; /* probed at our compaction point since its last ack */
+  /* leader: an append is due at the next ready (send_empty: even with no
+   * entries, to carry the commit index) */
+  bool send_due, send_empty;
 };
 
 struct held {
@@ -95,8 +100,13 @@ struct kt_raft {
   VEC(struct kt_raft_read_state) rready; /* handed in this ready */
   uint64_t read_seq;
   bool read_hb_pending;
-  VEC(uint8_t *) grave;  /* entry data freed at advance */
-  struct kt_arena arena; /* message entry arrays, until advance */
+  /* Appends and forwarded proposals wait for the end of the caller's turn
+   * (kt_raft_ready): all proposals of a turn travel in one message per peer
+   * and the followers answer once per message, not once per entry. */
+  bool app_due;                  /* leader: some progress has send_due */
+  VEC(struct kt_raft_entry) fwd; /* follower: proposals for the leader (data in arena) */
+  VEC(uint8_t *) grave;          /* entry data freed at advance */
+  struct kt_arena arena;         /* message entry arrays, until advance */
 
   bool in_ready;
   uint64_t rd_last, rd_applied;
@@ -587,6 +597,41 @@ static void bcast_append(struct kt_raft *r) {
       send_append_all(r, &r->prs[i], true);
 }
 
+/* send_append_all at the next ready; `empty` as its if_empty. */
+static void append_due(struct kt_raft *r, struct progress *pr, bool empty) {
+  pr->send_due = true;
+  pr->send_empty |= empty;
+  r->app_due = true;
+}
+
+static void bcast_append_due(struct kt_raft *r, bool empty) {
+  for (size_t i = 0; i < r->n_prs; i++)
+    if (r->prs[i].id != r->id)
+      append_due(r, &r->prs[i], empty);
+}
+
+static void flush_due(struct kt_raft *r) {
+  if (r->app_due) {
+    r->app_due = false;
+    for (size_t i = 0; i < r->n_prs; i++) {
+      struct progress *pr = &r->prs[i];
+      if (pr->send_due && r->role == KT_RAFT_LEADER && pr->id != r->id)
+        send_append_all(r, pr, pr->send_empty);
+      pr->send_due = pr->send_empty = false;
+    }
+  }
+  if (r->fwd.n) {
+    if (r->role == KT_RAFT_FOLLOWER && r->lead && r->lead != r->id) {
+      struct kt_raft_msg m = {
+          .type = KT_RAFT_MSG_PROP, .to = r->lead, .n_entries = (uint32_t)r->fwd.n};
+      m.entries = kt_arena_alloc(&r->arena, r->fwd.n * sizeof *m.entries);
+      memcpy(m.entries, r->fwd.v, r->fwd.n * sizeof *m.entries);
+      send(r, m);
+    } /* else the leader went: lost like a dropped message (the node times them out) */
+    r->fwd.n = 0;
+  }
+}
+
 static void bcast_heartbeat(struct kt_raft *r, uint64_t ctx) {
   for (size_t i = 0; i < r->n_prs; i++) {
     struct progress *pr = &r->prs[i];
@@ -730,10 +775,10 @@ static void handle_append_resp(struct kt_raft *r, struct progress *pr,
     else if (pr->state == PR_REPLICATE)
       infl_free_to(r, pr, m->index);
     if (maybe_commit(r))
-      bcast_append(r);
+      bcast_append_due(r, true);
     else /* a follower that was paused missed the commit broadcast: an
           * empty append tells it (as etcd's sendAppend after oldPaused) */
-      send_append_all(r, pr, was_paused);
+      append_due(r, pr, was_paused);
     if (r->transferee == pr->id && pr->match == last_index(r)) {
       struct kt_raft_msg t = {.type = KT_RAFT_MSG_TIMEOUT_NOW, .to = pr->id};
       send(r, t);
@@ -903,7 +948,7 @@ static void step_internal(struct kt_raft *r, const struct kt_raft_msg *m) {
     case KT_RAFT_MSG_PROP:
       if (r->transferee)
         break;
-      for (uint32_t i = 0; i < m->n_entries && i < 4096; i++) {
+      for (uint32_t i = 0; i < m->n_entries && i < MAX_PROP_ENTRIES; i++) {
         /* a CONF entry while one is pending goes in as NORMAL: the node
          * sees its request come back as a plain entry and refuses it */
         bool conf = m->entries[i].type == KT_RAFT_ENTRY_CONF && !conf_busy(r);
@@ -912,7 +957,7 @@ static void step_internal(struct kt_raft *r, const struct kt_raft_msg *m) {
         if (conf)
           r->pending_conf = last_index(r);
       }
-      bcast_append(r);
+      bcast_append_due(r, false);
       break;
     case KT_RAFT_MSG_READ_INDEX:
       leader_read(r, m->from, m->context);
@@ -1053,6 +1098,7 @@ void kt_raft_free(struct kt_raft *r) {
   free(r->log.v);
   free(r->out.v);
   free(r->held.v);
+  free(r->fwd.v);
   free(r->events.v);
   free(r->late_events.v);
   free(r->reads.v);
@@ -1136,19 +1182,17 @@ static int propose(struct kt_raft *r, uint8_t type, const void *data, uint32_t l
       r->pending_conf = last_index(r);
     if (index)
       *index = last_index(r);
-    for (size_t i = 0; i < r->n_prs; i++)
-      if (r->prs[i].id != r->id)
-        send_append_all(r, &r->prs[i], false);
+    bcast_append_due(r, false);
     return 0;
   }
   if (!r->lead)
     return KT_ENOLEADER;
   if (conf && conf_busy(r))
     return KT_EBUSY;
-  struct kt_raft_entry *e = kt_arena_alloc(&r->arena, sizeof *e);
-  *e = (struct kt_raft_entry){0, 0, type, len, len ? kt_arena_dup(&r->arena, data, len) : NULL};
-  struct kt_raft_msg m = {.type = KT_RAFT_MSG_PROP, .to = r->lead, .n_entries = 1, .entries = e};
-  send(r, m);
+  struct kt_raft_entry e = {0, 0, type, len, len ? kt_arena_dup(&r->arena, data, len) : NULL};
+  VEC_PUSH(r->fwd, e);
+  if (r->fwd.n >= MAX_PROP_ENTRIES)
+    flush_due(r);
   return 0;
 }
 
@@ -1271,7 +1315,7 @@ void kt_raft_persisted(struct kt_raft *r, uint64_t term, uint64_t index) {
   if (index > r->persisted && index <= r->handed && term_at(r, index) == term) {
     r->persisted = index;
     if (r->role == KT_RAFT_LEADER && maybe_commit(r))
-      bcast_append(r);
+      bcast_append_due(r, true);
   }
   release_held(r);
 }
@@ -1358,7 +1402,7 @@ static struct kt_raft_hard_state hs_now(const struct kt_raft *r) {
 }
 
 bool kt_raft_has_ready(const struct kt_raft *r) {
-  if (r->out.n || r->events.n || r->late_events.n || r->read_hb_pending ||
+  if (r->out.n || r->events.n || r->late_events.n || r->read_hb_pending || r->app_due || r->fwd.n ||
       r->handed < last_index(r) || apply_to(r) > r->applied)
     return true;
   struct kt_raft_hard_state hs = hs_now(r);
@@ -1375,6 +1419,7 @@ void kt_raft_ready(struct kt_raft *r, struct kt_raft_ready *rd) {
   if (r->read_hb_pending && r->role == KT_RAFT_LEADER)
     bcast_heartbeat(r, r->read_seq);
   r->read_hb_pending = false;
+  flush_due(r);
   memset(rd, 0, sizeof *rd);
   r->in_ready = true;
   struct kt_raft_hard_state hs = hs_now(r);

@@ -86,6 +86,9 @@
  *
  * Proposals forwarded by a follower (propose returns index 0) and reads on a
  * follower travel as messages that may be lost: the node times them out.
+ * What proposals send waits for the next kt_raft_ready: the proposals of a
+ * loop turn go to each follower in one APP (leader) or to the leader in one
+ * PROP (follower), and each APP is answered once.
  * Memory: entries stay here until kt_raft_compact; call it after applying
  * (keeping a tail for slow followers, like etcd's 5000 catch-up entries).
  *

@@ -1,6 +1,6 @@
 /* test/perf/mvcc_perf.c — micro-benchmark of core/mvcc (run by hand).
  *
- *   build/perf/mvcc_perf [keys]      (default 1000000; e.g. 10000000)
+ *   build/perf/mvcc_perf [keys [decimal]]   (default 1000000; e.g. 10000000)
  *
  * 16-byte keys in scrambled order, 256-byte values. Prints put/s (new keys),
  * get/s (random single-key reads), overwrite put/s, time of a 1000-key range
@@ -20,10 +20,15 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static bool decimal_keys; /* ketch-bench's keys: "0000000000000042" */
+
 static void mkkey(char *k, uint64_t i) { /* 16 bytes, scrambled order */
   uint64_t x = (i * 0x9E3779B97F4A7C15ull) & 0xFFFFFFFFFFFFull;
-  char tmp[17];
-  snprintf(tmp, sizeof tmp, "key-%012llx", (unsigned long long)x);
+  char tmp[24];
+  if (decimal_keys)
+    snprintf(tmp, sizeof tmp, "%016llu", (unsigned long long)(x % 10000000000000000ull));
+  else
+    snprintf(tmp, sizeof tmp, "key-%012llx", (unsigned long long)x);
   memcpy(k, tmp, 16);
 }
 
@@ -46,6 +51,7 @@ static long rss_kb(void) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000000;
+  decimal_keys = argc > 2 && !strcmp(argv[2], "decimal");
   struct kt_mvcc_config cfg = {.quota_bytes = 1ull << 40};
   char key[16], val[256];
   memset(val, 'v', sizeof val);

@@ -536,6 +536,40 @@ TEST(raft_batching_and_inflight_limits) {
   cl_free(c);
 }
 
+/* Proposals of one turn (no ready between them) travel together: one APP
+ * per follower from the leader, one PROP from a follower, and one APP_RESP
+ * back per APP, not one message per entry each way. */
+TEST(raft_proposals_of_a_turn_travel_in_one_message) {
+  struct cl *c = cl_new(3, true, true);
+  cl_tick(c, 1, 25);
+  cl_tick_all(c, 2);
+  CHECK_EQ(cl_leader(c), 1);
+  uint64_t base = c->applied[1];
+  int apps = c->sent[1][KT_RAFT_MSG_APP], resps = c->sent[2][KT_RAFT_MSG_APP_RESP];
+  c->max_app_entries = 0;
+  uint64_t idx = 0;
+  for (int k = 0; k < 5; k++)
+    CHECK_EQ(kt_raft_propose(c->r[1], "L", 1, &idx), 0);
+  CHECK_EQ(idx, base + 5); /* in the leader's log at once */
+  cl_deliver(c);
+  CHECK_EQ(c->sent[1][KT_RAFT_MSG_APP] - apps, 2 + 2); /* entries, then the commit */
+  CHECK_EQ(c->max_app_entries, 5);
+  CHECK_EQ(c->sent[2][KT_RAFT_MSG_APP_RESP] - resps, 2);
+  int props = c->sent[3][KT_RAFT_MSG_PROP];
+  for (int k = 0; k < 4; k++)
+    CHECK_EQ(kt_raft_propose(c->r[3], "F", 1, &idx), 0);
+  cl_deliver(c);
+  CHECK_EQ(c->sent[3][KT_RAFT_MSG_PROP] - props, 1);
+  CHECK_EQ(c->max_app_entries, 5);
+  cl_tick_all(c, 2);
+  for (int i = 1; i <= 3; i++)
+    CHECK_EQ(c->applied[i], base + 9);
+  const struct kt_raft_entry *e = kt_raft_entry_at(c->r[2], base + 9);
+  CHECK(e != NULL);
+  CHECK_BYTES(e->data, e->len, "F");
+  cl_free(c);
+}
+
 TEST(raft_heartbeat_carries_commit) {
   struct cl *c = cl_new(3, false, false);
   cl_tick(c, 1, 25);
