@@ -6,14 +6,33 @@
 #include "../../client/ketch.h"
 #include "bench.h"
 
+/* Connection k starts at endpoint k mod n of the list, as the etcd target
+ * does (libketch starts at the first one and fails over along the list: the
+ * list is rotated, so each connection still has every endpoint). */
+static void rotate(char *out, size_t out_len, const char *endpoints, unsigned k) {
+  size_t n = 1;
+  for (const char *p = endpoints; *p; p++)
+    n += *p == ',';
+  const char *start = endpoints;
+  for (unsigned i = 0; i < k % n; i++)
+    start = strchr(start, ',') + 1;
+  if (start == endpoints)
+    snprintf(out, out_len, "%s", endpoints);
+  else
+    snprintf(out, out_len, "%s,%.*s", start, (int)(start - endpoints - 1), endpoints);
+}
+
 static int k_open(void **conn, const char *endpoints, int max_outstanding, int timeout_ms,
                   char *err, size_t err_len) {
+  static unsigned next;
+  char list[4096];
+  rotate(list, sizeof list, endpoints, next++);
   ketch_options o;
   ketch_options_init(&o);
   o.max_outstanding = max_outstanding;
   o.request_timeout_ms = timeout_ms;
   ketch_client *c;
-  if (ketch_open(&c, endpoints, &o, err, err_len))
+  if (ketch_open(&c, list, &o, err, err_len))
     return -1;
   *conn = c;
   return 0;
