@@ -100,10 +100,10 @@ struct kt_raft {
   VEC(struct kt_raft_read_state) rready; /* handed in this ready */
   uint64_t read_seq;
   bool read_hb_pending;
-  /* Appends and forwarded proposals wait for the end of the caller's turn
-   * (kt_raft_ready): all proposals of a turn travel in one message per peer
-   * and the followers answer once per message, not once per entry. */
-  bool app_due;                  /* leader: some progress has send_due */
+  /* Appends (progress send_due) and forwarded proposals wait for the end of
+   * the caller's turn (kt_raft_ready): all proposals of a turn travel in one
+   * message per peer and the followers answer once per message, not once
+   * per entry. */
   VEC(struct kt_raft_entry) fwd; /* follower: proposals for the leader (data in arena) */
   VEC(uint8_t *) grave;          /* entry data freed at advance */
   struct kt_arena arena;         /* message entry arrays, until advance */
@@ -598,27 +598,30 @@ static void bcast_append(struct kt_raft *r) {
 }
 
 /* send_append_all at the next ready; `empty` as its if_empty. */
-static void append_due(struct kt_raft *r, struct progress *pr, bool empty) {
+static void append_due(struct progress *pr, bool empty) {
   pr->send_due = true;
   pr->send_empty |= empty;
-  r->app_due = true;
+}
+
+static bool any_append_due(const struct kt_raft *r) {
+  for (size_t i = 0; i < r->n_prs; i++)
+    if (r->prs[i].send_due)
+      return true;
+  return false;
 }
 
 static void bcast_append_due(struct kt_raft *r, bool empty) {
   for (size_t i = 0; i < r->n_prs; i++)
     if (r->prs[i].id != r->id)
-      append_due(r, &r->prs[i], empty);
+      append_due(&r->prs[i], empty);
 }
 
 static void flush_due(struct kt_raft *r) {
-  if (r->app_due) {
-    r->app_due = false;
-    for (size_t i = 0; i < r->n_prs; i++) {
-      struct progress *pr = &r->prs[i];
-      if (pr->send_due && r->role == KT_RAFT_LEADER && pr->id != r->id)
-        send_append_all(r, pr, pr->send_empty);
-      pr->send_due = pr->send_empty = false;
-    }
+  for (size_t i = 0; i < r->n_prs; i++) {
+    struct progress *pr = &r->prs[i];
+    if (pr->send_due && r->role == KT_RAFT_LEADER && pr->id != r->id)
+      send_append_all(r, pr, pr->send_empty);
+    pr->send_due = pr->send_empty = false;
   }
   if (r->fwd.n) {
     if (r->role == KT_RAFT_FOLLOWER && r->lead && r->lead != r->id) {
@@ -778,7 +781,7 @@ static void handle_append_resp(struct kt_raft *r, struct progress *pr,
       bcast_append_due(r, true);
     else /* a follower that was paused missed the commit broadcast: an
           * empty append tells it (as etcd's sendAppend after oldPaused) */
-      append_due(r, pr, was_paused);
+      append_due(pr, was_paused);
     if (r->transferee == pr->id && pr->match == last_index(r)) {
       struct kt_raft_msg t = {.type = KT_RAFT_MSG_TIMEOUT_NOW, .to = pr->id};
       send(r, t);
@@ -1402,8 +1405,8 @@ static struct kt_raft_hard_state hs_now(const struct kt_raft *r) {
 }
 
 bool kt_raft_has_ready(const struct kt_raft *r) {
-  if (r->out.n || r->events.n || r->late_events.n || r->read_hb_pending || r->app_due || r->fwd.n ||
-      r->handed < last_index(r) || apply_to(r) > r->applied)
+  if (r->out.n || r->events.n || r->late_events.n || r->read_hb_pending || r->fwd.n ||
+      any_append_due(r) || r->handed < last_index(r) || apply_to(r) > r->applied)
     return true;
   struct kt_raft_hard_state hs = hs_now(r);
   if (memcmp(&hs, &r->given_hs, sizeof hs) != 0)
