@@ -132,13 +132,18 @@ void kt_index_free(struct kt_index *ix, void (*free_item)(void *)) {
   kt_index_init(ix, k);
 }
 
+/* sep <= key (kp: prefix8(key)), following the separator's copy only
+ * when the prefixes are equal. */
+static inline bool sep_le(const struct sep *sp, struct kt_bytes key, uint64_t kp) {
+  return sp->pfx < kp || (sp->pfx == kp && kt_bytes_cmp(sp->k, key) <= 0);
+}
+
 /* Index of the child of `in` that may hold key: number of seps <= key. */
 static uint32_t inner_pos(const struct inner *in, struct kt_bytes key, uint64_t kp) {
   uint32_t lo = 0, hi = in->n;
   while (lo < hi) {
     uint32_t mid = (lo + hi) / 2;
-    uint64_t sp = in->sep[mid].pfx;
-    if (sp < kp || (sp == kp && kt_bytes_cmp(in->sep[mid].k, key) <= 0))
+    if (sep_le(&in->sep[mid], key, kp))
       lo = mid + 1;
     else
       hi = mid;
@@ -299,12 +304,10 @@ static void *ins(struct kt_index *ix, void *node, int h, struct kt_bytes key, vo
   }
   struct inner *in = node;
   uint64_t kp = prefix8(key);
-  const struct sep *last = in->n ? &in->sep[in->n - 1] : NULL;
-  uint32_t ci = last && (last->pfx < kp || (last->pfx == kp && kt_bytes_cmp(last->k, key) <= 0))
-                    ? in->n
-                    : inner_pos(in, key, kp);
+  /* in order (see the leaf case): after the last separator, one comparison */
+  uint32_t ci = in->n && sep_le(&in->sep[in->n - 1], key, kp) ? in->n : inner_pos(in, key, kp);
   if (h == 1 && ((struct leaf *)in->child[ci])->n == LEAF_MAX && rebalance(ix, in, ci))
-    ci = inner_pos(in, key, prefix8(key));
+    ci = inner_pos(in, key, kp);
   struct sep csep;
   void *cr = ins(ix, in->child[ci], h - 1, key, item, &csep, slot);
   if (!cr)
