@@ -37,8 +37,9 @@
  *   garbage list. A tombstone is a revision with version 0 and no value.
  * Measured (test/perf/mvcc_perf.c, 16 B keys, 256 B values, random order,
  * glibc malloc, mallinfo2 delta): 50 B/key at 1M keys beyond key and value
- * for a one-revision key (32 B record header + malloc rounding, ~17 B index;
- * ~13 B of index when keys arrive in order, as from a snapshot); ~130 B per
+ * for a one-revision key (20 B record header, 12 B of malloc chunk overhead
+ * and rounding, ~17 B index; ~13 B of index when keys arrive in order, as
+ * from a snapshot); ~130 B per
  * older revision beyond its value (48 B entry, the copied value's
  * allocation, the latest's create/version now stored, 16 B accounting log
  * entry until compaction). At 1M keys on a shared 2-core box: ~680k puts/s,

@@ -17,6 +17,8 @@
 
 #include "servers.h"
 
+#define RAW_KEY_BYTES 272.0 /* a 16-byte key and its 256-byte value */
+
 static int measure(struct server *s, int t, long keys, struct resource_figures *f, char *err,
                    size_t err_len) {
   static char ic[128];
@@ -73,7 +75,7 @@ int resources_measure(const char *dir, const char *const bins[2], long keys,
 }
 
 void resources_json(FILE *f, long keys, const struct resource_figures r[2]) {
-  fprintf(f, "\"resources\":{\"keys\":%ld,\"raw_mb\":%.1f", keys, keys * 272.0 / 1048576.0);
+  fprintf(f, "\"resources\":{\"keys\":%ld,\"raw_mb\":%.1f", keys, keys * RAW_KEY_BYTES / 1048576.0);
   for (int t = T_ETCD; t >= T_KETCH; t--)
     fprintf(f,
             ",\"%s\":{\"load_rps\":%.1f,\"load_cpu_s_per_100k\":%.3f,\"rss_kb\":%ld,"
@@ -85,12 +87,13 @@ void resources_json(FILE *f, long keys, const struct resource_figures r[2]) {
 
 /* bytes per key beyond the raw keys and values */
 static double over(long rss_kb, long keys) {
-  return ((double)rss_kb * 1024 - (double)keys * 272) / (double)keys;
+  return ((double)rss_kb * 1024 - (double)keys * RAW_KEY_BYTES) / (double)keys;
 }
 
 void resources_table(FILE *f, long keys, const struct resource_figures r[2]) {
   const struct resource_figures *e = &r[T_ETCD], *k = &r[T_KETCH];
-  double raw_mb = keys * 272.0 / 1048576.0, cap_mb = keys * (272.0 + 64) / 1048576.0;
+  double raw_mb = keys * RAW_KEY_BYTES / 1048576.0,
+         cap_mb = keys * (RAW_KEY_BYTES + 64) / 1048576.0;
   fprintf(f,
           "\nResources, 1 member each, one at a time: %ld keys of 16 B with 256 B values "
           "(raw %.1f MB) loaded by 64 clients, then a restart\n\n"
