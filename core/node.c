@@ -947,15 +947,14 @@ static void on_snap_progress(struct ev_loop *loop, ev_async *w, int revents) {
   kt_arena_free(&n->snap_arena);
   n->prev_snap_index = n->last_snap_index;
   n->last_snap_index = n->durable_snap_index = n->snap_index;
-  /* Keep two snapshots, and the WAL from the older one on, so a corrupt
-   * newest snapshot still recovers from the older one + WAL. */
-  if (kt_snap_purge(n->snap_dir, SNAP_KEEP, NULL, &e))
-    kt_log(KT_LOG_WARN, "snap", "retention failed: %s", e.msg);
+  /* Keep two snapshots (the writer removed older ones), and the WAL from
+   * the older one on, so a corrupt newest snapshot still recovers from the
+   * older one + WAL. */
   int removed = 0;
   if (n->prev_snap_index && kt_wal_purge(n->wal, n->prev_snap_index, &removed, &e))
     kt_log(KT_LOG_WARN, "wal", "purge failed: %s", e.msg);
   else if (removed)
-    kt_log(KT_LOG_INFO, "wal", "purged %d segment(s) up to index %llu", removed,
+    kt_log(KT_LOG_INFO, "wal", "purging %d old segment(s) up to index %llu", removed,
            (unsigned long long)n->prev_snap_index);
   kt_node_maint_snap_done(n, true);
 }
@@ -1021,7 +1020,7 @@ static void snap_start(struct kt_node *n) {
   meta.membership = (struct kt_bytes){blob.p, (uint32_t)blob.len};
   snprintf(meta.creator, sizeof meta.creator, "ketch %s member=%s", KT_VERSION, n->cfg.name);
   struct kt_snap_writer_opts o = {
-      .max_inflight = SNAP_MAX_INFLIGHT, .notify = snap_notify, .notify_arg = n};
+      .max_inflight = SNAP_MAX_INFLIGHT, .notify = snap_notify, .notify_arg = n, .keep = SNAP_KEEP};
   struct kt_err e = {0};
   int orc = kt_snap_writer_open(n->snap_dir, &meta, &o, &n->snap_w, &e);
   kt_buf_free(&blob); /* the writer copied it */

@@ -9,10 +9,11 @@
  * appends msgpack to an in-memory block; a full block (~1 MiB) is handed to
  * the writer thread, which lz4-compresses it, hashes it and write()s it to
  * "<dir>/<term>-<index>.snap.tmp". kt_snap_writer_finish hands over the
- * end; the thread writes the trailer, fsyncs, renames to the final name and
- * fsyncs the dir. The thread calls opts->notify after each block and at the
- * end (the node wires it to ev_async_send); the loop thread then calls
- * kt_snap_writer_poll for the verdict.
+ * end; the thread writes the trailer, fsyncs, renames to the final name,
+ * fsyncs the dir and removes the snapshots beyond opts->keep. The thread
+ * calls opts->notify after each block and at the end (the node wires it to
+ * ev_async_send); the loop thread then calls kt_snap_writer_poll for the
+ * verdict.
  *
  * The node's slice loop, one slice per loop turn (and again on notify):
  *   if (!kt_snap_writer_can_add(w)) wait for notify;       // backpressure
@@ -122,6 +123,11 @@ struct kt_snap_writer_opts {
    * (ev_async_send). May be NULL (then poll periodically). */
   void (*notify)(void *arg);
   void *notify_arg;
+  /* Retention: once the snapshot is durable, the writer thread removes all
+   * but the newest `keep` snapshots of the dir (kt_snap_purge; an unlink of
+   * a big file takes milliseconds, too long for the loop). 0 = none. A
+   * failed removal does not fail the snapshot; it is logged. */
+  size_t keep;
 };
 
 struct kt_snap_writer;

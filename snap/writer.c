@@ -139,6 +139,7 @@ struct kt_snap_writer {
   int max_inflight;
   void (*notify)(void *arg);
   void *notify_arg;
+  size_t keep; /* opts->keep */
   char *dir, *tmp_path, *final_path;
   int fd;
   struct kt_buf header; /* encoded header, written first by the thread */
@@ -322,6 +323,9 @@ static void *writer_main(void *arg) {
       memcpy(w->done.hash, tr + 33, KT_SNAP_HASH_BYTES);
       pthread_mutex_unlock(&w->mu);
       free(comp);
+      struct kt_err pe = {0};
+      if (w->keep && kt_snap_purge(w->dir, w->keep, NULL, &pe))
+        kt_log(KT_LOG_WARN, "snap", "retention failed: %s", pe.msg);
       finish_state(w, KT_SNAP_DONE);
       return NULL;
     }
@@ -402,6 +406,7 @@ int kt_snap_writer_open(const char *dir, const struct kt_snap_meta *meta,
   w->max_inflight = opts->max_inflight ? opts->max_inflight : KT_SNAP_MAX_INFLIGHT_DEFAULT;
   w->notify = opts->notify;
   w->notify_arg = opts->notify_arg;
+  w->keep = opts->keep;
   w->revision = meta->revision;
   char name[64], tmpname[80];
   kt_snap_name(meta->term, meta->index, name, sizeof name);

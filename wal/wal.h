@@ -3,7 +3,9 @@
  * The on-disk format is specified in wal/FORMAT.md.
  *
  * Owns: the files <dir>/%016llx-%016llx.wal (segment sequence, first index),
- * the current segment's fd, two in-memory batches and the sync thread.
+ * the current segment's fd, two in-memory batches, the sync thread and the
+ * purge thread (it unlinks old segments: an unlink of a 64 MiB segment in
+ * the page cache takes ~16 ms here, too long for the loop or the syncs).
  *
  * Data flow (all calls on the loop thread unless said otherwise):
  *   kt_wal_append   encodes a record (header, chained CRC32C, payload) into the
@@ -23,8 +25,8 @@
  *   - a failed write/fdatasync/preallocation puts the WAL in a failed state for
  *     good: kt_wal_poll/append/flush return the error (KT_EIO, or KT_ENOSPACE on
  *     ENOSPC) with a message naming the file; only close remains;
- *   - the loop thread never blocks on the disk in append/flush/poll; open,
- *     close, kt_wal_sync, purge and repair do block.
+ *   - the loop thread never blocks on the disk in append/flush/poll/purge;
+ *     open, close, kt_wal_sync, reset and repair do block.
  *
  * Memory: open reads one segment file at a time into memory (64 MiB by
  * default); the filling batch grows with what is appended between flushes.
@@ -204,7 +206,8 @@ int kt_wal_flush(struct kt_wal *wal);
  * 0, or KT_EIO / KT_ENOSPACE (failed state; err names the file). */
 int kt_wal_poll(struct kt_wal *wal, uint64_t *durable_seq, struct kt_err *err);
 
-/* Blocking: flush and wait until every appended record is durable (tools,
+/* Blocking: flush and wait until every appended record is durable and every
+ * segment handed to the purge thread is gone (tools,
  * tests, shutdown). Returns 0 or the failed state's code. */
 int kt_wal_sync(struct kt_wal *wal, struct kt_err *err);
 
@@ -217,14 +220,19 @@ size_t kt_wal_buffered_bytes(const struct kt_wal *wal);
 
 /* Remove segment files all of whose records have index <= index: a segment
  * is removed when its successor exists, is durable, and starts at an index
- * <= index + 1. The current segment is never removed. Blocking (unlink).
- * *removed (may be NULL) receives how many files went. */
+ * <= index + 1. The current segment is never removed. Never blocks: the
+ * segments are dropped from the log at once and unlinked, oldest first, by
+ * the purge thread (a crash before it gets there leaves older records in
+ * front, as reset's note says). *removed (may be NULL) receives how many
+ * were handed over. Returns 0, or the error (KT_EIO, err names the file) of
+ * an earlier removal that failed; that file and the ones after it in its
+ * list stay on disk until the next open. */
 int kt_wal_purge(struct kt_wal *wal, uint64_t index, int *removed, struct kt_err *err);
 
 /* Start afresh after a snapshot install: begin a new segment whose first
  * index is first_index (the chain continues), holding `first` if not NULL
  * (e.g. the hard state, which must survive the removal), wait until it is
- * durable, then remove every older segment, oldest first. Blocking. A crash
+ * durable, then hand every older segment to the purge thread. Blocking. A crash
  * before the removals finish leaves older records in front of the new
  * segment; they are delivered on open, so the caller skips records at or
  * below its snapshot index. Errors: the failed state's code, KT_EIO. */

@@ -685,6 +685,32 @@ TEST(list_newest_first_and_purge) {
   CHECK_EQ(kt_snap_list("/nonexistent", &v, &n, &err), KT_EIO);
 }
 
+/* opts.keep: the writer thread removes the older snapshots once the new one
+ * is durable (the node's retention, off its loop), and only then. */
+TEST(writer_keeps_the_newest) {
+  const char *dir = kt_test_tmpdir();
+  struct kt_snap_meta meta;
+  base_meta(&meta);
+  struct kt_snap_writer_opts o = {.keep = 2};
+  struct kt_err err;
+  for (uint64_t i = 1; i <= 4; i++) {
+    meta.index = i * 10;
+    CHECK_EQ(write_gen(dir, &meta, 50, &o, NULL, &err, NULL, 0), KT_SNAP_DONE);
+    CHECK_EQ(count_files(dir, ".snap"), i < 2 ? (int)i : 2);
+  }
+  struct kt_snap_entry *v;
+  size_t n;
+  CHECK_EQ(kt_snap_list(dir, &v, &n, &err), 0);
+  CHECK_EQ(n, 2);
+  CHECK_EQ(v[0].index, 40);
+  CHECK_EQ(v[1].index, 30);
+  free(v);
+  o.keep = 0; /* none removed */
+  meta.index = 50;
+  CHECK_EQ(write_gen(dir, &meta, 50, &o, NULL, &err, NULL, 0), KT_SNAP_DONE);
+  CHECK_EQ(count_files(dir, ".snap"), 3);
+}
+
 /* `ketchutl snapshot status`, when the tool has been built (make test does). */
 static int run_cmd(const char *cmd, char *out, size_t n) {
   FILE *p = popen(cmd, "r");

@@ -35,7 +35,7 @@ struct fault {
   int syncs, pwrites, fallocs;
   int crash_at; /* crash at this fdatasync (1-based); 0 never */
   bool crashed;
-  int fail_pwrite, fail_sync, fail_falloc; /* errno to return, sticky */
+  int fail_pwrite, fail_sync, fail_falloc, fail_unlink; /* errno to return, sticky */
   bool real_sync;
   int gate; /* -1: open; >= 0: fdatasyncs allowed before blocking */
   int waiting;
@@ -185,7 +185,9 @@ static int fo_rename(void *ctx, const char *from, const char *to) {
 static int fo_unlink(void *ctx, const char *path) {
   struct fault *f = ctx;
   pthread_mutex_lock(&f->mu);
-  int r = f->crashed ? -EIO : kt_wal_posix_fileops.unlink(NULL, path);
+  int r = f->crashed       ? -EIO
+          : f->fail_unlink ? -f->fail_unlink
+                           : kt_wal_posix_fileops.unlink(NULL, path);
   struct ffile *x = r ? NULL : ff_get(f, path, false);
   if (x) {
     free(x->durable);
@@ -922,19 +924,26 @@ TEST(enospc_is_reported) {
   CHECK(strstr(err.msg, "No space"));
 }
 
+/* A log of records 1..60 of 1 KiB segments, all durable. */
+static int open_with_60(const char *dir, const struct kt_wal_opts *o, struct kt_wal **w) {
+  struct kt_err err = {0};
+  int rc = kt_wal_open(dir, o, NULL, NULL, w, &err);
+  for (uint64_t i = 1; !rc && i <= 60; i++)
+    rc = append_rec(*w, i, 200, NULL);
+  return rc ? rc : kt_wal_sync(*w, &err);
+}
+
 TEST(purge_removes_old_segments_only) {
   const char *dir = kt_test_tmpdir();
   struct kt_wal_opts o = {.segment_bytes = 1024, .first_index = 1};
   struct kt_wal *w;
   struct kt_err err = {0};
-  CHECK_EQ(kt_wal_open(dir, &o, NULL, NULL, &w, &err), 0);
-  for (uint64_t i = 1; i <= 60; i++)
-    CHECK_EQ(append_rec(w, i, 200, NULL), 0);
-  CHECK_EQ(kt_wal_sync(w, &err), 0);
+  CHECK_EQ(open_with_60(dir, &o, &w), 0);
   int before = count_files(dir, ".wal"), removed = 0;
   CHECK(before >= 8);
   CHECK_EQ(kt_wal_purge(w, 20, &removed, &err), 0);
   CHECK(removed >= 2);
+  CHECK_EQ(kt_wal_sync(w, &err), 0); /* the purge thread's unlinks are done */
   CHECK_EQ(count_files(dir, ".wal"), before - removed);
   char path[600];
   CHECK(seg_file(dir, 1, path, sizeof path));
@@ -947,6 +956,7 @@ TEST(purge_removes_old_segments_only) {
   CHECK(g.n > 0 && g.v[0].index <= 21 && g.v[0].index > 1);
   CHECK_EQ(g.v[g.n - 1].index, 60);
   CHECK_EQ(kt_wal_purge(w, 1000, &removed, &err), 0);
+  CHECK_EQ(kt_wal_sync(w, &err), 0);
   CHECK_EQ(count_files(dir, ".wal"), 1); /* never the current one */
   CHECK_EQ(append_rec(w, 61, 200, NULL), 0);
   CHECK_EQ(kt_wal_sync(w, &err), 0);
@@ -957,6 +967,49 @@ TEST(purge_removes_old_segments_only) {
   CHECK(g.n >= 1);
   CHECK_EQ(g.v[g.n - 1].index, 61);
   free(g.v);
+}
+
+/* The purge thread cannot unlink: nothing after the failed file goes either
+ * (the segments on disk stay one run, so the log still opens), the next
+ * purge reports the error naming the file, and a later purge that can
+ * unlink removes the lot. */
+TEST(purge_failure_leaves_a_log_that_opens) {
+  const char *dir = kt_test_tmpdir();
+  struct fault f;
+  struct kt_wal_fileops ops;
+  fault_init(&f, &ops, 7);
+  struct kt_wal_opts o = {.segment_bytes = 1024, .first_index = 1, .ops = &ops};
+  struct kt_wal *w;
+  struct kt_err err = {0};
+  CHECK_EQ(open_with_60(dir, &o, &w), 0);
+  int before = count_files(dir, ".wal"), removed = 0;
+  f.fail_unlink = EACCES;
+  CHECK_EQ(kt_wal_purge(w, 20, &removed, &err), 0); /* handed over, not yet tried */
+  CHECK(removed >= 2);
+  CHECK_EQ(kt_wal_sync(w, &err), 0);
+  CHECK_EQ(count_files(dir, ".wal"), before);
+  CHECK_EQ(kt_wal_purge(w, 40, &removed, &err), KT_EIO);
+  CHECK(strstr(err.msg, "unlink") && strstr(err.msg, ".wal") && strstr(err.msg, "denied"));
+  CHECK_EQ(kt_wal_sync(w, &err), 0);
+  CHECK_EQ(count_files(dir, ".wal"), before);
+  kt_wal_close(w);
+
+  struct got g = {0};
+  CHECK_EQ(kt_wal_open(dir, &o, collect, &g, &w, &err), 0);
+  CHECK_EQ(g.n, 60);
+  f.fail_unlink = 0;
+  CHECK_EQ(kt_wal_purge(w, 40, &removed, &err), 0);
+  CHECK(removed >= 4);
+  CHECK_EQ(kt_wal_sync(w, &err), 0);
+  CHECK_EQ(count_files(dir, ".wal"), before - removed);
+  kt_wal_close(w);
+  g.n = 0;
+  CHECK_EQ(kt_wal_open(dir, &o, collect, &g, &w, &err), 0);
+  kt_wal_close(w);
+  CHECK(g.n > 0 && g.v[0].index > 1 && g.v[0].index <= 41);
+  CHECK_EQ(g.v[g.n - 1].index, 60);
+  free(g.v);
+  fault_free(&f);
 }
 
 static int stop_at_3(void *arg, const struct kt_wal_rec *r) {
@@ -992,6 +1045,7 @@ TEST(reset_starts_afresh) {
     CHECK_EQ(append_rec(w, i, 200, NULL), 0);
   uint64_t seq;
   CHECK_EQ(kt_wal_reset(w, 1001, NULL, &err), 0);
+  CHECK_EQ(kt_wal_sync(w, &err), 0); /* the purge thread's unlinks are done */
   CHECK_EQ(count_files(dir, ".wal"), 1);
   CHECK_EQ(append_rec(w, 1001, 200, &seq), 0);
   CHECK_EQ(seq, 31);
