@@ -4,7 +4,7 @@ catches up; leases and their keys come with it; it serves and keeps
 replicating afterwards, and recovers from the installed snapshot on restart."""
 import time
 
-from cluster_test import TIMING, cleanup, start_cluster, wait_leader
+from cluster_test import TIMING, cleanup, start_cluster, status, wait_leader
 from harness import PUT, RANGE, Conn, run_tests
 
 GRANT = 24
@@ -65,5 +65,36 @@ def test_lagging_follower_installs_snapshot_and_catches_up():
         cleanup(ms)
 
 
+def test_members_take_snapshots_at_different_points():
+    """A member snapshots once the log since its last snapshot reaches half
+    the store's size times 1 + rank/members (rank by member id), so the
+    members, which apply the same log, do not all copy their stores at once:
+    the lowest id snapshots most often, the highest least."""
+    ms = start_cluster(extra=["--snapshot-count", "100"])
+    try:
+        leader = wait_leader(ms)
+        c = Conn(leader.port)
+        total = 40000
+        for i in range(total):
+            c.send(PUT, {"key": b"k%03d" % (i % 500), "value": b"v%05d" % i + b"x" * 100})
+            if i % 500 == 499:
+                for _ in range(500):
+                    t, _, p = c.recv()
+                    assert t == PUT, p
+        last = b"v%05d" % (total - 1) + b"x" * 100
+        for m in ms:
+            wait_value(m, "k%03d" % ((total - 1) % 500), last)
+        time.sleep(0.5)  # a snapshot started by the last puts is saved
+        ids = [status(m)["header"][1] for m in ms]
+        saved = [m.logtext().count("snapshot saved") for m in ms]
+        by_rank = [saved[i] for i in sorted(range(len(ms)), key=lambda i: ids[i])]
+        print("  snapshots saved, lowest id first: %r" % by_rank)
+        assert by_rank[0] >= by_rank[1] >= by_rank[2], by_rank
+        assert by_rank[0] >= by_rank[2] + 2, by_rank
+    finally:
+        cleanup(ms)
+
+
 if __name__ == "__main__":
-    run_tests([test_lagging_follower_installs_snapshot_and_catches_up])
+    run_tests([test_lagging_follower_installs_snapshot_and_catches_up,
+               test_members_take_snapshots_at_different_points])
