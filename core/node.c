@@ -991,15 +991,20 @@ static void snap_maybe_start(struct kt_node *n) {
   if (!n->snap_force) {
     if (!n->cfg.snapshot_count || n->applied_index - n->last_snap_index < n->cfg.snapshot_count)
       return;
-    /* A snapshot copies the whole store, so it also waits until the log
-     * written since the last one is at least half the store's size, times
-     * 1 + rank/members: writing snapshots then never costs more than twice
-     * the writes themselves, replay after a crash stays bounded by one
-     * snapshot, and the members, which apply the same log, do not all copy
-     * their stores at the same moment (3 members, 256 clients: p99 9-10.7
-     * -> 5.5-6.2 ms). */
-    uint64_t half = kt_mvcc_size_bytes(n->store) / 2;
-    if (n->log_bytes_since_snap < half + half * member_rank(n) / KT_MAX(n->n_members, 1))
+    /* A snapshot copies the whole store, so it also waits for enough log
+     * since the last one: half the store's size (writing snapshots then
+     * never costs more than twice the writes themselves), or the size of
+     * the store at the last snapshot (when a workload's entries are small
+     * next to what each revision holds in the store, the store grows about
+     * as fast as the log and the first rule alone might never be met). Both
+     * are scaled by 1 + rank/members, so the members, which apply the same
+     * log, do not all copy their stores at the same moment (3 members, 256
+     * clients: p99 9-10.7 -> 5.5-6.2 ms). Replay after a crash stays under
+     * two snapshots' worth of log. */
+    uint64_t num = n->n_members + member_rank(n), den = KT_MAX(n->n_members, 1);
+    uint64_t half = kt_mvcc_size_bytes(n->store) / 2 * num / den;
+    uint64_t last = n->snap_store_bytes * num / den;
+    if (n->log_bytes_since_snap < half && n->log_bytes_since_snap < last)
       return;
   }
   if (n->applied_index <= n->durable_snap_index) {
@@ -1048,6 +1053,7 @@ static void snap_start(struct kt_node *n) {
   n->snap_index = meta.index;
   n->snap_rev = meta.revision;
   n->log_bytes_since_snap = 0;
+  n->snap_store_bytes = kt_mvcc_size_bytes(n->store);
   n->snap_cursor = (struct kt_mvcc_cursor){0};
   n->snap_iter_done = n->snap_finish_sent = false;
   ev_idle_start(n->loop, &n->idle_w);
@@ -1321,6 +1327,7 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
     n->leases = lm;
     n->applied_term = meta.term;
     n->applied_index = n->last_snap_index = n->durable_snap_index = meta.index;
+    n->snap_store_bytes = kt_mvcc_size_bytes(s);
     kt_node_member_adopt(n, tab, meta.index);
     free(tab);
     kt_log(KT_LOG_INFO, "snap",

@@ -329,6 +329,7 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
   n->applied_term = term;
   n->last_snap_index = n->durable_snap_index = index;
   n->log_bytes_since_snap = 0;
+  n->snap_store_bytes = kt_mvcc_size_bytes(store);
   kt_node_member_adopt(n, tab, index);
   free(tab);
   uint64_t voters[KT_NODE_MAX_MEMBERS], learners[KT_NODE_MAX_MEMBERS];

@@ -206,6 +206,7 @@ struct kt_node {
   uint64_t durable_snap_index;     /* newest snapshot file complete on disk */
   struct node_install_state *inst; /* snapshot transfers (node_install.c) */
   uint64_t log_bytes_since_snap;   /* entry bytes applied since the last snapshot started */
+  uint64_t snap_store_bytes;       /* store size when the last snapshot started / was loaded */
   int64_t snap_rev;
 
   /* Auto-compaction: (time, revision) samples, oldest first. */

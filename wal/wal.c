@@ -405,16 +405,18 @@ static void *purge_main(void *arg) {
     if (code) {
       w->purge_code = code;
       w->purge_err = e;
-      /* what is left goes back in front of anything handed over meanwhile */
-      size_t left = n - gone;
-      v = realloc(v, (left + w->ndoomed) * sizeof *v);
-      kt_assert(v);
+    }
+    /* what is left goes back in front of anything handed over meanwhile */
+    size_t left = n - gone, total = left + w->ndoomed;
+    if (left) {
       memmove(v, v + gone, left * sizeof *v);
+      v = realloc(v, total * sizeof *v);
+      kt_assert(v);
       if (w->ndoomed)
         memcpy(v + left, w->doomed, w->ndoomed * sizeof *v);
       free(w->doomed);
       w->doomed = v;
-      w->ndoomed = w->doomcap = left + w->ndoomed;
+      w->ndoomed = w->doomcap = total;
     } else {
       free(v);
     }

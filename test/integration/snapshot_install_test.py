@@ -2,6 +2,7 @@
 leader's newest snapshot over the peer snapshot channel, installs it and
 catches up; leases and their keys come with it; it serves and keeps
 replicating afterwards, and recovers from the installed snapshot on restart."""
+import re
 import time
 
 from cluster_test import TIMING, cleanup, start_cluster, status, wait_leader
@@ -67,9 +68,9 @@ def test_lagging_follower_installs_snapshot_and_catches_up():
 
 def test_members_take_snapshots_at_different_points():
     """A member snapshots once the log since its last snapshot reaches half
-    the store's size times 1 + rank/members (rank by member id), so the
-    members, which apply the same log, do not all copy their stores at once:
-    the lowest id snapshots most often, the highest least."""
+    the store's size, or the store's size at its last snapshot, each times
+    1 + rank/members (rank by member id): the members, which apply the same
+    log, do not all copy their stores at the same points of it."""
     ms = start_cluster(extra=["--snapshot-count", "100"])
     try:
         leader = wait_leader(ms)
@@ -84,13 +85,21 @@ def test_members_take_snapshots_at_different_points():
         last = b"v%05d" % (total - 1) + b"x" * 100
         for m in ms:
             wait_value(m, "k%03d" % ((total - 1) % 500), last)
-        time.sleep(0.5)  # a snapshot started by the last puts is saved
         ids = [status(m)["header"][1] for m in ms]
-        saved = [m.logtext().count("snapshot saved") for m in ms]
-        by_rank = [saved[i] for i in sorted(range(len(ms)), key=lambda i: ids[i])]
-        print("  snapshots saved, lowest id first: %r" % by_rank)
-        assert by_rank[0] >= by_rank[1] >= by_rank[2], by_rank
-        assert by_rank[0] >= by_rank[2] + 2, by_rank
+        starts = [[int(x) for x in re.findall(r"snapshot started index=(\d+)", m.logtext())]
+                  for m in ms]
+        by_rank = [starts[i] for i in sorted(range(len(ms)), key=lambda i: ids[i])]
+        print("  snapshot indexes, lowest id first: %r" % by_rank)
+        # the first snapshots are small and fall in the same 500-put batch;
+        # past index 2500, at most half of the lowest ranked's snapshots are
+        # within 2% of an index where the highest ranked took one (their
+        # thresholds grow at different rates and cross now and then; the
+        # same rule for all gave equal indexes every time)
+        low = [a for a in by_rank[0] if a > 2500]
+        high = [b for b in by_rank[-1] if b > 2500]
+        assert len(low) >= 3 and len(high) >= 1, by_rank
+        near = [a for a in low if any(abs(a - b) <= a // 50 for b in high)]
+        assert len(near) <= len(low) // 2, (near, by_rank)
     finally:
         cleanup(ms)
 

@@ -35,7 +35,7 @@ struct fault {
   int syncs, pwrites, fallocs;
   int crash_at; /* crash at this fdatasync (1-based); 0 never */
   bool crashed;
-  int fail_pwrite, fail_sync, fail_falloc, fail_unlink; /* errno to return, sticky */
+  int fail_pwrite, fail_sync, fail_falloc, fail_unlink, fail_dirsync; /* errno, sticky */
   bool real_sync;
   int gate; /* -1: open; >= 0: fdatasyncs allowed before blocking */
   int waiting;
@@ -202,7 +202,9 @@ static int fo_mkdir(void *ctx, const char *path) {
 }
 static int fo_fsync_dir(void *ctx, const char *path) {
   struct fault *f = ctx;
-  return f->crashed ? -EIO : kt_wal_posix_fileops.fsync_dir(NULL, path);
+  return f->crashed        ? -EIO
+         : f->fail_dirsync ? -f->fail_dirsync
+                           : kt_wal_posix_fileops.fsync_dir(NULL, path);
 }
 static int fo_readdir(void *ctx, const char *path, void (*fn)(void *, const char *), void *arg) {
   (void)ctx;
@@ -1009,6 +1011,32 @@ TEST(purge_failure_leaves_a_log_that_opens) {
   CHECK(g.n > 0 && g.v[0].index > 1 && g.v[0].index <= 41);
   CHECK_EQ(g.v[g.n - 1].index, 60);
   free(g.v);
+  fault_free(&f);
+}
+
+/* The directory sync after the unlinks fails: the files are gone, nothing
+ * is left queued, the next purge reports it. */
+TEST(purge_dir_sync_failure_is_reported) {
+  const char *dir = kt_test_tmpdir();
+  struct fault f;
+  struct kt_wal_fileops ops;
+  fault_init(&f, &ops, 9);
+  struct kt_wal_opts o = {.segment_bytes = 1024, .first_index = 1, .ops = &ops};
+  struct kt_wal *w;
+  struct kt_err err = {0};
+  CHECK_EQ(open_with_60(dir, &o, &w), 0);
+  int before = count_files(dir, ".wal"), removed = 0, more = 0;
+  f.fail_dirsync = EIO;
+  CHECK_EQ(kt_wal_purge(w, 20, &removed, &err), 0);
+  CHECK_EQ(kt_wal_sync(w, &err), 0);
+  CHECK_EQ(count_files(dir, ".wal"), before - removed);
+  f.fail_dirsync = 0;
+  CHECK_EQ(kt_wal_purge(w, 40, &more, &err), KT_EIO);
+  CHECK(strstr(err.msg, "fsync directory"));
+  CHECK_EQ(kt_wal_sync(w, &err), 0);
+  CHECK_EQ(count_files(dir, ".wal"), before - removed - more);
+  CHECK_EQ(kt_wal_purge(w, 40, NULL, &err), 0); /* reported once */
+  kt_wal_close(w);
   fault_free(&f);
 }
 
