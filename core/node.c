@@ -991,20 +991,17 @@ static void snap_maybe_start(struct kt_node *n) {
   if (!n->snap_force) {
     if (!n->cfg.snapshot_count || n->applied_index - n->last_snap_index < n->cfg.snapshot_count)
       return;
-    /* A snapshot copies the whole store, so it also waits for enough log
-     * since the last one: half the store's size (writing snapshots then
-     * never costs more than twice the writes themselves), or the size of
-     * the store at the last snapshot (when a workload's entries are small
-     * next to what each revision holds in the store, the store grows about
-     * as fast as the log and the first rule alone might never be met). Both
-     * are scaled by 1 + rank/members, so the members, which apply the same
-     * log, do not all copy their stores at the same moment (3 members, 256
-     * clients: p99 9-10.7 -> 5.5-6.2 ms). Replay after a crash stays under
-     * two snapshots' worth of log. */
+    /* A snapshot copies the whole store, so it also waits until the log
+     * since the last one is half the store's size times 1 + rank/members
+     * (writing snapshots then costs at most 2x the writes; the members,
+     * which apply the same log, do not all copy their stores at the same
+     * moment: 3 members, 256 clients, p99 9-10.7 -> 5.5-6.2 ms), or, as a
+     * backstop, twice the store's size at the last snapshot: the store may
+     * grow about as fast as the log (no compaction, entries small next to
+     * what each revision holds), and then the first rule is never met. */
     uint64_t num = n->n_members + member_rank(n), den = KT_MAX(n->n_members, 1);
     uint64_t half = kt_mvcc_size_bytes(n->store) / 2 * num / den;
-    uint64_t last = n->snap_store_bytes * num / den;
-    if (n->log_bytes_since_snap < half && n->log_bytes_since_snap < last)
+    if (n->log_bytes_since_snap < half && n->log_bytes_since_snap < 2 * n->snap_store_bytes)
       return;
   }
   if (n->applied_index <= n->durable_snap_index) {

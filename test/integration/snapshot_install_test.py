@@ -68,9 +68,11 @@ def test_lagging_follower_installs_snapshot_and_catches_up():
 
 def test_members_take_snapshots_at_different_points():
     """A member snapshots once the log since its last snapshot reaches half
-    the store's size, or the store's size at its last snapshot, each times
-    1 + rank/members (rank by member id): the members, which apply the same
-    log, do not all copy their stores at the same points of it."""
+    the store's size times 1 + rank/members (rank by member id), or twice
+    the store's size at its last snapshot: the members, which apply the same
+    log, do not all copy their stores at the same points of it. (In this
+    workload the store grows about as fast as the log, so the two higher
+    ranked members both go by the second rule; the lowest by the first.)"""
     ms = start_cluster(extra=["--snapshot-count", "100"])
     try:
         leader = wait_leader(ms)
