@@ -43,6 +43,23 @@ def test_lagging_follower_installs_snapshot_and_catches_up():
                 for _ in range(500):
                     t, _, p = c.recv()
                     assert t == PUT, p
+        # the leader compacts its log behind a saved snapshot, keeping 100
+        # entries, in steps of >= 1024 entries: before the lag comes back it
+        # must have saved one past index 1200 (more puts until it has)
+        def newest_snapshot():
+            return max([int(x) for x in re.findall(r"snapshot saved .*index=(\d+)",
+                                                   leader.logtext())] + [0])
+        for batch in range(40):
+            if newest_snapshot() >= 1200:
+                break
+            for i in range(500):
+                c.send(PUT, {"key": b"pad%03d" % (i % 100), "value": b"x" * 100})
+            for _ in range(500):
+                t, _, p = c.recv()
+                assert t == PUT, p
+            time.sleep(0.05)
+        assert newest_snapshot() >= 1200, leader.logtext()[-3000:]
+        time.sleep(0.3)  # the compaction follows at the leader's next turns
         lag.start()
         wait_value(lag, "k299", b"v02999" + b"x" * 100)
         log = lag.logtext()
