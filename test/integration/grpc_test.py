@@ -50,9 +50,14 @@ class Env:
         self.members = [Member(name="n%d" % i, port=ports[i][0], peer_port=ports[i][1], wait=False,
                                extra=["--initial-cluster", ic, "--initial-cluster-token", "grpc-it"]
                                + TIMING + list(extra)) for i in range(3)]
-        for m in self.members:
-            m.wait_ready()
-        self.wait_leader()
+        try:
+            for m in self.members:
+                m.wait_ready()
+            self.wait_leader()
+        except Exception:
+            for m in self.members:  # no members left running behind a failed setup
+                m.kill9()
+            raise
         self.grpc_port = free_port()
         eps = ",".join(m.endpoint for m in self.members)
         self.bridge_log = open(os.path.join(self.tmp, "bridge.log"), "wb")

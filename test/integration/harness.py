@@ -25,12 +25,21 @@ BIN = os.path.abspath(BIN)
 HELLO, RANGE, PUT, DELETE, TXN, COMPACT, STATUS, ERROR = 0, 1, 2, 3, 4, 5, 6, 127
 
 
+_given_ports = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    """A port free now and never handed out before by this process (the
+    kernel may give a just-closed port again: two members of one cluster
+    once got the same peer port and never elected a leader)."""
+    while True:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+        s.close()
+        if p not in _given_ports:
+            _given_ports.add(p)
+            return p
 
 
 class Member:
