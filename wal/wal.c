@@ -225,7 +225,7 @@ struct kt_wal {
    * purge_err are under mu. */
   pthread_cond_t cv_purge;
   struct seg *doomed;
-  size_t ndoomed, doomcap;
+  size_t ndoomed;
   bool purge_kick; /* doomed has news: work through it */
   bool purging;    /* the thread is removing a list it took */
   int purge_code;
@@ -382,7 +382,7 @@ static void *purge_main(void *arg) {
     struct seg *v = w->doomed;
     size_t n = w->ndoomed;
     w->doomed = NULL;
-    w->ndoomed = w->doomcap = 0;
+    w->ndoomed = 0;
     w->purging = true;
     pthread_mutex_unlock(&w->mu);
     struct kt_err e = {0};
@@ -416,7 +416,7 @@ static void *purge_main(void *arg) {
         memcpy(v + left, w->doomed, w->ndoomed * sizeof *v);
       free(w->doomed);
       w->doomed = v;
-      w->ndoomed = w->doomcap = total;
+      w->ndoomed = total;
     } else {
       free(v);
     }
@@ -433,11 +433,8 @@ static void doom_oldest(struct kt_wal *w, size_t n) {
   if (!n)
     return;
   pthread_mutex_lock(&w->mu);
-  if (w->doomcap < w->ndoomed + n) {
-    w->doomcap = w->ndoomed + n;
-    w->doomed = realloc(w->doomed, w->doomcap * sizeof *w->doomed);
-    kt_assert(w->doomed);
-  }
+  w->doomed = realloc(w->doomed, (w->ndoomed + n) * sizeof *w->doomed); /* rare, short */
+  kt_assert(w->doomed);
   memcpy(w->doomed + w->ndoomed, w->segs, n * sizeof *w->segs);
   w->ndoomed += n;
   w->purge_kick = true;

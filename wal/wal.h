@@ -206,9 +206,9 @@ int kt_wal_flush(struct kt_wal *wal);
  * 0, or KT_EIO / KT_ENOSPACE (failed state; err names the file). */
 int kt_wal_poll(struct kt_wal *wal, uint64_t *durable_seq, struct kt_err *err);
 
-/* Blocking: flush and wait until every appended record is durable and every
- * segment handed to the purge thread is gone (tools,
- * tests, shutdown). Returns 0 or the failed state's code. */
+/* Blocking: flush and wait until every appended record is durable and the
+ * purge thread has worked through what it was handed (tools, tests,
+ * shutdown). Returns 0 or the failed state's code. */
 int kt_wal_sync(struct kt_wal *wal, struct kt_err *err);
 
 /* Highest sequence number handed out so far. */
@@ -225,8 +225,8 @@ size_t kt_wal_buffered_bytes(const struct kt_wal *wal);
  * the purge thread (a crash before it gets there leaves older records in
  * front, as reset's note says). *removed (may be NULL) receives how many
  * were handed over. Returns 0, or the error (KT_EIO, err names the file) of
- * an earlier removal that failed; that file and the ones after it in its
- * list stay on disk until the next open. */
+ * an earlier removal that failed; that file and the ones after it stay
+ * queued and are tried again, oldest first, when more are handed over. */
 int kt_wal_purge(struct kt_wal *wal, uint64_t index, int *removed, struct kt_err *err);
 
 /* Start afresh after a snapshot install: begin a new segment whose first
