@@ -6,8 +6,10 @@
 #   make fuzz F=wal_record SECONDS=60   run one libFuzzer target (clang)
 #   make sim-soak SEEDS=20000           the cluster simulation over more seeds
 #   make sim SEED=S                     replay one seed of it, with its trace
+#   make soak DURATION=600              real-process fault tests (kill, pause, partition)
+#                                       with varied seeds for that many seconds
 #   make deps       apt-get install the Debian packages that are missing
-#   make bench      ketch vs etcd, the standard suite (a few minutes) -> bench/
+#   make bench      ketch vs etcd, the standard suite (a few minutes), plaintext and TLS -> bench/
 # Out-of-tree builds: make O=/tmp/x puts objects, bin/ and lib/ under /tmp/x.
 
 O ?= build
@@ -21,7 +23,7 @@ endif
 
 CC ?= cc
 VERSION := 0.1.0
-PKGS := msgpack libsodium liblz4 yaml-0.1
+PKGS := msgpack libsodium liblz4 yaml-0.1 openssl
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wimplicit-fallthrough
 CFLAGS ?= -O2 -g
 ifeq ($(SAN),1)
@@ -34,15 +36,23 @@ LDLIBS := -lev $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 
 # Every .c in the server folders except program mains (*_main.c).
 SERVER_SRCS := $(filter-out %_main.c,$(wildcard core/*.c wal/*.c snap/*.c net/*.c))
-CLIENT_SRCS := $(filter-out client/example.c,$(wildcard client/*.c)) core/base.c net/proto.c
+CLIENT_SRCS := $(filter-out client/example.c,$(wildcard client/*.c)) core/base.c net/proto.c net/schema.c net/tls.c
 KETCH_MAIN := net/ketch_main.c
 KETCHCTL_SRCS := $(wildcard tools/ketchctl/*.c)
 KETCHUTL_SRCS := $(wildcard tools/ketchutl/*.c)
 BENCH_SRCS := $(wildcard tools/bench/*.c)
+# ketch-operator; its pure part (spec, records, the decision) is also linked
+# by its unit test and its fuzz target.
+OPERATOR_SRCS := $(wildcard tools/operator/*.c)
+OPERATOR_PURE_SRCS := tools/operator/spec.c tools/operator/record.c tools/operator/plan.c
 # The gRPC codec shared by ketch-bench's etcd target and the gRPC bridge: the
 # .proto files (etcd's wire contract) become C with protoc-c in the build.
 GRPC_SRCS := $(wildcard tools/grpc/*.c)
 BRIDGE_SRCS := $(wildcard tools/grpc-bridge/*.c)
+# etcd's backend schema to and from ketch snapshots (ketchutl migrate/export,
+# ketch-grpc's Snapshot), on snap/bbolt and the mvccpb/leasepb protos.
+ETCDDB_SRCS := $(wildcard tools/etcddb/*.c)
+ETCDDB_LIBS = $(shell pkg-config --libs libcrypto 2>/dev/null)
 PROTOS := $(wildcard tools/grpc/proto/*.proto)
 PROTO_C := $(patsubst tools/grpc/proto/%.proto,$(O)/gen/grpc/%.pb-c.c,$(PROTOS))
 GRPC_PKGS := libnghttp2 libprotobuf-c
@@ -71,13 +81,16 @@ endif
 ifneq ($(BRIDGE_SRCS),)
 BINS += $(BINDIR)/ketch-grpc
 endif
+ifneq ($(OPERATOR_SRCS),)
+BINS += $(BINDIR)/ketch-operator
+endif
 LIBS := $(LIBDIR)/libketch.a $(LIBDIR)/libketch.so $(LIBDIR)/ketch.pc
 UNIT_BINS := $(patsubst test/unit/%.c,$(O)/test/%,$(UNIT_TESTS))
 FUZZ_REPLAYS := $(patsubst test/fuzz/%_fuzz.c,$(O)/test/fuzz/%_replay,$(FUZZ_TARGETS))
 PERF_BINS := $(patsubst test/perf/%.c,$(O)/perf/%,$(PERF_SRCS))
 INTEG_BINS := $(patsubst test/integration/%.c,$(O)/test/integration/%,$(INTEG_SRCS))
 
-.PHONY: all deps run test asan fuzz perf sim sim-soak clean format format-check bench
+.PHONY: all deps run test asan fuzz perf sim sim-soak soak clean format format-check bench
 .SECONDARY:
 all: $(BINS) $(LIBS)
 
@@ -96,11 +109,11 @@ $(LIBDIR)/libketch.a: $(CLIENT_OBJS)
 $(LIBDIR)/libketch.so: $(CLIENT_OBJS) client/ketch.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,--version-script=client/ketch.map -o $@ $(CLIENT_OBJS) $(LDFLAGS) \
-	  $(shell pkg-config --libs msgpack libsodium 2>/dev/null)
+	  $(shell pkg-config --libs msgpack libsodium openssl 2>/dev/null) -lpthread
 
 $(LIBDIR)/ketch.pc: Makefile
 	@mkdir -p $(dir $@)
-	printf 'libdir=%s\nincludedir=%s\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(abspath $(LIBDIR))" "$(CURDIR)/client" > $@
+	printf 'libdir=%s\nincludedir=%s\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium openssl\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(abspath $(LIBDIR))" "$(CURDIR)/client" > $@
 
 $(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT)
 	@mkdir -p $(dir $@)
@@ -110,30 +123,39 @@ $(BINDIR)/ketchctl: $(call obj,$(KETCHCTL_SRCS)) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BINDIR)/ketch-operator: $(call obj,$(OPERATOR_SRCS)) $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(O)/gen/grpc/%.pb-c.c $(O)/gen/grpc/%.pb-c.h: tools/grpc/proto/%.proto
 	@mkdir -p $(dir $@)
 	protoc-c --proto_path=tools/grpc/proto --c_out=$(O)/gen/grpc $<
 
-$(call obj,$(BENCH_SRCS) $(BRIDGE_SRCS) $(GRPC_SRCS) $(PROTO_C)): ALL_CFLAGS += $(GRPC_CFLAGS)
-$(call obj,$(BENCH_SRCS) $(BRIDGE_SRCS) $(GRPC_SRCS)): $(PROTO_C:.c=.h)
+$(call obj,$(BENCH_SRCS) $(BRIDGE_SRCS) $(GRPC_SRCS) $(PROTO_C) $(ETCDDB_SRCS)): ALL_CFLAGS += $(GRPC_CFLAGS)
+$(call obj,$(BENCH_SRCS) $(BRIDGE_SRCS) $(GRPC_SRCS) $(ETCDDB_SRCS)): $(PROTO_C:.c=.h)
+ETCDDB_OBJS := $(call obj,$(ETCDDB_SRCS) $(O)/gen/grpc/kv.pb-c.c $(O)/gen/grpc/lease.pb-c.c)
 
 $(BINDIR)/ketch-bench: $(call obj,$(BENCH_SRCS) $(GRPC_SRCS) $(PROTO_C)) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS)
 
 # The gRPC bridge (etcd's v3 API in front of ketch), tools/grpc-bridge/.
-$(BINDIR)/ketch-grpc: $(call obj,$(BRIDGE_SRCS) tools/grpc/grpc_frame.c $(PROTO_C)) $(LIBDIR)/libketch.a
+$(BINDIR)/ketch-grpc: $(call obj,$(BRIDGE_SRCS) tools/grpc/grpc_frame.c net/tls_reload.c $(PROTO_C) $(ETCDDB_SRCS)) $(LIBKT) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS) $(ETCDDB_LIBS)
 
-$(BINDIR)/ketchutl: $(call obj,$(KETCHUTL_SRCS)) $(LIBKT)
+$(BINDIR)/ketchutl: $(call obj,$(KETCHUTL_SRCS)) $(ETCDDB_OBJS) $(LIBKT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS) $(ETCDDB_LIBS)
 
 # Unit tests: one binary per test/unit/*_test.c, with the tiny runner.
 $(O)/test/%_test: $(O)/obj/test/unit/%_test.o $(O)/obj/test/unit/test_main.o $(LIBKT) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The operator's decision, spec and record tests link its pure files.
+$(O)/test/operator_plan_test: $(call obj,$(OPERATOR_PURE_SRCS))
+$(O)/test/fuzz/operator_spec_replay: $(call obj,$(OPERATOR_PURE_SRCS))
 
 # Fuzz targets: replayed over their committed corpus in `make test`.
 $(O)/test/fuzz/%_replay: $(O)/obj/test/fuzz/%_fuzz.o $(O)/obj/test/fuzz/replay_main.o $(LIBKT) $(LIBDIR)/libketch.a
@@ -143,14 +165,34 @@ $(O)/test/fuzz/%_replay: $(O)/obj/test/fuzz/%_fuzz.o $(O)/obj/test/fuzz/replay_m
 # The bridge's request decoder needs the generated protos and protobuf-c.
 $(O)/obj/test/fuzz/grpc_bridge_fuzz.o: ALL_CFLAGS += $(GRPC_CFLAGS)
 $(O)/obj/test/fuzz/grpc_bridge_fuzz.o: $(PROTO_C:.c=.h) $(PROTO_C)
-$(O)/test/fuzz/grpc_bridge_replay: $(O)/obj/test/fuzz/grpc_bridge_fuzz.o $(O)/obj/test/fuzz/replay_main.o $(LIBDIR)/libketch.a
+$(O)/test/fuzz/grpc_bridge_replay: $(O)/obj/test/fuzz/grpc_bridge_fuzz.o $(O)/obj/test/fuzz/replay_main.o $(LIBKT) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS) $(ETCDDB_LIBS)
+
+# etcd's schema decoder over arbitrary bbolt bytes (tools/etcddb), with protobuf-c.
+$(O)/obj/test/fuzz/etcddb_fuzz.o: ALL_CFLAGS += $(GRPC_CFLAGS)
+$(O)/obj/test/fuzz/etcddb_fuzz.o: $(PROTO_C:.c=.h) $(PROTO_C)
+$(O)/test/fuzz/etcddb_replay: $(O)/obj/test/fuzz/etcddb_fuzz.o $(O)/obj/test/fuzz/replay_main.o $(LIBKT) $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS) $(ETCDDB_LIBS)
 
 # C clients that integration tests run (test/integration/*.c), on libketch.
 $(O)/test/integration/%: $(O)/obj/test/integration/%.o $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The linearizability checker over a history real clients recorded
+# (test/integration/fault_test.py).
+$(O)/test/linz_check: $(O)/obj/test/sim/linz_check.o $(LIBKT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Real-process fault tests for as long as asked (seconds), varied seeds, 3
+# and 5 members: make soak DURATION=3600 [SEED=S]
+DURATION ?= 600
+soak: deps all $(O)/test/linz_check
+	cd test/integration && KETCH_BIN=$(abspath $(BINDIR)) O=$(O) KT_FAULT_DURATION=$(DURATION) \
+	  KT_FAULT_SEED=$${SEED:-$$(date +%s)} /usr/bin/python3 fault_test.py
 
 # Micro-benchmarks of single modules (store apply rate, snapshot speed...).
 $(O)/perf/%_perf: $(O)/obj/test/perf/%_perf.o $(LIBKT)
@@ -176,6 +218,8 @@ deps:
 BENCH_WORKLOADS ?= put:1 put:16 put:64 put:256 put:64@10000 range-l:64 range-s:64 lease-keepalive:64 \
   watch-latency:100 watch:1000 lock:8
 BENCH_WORKLOADS_3 ?= put:64 put:256 put:64@5000 range-l:64 range-s:64 lease-keepalive:64 watch-latency:100 lock:8
+# Each of these over plaintext and over TLS, against the same servers (issue 15's figures).
+BENCH_WORKLOADS_TLS ?= put:64 put:256 range-l:64 range-l:256 range-s:64 range-s:256
 bench: deps all
 	@sh test/deps.sh bench
 	@mkdir -p bench
@@ -184,12 +228,14 @@ bench: deps all
 	  $(BENCH_WORKLOADS) > bench/table.md
 	$(BINDIR)/ketch-bench compare --members 3 --rounds 3 --run-seconds 2 --keys 100000 \
 	  --leases 100000 --out-dir bench/3members $(BENCH_WORKLOADS_3) >> bench/table.md
+	$(BINDIR)/ketch-bench compare --tls --rounds 3 --run-seconds 3 --keys 100000 \
+	  --out-dir bench/tls $(BENCH_WORKLOADS_TLS) >> bench/table.md
 	@cat bench/table.md
 	gnuplot -e "datafile='bench/results.dat'; outfile='bench/throughput.svg'; \
 	  subtitle='$$(nproc) cores, $$(date -u +%Y-%m-%d)'" tools/bench/plot.gp
 
 test: deps
-	$(MAKE) all $(UNIT_BINS) $(FUZZ_REPLAYS) $(INTEG_BINS)
+	$(MAKE) all $(UNIT_BINS) $(FUZZ_REPLAYS) $(INTEG_BINS) $(O)/test/linz_check
 	@O=$(O) BINDIR=$(BINDIR) sh test/run.sh
 
 asan:
@@ -206,7 +252,8 @@ fuzz: deps
 	$(MAKE) $(PROTO_C)
 	clang -std=c11 -D_GNU_SOURCE -DKT_VERSION='"$(VERSION)"' -g -O1 -fsanitize=fuzzer,address,undefined $(shell pkg-config --cflags $(PKGS)) $(GRPC_CFLAGS) \
 	  test/fuzz/$(F)_fuzz.c $(filter-out %_main.c,$(SERVER_SRCS)) $(filter-out client/example.c,$(wildcard client/*.c)) \
-	  -o build/fuzz/$(F) $(LDLIBS) $(GRPC_LIBS)
+	  $(OPERATOR_PURE_SRCS) \
+	  -o build/fuzz/$(F) $(LDLIBS) $(GRPC_LIBS) $(ETCDDB_LIBS)
 	mkdir -p build/fuzz/$(F)-corpus
 	build/fuzz/$(F) -max_total_time=$(SECONDS) build/fuzz/$(F)-corpus test/fuzz/corpus/$(F)
 

@@ -37,6 +37,7 @@
 
 #include "../core/base.h"
 #include "../net/proto.h"
+#include "../net/tls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,19 +61,28 @@
 #define BACKOFF_MIN_MS 20
 #define BACKOFF_MAX_MS 1000
 
-enum { ST_IDLE, ST_BACKOFF, ST_CONNECTING, ST_HELLO, ST_READY };
+/* ST_TLS: the TLS handshake of an https:// endpoint, between connect and
+ * HELLO. ST_AUTH: the connection's AUTHENTICATE is in flight (after HELLO
+ * when the handle has credentials, or again when the member asked for it);
+ * requests wait unsent, as while connecting. */
+enum { ST_IDLE, ST_BACKOFF, ST_CONNECTING, ST_TLS, ST_HELLO, ST_AUTH, ST_READY };
+#define AUTH_ID 1 /* the request id of the connection's AUTHENTICATE */
+#define AUTH_TOKEN_MAX 1024
+#define AUTH_OLD_TRIES 3 /* EAUTHOLDREVISION: a request is sent again this often */
 
 struct endpoint {
   char *host, *port;
   char name[320]; /* "host:port" */
+  int scheme;     /* 0 none, 1 http://, 2 https:// */
 };
 
 struct slot {
   uint64_t id; /* 0 = free */
   uint8_t type;
   bool is_read, keep, queued;
-  bool doomed; /* a sent write on a lost connection: completes EUNKNOWN */
-  bool stream; /* SNAPSHOT: cb runs per frame until the last one */
+  bool doomed;                   /* a sent write on a lost connection: completes EUNKNOWN */
+  bool stream;                   /* SNAPSHOT: cb runs per frame until the last one */
+  uint8_t auth_tries, old_tries; /* sent again after an auth answer (auth_retry) */
   ketch_cb cb;
   void *arg;
   int64_t deadline_ms;
@@ -146,7 +156,11 @@ struct ketch_client {
   uint32_t max_outstanding;
 
   /* connection */
-  int fd, state;
+  struct kt_io io; /* the socket (io.fd, -1 when none), plain TCP or TLS */
+  int state;
+  struct kt_tls_ctx *tls; /* NULL: no endpoint uses TLS */
+  bool tls_default;       /* endpoints without a scheme use TLS */
+  char *server_name, *identity;
   struct addrinfo *ai_list, *ai_cur;
   int64_t conn_deadline_ms, backoff_until_ms;
   int backoff_ms;
@@ -177,6 +191,16 @@ struct ketch_client {
   size_t n_kas, cap_kas;
   int64_t ka_next_ms;    /* earliest next_ms of an idle live entry */
   int64_t watch_next_ms; /* earliest watch retry / cancel deadline */
+
+  /* credentials (NULL: none); the token the last AUTHENTICATE answered;
+   * token_only: a token given without a user (ketch_options.token) */
+  char *user, *password;
+  char token[AUTH_TOKEN_MAX];
+  bool token_only;
+  char *pend_user, *pend_password; /* ketch_authenticate_async in flight */
+  bool auth_with_token, auth_again;
+  int auth_err; /* the last authentication's outcome; -1 while in flight */
+  char auth_msg[200];
 
   char errmsg[512];
   char round_err[1024]; /* why each endpoint failed in this round */
@@ -237,10 +261,11 @@ static int parse_endpoint(const char *s, size_t n, struct endpoint *ep, char *wh
     s++, n--;
   while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
     n--;
+  ep->scheme = 0;
   if (n >= 7 && strncmp(s, "http://", 7) == 0)
-    s += 7, n -= 7;
+    s += 7, n -= 7, ep->scheme = 1;
   else if (n >= 8 && strncmp(s, "https://", 8) == 0)
-    s += 8, n -= 8;
+    s += 8, n -= 8, ep->scheme = 2;
   while (n && s[n - 1] == '/')
     n--;
   if (n == 0 || n >= sizeof buf) {
@@ -471,6 +496,60 @@ static void lease_out(struct kt_arena *a, ketch_lease_result *o, const struct kt
 
 /* Builds the public result of resp (or of an error when err != 0) in arena a.
  * copy: duplicate every byte string (the result outlives the input buffer). */
+static const char *const *names_out(struct kt_arena *a, const struct kt_bytes *v, uint32_t n) {
+  if (!n)
+    return NULL;
+  const char **o = kt_arena_alloc(a, sizeof *o * n);
+  for (uint32_t i = 0; i < n; i++)
+    o[i] = dup_str(a, v[i].p, v[i].n);
+  return o;
+}
+
+static void auth_out(struct kt_arena *a, ketch_auth_result *o, const struct kt_auth_resp *r) {
+  o->token = r->token.n ? dup_str(a, r->token.p, r->token.n) : NULL;
+  o->enabled = r->enabled;
+  o->auth_revision = r->auth_revision;
+  o->users = names_out(a, r->users, r->n_users);
+  o->n_users = r->n_users;
+  o->roles = names_out(a, r->roles, r->n_roles);
+  o->n_roles = r->n_roles;
+  if (r->n_perms) {
+    ketch_auth_perm *p = kt_arena_alloc(a, sizeof *p * r->n_perms);
+    for (uint32_t i = 0; i < r->n_perms; i++) {
+      const struct kt_auth_perm *x = &r->perms[i];
+      p[i] = (ketch_auth_perm){x->type, dup_str(a, x->key.p, x->key.n), x->key.n,
+                               dup_str(a, x->range_end.p, x->range_end.n), x->range_end.n};
+    }
+    o->perms = p;
+    o->n_perms = r->n_perms;
+  }
+}
+
+static const char *const *dup_names(struct kt_arena *a, const char *const *v, size_t n) {
+  if (!n)
+    return NULL;
+  const char **o = kt_arena_alloc(a, sizeof *o * n);
+  for (size_t i = 0; i < n; i++)
+    o[i] = dup_str(a, v[i], strlen(v[i]));
+  return o;
+}
+
+static void auth_dup(struct kt_arena *a, ketch_auth_result *o, const ketch_auth_result *r) {
+  *o = *r;
+  o->token = r->token ? dup_str(a, r->token, strlen(r->token)) : NULL;
+  o->users = dup_names(a, r->users, r->n_users);
+  o->roles = dup_names(a, r->roles, r->n_roles);
+  if (r->n_perms) {
+    ketch_auth_perm *p = kt_arena_alloc(a, sizeof *p * r->n_perms);
+    for (size_t i = 0; i < r->n_perms; i++) {
+      p[i] = r->perms[i];
+      p[i].key = dup_str(a, r->perms[i].key, r->perms[i].key_len);
+      p[i].range_end = dup_str(a, r->perms[i].range_end, r->perms[i].range_end_len);
+    }
+    o->perms = p;
+  }
+}
+
 static void result_build(struct kt_arena *a, ketch_result *res, uint8_t type, int err,
                          const char *msg, size_t msg_len, const struct kt_resp *resp, bool copy) {
   memset(res, 0, sizeof *res);
@@ -485,6 +564,8 @@ static void result_build(struct kt_arena *a, ketch_result *res, uint8_t type, in
   res->header.raft_term = resp->header.raft_term;
   if (type >= KETCH_OP_LEASE_GRANT && type <= KETCH_OP_LEASE_LEASES) {
     lease_out(a, &res->lease, &resp->u.lease);
+  } else if (type >= KETCH_OP_AUTH_ENABLE && type <= KETCH_OP_ROLE_REVOKE_PERMISSION) {
+    auth_out(a, &res->auth, &resp->u.auth);
   } else if (type == KETCH_OP_ALARM && resp->u.alarm.n_alarms) {
     uint32_t n = resp->u.alarm.n_alarms;
     ketch_alarm_member *v = kt_arena_alloc(a, sizeof *v * n);
@@ -615,6 +696,8 @@ ketch_result *ketch_result_dup(const ketch_result *res) {
         res->alarm.n_alarms
             ? kt_arena_dup(a, res->alarm.alarms, sizeof *res->alarm.alarms * res->alarm.n_alarms)
             : NULL;
+  } else if (res->type >= KETCH_OP_AUTH_ENABLE && res->type <= KETCH_OP_ROLE_REVOKE_PERMISSION) {
+    auth_dup(a, &d->auth, &res->auth);
   } else if (res->type == KETCH_OP_HASH_KV) {
     d->hash_kv = res->hash_kv;
   } else if (res->type == KETCH_OP_SNAPSHOT) {
@@ -692,6 +775,8 @@ void ketch_result_free(ketch_result *res) {
 
 /* Completes a pending slot: unlinks it, frees it, runs its callback with the
  * result of resp (err == 0) or with err and msg. */
+static void auth_async_done(ketch_client *c, int err, const struct kt_resp *resp);
+
 static void complete(ketch_client *c, struct slot *s, int err, const char *msg, size_t msg_len,
                      const struct kt_resp *resp) {
   ketch_cb cb = s->cb;
@@ -705,6 +790,8 @@ static void complete(ketch_client *c, struct slot *s, int err, const char *msg, 
   }
   pend_unlink(c, s);
   slot_free(c, s);
+  if (type == KT_MSG_AUTHENTICATE)
+    auth_async_done(c, err, resp);
   if (!msg) {
     msg = kt_strerror(err);
     msg_len = strlen(msg);
@@ -878,6 +965,9 @@ static int op_in(struct kt_arena *a, struct kt_request_op *o, const ketch_op *op
 
 static void conn_start(ketch_client *c);
 static void queue_unsent(ketch_client *c);
+static void auth_start(ketch_client *c);
+static void complete(ketch_client *c, struct slot *s, int err, const char *msg, size_t msg_len,
+                     const struct kt_resp *resp);
 static void watches_conn_lost(ketch_client *c);
 static void watches_ready(ketch_client *c);
 static bool watch_on_frame(ketch_client *c, const struct kt_resp *r);
@@ -892,9 +982,7 @@ static void queue_slot(ketch_client *c, struct slot *s) {
 }
 
 static void conn_close_fd(ketch_client *c) {
-  if (c->fd >= 0)
-    close(c->fd);
-  c->fd = -1;
+  kt_io_close(&c->io);
   kt_buf_reset(&c->out);
   kt_buf_reset(&c->in);
   c->out_base = 0;
@@ -1005,7 +1093,7 @@ static void conn_start(ketch_client *c) {
       continue;
     }
     set_nodelay(fd);
-    c->fd = fd;
+    kt_io_init_plain(&c->io, fd);
     c->state = ST_CONNECTING;
     c->conn_deadline_ms = now_ms() + c->dial_timeout_ms;
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
@@ -1018,6 +1106,39 @@ static void conn_start(ketch_client *c) {
   }
 }
 
+static bool ep_tls(const ketch_client *c, const struct endpoint *ep) {
+  return ep->scheme == 2 || (ep->scheme == 0 && c->tls_default);
+}
+
+static void conn_connected(ketch_client *c);
+
+/* The socket is connected to a TLS endpoint: start the handshake. */
+static void tls_start(ketch_client *c) {
+  struct kt_err e = {0};
+  int fd = c->io.fd;
+  const char *name = c->server_name ? c->server_name : c->eps[c->ep_idx].host;
+  if (kt_io_init_tls(&c->io, fd, c->tls, name, &e)) {
+    kt_io_init_plain(&c->io, fd); /* conn_fail closes it */
+    conn_fail(c, e.msg);
+    return;
+  }
+  c->state = ST_TLS;
+}
+
+static void tls_step(ketch_client *c) {
+  struct kt_err e = {0};
+  int r = kt_io_handshake(&c->io, &e);
+  if (r == KT_IO_AGAIN)
+    return;
+  if (r == 1) {
+    conn_connected(c);
+    return;
+  }
+  char why[300];
+  snprintf(why, sizeof why, "TLS: %s", e.msg);
+  conn_fail(c, why);
+}
+
 static void conn_connected(ketch_client *c) {
   c->state = ST_HELLO;
   struct kt_req req;
@@ -1028,6 +1149,10 @@ static void conn_connected(ketch_client *c) {
   static const char name[] = "libketch/" KETCH_VERSION;
   req.u.hello.client.p = (const uint8_t *)name;
   req.u.hello.client.n = sizeof name - 1;
+  if (c->identity) {
+    req.u.hello.identity.p = (const uint8_t *)c->identity;
+    req.u.hello.identity.n = (uint32_t)strlen(c->identity);
+  }
   kt_buf_reset(&c->out);
   kt_proto_encode_req(&c->out, &req);
 }
@@ -1036,6 +1161,140 @@ static void queue_unsent(ketch_client *c) {
   for (struct slot *s = c->pend_head; s; s = s->next)
     if (!s->queued && !s->doomed)
       queue_slot(c, s);
+}
+
+static void conn_ready(ketch_client *c) {
+  c->state = ST_READY;
+  c->fails_in_round = 0;
+  c->backoff_ms = BACKOFF_MIN_MS;
+  queue_unsent(c);
+  watches_ready(c);
+}
+
+/* ---- authentication (ketch_options.user) ----
+ * A connection authenticates after HELLO (ST_AUTH), with the last token if
+ * there is one (EINVALIDTOKEN: once more with the password), and again when
+ * an answer says its user is no longer valid (auth_retry). Only one
+ * AUTHENTICATE is in flight; requests wait unsent meanwhile. */
+
+static void auth_send(ketch_client *c, bool with_token) {
+  struct kt_req req;
+  memset(&req, 0, sizeof req);
+  req.type = KT_MSG_AUTHENTICATE;
+  req.id = AUTH_ID;
+  if (with_token) {
+    req.u.auth.token = (struct kt_bytes){(const uint8_t *)c->token, (uint32_t)strlen(c->token)};
+  } else {
+    req.u.auth.name = (struct kt_bytes){(const uint8_t *)c->user, (uint32_t)strlen(c->user)};
+    if (c->password)
+      req.u.auth.password =
+          (struct kt_bytes){(const uint8_t *)c->password, (uint32_t)strlen(c->password)};
+  }
+  c->auth_with_token = with_token;
+  kt_proto_encode_req(&c->out, &req);
+}
+
+static void auth_start(ketch_client *c) {
+  c->state = ST_AUTH;
+  c->auth_again = false;
+  c->auth_err = -1;
+  c->conn_deadline_ms = now_ms() + KT_MAX(c->dial_timeout_ms, c->request_timeout_ms);
+  auth_send(c, c->token[0] != 0);
+}
+
+/* Authentication was refused: requests waiting for it complete with the
+ * refusal; the connection carries on unauthenticated (a later request that
+ * the member refuses for that tries once more). */
+static void auth_refused(ketch_client *c, int code, const char *msg) {
+  c->auth_err = code;
+  snprintf(c->auth_msg, sizeof c->auth_msg, "%s", msg);
+  set_errmsg(c, "%s", msg);
+  c->state = ST_READY; /* what callbacks submit goes out */
+  c->fails_in_round = 0;
+  struct slot *next;
+  for (struct slot *s = c->pend_head; s; s = next) {
+    next = s->next; /* callbacks only append */
+    if (!s->queued && !s->doomed)
+      complete(c, s, code, msg, strlen(msg), NULL);
+  }
+  queue_unsent(c);
+  watches_ready(c);
+}
+
+static void on_auth(ketch_client *c, const struct kt_resp *r) {
+  if (c->state != ST_AUTH)
+    return;
+  if (r->type == KT_MSG_AUTHENTICATE) {
+    size_t n = r->u.auth.token.n < sizeof c->token ? r->u.auth.token.n : 0;
+    memcpy(c->token, r->u.auth.token.p, n);
+    c->token[n] = 0;
+    if (c->auth_again) {
+      auth_start(c); /* ketch_authenticate changed the credentials meanwhile */
+      return;
+    }
+    c->auth_err = 0;
+    conn_ready(c);
+    return;
+  }
+  if (r->type != KT_MSG_ERROR) {
+    conn_fail(c, "protocol error: expected an AUTHENTICATE response");
+    return;
+  }
+  int code = (int)r->u.error.code;
+  if (c->auth_again) {
+    auth_start(c);
+    return;
+  }
+  if (code == KETCH_EINVALIDTOKEN && c->auth_with_token && c->user) {
+    c->token[0] = 0; /* expired, or issued by another member: the password */
+    auth_send(c, false);
+    return;
+  }
+  if (code == KETCH_EAUTHNOTENABLED) { /* nothing to do: carry on without */
+    c->auth_err = code;
+    snprintf(c->auth_msg, sizeof c->auth_msg, "%s", kt_strerror(code));
+    conn_ready(c);
+    return;
+  }
+  char msg[200];
+  snprintf(msg, sizeof msg, "%.*s", (int)KT_MIN(r->u.error.message.n, 190),
+           r->u.error.message.n ? (const char *)r->u.error.message.p : "");
+  if (!msg[0] || code <= 0 || code >= KT_ERR_MAX)
+    snprintf(msg, sizeof msg, "%s",
+             kt_strerror(code > 0 && code < KT_ERR_MAX ? code : KETCH_EPROTO));
+  if (code == KETCH_EBUSY || code == KETCH_ETIMEOUT || code == KETCH_ESTOPPED) {
+    char why[260];
+    snprintf(why, sizeof why, "authentication: %s", msg);
+    conn_fail(c, why); /* this member cannot check it now: another one */
+    return;
+  }
+  auth_refused(c, code > 0 && code < KT_ERR_MAX ? code : KETCH_EPROTO, msg);
+}
+
+/* An error answer that asks for the request to be sent again: after a new
+ * authentication (the connection's user is no longer valid, or auth was
+ * enabled since it opened), or at once (the auth store moved while a write
+ * was in flight; nothing was applied). True: s waits again, unsent. */
+static bool auth_retry(ketch_client *c, struct slot *s, int code) {
+  if (code == KETCH_EAUTHOLDREVISION) {
+    if (s->old_tries >= AUTH_OLD_TRIES)
+      return false;
+    s->old_tries++;
+    s->queued = false;
+    if (c->state == ST_READY)
+      queue_slot(c, s);
+    return true;
+  }
+  if (!c->user || s->auth_tries || /* a token alone cannot be renewed here */
+      !(code == KETCH_EINVALIDTOKEN || (code == KETCH_EUSEREMPTY && s->type != KT_MSG_USER_ADD)))
+    return false;
+  s->auth_tries++;
+  s->queued = false;
+  if (c->state == ST_READY) {
+    c->token[0] = 0; /* the connection's binding is gone: so is its token */
+    auth_start(c);
+  }
+  return true;
 }
 
 static void on_hello(ketch_client *c, const struct kt_resp *r) {
@@ -1063,11 +1322,10 @@ static void on_hello(ketch_client *c, const struct kt_resp *r) {
     c->max_request_bytes = r->u.hello.max_request_bytes;
   snprintf(c->server, sizeof c->server, "%.*s", (int)KT_MIN(r->u.hello.server.n, 60),
            (const char *)r->u.hello.server.p);
-  c->state = ST_READY;
-  c->fails_in_round = 0;
-  c->backoff_ms = BACKOFF_MIN_MS;
-  queue_unsent(c);
-  watches_ready(c);
+  if (c->user || c->token_only)
+    auth_start(c);
+  else
+    conn_ready(c);
 }
 
 /* Handles one response frame body. Returns false when the connection failed
@@ -1097,10 +1355,14 @@ static bool on_frame(ketch_client *c, const uint8_t *body, uint32_t len) {
   }
   if (c->state == ST_HELLO) {
     on_hello(c, &r);
-    return c->state == ST_READY;
+    return c->state == ST_AUTH || c->state == ST_READY;
   }
   if (r.id & WATCH_BIT)
     return watch_on_frame(c, &r);
+  if (r.id == AUTH_ID) {
+    on_auth(c, &r);
+    return c->state == ST_AUTH || c->state == ST_READY;
+  }
   if (r.id == 0) { /* connection-level error; the server closes next */
     if (r.type == KT_MSG_ERROR)
       set_errmsg(c, "server: %s: %.*s", kt_strerror((int)r.u.error.code), (int)r.u.error.message.n,
@@ -1126,6 +1388,8 @@ static bool on_frame(ketch_client *c, const uint8_t *body, uint32_t len) {
       m = kt_strerror(code);
       mn = strlen(m);
     }
+    if (auth_retry(c, s, code))
+      return true;
     complete(c, s, code, m, mn, NULL);
   } else if (s->stream && r.type == s->type && r.u.snapshot.remaining_bytes > 0) {
     stream_piece(c, s, &r); /* more frames follow: the slot stays */
@@ -1142,18 +1406,17 @@ static bool on_frame(ketch_client *c, const uint8_t *body, uint32_t len) {
 
 static void do_write(ketch_client *c) {
   while (c->out.len) {
-    ssize_t n = send(c->fd, c->out.p, c->out.len, MSG_NOSIGNAL);
+    struct kt_err e = {0};
+    ssize_t n = kt_io_write(&c->io, c->out.p, c->out.len, &e);
     if (n > 0) {
       kt_buf_consume(&c->out, (size_t)n);
       c->out_base += (uint64_t)n;
       continue;
     }
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    if (n == KT_IO_AGAIN)
       return;
-    char why[200];
-    snprintf(why, sizeof why, "send: %s", n < 0 ? strerror(errno) : "wrote nothing");
+    char why[300];
+    snprintf(why, sizeof why, "send: %s", e.msg);
     conn_fail(c, why);
     return;
   }
@@ -1163,14 +1426,13 @@ static void do_read(ketch_client *c) {
   for (int rounds = 0; rounds < 64; rounds++) {
     kt_buf_reserve(&c->in, READ_CHUNK);
     size_t want = c->in.cap - c->in.len;
-    ssize_t n = recv(c->fd, c->in.p + c->in.len, want, 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    struct kt_err e = {0};
+    ssize_t n = kt_io_read(&c->io, c->in.p + c->in.len, want, &e);
+    if (n == KT_IO_AGAIN)
       return;
     if (n <= 0) {
-      char why[200];
-      snprintf(why, sizeof why, "%s", n == 0 ? "connection closed by server" : strerror(errno));
+      char why[300];
+      snprintf(why, sizeof why, "%s", n == 0 ? "connection closed by server" : e.msg);
       conn_fail(c, why);
       return;
     }
@@ -1193,20 +1455,27 @@ static void do_read(ketch_client *c) {
         return; /* the connection (and `in`) was reset */
     }
     kt_buf_consume(&c->in, pos);
-    if ((size_t)n < want)
-      return; /* drained */
+    if (kt_io_is_tls(&c->io) ? !kt_io_pending(&c->io) : (size_t)n < want)
+      return; /* drained (TLS: one record per read; what it read ahead is pending) */
   }
 }
 
 static void expire(ketch_client *c, int64_t now) {
-  if ((c->state == ST_CONNECTING || c->state == ST_HELLO) && now >= c->conn_deadline_ms)
-    conn_fail(c, c->state == ST_CONNECTING ? "dial timeout" : "handshake timeout");
+  if ((c->state == ST_CONNECTING || c->state == ST_TLS || c->state == ST_HELLO ||
+       c->state == ST_AUTH) &&
+      now >= c->conn_deadline_ms)
+    conn_fail(c, c->state == ST_CONNECTING ? "dial timeout"
+                 : c->state == ST_TLS      ? "TLS handshake timeout"
+                 : c->state == ST_HELLO    ? "handshake timeout"
+                                           : "authentication timed out");
   while (c->pend_head && c->pend_head->deadline_ms <= now) {
     struct slot *s = c->pend_head;
-    if (c->state == ST_READY || s->queued) {
+    if (c->state == ST_READY || c->state == ST_AUTH || s->queued) {
       char msg[200];
       snprintf(msg, sizeof msg, "request timed out after %d ms%s", c->request_timeout_ms,
-               s->queued && !s->is_read ? " (outcome unknown)" : "");
+               s->queued && !s->is_read ? " (outcome unknown)"
+               : c->state == ST_AUTH    ? " (waiting for authentication)"
+                                        : "");
       complete(c, s, KETCH_ETIMEOUT, msg, strlen(msg), NULL);
     } else {
       char msg[1200];
@@ -1229,30 +1498,34 @@ static void process(ketch_client *c) {
       conn_start(c);
   }
   if (c->state == ST_CONNECTING) {
-    struct pollfd p = {c->fd, POLLOUT, 0};
+    struct pollfd p = {c->io.fd, POLLOUT, 0};
     if (poll(&p, 1, 0) > 0) {
       int soerr = 0;
       socklen_t sl = sizeof soerr;
-      if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
+      if (getsockopt(c->io.fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
         soerr = errno;
       if (soerr) {
         char why[200];
         snprintf(why, sizeof why, "connect: %s", strerror(soerr));
         conn_fail(c, why);
+      } else if (ep_tls(c, &c->eps[c->ep_idx])) {
+        tls_start(c);
       } else {
         conn_connected(c);
       }
     }
   }
+  if (c->state == ST_TLS)
+    tls_step(c);
   /* Read before writing: a connection the server closed while we were idle
    * is noticed before a write is put on it (that write then goes to the
    * next endpoint instead of completing EUNKNOWN). */
-  if (c->state == ST_HELLO || c->state == ST_READY)
+  if (c->state == ST_HELLO || c->state == ST_AUTH || c->state == ST_READY)
     do_read(c);
   timers(c, now_ms()); /* keep-alive renewals, watch retries and cancels */
   if (c->state == ST_IDLE && wants_conn(c))
     conn_start(c);
-  if (c->state == ST_HELLO || c->state == ST_READY)
+  if (c->state == ST_HELLO || c->state == ST_AUTH || c->state == ST_READY)
     do_write(c); /* including frames queued by callbacks */
   expire(c, now_ms());
   deliver_finals(c);
@@ -1265,26 +1538,36 @@ int ketch_process(ketch_client *c) {
   return c->state == ST_BACKOFF || (c->state == ST_IDLE && wants_conn(c)) ? KETCH_EUNAVAILABLE : 0;
 }
 
-int ketch_fd(const ketch_client *c) { return c->state >= ST_CONNECTING ? c->fd : -1; }
+int ketch_fd(const ketch_client *c) { return c->state >= ST_CONNECTING ? c->io.fd : -1; }
 
 short ketch_events(const ketch_client *c) {
+  int ev;
   switch (c->state) {
   case ST_CONNECTING:
     return POLLOUT;
+  case ST_TLS:
+    ev = kt_io_events(&c->io, true, true); /* what the handshake waits for */
+    break;
   case ST_HELLO:
+  case ST_AUTH:
   case ST_READY:
-    return (short)(POLLIN | (c->out.len ? POLLOUT : 0));
+    ev = kt_io_events(&c->io, true, c->out.len > 0);
+    break;
   default:
     return 0;
   }
+  return (short)((ev & KT_IO_READ ? POLLIN : 0) | (ev & KT_IO_WRITE ? POLLOUT : 0));
 }
 
 int ketch_timeout_ms(const ketch_client *c) {
   int64_t deadline = INT64_MAX;
   if (c->pend_head)
     deadline = c->pend_head->deadline_ms;
-  if (c->state == ST_CONNECTING || c->state == ST_HELLO)
+  if (c->state == ST_CONNECTING || c->state == ST_TLS || c->state == ST_HELLO ||
+      c->state == ST_AUTH)
     deadline = KT_MIN(deadline, c->conn_deadline_ms);
+  if (c->state >= ST_HELLO && kt_io_pending(&c->io))
+    return 0; /* TLS read ahead: process again before sleeping */
   if (c->state == ST_BACKOFF)
     deadline = KT_MIN(deadline, c->backoff_until_ms);
   deadline = KT_MIN(deadline, timers_next_ms(c));
@@ -1365,6 +1648,7 @@ static int submit(ketch_client *c, struct kt_req *req, bool is_read, bool keep, 
   s->cb = cb;
   s->arg = arg;
   s->queued = false;
+  s->auth_tries = s->old_tries = 0;
   s->stream = req->type == KT_MSG_SNAPSHOT;
   s->deadline_ms = now_ms() + c->request_timeout_ms;
   s->next = NULL;
@@ -2274,7 +2558,58 @@ int ketch_lease_leases(ketch_client *c, ketch_result **out) {
 
 /* ---- open / close ---- */
 
+static void str_wipe(char **p) {
+  if (*p)
+    sodium_memzero(*p, strlen(*p));
+  free(*p);
+  *p = NULL;
+}
+
+static void creds_free(ketch_client *c) {
+  str_wipe(&c->user);
+  str_wipe(&c->password);
+  sodium_memzero(c->token, sizeof c->token);
+  c->token_only = false;
+}
+
+/* 0, or KETCH_ENOMEM / KETCH_EINVAL (a name the member would refuse). */
+static int creds_set(ketch_client *c, const char *user, const char *password) {
+  creds_free(c);
+  if (!user)
+    return 0;
+  if (!*user || strlen(user) > 256 || (password && strlen(password) > 1024)) {
+    set_errmsg(c, "%s", !*user ? "user name is empty" : "user name or password too long");
+    return KETCH_EINVAL;
+  }
+  c->user = strdup(user);
+  c->password = password ? strdup(password) : NULL;
+  if (!c->user || (password && !c->password)) {
+    creds_free(c);
+    return KETCH_ENOMEM;
+  }
+  return 0;
+}
+
+/* ketch_authenticate_async ended: on success the handle is that user from
+ * now on (its connections authenticate with the token, then the password). */
+static void auth_async_done(ketch_client *c, int err, const struct kt_resp *resp) {
+  if (!err && resp && c->pend_user) {
+    creds_free(c);
+    c->user = c->pend_user;
+    c->password = c->pend_password;
+    c->pend_user = c->pend_password = NULL;
+    size_t n = resp->u.auth.token.n < sizeof c->token ? resp->u.auth.token.n : 0;
+    memcpy(c->token, resp->u.auth.token.p, n);
+    c->token[n] = 0;
+    c->auth_err = 0;
+  }
+  str_wipe(&c->pend_user);
+  str_wipe(&c->pend_password);
+}
+
 static void free_client(ketch_client *c) {
+  str_wipe(&c->pend_user);
+  str_wipe(&c->pend_password);
   for (size_t i = 0; i < c->n_eps; i++) {
     free(c->eps[i].host);
     free(c->eps[i].port);
@@ -2284,10 +2619,13 @@ static void free_client(ketch_client *c) {
     for (uint32_t i = 0; i < c->max_outstanding; i++)
       kt_buf_free(&c->slots[i].frame);
   free(c->slots);
-  if (c->fd >= 0)
-    close(c->fd);
+  kt_io_close(&c->io);
+  kt_tls_ctx_free(c->tls);
+  free(c->server_name);
+  free(c->identity);
   if (c->ai_list)
     freeaddrinfo(c->ai_list);
+  creds_free(c);
   kt_buf_free(&c->out);
   kt_buf_free(&c->in);
   kt_arena_free(&c->enc_arena);
@@ -2324,6 +2662,9 @@ int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *o
     if (opts->max_outstanding)
       o.max_outstanding = opts->max_outstanding;
     o.nonblocking_open = opts->nonblocking_open;
+    o.user = opts->user;
+    o.password = opts->password;
+    o.token = opts->token;
   }
   if (!endpoints || !*endpoints) {
     copy_msg(errmsg, errmsg_len, "no endpoints given");
@@ -2332,7 +2673,7 @@ int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *o
   ketch_client *c = calloc(1, sizeof *c);
   if (!c)
     return KETCH_ENOMEM;
-  c->fd = -1;
+  kt_io_init_plain(&c->io, -1);
   c->state = ST_IDLE;
   c->dial_timeout_ms = o.dial_timeout_ms;
   c->request_timeout_ms = o.request_timeout_ms;
@@ -2377,6 +2718,55 @@ int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *o
   }
   for (uint32_t i = c->max_outstanding; i > 0; i--)
     slot_free(c, &c->slots[i - 1]);
+  if (opts) {
+    c->tls_default = opts->tls || opts->ca_file || opts->cert_file || opts->key_file;
+    bool any = false;
+    for (size_t i = 0; i < c->n_eps; i++)
+      any |= ep_tls(c, &c->eps[i]);
+    if (opts->server_name && *opts->server_name)
+      c->server_name = strdup(opts->server_name);
+    if (opts->identity && *opts->identity)
+      c->identity = strdup(opts->identity);
+    if (any) {
+      struct kt_tls_config tc = {
+          .ca_file = opts->ca_file,
+          .cert_file = opts->cert_file,
+          .key_file = opts->key_file,
+          .skip_verify = opts->insecure_skip_verify,
+          .cert_flag = "--cert",
+          .key_flag = "--key",
+          .ca_flag = "--cacert",
+      };
+      struct kt_err e = {0};
+      if (kt_tls_ctx_new(&tc, &c->tls, &e)) {
+        copy_msg(errmsg, errmsg_len, e.msg);
+        free_client(c);
+        return KETCH_EINVAL;
+      }
+    }
+  } else {
+    for (size_t i = 0; i < c->n_eps; i++)
+      if (c->eps[i].scheme == 2) {
+        copy_msg(errmsg, errmsg_len, "an https:// endpoint needs options (ketch_options)");
+        free_client(c);
+        return KETCH_EINVAL;
+      }
+  }
+  int cerr = creds_set(c, o.user, o.password);
+  if (!cerr && !o.user && o.token && *o.token) {
+    if (strlen(o.token) >= sizeof c->token) {
+      set_errmsg(c, "%s", "token too long");
+      cerr = KETCH_EINVAL;
+    } else {
+      snprintf(c->token, sizeof c->token, "%s", o.token);
+      c->token_only = true;
+    }
+  }
+  if (cerr) {
+    copy_msg(errmsg, errmsg_len, cerr == KETCH_EINVAL ? c->errmsg : "out of memory");
+    free_client(c);
+    return cerr;
+  }
   if (!o.nonblocking_open) {
     conn_start(c);
     while (c->state != ST_READY && c->state != ST_BACKOFF) {
@@ -2391,6 +2781,12 @@ int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *o
       copy_msg(errmsg, errmsg_len, msg);
       free_client(c);
       return KETCH_EUNAVAILABLE;
+    }
+    if ((c->user || c->token_only) && c->auth_err > 0 && c->auth_err != KETCH_EAUTHNOTENABLED) {
+      int aerr = c->auth_err;
+      copy_msg(errmsg, errmsg_len, c->auth_msg);
+      free_client(c);
+      return aerr;
     }
   }
   *out = c;
@@ -2441,6 +2837,140 @@ static int alarm_req(ketch_client *c, struct kt_req *r, int action, uint64_t mem
   memset(r, 0, sizeof *r);
   r->type = KT_MSG_ALARM;
   r->u.alarm = (struct kt_alarm_req){(uint8_t)action, member_id, (uint8_t)alarm};
+  return 0;
+}
+
+/* ---- authentication and RBAC ---- */
+
+static struct kt_bytes cstr(const char *p) {
+  return (struct kt_bytes){(const uint8_t *)p, p ? (uint32_t)strlen(p) : 0};
+}
+
+static int auth_req(ketch_client *c, struct kt_req *r, int op, const ketch_auth_req *q) {
+  static const ketch_auth_req none;
+  if (!q)
+    q = &none;
+  memset(r, 0, sizeof *r);
+  if (op < KETCH_OP_AUTH_ENABLE || op > KETCH_OP_ROLE_REVOKE_PERMISSION ||
+      op == KETCH_OP_AUTHENTICATE || q->perm_type < KETCH_PERM_READ ||
+      q->perm_type > KETCH_PERM_READWRITE || (q->name && strlen(q->name) > 256) ||
+      (q->role && strlen(q->role) > 256) || (q->password && strlen(q->password) > 1024) ||
+      q->key_len > UINT32_MAX || q->range_end_len > UINT32_MAX || (q->key_len && !q->key) ||
+      (q->range_end_len && !q->range_end)) {
+    set_errmsg(c, "%s", "invalid auth request (see ketch.h for ketch_auth's fields)");
+    return KETCH_EINVAL;
+  }
+  r->type = (uint8_t)op;
+  struct kt_auth_req *a = &r->u.auth;
+  a->name = cstr(q->name);
+  a->password = cstr(q->password);
+  a->role = cstr(q->role);
+  a->no_password = q->no_password;
+  a->perm_type = (uint8_t)q->perm_type;
+  a->key = (struct kt_bytes){q->key, (uint32_t)q->key_len};
+  a->range_end = (struct kt_bytes){q->range_end, (uint32_t)q->range_end_len};
+  return 0;
+}
+
+static bool auth_op_reads(int op) {
+  return op == KETCH_OP_AUTH_STATUS || op == KETCH_OP_USER_GET || op == KETCH_OP_USER_LIST ||
+         op == KETCH_OP_ROLE_GET || op == KETCH_OP_ROLE_LIST;
+}
+
+int ketch_auth_async(ketch_client *c, int op, const ketch_auth_req *req, ketch_cb cb, void *arg) {
+  struct kt_req r;
+  int err = auth_req(c, &r, op, req);
+  return err ? err : submit(c, &r, auth_op_reads(op), false, cb, arg);
+}
+
+int ketch_auth(ketch_client *c, int op, const ketch_auth_req *req, ketch_result **out) {
+  SYNC_GUARD(c);
+  struct kt_req r;
+  struct waiter w = {0};
+  int err = auth_req(c, &r, op, req);
+  if (err) {
+    if (out)
+      *out = NULL;
+    return err;
+  }
+  return sync_finish(c, submit(c, &r, auth_op_reads(op), true, sync_cb, &w), &w, out);
+}
+
+int ketch_authenticate_async(ketch_client *c, const char *user, const char *password, ketch_cb cb,
+                             void *arg) {
+  if (!user || !*user || strlen(user) > 256 || (password && strlen(password) > 1024)) {
+    set_errmsg(c, "%s", "user name empty or too long, or password too long");
+    return KETCH_EINVAL;
+  }
+  if (c->pend_user)
+    return KETCH_EBUSY; /* one at a time */
+  struct kt_req r;
+  memset(&r, 0, sizeof r);
+  r.type = KT_MSG_AUTHENTICATE;
+  r.u.auth.name = cstr(user);
+  r.u.auth.password = cstr(password);
+  c->pend_user = strdup(user);
+  c->pend_password = password ? strdup(password) : NULL;
+  if (!c->pend_user || (password && !c->pend_password)) {
+    str_wipe(&c->pend_user);
+    str_wipe(&c->pend_password);
+    return KETCH_ENOMEM;
+  }
+  /* safe to send again on another member: it changes nothing there */
+  int err = submit(c, &r, true, false, cb, arg);
+  if (err) {
+    str_wipe(&c->pend_user);
+    str_wipe(&c->pend_password);
+  }
+  return err;
+}
+
+const char *ketch_token(const ketch_client *c) { return c->token[0] ? c->token : NULL; }
+
+void ketch_drop_password(ketch_client *c) {
+  if (!c->user || !c->token[0])
+    return;
+  str_wipe(&c->user);
+  str_wipe(&c->password);
+  c->token_only = true;
+}
+
+int ketch_authenticate(ketch_client *c, const char *user, const char *password) {
+  if (c->in_cb)
+    return KETCH_EINVAL;
+  if (!user) {
+    set_errmsg(c, "%s", "user name is empty");
+    return KETCH_EINVAL;
+  }
+  int err = creds_set(c, user, password);
+  if (err)
+    return err;
+  if (c->state == ST_READY)
+    auth_start(c);
+  else if (c->state == ST_AUTH)
+    c->auth_again = true;
+  else
+    c->auth_err = -1; /* the next connection authenticates */
+  int64_t end = now_ms() + c->dial_timeout_ms + c->request_timeout_ms;
+  process(c);
+  while (!(c->state == ST_READY && c->auth_err >= 0)) {
+    int64_t left = end - now_ms();
+    if (left <= 0) {
+      set_errmsg(c, "authentication did not finish in %d ms%s%s",
+                 c->dial_timeout_ms + c->request_timeout_ms, c->round_err[0] ? ": " : "",
+                 c->round_err);
+      return c->state == ST_AUTH ? KETCH_ETIMEOUT : KETCH_EUNAVAILABLE;
+    }
+    if (c->state == ST_IDLE)
+      conn_start(c);
+    else
+      wait_turn(c, (int)KT_MIN(left, INT32_MAX));
+  }
+  if (c->auth_err) {
+    set_errmsg(c, "%s", c->auth_msg);
+    return c->auth_err;
+  }
+  c->errmsg[0] = 0;
   return 0;
 }
 

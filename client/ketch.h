@@ -117,6 +117,22 @@ enum {
   KETCH_EMEMBERREMOVED = 34,    /* the member has been permanently removed */
   KETCH_ENOTENOUGHSTARTED = 35, /* re-configuration failed due to not enough started members */
   KETCH_ETOOMANYLEARNERS = 36,  /* too many learner members in cluster (one at a time) */
+  KETCH_EAUTHNOTENABLED = 37,   /* authentication is not enabled */
+  KETCH_EPERMDENIED = 38,       /* permission denied */
+  KETCH_EINVALIDTOKEN = 39,     /* invalid auth token (expired, or signed by another key) */
+  KETCH_EAUTHFAILED = 40,       /* authentication failed, invalid user ID or password */
+  KETCH_EUSEREMPTY = 41,        /* user name is empty */
+  KETCH_EUSEREXISTS = 42,       /* user name already exists */
+  KETCH_EUSERNOTFOUND = 43,     /* user name not found */
+  KETCH_EROLEEMPTY = 44,        /* role name is empty */
+  KETCH_EROLEEXISTS = 45,       /* role name already exists */
+  KETCH_EROLENOTFOUND = 46,     /* role name not found */
+  KETCH_EROOTUSERNOTEXIST = 47, /* root user does not exist */
+  KETCH_EROOTROLENOTEXIST = 48, /* root user does not have root role */
+  KETCH_EROLENOTGRANTED = 49,   /* role is not granted to the user */
+  KETCH_EPERMNOTGRANTED = 50,   /* permission is not granted to the role */
+  KETCH_EAUTHOLDREVISION = 51,  /* revision of auth store is old (retry) */
+  KETCH_EINVALIDAUTHMGMT = 52,  /* invalid auth management (e.g. deleting root) */
 };
 
 /* The message of a code ("mvcc: required revision has been compacted");
@@ -154,7 +170,28 @@ enum {
   KETCH_OP_DEFRAGMENT = 45,
   KETCH_OP_HASH_KV = 46,
   KETCH_OP_SNAPSHOT = 47, /* a piece of a snapshot stream (ketch_snapshot_result) */
+  /* etcd's Auth service (ketch_auth / ketch_authenticate; ketch_auth_result) */
+  KETCH_OP_AUTH_ENABLE = 56,
+  KETCH_OP_AUTH_DISABLE = 57,
+  KETCH_OP_AUTH_STATUS = 58,
+  KETCH_OP_AUTHENTICATE = 59,
+  KETCH_OP_USER_ADD = 60,
+  KETCH_OP_USER_GET = 61,
+  KETCH_OP_USER_LIST = 62,
+  KETCH_OP_USER_DELETE = 63,
+  KETCH_OP_USER_CHANGE_PASSWORD = 64,
+  KETCH_OP_USER_GRANT_ROLE = 65,
+  KETCH_OP_USER_REVOKE_ROLE = 66,
+  KETCH_OP_ROLE_ADD = 67,
+  KETCH_OP_ROLE_GET = 68,
+  KETCH_OP_ROLE_LIST = 69,
+  KETCH_OP_ROLE_DELETE = 70,
+  KETCH_OP_ROLE_GRANT_PERMISSION = 71,
+  KETCH_OP_ROLE_REVOKE_PERMISSION = 72,
 };
+
+/* Permission types (etcd's authpb.Permission). */
+enum { KETCH_PERM_READ = 0, KETCH_PERM_WRITE = 1, KETCH_PERM_READWRITE = 2 };
 
 /* Alarm actions and types (etcd's numbers). */
 enum { KETCH_ALARM_GET = 0, KETCH_ALARM_ACTIVATE = 1, KETCH_ALARM_DEACTIVATE = 2 };
@@ -443,6 +480,32 @@ typedef struct ketch_snapshot_result {
   uint64_t size_bytes;
 } ketch_snapshot_result;
 
+/* One permission of a role: perm_type on [key, range_end) with etcd's range
+ * rules (range_end_len 0: the key alone; "\0": every key from key on). */
+typedef struct ketch_auth_perm {
+  int perm_type; /* KETCH_PERM_* */
+  const char *key;
+  size_t key_len;
+  const char *range_end;
+  size_t range_end_len;
+} ketch_auth_perm;
+
+/* An Auth result; fields a type does not use are zero. authenticate: token
+ * (NUL-terminated). auth_status: enabled, auth_revision. user_get: roles
+ * (the user's). user_list: users. role_list: roles. role_get: perms. Names
+ * are NUL-terminated, sorted. The changes have only the header. */
+typedef struct ketch_auth_result {
+  const char *token;
+  bool enabled;
+  uint64_t auth_revision;
+  const char *const *users;
+  size_t n_users;
+  const char *const *roles;
+  size_t n_roles;
+  const ketch_auth_perm *perms;
+  size_t n_perms;
+} ketch_auth_result;
+
 /* The result of one request. `type` says which union member is filled.
  * When err != 0 the header and the union are zero and `message` explains
  * (except a watch's last delivery: watch.canceled, watch_id and
@@ -465,6 +528,7 @@ typedef struct ketch_result {
     ketch_alarm_result alarm; /* defragment has only the header */
     ketch_hash_kv_result hash_kv;
     ketch_snapshot_result snapshot;
+    ketch_auth_result auth; /* KETCH_OP_AUTH_ENABLE .. ROLE_REVOKE_PERMISSION */
   };
 } ketch_result;
 
@@ -487,24 +551,62 @@ typedef struct ketch_options {
   int request_timeout_ms; /* submit to completion, per request; 0 = 5000 */
   int max_outstanding;    /* requests submitted and not completed; 0 = 4096 */
   bool nonblocking_open;  /* ketch_open does not connect; the first request does */
+  /* Credentials (etcdctl's --user / --password), for a cluster with auth
+   * enabled. Every connection the handle opens authenticates with them
+   * before it carries a request: with the token the last authentication
+   * returned (a signed token is good on every member) or else the password.
+   * When the member says the connection's user is no longer valid (password
+   * changed, user deleted, auth enabled again: KETCH_EINVALIDTOKEN; or auth
+   * was enabled after the connection opened: KETCH_EUSEREMPTY), the handle
+   * authenticates again and sends the request again, once; when the auth
+   * store moved while a write was in flight (KETCH_EAUTHOLDREVISION: nothing
+   * was applied) the write is sent again, at most 3 times — as clientv3.
+   * Authentication is refused (wrong password): ketch_open returns
+   * KETCH_EAUTHFAILED, later requests complete with it. With auth disabled
+   * on the cluster the credentials are not used. Copied by ketch_open. */
+  const char *user, *password;
+  /* Or a token alone (one an Authenticate returned, e.g. to a proxy): every
+   * connection presents it; when the member refuses it (expired, another
+   * member's simple token, its user's password changed) requests complete
+   * with KETCH_EINVALIDTOKEN. Ignored when user is set. */
+  const char *token;
+  /* TLS, as etcdctl's flags. An endpoint written "https://" uses TLS, one
+   * written "http://" never does, one without a scheme does when `tls` is
+   * set or any of the three files is given. The server's certificate is
+   * verified against ca_file (NULL: the system's CAs) and must be valid for
+   * server_name (NULL: the endpoint's host, a name or an IP address). */
+  bool tls;
+  const char *ca_file;              /* --cacert */
+  const char *cert_file, *key_file; /* --cert / --key: a client certificate */
+  const char *server_name;
+  bool insecure_skip_verify; /* --insecure-skip-tls-verify: tests only */
+  /* A proxy's verified caller (the Common Name of the client certificate it
+   * checked), sent in HELLO; the member believes it only on a connection
+   * that presented a verified client certificate (net/PROTOCOL.md). NULL:
+   * none. */
+  const char *identity;
 } ketch_options;
 
 /* Fills *opts with the defaults (a zeroed struct means the same). */
 void ketch_options_init(ketch_options *opts);
 
 /* Opens a handle. `endpoints` is a comma-separated list of host:port
- * ("127.0.0.1:2479,127.0.0.1:2579"); an "http://" (or "https://") prefix and a
- * trailing "/" are accepted and ignored, a missing port means 2479, IPv6
+ * ("127.0.0.1:2479,127.0.0.1:2579"); an "http://" or "https://" prefix picks
+ * plaintext or TLS (see ketch_options), a trailing "/" is ignored, a missing
+ * port means 2479, IPv6
  * literals are written [::1]:2479. Names are resolved with getaddrinfo at
  * connect time (which may block for a non-numeric host). opts may be NULL.
  *
  * Unless opts->nonblocking_open, it connects before returning: it tries each
  * endpoint in order, each for at most dial_timeout_ms, until one completes
  * the HELLO handshake.
- * Returns 0 and sets *out, or: KETCH_EINVAL (bad endpoint list or option;
- * `errmsg`, if not NULL, gets the reason), KETCH_EUNAVAILABLE (no endpoint
- * completed the handshake; errmsg names each endpoint's failure, e.g. refused,
- * timed out, or a protocol version mismatch), KETCH_ENOMEM.
+ * Returns 0 and sets *out, or: KETCH_EINVAL (bad endpoint list or option, a
+ * TLS file missing or unreadable; `errmsg`, if not NULL, gets the reason),
+ * KETCH_EUNAVAILABLE (no endpoint completed the handshake; errmsg names each
+ * endpoint's failure, e.g. refused, timed out, a protocol version mismatch,
+ * or why TLS failed: "server certificate rejected: certificate has expired
+ * ...", "the server refused the TLS handshake: ... alert unknown ca ..."),
+ * KETCH_ENOMEM.
  * errmsg_len is the size of errmsg. *out is NULL on error. */
 int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *opts, char *errmsg,
                size_t errmsg_len);
@@ -608,6 +710,54 @@ int ketch_snapshot_save(ketch_client *c, const char *path, ketch_result **out);
 int ketch_defragment(ketch_client *c, ketch_result **out);
 int ketch_hash_kv(ketch_client *c, int64_t revision, ketch_result **out);
 int ketch_alarm(ketch_client *c, int action, uint64_t member_id, int alarm, ketch_result **out);
+/* ---- authentication and RBAC (etcd's Auth service) ----
+ * ketch_authenticate: from now on the handle is `user` (see ketch_options'
+ * user/password): it authenticates now, on the current connection (opening
+ * one if needed), and returns 0, KETCH_EAUTHFAILED ("authentication failed,
+ * invalid user ID or password"), KETCH_EAUTHNOTENABLED (auth is disabled:
+ * the credentials are kept for when it is enabled), or a connection error.
+ * password may be NULL for a user identified by its client certificate.
+ *
+ * ketch_auth runs one of etcd's Auth calls, `op` one of KETCH_OP_AUTH_ENABLE,
+ * _AUTH_DISABLE, _AUTH_STATUS, _USER_ADD (name, password or no_password),
+ * _USER_GET, _USER_DELETE, _USER_CHANGE_PASSWORD (name, password),
+ * _USER_LIST, _USER_GRANT_ROLE / _USER_REVOKE_ROLE (name, role), _ROLE_ADD,
+ * _ROLE_GET, _ROLE_DELETE (name), _ROLE_LIST, _ROLE_GRANT_PERMISSION (name,
+ * perm_type, key, range_end), _ROLE_REVOKE_PERMISSION (name, key,
+ * range_end). Errors are etcd's (KETCH_EUSERNOTFOUND "user name not found",
+ * KETCH_EROOTUSERNOTEXIST, KETCH_EPERMDENIED, ...). The reads and changes
+ * other than AUTH_STATUS need root, except USER_GET of oneself and ROLE_GET
+ * of one's own role. */
+typedef struct ketch_auth_req {
+  const char *name; /* the user, or the role for ROLE_* */
+  const char *password;
+  bool no_password; /* USER_ADD: a user only a client certificate names */
+  const char *role; /* USER_GRANT_ROLE / USER_REVOKE_ROLE */
+  int perm_type;    /* ROLE_GRANT_PERMISSION: KETCH_PERM_* */
+  const void *key;
+  size_t key_len;
+  const void *range_end;
+  size_t range_end_len;
+} ketch_auth_req;
+int ketch_authenticate(ketch_client *c, const char *user, const char *password);
+/* The same without waiting: cb gets a KETCH_OP_AUTHENTICATE result whose
+ * auth.token is the member's token; on success the handle is `user` from
+ * then on (as ketch_authenticate). KETCH_EBUSY while another one is in
+ * flight. A wrong password leaves the handle as it was. */
+int ketch_authenticate_async(ketch_client *c, const char *user, const char *password, ketch_cb cb,
+                             void *arg);
+/* For a proxy that hands the token to its own client: from now on the
+ * handle forgets the password and authenticates with its token alone (as
+ * ketch_options.token), so a token the member stops honouring (expired, its
+ * user's password changed, the user deleted) shows as KETCH_EINVALIDTOKEN
+ * instead of being renewed. No effect without a token. */
+void ketch_drop_password(ketch_client *c);
+/* The token the handle's last authentication got (to hand to another
+ * handle as ketch_options.token), or NULL. Valid until the next call on c. */
+const char *ketch_token(const ketch_client *c);
+int ketch_auth(ketch_client *c, int op, const ketch_auth_req *req, ketch_result **out);
+int ketch_auth_async(ketch_client *c, int op, const ketch_auth_req *req, ketch_cb cb, void *arg);
+
 /* Asynchronous forms. ketch_snapshot_async's cb runs once per piece of the
  * file (type KETCH_OP_SNAPSHOT), in order; the last run has remaining_bytes
  * 0, or err set (then nothing follows). Each piece resets the request's

@@ -45,7 +45,7 @@
 #ifndef KT_APPLY_H
 #define KT_APPLY_H
 
-#include "../net/proto.h"
+#include "msg.h"
 #include "lease.h"
 #include "mvcc.h"
 #include "watch.h"

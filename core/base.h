@@ -55,7 +55,23 @@
   X(EMEMBERBADURLS, 33, "given member URLs are invalid")                                           \
   X(EMEMBERREMOVED, 34, "the member has been permanently removed from the cluster")                \
   X(ENOTENOUGHSTARTED, 35, "re-configuration failed due to not enough started members")            \
-  X(ETOOMANYLEARNERS, 36, "too many learner members in cluster")
+  X(ETOOMANYLEARNERS, 36, "too many learner members in cluster")                                   \
+  X(EAUTHNOTENABLED, 37, "authentication is not enabled")                                          \
+  X(EPERMDENIED, 38, "permission denied")                                                          \
+  X(EINVALIDTOKEN, 39, "invalid auth token")                                                       \
+  X(EAUTHFAILED, 40, "authentication failed, invalid user ID or password")                         \
+  X(EUSEREMPTY, 41, "user name is empty")                                                          \
+  X(EUSEREXISTS, 42, "user name already exists")                                                   \
+  X(EUSERNOTFOUND, 43, "user name not found")                                                      \
+  X(EROLEEMPTY, 44, "role name is empty")                                                          \
+  X(EROLEEXISTS, 45, "role name already exists")                                                   \
+  X(EROLENOTFOUND, 46, "role name not found")                                                      \
+  X(EROOTUSERNOTEXIST, 47, "root user does not exist")                                             \
+  X(EROOTROLENOTEXIST, 48, "root user does not have root role")                                    \
+  X(EROLENOTGRANTED, 49, "role is not granted to the user")                                        \
+  X(EPERMNOTGRANTED, 50, "permission is not granted to the role")                                  \
+  X(EAUTHOLDREVISION, 51, "revision of auth store is old")                                         \
+  X(EINVALIDAUTHMGMT, 52, "invalid auth management")
 
 enum {
 #define KT_ERR_ENUM(name, code, msg) KT_##name = code,

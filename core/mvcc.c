@@ -590,10 +590,9 @@ static int check_intervals(const struct kt_request_op *ops, uint32_t n, struct k
 
 static int check_key(const struct kt_mvcc *s, struct kt_bytes key, struct kt_bytes end,
                      struct kt_err *e) {
+  (void)s; /* a key that is only compared (range, delete, compare) has no size limit, as etcd */
   if (key.n == 0)
     return kt_err_set(e, KT_EKEYEMPTY, "%s", kt_strerror(KT_EKEYEMPTY));
-  if (key.n > s->cfg.max_key_bytes || end.n > s->cfg.max_key_bytes)
-    return kt_err_set(e, KT_ETOOLARGE, "key is larger than %u bytes", s->cfg.max_key_bytes);
   if (end.n && !is_nul(end) && kt_bytes_cmp(end, key) < 0)
     return kt_err_set(e, KT_EINVAL, "range end is before key");
   return 0;
@@ -608,6 +607,24 @@ int kt_mvcc_check_range(const struct kt_mvcc *s, const struct kt_range_req *r, s
   if (r->sort_target > KT_SORT_VALUE)
     return kt_err_set(e, KT_EINVAL, "invalid sort target %u", r->sort_target);
   return 0;
+}
+
+bool kt_mvcc_op_writes(const struct kt_request_op *op) {
+  switch (op->type) {
+  case KT_OP_PUT:
+  case KT_OP_DELETE:
+    return true;
+  case KT_OP_TXN:
+    for (uint32_t i = 0; i < op->u.txn.n_success; i++)
+      if (kt_mvcc_op_writes(&op->u.txn.success[i]))
+        return true;
+    for (uint32_t i = 0; i < op->u.txn.n_failure; i++)
+      if (kt_mvcc_op_writes(&op->u.txn.failure[i]))
+        return true;
+    return false;
+  default:
+    return false;
+  }
 }
 
 static bool has_put(const struct kt_request_op *ops, uint32_t n) {
@@ -633,6 +650,8 @@ static int check_op(const struct kt_mvcc *s, const struct kt_request_op *op, int
     const struct kt_put_req *p = &op->u.put;
     if ((rc = check_key(s, p->key, (struct kt_bytes){0}, e)))
       return rc;
+    if (p->key.n > s->cfg.max_key_bytes)
+      return kt_err_set(e, KT_ETOOLARGE, "key is larger than %u bytes", s->cfg.max_key_bytes);
     if (p->value.n > s->cfg.max_value_bytes)
       return kt_err_set(e, KT_ETOOLARGE, "value is larger than %u bytes", s->cfg.max_value_bytes);
     if (p->ignore_value && p->value.n)

@@ -101,9 +101,13 @@ bool kt_mvcc_nospace(const struct kt_mvcc *s);         /* NOSPACE alarm raised *
 void kt_mvcc_disarm_nospace(struct kt_mvcc *s);
 void kt_mvcc_raise_nospace(struct kt_mvcc *s); /* an alarm activated by request */
 
-/* Validate an op before it is proposed: empty key (EKEYEMPTY), key or value
- * too large (ETOOLARGE), range_end < key (EINVAL; etcd would answer an empty
- * range), put with ignore_value and a value or ignore_lease and a lease
+/* Whether op changes the store (a put or delete anywhere in it, nested txn
+ * branches included): a txn without one is a read. Pure. */
+bool kt_mvcc_op_writes(const struct kt_request_op *op);
+
+/* Validate an op before it is proposed: empty key (EKEYEMPTY), a put's key or value
+ * too large (ETOOLARGE; keys only compared have no limit, as etcd), range_end < key (EINVAL; etcd
+ * would answer an empty range), put with ignore_value and a value or ignore_lease and a lease
  * (EINVAL "value is provided"/"lease is provided"), txn with more than
  * KT_MAX_TXN_OPS compares/success/failure ops (nested txns get what their
  * parent left, as etcd), nested deeper than 64 (EINVAL), a key put twice or

@@ -131,6 +131,19 @@ static void apply_req(struct kt_node *n, uint8_t ent_type, const struct kt_req *
   case KT_MSG_ALARM:
     kt_node_maint_apply_alarm(n, req, c, req_id);
     return;
+  case KT_MSG_AUTH_ENABLE:
+  case KT_MSG_AUTH_DISABLE:
+  case KT_MSG_USER_ADD:
+  case KT_MSG_USER_DELETE:
+  case KT_MSG_USER_CHANGE_PASSWORD:
+  case KT_MSG_USER_GRANT_ROLE:
+  case KT_MSG_USER_REVOKE_ROLE:
+  case KT_MSG_ROLE_ADD:
+  case KT_MSG_ROLE_DELETE:
+  case KT_MSG_ROLE_GRANT_PERMISSION:
+  case KT_MSG_ROLE_REVOKE_PERMISSION:
+    kt_node_auth_apply(n, req, c, req_id);
+    return;
   default:
     kt_log(KT_LOG_WARN, "node", "entry of unexpected type %u ignored", req->type);
   }
@@ -179,8 +192,23 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
              de.msg);
     fatal_stop(n, KT_ECORRUPT, msg);
   } else {
-    bool nospace = kt_mvcc_nospace(n->store);
-    apply_req(n, ent->type, &req, c && kt_conn_open(c) ? c : NULL, req_id, &own);
+    bool nospace = kt_mvcc_nospace(n->store), fatal = false;
+    int rc = ent->type == KT_RAFT_ENTRY_NORMAL
+                 ? kt_node_auth_unwrap(n, &req, &n->arena, &de, &fatal)
+                 : 0;
+    if (fatal) {
+      char msg[400];
+      snprintf(msg, sizeof msg, "entry %llu: undecodable request: %s",
+               (unsigned long long)ent->index, de.msg);
+      fatal_stop(n, KT_ECORRUPT, msg);
+    } else if (rc) { /* refused by auth at apply: nothing applied */
+      if (own.done)
+        own.done(n, own.ctx, rc, &de, NULL);
+      else if (c && kt_conn_open(c))
+        kt_node_reply_err(c, req_id, rc, &de);
+    } else {
+      apply_req(n, ent->type, &req, c && kt_conn_open(c) ? c : NULL, req_id, &own);
+    }
     if (!nospace && kt_mvcc_nospace(n->store))
       kt_node_maint_nospace_raised(n, kt_get_u64be(ent->data));
   }
@@ -221,6 +249,10 @@ static int propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const 
     if (c)
       kt_conn_send_error(c, req_id, n->wal_failed, n->wal_failed_msg);
     return n->wal_failed;
+  }
+  if (!conf && kt_node_auth_wrap(n, c, body, body_len, &n->wrap)) {
+    body = n->wrap.p; /* an AUTHED entry: who asked, checked again when applied */
+    body_len = n->wrap.len;
   }
   uint64_t seq = n->run_id | (++n->next_seq & SEQ_MASK);
   kt_buf_reset(&n->scratch);
@@ -285,11 +317,11 @@ static void propose_body(struct kt_node *n, struct kt_buf *body_buf, kt_node_don
   }
 }
 
-/* Answer a waiting read with an error now; its slot is skipped later. */
 static size_t held_count(const struct held_queue *q) { return q->n - q->head; }
 
 static void held_push(struct held_queue *q, struct held h, const uint8_t *body) {
-  kt_conn_ref(h.conn);
+  if (h.conn)
+    kt_conn_ref(h.conn);
   FIFO_PUSH(q->v, q->head, q->n, q->cap, h);
   kt_buf_append(&q->bodies, body, h.len);
 }
@@ -313,27 +345,76 @@ static void held_settle(struct held_queue *q) {
 
 static void held_free(struct held_queue *q) {
   for (size_t i = q->head; i < q->n; i++)
-    if (q->v[i].conn)
+    if (q->v[i].conn && !q->v[i].done)
       kt_conn_unref(q->v[i].conn);
   free(q->v);
   kt_buf_free(&q->bodies);
 }
 
-static void read_fail(struct held *r, int code, const char *msg) {
-  kt_conn_send_error(r->conn, r->req_id, code, msg);
-  kt_conn_unref(r->conn);
-  r->conn = NULL;
-}
-
-/* A linearizable read with several members: it waits for a read index. */
-static void read_enqueue(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
-                         size_t len) {
-  if (held_count(&n->reads) >= READ_MAX) {
-    kt_conn_send_error(c, req_id, KT_EBUSY, "too many linearizable reads waiting");
+/* Answer a waiting read with an error now; its slot is skipped later. */
+static void read_fail(struct kt_node *n, struct held *r, int code, const char *msg) {
+  if (r->done)
+    return;
+  r->done = true;
+  if (r->from) {
+    kt_node_fwd_reply(n, r->from, r->req_id, code, msg, NULL);
     return;
   }
-  held_push(&n->reads, (struct held){c, req_id, n->read_batch, ev_now(n->loop), len}, body);
-  n->read_batch_used = true;
+  kt_conn_send_error(r->conn, r->req_id, code, msg);
+  kt_conn_unref(r->conn);
+}
+
+static void serve_read(struct kt_node *n, struct kt_conn *c, const struct kt_req *req);
+
+/* A linearized read whose read index is applied (or solo): answer it (its
+ * caller's permission checked again against the auth store it is served
+ * from). */
+static void serve_linearized(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
+                             const uint8_t *body, size_t len) {
+  struct kt_err e = {0};
+  int rc = kt_node_auth_recheck(n, c, req, &e);
+  if (rc) {
+    kt_node_reply_err(c, req->id, rc, &e);
+    return;
+  }
+  switch (req->type) {
+  case KT_MSG_LEASE_TTL:
+  case KT_MSG_LEASE_LEASES:
+    kt_node_lease_request(n, c, req, body, len);
+    return;
+  case KT_MSG_LEADER:
+    kt_node_lock_request(n, c, req);
+    return;
+  case KT_MSG_AUTH_STATUS:
+  case KT_MSG_USER_GET:
+  case KT_MSG_USER_LIST:
+  case KT_MSG_ROLE_GET:
+  case KT_MSG_ROLE_LIST:
+    kt_node_auth_read(n, c, req);
+    return;
+  default:
+    serve_read(n, c, req);
+  }
+}
+
+void kt_node_read_linearized(struct kt_node *n, struct kt_conn *c, uint64_t from, uint64_t req_id,
+                             const struct kt_req *req, const uint8_t *body, size_t len) {
+  if (kt_node_solo(n)) {
+    if (from)
+      kt_node_lease_fwd_answer(n, from, req_id, body, len);
+    else
+      serve_linearized(n, c, req, body, len);
+    return;
+  }
+  if (held_count(&n->reads) >= READ_MAX) {
+    struct held r = {.conn = c, .req_id = req_id, .from = from};
+    if (c)
+      kt_conn_ref(c);
+    read_fail(n, &r, KT_EBUSY, "too many linearizable reads waiting");
+    return;
+  }
+  struct held h = {c, req_id, from, kt_reads_join(&n->rq), ev_now(n->loop), len, false};
+  held_push(&n->reads, h, body);
 }
 
 /* Keep a request for when the member serves (bounded). */
@@ -343,25 +424,7 @@ static void defer_request(struct kt_node *n, struct kt_conn *c, uint64_t req_id,
     kt_conn_send_error(c, req_id, KT_ENOLEADER, "no leader (too many requests waiting)");
     return;
   }
-  held_push(&n->defer, (struct held){c, req_id, 0, ev_now(n->loop), len}, body);
-}
-
-static bool op_writes(const struct kt_request_op *op) {
-  switch (op->type) {
-  case KT_OP_PUT:
-  case KT_OP_DELETE:
-    return true;
-  case KT_OP_TXN:
-    for (uint32_t i = 0; i < op->u.txn.n_success; i++)
-      if (op_writes(&op->u.txn.success[i]))
-        return true;
-    for (uint32_t i = 0; i < op->u.txn.n_failure; i++)
-      if (op_writes(&op->u.txn.failure[i]))
-        return true;
-    return false;
-  default:
-    return false;
-  }
+  held_push(&n->defer, (struct held){c, req_id, 0, 0, ev_now(n->loop), len, false}, body);
 }
 
 static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
@@ -395,11 +458,12 @@ static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
 }
 
 /* A range or a read-only txn, from the applied state. */
+/* req may live in n->arena (a held read decoded again, its txn ops there):
+ * the arena is reset once the answer is out, not before. */
 static void serve_read(struct kt_node *n, struct kt_conn *c, const struct kt_req *req) {
   struct kt_response_op res = {.type = req->type};
   struct kt_err e = {0};
   int rc;
-  kt_arena_reset(&n->arena);
   if (req->type == KT_MSG_RANGE) {
     rc = kt_mvcc_check(n->store, &req->u.op, &e);
     if (!rc)
@@ -411,6 +475,7 @@ static void serve_read(struct kt_node *n, struct kt_conn *c, const struct kt_req
     kt_node_reply_err(c, req->id, rc, &e);
   else
     kt_node_reply(n, c, req->id, req->type, &res);
+  kt_arena_reset(&n->arena);
 }
 
 /* ---- member list and leadership transfer (etcd MemberList, MoveLeader) ---- */
@@ -475,15 +540,28 @@ static void move_check(struct kt_node *n) {
     move_answer(n, KT_ETIMEOUT, "request timed out, leader transfer took too long");
 }
 
+static void dispatch(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
+                     const uint8_t *body, size_t body_len);
+
+/* Every request: refused while stopping; then who sends it and whether it
+ * may (core/node_auth.c: the one check, every path); then handled. */
 static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, const uint8_t *body,
                        size_t body_len) {
   struct kt_node *n = arg;
-  struct kt_err e = {0};
-  int rc;
   if (n->stopping) {
     kt_conn_send_error(c, req->id, KT_ESTOPPED, "member is shutting down");
     return;
   }
+  if (kt_node_auth_gate(n, c, req, body, body_len))
+    return;
+  dispatch(n, c, req, body, body_len);
+  memset(&n->prop_as, 0, sizeof n->prop_as); /* proposals from now on are the member's */
+}
+
+static void dispatch(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
+                     const uint8_t *body, size_t body_len) {
+  struct kt_err e = {0};
+  int rc;
   if (req->type == KT_MSG_MEMBER_LIST) {
     kt_node_member_list(n, c, req->id);
     return;
@@ -511,10 +589,10 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
   }
   switch (req->type) {
   case KT_MSG_RANGE:
-    if (!kt_node_solo(n) && !req->u.op.u.range.serializable)
-      read_enqueue(n, c, req->id, body, body_len);
-    else
+    if (req->u.op.u.range.serializable)
       serve_read(n, c, req);
+    else
+      kt_node_read_linearized(n, c, 0, req->id, req, body, body_len);
     return;
   case KT_MSG_PUT:
   case KT_MSG_DELETE:
@@ -526,12 +604,9 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
       kt_node_reply_err(c, req->id, rc, &e);
       return;
     }
-    if (req->type == KT_MSG_TXN && !op_writes(&req->u.op)) {
+    if (req->type == KT_MSG_TXN && !kt_mvcc_op_writes(&req->u.op)) {
       /* A read-only txn changes nothing: a read. */
-      if (!kt_node_solo(n))
-        read_enqueue(n, c, req->id, body, body_len);
-      else
-        serve_read(n, c, req);
+      kt_node_read_linearized(n, c, 0, req->id, req, body, body_len);
       return;
     }
     kt_node_propose(n, c, req->id, body, body_len);
@@ -550,11 +625,20 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
   case KT_MSG_STATUS:
     answer_status(n, c, req->id);
     return;
+  case KT_MSG_LEASE_TTL:
+    /* the leader's lease timers answer; a follower forwards (the leader
+     * holds it for a read index, as its own) */
+    if (kt_lease_is_leader(n->leases))
+      kt_node_read_linearized(n, c, 0, req->id, req, body, body_len);
+    else
+      kt_node_lease_request(n, c, req, body, body_len);
+    return;
+  case KT_MSG_LEASE_LEASES:
+    kt_node_read_linearized(n, c, 0, req->id, req, body, body_len);
+    return;
   case KT_MSG_LEASE_GRANT:
   case KT_MSG_LEASE_REVOKE:
   case KT_MSG_LEASE_KEEPALIVE:
-  case KT_MSG_LEASE_TTL:
-  case KT_MSG_LEASE_LEASES:
     kt_node_lease_request(n, c, req, body, body_len);
     return;
   case KT_MSG_MEMBER_ADD:
@@ -563,11 +647,13 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
   case KT_MSG_MEMBER_PROMOTE:
     kt_node_member_client(n, c, req, body, body_len);
     return;
+  case KT_MSG_LEADER:
+    kt_node_read_linearized(n, c, 0, req->id, req, body, body_len);
+    return;
   case KT_MSG_LOCK:
   case KT_MSG_UNLOCK:
   case KT_MSG_CAMPAIGN:
   case KT_MSG_PROCLAIM:
-  case KT_MSG_LEADER:
   case KT_MSG_OBSERVE:
   case KT_MSG_RESIGN:
     kt_node_lock_request(n, c, req);
@@ -716,21 +802,24 @@ static void raft_event(struct kt_node *n, const struct kt_raft_event *ev) {
   kt_log(level, "raft", "%s", kt_raft_event_str(ev, buf, sizeof buf));
 }
 
-/* Reads whose batch has a read index that is applied. A later batch's
- * index covers the earlier batches too. */
+/* Reads whose batch has a read index of this life that is applied (a
+ * later batch's index covers the earlier batches too: core/reads.h). */
 static void serve_ready_reads(struct kt_node *n) {
   struct held_queue *q = &n->reads;
-  while (q->head < q->n && q->v[q->head].batch <= n->read_ready_batch &&
-         n->applied_index >= n->read_ready_index) {
+  while (q->head < q->n && kt_reads_ready(&n->rq, q->v[q->head].batch, n->applied_index)) {
     const uint8_t *body;
     struct held r = held_pop(q, &body);
     struct kt_req req;
     struct kt_err e = {0};
     kt_arena_reset(&n->arena);
-    if (!r.conn)
+    if (r.done)
       continue; /* failed earlier */
+    if (r.from) {
+      kt_node_lease_fwd_answer(n, r.from, r.req_id, body, r.len);
+      continue;
+    }
     if (kt_conn_open(r.conn) && kt_proto_decode_req(body, r.len, &n->arena, &req, &e) == 0)
-      serve_read(n, r.conn, &req);
+      serve_linearized(n, r.conn, &req, body, r.len);
     kt_conn_unref(r.conn);
   }
   held_settle(q);
@@ -738,16 +827,13 @@ static void serve_ready_reads(struct kt_node *n) {
 
 /* The reads of this turn ask for one read index together. */
 static void request_read_index(struct kt_node *n) {
-  if (!n->read_batch_used)
-    return;
-  int rc = kt_raft_read_index(n->raft, n->read_batch);
+  uint64_t failed = 0;
+  int rc = kt_reads_ask(&n->rq, n->raft, &failed);
   if (rc) { /* no leader: this batch fails */
     for (size_t i = n->reads.head; i < n->reads.n; i++)
-      if (n->reads.v[i].batch == n->read_batch && n->reads.v[i].conn)
-        read_fail(&n->reads.v[i], rc, "no leader");
+      if (n->reads.v[i].batch == failed)
+        read_fail(n, &n->reads.v[i], rc, "no leader");
   }
-  n->read_batch++;
-  n->read_batch_used = false;
 }
 
 static void process_ready(struct kt_node *n) {
@@ -769,15 +855,9 @@ static void process_ready(struct kt_node *n) {
     for (size_t i = 0; i < rd.n_committed && !n->fatal; i++)
       apply_committed(n, &rd.committed[i]);
     for (size_t i = 0; i < rd.n_reads; i++)
-      if (rd.reads[i].context > n->read_ready_batch) {
-        n->read_ready_batch = rd.reads[i].context;
-        n->read_ready_index = rd.reads[i].index;
-      }
+      kt_reads_answered(&n->rq, &rd.reads[i]);
     bool was = n->serving;
-    if (rd.role == KT_RAFT_LEADER)
-      n->serving = n->lead_index && n->applied_index >= n->lead_index;
-    else
-      n->serving = rd.role == KT_RAFT_FOLLOWER && rd.leader != 0;
+    n->serving = kt_reads_serving(&rd, n->lead_index, n->applied_index);
     kt_node_lease_role(n, rd.role == KT_RAFT_LEADER && n->serving);
     if (n->serving && !was)
       kt_node_member_serving(n);
@@ -864,8 +944,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
   /* Reads whose read index never came (a lost message, a partition). */
   while (held_count(&n->reads) && ev_now(loop) - n->reads.v[n->reads.head].since > limit) {
     struct held r = held_pop(&n->reads, &body);
-    if (r.conn)
-      read_fail(&r, KT_ETIMEOUT, "linearizable read timed out: no read index from the leader");
+    read_fail(n, &r, KT_ETIMEOUT, "linearizable read timed out: no read index from the leader");
   }
   held_settle(&n->reads);
   /* Writes not applied in etcd's request timeout (5 s + two election
@@ -961,7 +1040,8 @@ static void on_snap_progress(struct ev_loop *loop, ev_async *w, int revents) {
 
 /* The snapshot's meta blob: a line for people (ketchutl snapshot status),
  * NUL, the member table (node_member.c), the lease table (node_lease.c), the
- * alarms (node_maint.c; absent from snapshots older than them). */
+ * alarms (node_maint.c), the auth store (core/auth.c; both absent from
+ * snapshots older than them). */
 static void meta_blob(struct kt_node *n, struct kt_buf *out) {
   char line[1024];
   int len = snprintf(line, sizeof line, "cluster_id=%016llx member_id=%016llx members=%zu %s=%s",
@@ -973,6 +1053,7 @@ static void meta_blob(struct kt_node *n, struct kt_buf *out) {
   kt_node_member_save(n, out);
   kt_node_lease_save(n, out);
   kt_node_maint_alarms_save(n, out);
+  kt_node_auth_save(n, out);
 }
 
 static void snap_start(struct kt_node *n);
@@ -1163,6 +1244,10 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     background_slice(n); /* one slice per turn even when never idle */
   request_read_index(n);
   process_ready(n);
+  if (kt_reads_pending_ask(&n->rq)) { /* reads that waited for a leader ran just now */
+    request_read_index(n);
+    process_ready(n);
+  }
   kt_node_lock_flush(n);  /* lock waiters whose predecessor went */
   kt_node_watch_step(n);  /* catch-up from history, one slice */
   kt_node_watch_flush(n); /* events of what this turn applied */
@@ -1232,8 +1317,14 @@ static void on_store_event(void *arg, const struct kt_event *ev) {
 
 /* An empty store at revision 1, as etcd's: the first write gets revision 2. */
 static struct kt_mvcc *new_store(struct kt_node *n) {
-  struct kt_mvcc_config mc = {
-      .quota_bytes = n->cfg.quota_bytes, .on_event = on_store_event, .event_arg = n};
+  /* Keys and values are held back by --max-request-bytes when proposed, as
+   * etcd's; the store's own limits (re-checked when every member applies)
+   * must not depend on a member's flags: the largest that flag allows. */
+  struct kt_mvcc_config mc = {.quota_bytes = n->cfg.quota_bytes,
+                              .max_key_bytes = 64u << 20,
+                              .max_value_bytes = 64u << 20,
+                              .on_event = on_store_event,
+                              .event_arg = n};
   struct kt_mvcc *s = kt_mvcc_new(&mc);
   kt_mvcc_restore_done(s, 1, 0);
   return s;
@@ -1241,10 +1332,11 @@ static struct kt_mvcc *new_store(struct kt_node *n) {
 
 /* The snapshot meta blob (meta_blob): the text line, NUL, the member table
  * (into *t; t->n == 0 if the snapshot has none), the lease table, the
- * alarms (into *al; none if the snapshot has none). */
+ * alarms (into *al; none if the snapshot has none), the auth store (into
+ * auth; left empty if the snapshot has none). */
 static int load_snapshot_blob(struct kt_node *n, const struct kt_snap_meta *meta,
                               struct kt_node_members *t, struct kt_node_alarms *al,
-                              struct kt_err *e) {
+                              struct kt_auth *auth, struct kt_err *e) {
   t->n = t->n_removed = 0;
   al->n = 0;
   const uint8_t *nul =
@@ -1264,15 +1356,25 @@ static int load_snapshot_blob(struct kt_node *n, const struct kt_snap_meta *meta
   if (rc || off + used == len)
     return rc;
   off += used;
-  return kt_node_maint_alarms_decode(meta->membership.p + off, len - off, al, e);
+  if ((rc = kt_node_maint_alarms_decode(meta->membership.p + off, len - off, &used, al, e)) ||
+      off + used == len)
+    return rc;
+  off += used;
+  if ((rc = kt_auth_load(auth, meta->membership.p + off, len - off, &used, e)))
+    return rc;
+  if (off + used != len)
+    return kt_err_set(e, KT_ECORRUPT, "snapshot meta: %zu unknown bytes at its end",
+                      len - off - used);
+  return 0;
 }
 
 /* The newest snapshot that loads whole; older ones are the fallback. */
 int kt_node_load_snapshot_file(struct kt_node *n, const char *path, struct kt_snap_meta *meta,
                                struct kt_mvcc **store, struct kt_lease_mgr **leases,
                                struct kt_node_members *members, struct kt_node_alarms *alarms,
-                               struct kt_err *e) {
+                               struct kt_auth **auth, struct kt_err *e) {
   struct kt_lease_mgr *old = n->leases;
+  *auth = kt_auth_new();
   n->leases = kt_node_lease_mgr_new(n); /* restore_done attaches keys into it */
   struct kt_mvcc *s = new_store(n);
   struct restore rs = {.n = n, .store = s};
@@ -1280,9 +1382,11 @@ int kt_node_load_snapshot_file(struct kt_node *n, const char *path, struct kt_sn
   restore_flush(&rs);
   kt_buf_free(&rs.key);
   if (!rc)
-    rc = load_snapshot_blob(n, meta, members, alarms, e);
+    rc = load_snapshot_blob(n, meta, members, alarms, *auth, e);
   kt_node_lease_restore_done(n, rc == 0);
   if (rc) {
+    kt_auth_free(*auth);
+    *auth = NULL;
     kt_lease_free(n->leases);
     n->leases = old;
     kt_mvcc_free(s);
@@ -1310,7 +1414,8 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
     struct kt_node_members *tab = malloc(sizeof *tab);
     kt_assert(tab);
     struct kt_node_alarms al;
-    if (kt_node_load_snapshot_file(n, path, &meta, &s, &lm, tab, &al, &le)) {
+    struct kt_auth *auth;
+    if (kt_node_load_snapshot_file(n, path, &meta, &s, &lm, tab, &al, &auth, &le)) {
       free(tab);
       kt_log(KT_LOG_ERROR, "snap", "snapshot refused: %s%s", le.msg,
              i + 1 < cnt ? " (falling back to an older snapshot)" : "");
@@ -1320,6 +1425,8 @@ static int load_snapshot(struct kt_node *n, struct kt_err *e) {
     kt_mvcc_free(n->store);
     n->store = s;
     kt_node_maint_alarms_adopt(n, &al);
+    kt_auth_free(n->auth);
+    n->auth = auth;
     kt_lease_free(n->leases);
     n->leases = lm;
     n->applied_term = meta.term;
@@ -1486,6 +1593,7 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   /* proposal numbers carry a random run id: an entry proposed by an earlier
    * run of this member, applied after a restart, answers nobody */
   n->run_id = ((uint64_t)(randombytes_random() & 0xffffff) | 1u) << 40;
+  kt_reads_init(&n->rq, n->run_id); /* read contexts of an earlier run are ignored too */
   n->cfg = *cfg;
   if (strlen(cfg->data_dir) > 3900) {
     free(n);
@@ -1503,6 +1611,8 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   kt_node_lock_init(n);
   kt_node_maint_init(n);
   kt_node_install_init(n);
+  if ((rc = kt_node_auth_init(n, e)))
+    goto fail;
   n->store = new_store(n);
   if ((rc = load_snapshot(n, e)))
     goto fail;
@@ -1603,6 +1713,7 @@ fail:
   kt_node_lock_free(n);
   kt_node_maint_free(n);
   kt_node_install_free(n);
+  kt_node_auth_free(n);
   kt_node_lease_free(n);
   kt_node_member_free(n);
   if (n->store)
@@ -1611,8 +1722,9 @@ fail:
   return rc;
 }
 
-int kt_node_listen(struct kt_node *n, const char *host, int port, struct kt_err *e) {
-  return kt_server_listen(n->server, host, port, e);
+int kt_node_listen(struct kt_node *n, const char *host, int port, struct kt_tls_ctx *tls,
+                   bool also_plain, struct kt_err *e) {
+  return kt_server_listen(n->server, host, port, tls, also_plain, e);
 }
 
 /* ---- shutdown ---- */
@@ -1658,6 +1770,7 @@ void kt_node_free(struct kt_node *n) {
   kt_node_lock_free(n);
   kt_node_maint_free(n);
   kt_node_install_free(n);
+  kt_node_auth_free(n);
   kt_node_lease_free(n);
   kt_node_member_free(n);
   if (n->peers)
@@ -1681,6 +1794,7 @@ void kt_node_free(struct kt_node *n) {
   free(n->dprops);
   kt_raft_free(n->raft);
   kt_buf_free(&n->scratch);
+  kt_buf_free(&n->wrap);
   kt_arena_free(&n->arena);
   kt_arena_free(&n->snap_arena);
   kt_mvcc_free(n->store);

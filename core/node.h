@@ -13,13 +13,19 @@
  *      replies appended to their connections; the server's own prepare (lower
  *      priority) then does one write() per connection.
  *
- * One voter today: the member elects itself at start (ticks fast-forwarded)
- * and serves once it has applied the first entry of its term, so a read after
- * a restart sees every entry acknowledged before the crash; until then
- * requests wait (bounded: two election timeouts, then "no leader"), except
- * status and serializable reads. Reads are answered at once from the applied
- * state while the member leads. The cluster issue adds the peer transport
- * (rd.msgs), followers forwarding proposals and ReadIndex on the same path.
+ * Serving (kt_reads_serving): a leader once it has applied the first entry
+ * of its term, a follower while it knows a leader; until then requests wait
+ * (bounded: two election timeouts, then "no leader"), except status and
+ * serializable reads. A lone voter elects itself at start (ticks
+ * fast-forwarded). Followers forward proposals to the leader.
+ *
+ * Linearizable reads (range, a txn without writes, lease time-to-live on
+ * the leader, leases list, election leader): the reads of a loop turn form
+ * one batch that asks raft for one read index at the end of the turn; a
+ * read is answered from the applied state once a read state for its batch
+ * (or a later one) asked in THIS life of the member came back and is
+ * applied (core/reads.h). A restarted member therefore never answers from
+ * the state it recovered. A lone voter that leads answers them at once.
  *
  * Background work in slices (never a long stall of the loop): snapshots every
  * snapshot_count entries, once the log since the last snapshot is also at
@@ -49,6 +55,7 @@
 #include "base.h"
 
 struct kt_node;
+struct kt_tls_ctx; /* net/tls.h: passed through to net/, never looked into */
 
 #define KT_NODE_MAX_MEMBERS 16
 
@@ -86,6 +93,10 @@ struct kt_node_config {
   bool force_new_cluster;
   const char *listen_peer_host; /* --listen-peer-urls (first); NULL: no peer listener */
   int listen_peer_port;
+  /* Peer TLS (opaque here; owned by the caller): the listener's context (it
+   * then serves TLS only), and the one for dialing https:// peer URLs (and
+   * the JOIN exchange). NULL: plaintext. */
+  struct kt_tls_ctx *peer_tls_server, *peer_tls_client;
   /* Auto-compaction, as etcd's --auto-compaction-mode/-retention: periodic
    * keeps `retention_ms` of history (compacting to the revision current that
    * long ago, checked every retention/10, at least every second); revision
@@ -101,13 +112,52 @@ struct kt_node_config {
    * up from (etcd's --experimental-snapshot-catchup-entries); one further
    * behind gets a snapshot. 0 = 100000. */
   uint64_t snapshot_catchup_entries;
+  /* Auth (core/node_auth.c): --auth-token simple (default) or signed with
+   * Ed25519 PEM key files; --auth-token-ttl (0: 300 s); Argon2id cost and
+   * worker threads (0: libsodium's interactive cost, 1 thread). */
+  bool auth_token_signed;
+  const char *auth_token_priv_key, *auth_token_pub_key;
+  uint32_t auth_token_ttl_s;
+  uint64_t auth_hash_opslimit;
+  size_t auth_hash_memlimit;
+  int auth_hash_threads;
 };
+
+/* ---- for tools that make or read a member's files (ketchutl, ketch-grpc) ---- */
+
+struct kt_lease_mgr;
+
+/* A snapshot meta blob (snap/FORMAT.md) for a store built outside a member
+ * (ketchutl migrate from-etcd): the text line, NUL, the leases of `leases`
+ * (granted TTLs, restored with kt_lease_restore) with its id state; no member
+ * table (the data dir's member file gives the members) and no alarms. */
+void kt_node_blob_make(const char *text, const struct kt_lease_mgr *leases, struct kt_buf *out);
+
+/* The leases of a snapshot's meta blob: fn(arg, id, granted TTL) for each,
+ * in the blob's order; a non-zero return stops (ECORRUPT "bad lease"). A blob
+ * without tables has none. Errors: ECORRUPT (the message says what). */
+int kt_node_blob_leases(const uint8_t *blob, size_t len,
+                        int (*fn)(void *arg, int64_t id, int64_t ttl), void *arg, struct kt_err *e);
+
+/* The member file a new member started with cfg (name, initial, n_initial,
+ * cluster_token) would write in member_dir (<data-dir>/member), made ahead of
+ * that start (ketchutl snapshot restore / migrate from-etcd with --name and
+ * --initial-cluster, as etcdutl snapshot restore): the member then starts
+ * from the snapshot already in member_dir/snap (at restore_index) with these
+ * members, whatever its --initial-* flags say. Errors: EINVAL (the name is
+ * not in initial), EIO (naming the file). */
+int kt_node_member_write_initial(const struct kt_node_config *cfg, const char *member_dir,
+                                 uint64_t restore_index, struct kt_err *e);
 
 /* Recover from the data dir (creating it if new) and start serving on the
  * listeners the caller adds with kt_node_listen. Errors name the file. */
 int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct kt_node **out,
                  struct kt_err *e);
-int kt_node_listen(struct kt_node *n, const char *host, int port, struct kt_err *e);
+/* tls: NULL for plain TCP, else the listener's TLS context (net/tls.h,
+ * opaque here; owned by the caller, outliving the node); also_plain: serve
+ * plaintext clients on the same port too. */
+int kt_node_listen(struct kt_node *n, const char *host, int port, struct kt_tls_ctx *tls,
+                   bool also_plain, struct kt_err *e);
 /* Graceful stop: stop accepting, finish in-flight syncs and replies, then
  * break the loop. */
 void kt_node_shutdown(struct kt_node *n);

@@ -271,7 +271,8 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
   struct kt_node_members *tab = malloc(sizeof *tab);
   kt_assert(tab);
   struct kt_node_alarms al;
-  if (kt_node_load_snapshot_file(n, path, &meta, &store, &leases, tab, &al, &e)) {
+  struct kt_auth *auth = NULL;
+  if (kt_node_load_snapshot_file(n, path, &meta, &store, &leases, tab, &al, &auth, &e)) {
     kt_log(KT_LOG_ERROR, "snap", "received snapshot refused: %s", e.msg);
     kt_snap_meta_free(&meta);
     unlink(path);
@@ -285,6 +286,7 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
            (unsigned long long)term, tab->n);
     kt_mvcc_free(store);
     kt_lease_free(leases);
+    kt_auth_free(auth);
     kt_snap_meta_free(&meta);
     unlink(path);
     free(tab);
@@ -303,6 +305,7 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
     kt_log(KT_LOG_FATAL, "wal", "reset after snapshot install failed: %s", e.msg);
     kt_mvcc_free(store);
     kt_lease_free(leases);
+    kt_auth_free(auth);
     free(tab);
     n->fatal = e.code ? e.code : KT_EIO;
     ev_break(n->loop, EVBREAK_ALL);
@@ -322,6 +325,10 @@ static void install(struct kt_node *n, const char *path, uint64_t index, uint64_
   kt_mvcc_free(n->store);
   n->store = store;
   kt_node_maint_alarms_adopt(n, &al);
+  kt_auth_free(n->auth);
+  n->auth = auth;
+  auth = NULL;
+  kt_node_watch_auth_changed(n);
   kt_lease_free(n->leases);
   n->leases = leases;
   n->pers_head = n->n_pers = 0; /* WAL appends raft waited on: superseded */

@@ -14,10 +14,12 @@
 #include "../snap/snap.h"
 #include "../wal/wal.h"
 #include "apply.h"
+#include "auth.h"
 #include "lease.h"
 #include "mvcc.h"
 #include "node.h"
 #include "raft.h"
+#include "reads.h"
 #include "watch.h"
 
 /* WAL record types written by the node (the record's index is the entry's). */
@@ -84,11 +86,13 @@ struct pending {
  * read waiting for its read index (several members), or any request waiting
  * for the member to serve. */
 struct held {
-  struct kt_conn *conn; /* NULL once answered with an error */
-  uint64_t req_id;
-  uint64_t batch; /* reads: the kt_raft_read_index ctx it rides on */
+  struct kt_conn *conn; /* a client's (a reference held), or NULL: forwarded */
+  uint64_t req_id;      /* the client's id, or the forwarding member's seq */
+  uint64_t from;        /* forwarded by this member (a lease time-to-live), or 0 */
+  uint64_t batch;       /* reads: the read batch it rides on (core/reads.h) */
   ev_tstamp since;
   size_t len; /* its body's bytes in the queue's `bodies`, in order */
+  bool done;  /* answered with an error already: skipped */
 };
 
 struct held_queue {
@@ -136,6 +140,16 @@ struct kt_node_alarms {
   size_t n;
 };
 
+/* Who a request or a proposal comes from (core/node_auth.c): a user and the
+ * auth revision its permissions were checked at, or the member itself. */
+struct kt_node_ident {
+  bool set;    /* a user (auth enabled when it was checked) */
+  bool member; /* the member's own */
+  char user[KT_AUTH_NAME_MAX + 1];
+  uint32_t user_len;
+  uint64_t rev;
+};
+
 struct waiter { /* a physical compaction waiting for its slices */
   struct kt_conn *conn;
   uint64_t req_id;
@@ -159,6 +173,7 @@ struct kt_node {
   struct kt_server *server;
   struct kt_arena arena, msg_arena;
   struct kt_buf scratch;
+  struct kt_buf wrap; /* an AUTHED body being proposed */
 
   struct kt_raft *raft;
   uint64_t applied_index, applied_term; /* last entry applied to the store */
@@ -179,12 +194,11 @@ struct kt_node {
   size_t n_dprops;
   kt_node_done_fn next_done; /* for kt_node_propose_req's proposal */
   void *next_done_ctx;
-  /* Linearizable reads (several members): batches of one loop turn share
-   * one read index; read_index_of[] maps a batch to its index once known. */
+  /* Linearizable reads (several members), in arrival order: the reads of
+   * one loop turn share one read index; `rq` (core/reads.h) numbers the
+   * batches and says when one may be served. */
   struct held_queue reads;
-  uint64_t read_batch;                         /* the batch new reads join */
-  bool read_batch_used;                        /* it has reads: ask raft at the end of the turn */
-  uint64_t read_ready_batch, read_ready_index; /* newest batch with a known index */
+  struct kt_reads rq;
   /* WAL appends raft waits on, in order. */
   struct persisting *pers;
   size_t n_pers, cap_pers, pers_head;
@@ -234,6 +248,12 @@ struct kt_node {
   struct node_lease_state *ls;
   struct node_lock_state *lk;
   struct node_maint_state *mt; /* node_maint.c */
+  /* Auth (node_auth.c): the replicated store, tokens and password workers;
+   * prop_as: who the proposals made now are for (set around a request's
+   * handling, cleared after). */
+  struct kt_auth *auth;
+  struct node_auth_state *as;
+  struct kt_node_ident prop_as;
 
   bool snap_force; /* take a snapshot now (a new member needs one) */
   bool stopping;
@@ -271,6 +291,12 @@ void kt_node_campaign_now(struct kt_node *n);
 /* Linearizable reads need a read index unless this member is the only voter
  * and leads. */
 bool kt_node_solo(const struct kt_node *n);
+/* A linearizable read (RANGE, a read-only TXN, LEASE_TTL on the leader,
+ * LEASE_LEASES, LEADER): answered once a read index of this life is applied
+ * (at once when solo). from != 0: a LEASE_TTL forwarded by member `from`
+ * (c NULL, req_id its seq), answered with kt_node_lease_fwd_answer. */
+void kt_node_read_linearized(struct kt_node *n, struct kt_conn *c, uint64_t from, uint64_t req_id,
+                             const struct kt_req *req, const uint8_t *body, size_t len);
 /* Peer transport callbacks (node.c). */
 void kt_node_on_peer_message(void *arg, uint64_t from, const uint8_t *msg, size_t len);
 void kt_node_on_peer_snapshot(void *arg, uint64_t from, const uint8_t *msg, size_t len);
@@ -332,6 +358,9 @@ void kt_node_forward(struct kt_node *n, struct kt_conn *c, uint64_t req_id, cons
                      size_t body_len);
 void kt_node_fwd_reply(struct kt_node *n, uint64_t to, uint64_t seq, int rc, const char *msg,
                        const struct kt_resp *r);
+/* The leader answers a forwarded LEASE_KEEPALIVE / LEASE_TTL (body) now. */
+void kt_node_lease_fwd_answer(struct kt_node *n, uint64_t from, uint64_t seq, const uint8_t *body,
+                              size_t len);
 
 /* node_lock.c: lock and election services (LOCK .. RESIGN). */
 void kt_node_lock_init(struct kt_node *n);
@@ -343,12 +372,13 @@ void kt_node_lock_tick(struct kt_node *n);
 void kt_node_lock_recheck_all(struct kt_node *n); /* the store was replaced */
 
 /* Loads a snapshot file into a new store and lease table and decodes its
- * member table into *members (n == 0 if it carries none) and its alarms
- * into *alarms. */
+ * member table into *members (n == 0 if it carries none), its alarms into
+ * *alarms and its auth store into *auth (a new one; empty if it carries
+ * none; the caller frees it). */
 int kt_node_load_snapshot_file(struct kt_node *n, const char *path, struct kt_snap_meta *meta,
                                struct kt_mvcc **store, struct kt_lease_mgr **leases,
                                struct kt_node_members *members, struct kt_node_alarms *alarms,
-                               struct kt_err *e);
+                               struct kt_auth **auth, struct kt_err *e);
 
 /* node_install.c: snapshot transfer to followers behind the log, install. */
 void kt_node_install_init(struct kt_node *n);
@@ -404,8 +434,8 @@ void kt_node_maint_nospace_raised(struct kt_node *n, uint64_t origin);
  * member | u8 alarm). They are replicated state (NOSPACE refuses puts at
  * apply), so a member restored from a snapshot must hold the same ones. */
 void kt_node_maint_alarms_save(struct kt_node *n, struct kt_buf *out);
-int kt_node_maint_alarms_decode(const uint8_t *p, size_t len, struct kt_node_alarms *out,
-                                struct kt_err *e);
+int kt_node_maint_alarms_decode(const uint8_t *p, size_t len, size_t *used,
+                                struct kt_node_alarms *out, struct kt_err *e);
 /* After the store was replaced by a snapshot's: its alarms become ours (and
  * the store's quota alarm is raised if NOSPACE is among them). */
 void kt_node_maint_alarms_adopt(struct kt_node *n, const struct kt_node_alarms *a);
@@ -416,6 +446,42 @@ void kt_node_maint_drained(struct kt_node *n, struct kt_conn *c);
 bool kt_node_maint_busy(const struct kt_node *n); /* slices pending */
 void kt_node_maint_step(struct kt_node *n);
 void kt_node_maint_tick(struct kt_node *n);
+
+/* node_auth.c: users, roles, permissions, tokens (see its header). */
+int kt_node_auth_init(struct kt_node *n, struct kt_err *e);
+void kt_node_auth_free(struct kt_node *n);
+/* Before a request is handled: answers AUTH_* requests and refusals itself
+ * (returns 1); else returns 0 with n->prop_as set to the caller. */
+int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
+                      const uint8_t *body, size_t body_len);
+/* The one permission check: 0, or EPERMDENIED (e says so; audited). */
+int kt_node_authorize(struct kt_node *n, const struct kt_node_ident *id, const struct kt_req *req,
+                      struct kt_err *e);
+/* A proposal's body as an AUTHED entry into out (true), or false: propose
+ * it as it is (auth disabled, a client's request). */
+bool kt_node_auth_wrap(struct kt_node *n, struct kt_conn *c, const uint8_t *body, size_t len,
+                       struct kt_buf *out);
+/* A committed NORMAL entry's request: unwraps AUTHED into *req (decoded in
+ * a) and checks it; 0 to apply *req, or the error to answer its proposer
+ * with (nothing applied). *fatal: the entry cannot be decoded. */
+int kt_node_auth_unwrap(struct kt_node *n, struct kt_req *req, struct kt_arena *a, struct kt_err *e,
+                        bool *fatal);
+void kt_node_auth_request(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
+                          const uint8_t *body, size_t body_len);
+void kt_node_auth_read(struct kt_node *n, struct kt_conn *c, const struct kt_req *req);
+void kt_node_auth_apply(struct kt_node *n, const struct kt_req *req, struct kt_conn *c,
+                        uint64_t req_id);
+/* Who sends on c, and may they send req (auth enabled): for a request
+ * answered later than it was taken (a linearizable read). */
+int kt_node_auth_recheck(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
+                         struct kt_err *e);
+/* May the caller on c still read [key, end) (an open watch, after an auth
+ * change)? True with auth disabled. */
+bool kt_node_auth_may_read(struct kt_node *n, struct kt_conn *c, struct kt_bytes key,
+                           struct kt_bytes end);
+void kt_node_auth_save(struct kt_node *n, struct kt_buf *out);
+int kt_node_auth_load(struct kt_node *n, const uint8_t *p, size_t len, size_t *used,
+                      struct kt_err *e);
 
 /* node_watch.c */
 void kt_node_watch_init(struct kt_node *n);
@@ -428,5 +494,8 @@ void kt_node_watch_step(struct kt_node *n);
 void kt_node_watch_conn_closed(struct kt_node *n, struct kt_conn *c);
 void kt_node_watch_drained(struct kt_node *n, struct kt_conn *c);
 void kt_node_watch_tick(struct kt_node *n);
+/* The auth store changed: open watches are checked again (in slices);
+ * those their caller may no longer read are cancelled ("permission denied"). */
+void kt_node_watch_auth_changed(struct kt_node *n);
 
 #endif

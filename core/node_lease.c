@@ -13,12 +13,15 @@
  *                    expired leases (kt_lease_expired, earliest first) are
  *                    proposed as LEASE_REVOKE entries: a storm of expiries is
  *                    spread over ticks and never stalls the loop.
- *   keep-alive, ttl  need the leader's timers: the leader answers at once;
+ *   keep-alive, ttl  need the leader's timers: the leader answers a
+ *                    keep-alive at once, a time-to-live once a read index
+ *                    is applied (core/node.c's linearizable reads: it never
+ *                    misses a grant or revoke acknowledged before it);
  *                    a follower forwards the request body to the leader over
  *                    the peer link (FWD_REQ) and relays the answer (FWD_RESP)
  *                    to its client; no leader, or none within two election
  *                    timeouts: ENOLEADER / ETIMEOUT.
- *   leases list      answered from the member's applied state.
+ *   leases list      the member's applied state, after a read index.
  *   leadership       becoming the serving leader: kt_lease_promote (every
  *                    lease gets its full TTL plus an election timeout, so no
  *                    lease expires because of an election); losing it:
@@ -329,7 +332,28 @@ void kt_node_fwd_reply(struct kt_node *n, uint64_t to, uint64_t seq, int rc, con
   kt_peer_send(n->peers, to, b->p, b->len);
 }
 
+/* A request a follower forwarded: membership changes answer when applied,
+ * a time-to-live once a read index is applied (as the leader's own),
+ * keep-alives now. */
 static void fwd_answer_leader(struct kt_node *n, uint64_t from, uint64_t seq, const uint8_t *body,
+                              size_t len) {
+  struct node_lease_state *ls = n->ls;
+  struct kt_req req;
+  struct kt_err e = {0};
+  kt_arena_reset(&ls->arena);
+  int rc = kt_proto_decode_req(body, len, &ls->arena, &req, &e);
+  if (!rc && req.type >= KT_MSG_MEMBER_ADD && req.type <= KT_MSG_MEMBER_PROMOTE) {
+    kt_node_member_request(n, NULL, from, seq, &req); /* answers when applied */
+    return;
+  }
+  if (!rc && req.type == KT_MSG_LEASE_TTL && kt_lease_is_leader(n->leases)) {
+    kt_node_read_linearized(n, NULL, from, seq, &req, body, len);
+    return;
+  }
+  kt_node_lease_fwd_answer(n, from, seq, body, len);
+}
+
+void kt_node_lease_fwd_answer(struct kt_node *n, uint64_t from, uint64_t seq, const uint8_t *body,
                               size_t len) {
   struct node_lease_state *ls = n->ls;
   struct kt_req req;
@@ -337,10 +361,6 @@ static void fwd_answer_leader(struct kt_node *n, uint64_t from, uint64_t seq, co
   struct kt_resp r = {0};
   kt_arena_reset(&ls->arena);
   int rc = kt_proto_decode_req(body, len, &ls->arena, &req, &e);
-  if (!rc && req.type >= KT_MSG_MEMBER_ADD && req.type <= KT_MSG_MEMBER_PROMOTE) {
-    kt_node_member_request(n, NULL, from, seq, &req); /* answers when applied */
-    return;
-  }
   if (!rc && req.type != KT_MSG_LEASE_KEEPALIVE && req.type != KT_MSG_LEASE_TTL)
     rc = kt_err_set(&e, KT_EUNSUPPORTED, "not a forwardable request");
   if (!rc) {
@@ -449,24 +469,28 @@ static void save_one(void *arg, int64_t id, int64_t ttl) {
 }
 
 /* Blob: "KTLEASE1" | id state 4 x u64 | count u64 | count x (id u64, ttl u64). */
-void kt_node_lease_save(struct kt_node *n, struct kt_buf *out) {
+static void lease_table_save(const struct kt_lease_mgr *m, struct kt_buf *out) {
   uint8_t h[8 + 32 + 8];
   uint64_t st[4];
   memcpy(h, BLOB_MAGIC, 8);
-  kt_lease_id_state(n->leases, st);
+  kt_lease_id_state(m, st);
   for (int i = 0; i < 4; i++)
     kt_put_u64be(h + 8 + 8 * i, st[i]);
-  kt_put_u64be(h + 40, kt_lease_count(n->leases));
+  kt_put_u64be(h + 40, kt_lease_count(m));
   kt_buf_append(out, h, sizeof h);
-  kt_buf_reserve(out, 16 * kt_lease_count(n->leases));
-  kt_lease_each_unsorted(n->leases, save_one, out);
+  kt_buf_reserve(out, 16 * kt_lease_count(m));
+  kt_lease_each_unsorted(m, save_one, out);
 }
 
-int kt_node_lease_load(struct kt_node *n, const uint8_t *p, size_t len, size_t *used,
-                       struct kt_err *e) {
+void kt_node_lease_save(struct kt_node *n, struct kt_buf *out) { lease_table_save(n->leases, out); }
+
+/* The table at p: fn per lease (stops at its first non-zero return), the id
+ * state into st; *used = its size. */
+static int lease_table_load(const uint8_t *p, size_t len, size_t *used, uint64_t st[4],
+                            int (*fn)(void *arg, int64_t id, int64_t ttl), void *arg,
+                            struct kt_err *e) {
   if (len < 48 || memcmp(p, BLOB_MAGIC, 8) != 0)
     return kt_err_set(e, KT_ECORRUPT, "snapshot lease table: bad header");
-  uint64_t st[4];
   for (int i = 0; i < 4; i++)
     st[i] = kt_get_u64be(p + 8 + 8 * i);
   uint64_t cnt = kt_get_u64be(p + 40);
@@ -476,13 +500,52 @@ int kt_node_lease_load(struct kt_node *n, const uint8_t *p, size_t len, size_t *
   for (uint64_t i = 0; i < cnt; i++) {
     int64_t id = (int64_t)kt_get_u64be(p + 48 + 16 * i);
     int64_t ttl = (int64_t)kt_get_u64be(p + 56 + 16 * i);
-    if (kt_lease_restore(n->leases, id, ttl))
+    if (fn(arg, id, ttl))
       return kt_err_set(e, KT_ECORRUPT, "snapshot lease table: bad lease %lld ttl %lld",
                         (long long)id, (long long)ttl);
   }
-  kt_lease_set_id_state(n->leases, st);
   *used = 48 + cnt * 16;
   return 0;
+}
+
+static int restore_one(void *arg, int64_t id, int64_t ttl) {
+  return kt_lease_restore(arg, id, ttl);
+}
+
+int kt_node_lease_load(struct kt_node *n, const uint8_t *p, size_t len, size_t *used,
+                       struct kt_err *e) {
+  uint64_t st[4];
+  int rc = lease_table_load(p, len, used, st, restore_one, n->leases, e);
+  if (!rc)
+    kt_lease_set_id_state(n->leases, st);
+  return rc;
+}
+
+/* ---- the meta blob for tools (node.h) ---- */
+
+void kt_node_blob_make(const char *text, const struct kt_lease_mgr *leases, struct kt_buf *out) {
+  kt_buf_append(out, text, strlen(text) + 1);
+  lease_table_save(leases, out);
+}
+
+int kt_node_blob_leases(const uint8_t *blob, size_t len,
+                        int (*fn)(void *arg, int64_t id, int64_t ttl), void *arg,
+                        struct kt_err *e) {
+  const uint8_t *nul = len ? memchr(blob, 0, len) : NULL;
+  if (!nul)
+    return 0; /* no tables: no leases */
+  size_t off = (size_t)(nul + 1 - blob), used = 0;
+  if (len - off >= 8 && !memcmp(blob + off, "KTMEMBS1", 8)) {
+    struct kt_node_members *t = malloc(sizeof *t);
+    kt_assert(t);
+    int rc = kt_node_member_decode(blob + off, len - off, &used, t, e);
+    free(t);
+    if (rc)
+      return rc;
+    off += used;
+  }
+  uint64_t st[4];
+  return lease_table_load(blob + off, len - off, &used, st, fn, arg, e);
 }
 
 void kt_node_lease_note_key(struct kt_node *n, struct kt_bytes key, int64_t lease) {

@@ -26,7 +26,9 @@
  *
  * Limits: every check is a range over name/ (O(keys under the name)), like
  * etcd's recipe; waiters and observers are bounded by client connections.
- * LEADER/OBSERVE read this member's applied state (serializable).
+ * LEADER is linearizable: core/node.c holds it for a read index, then
+ * calls in here. OBSERVE streams from this member's applied state, as a
+ * watch does.
  */
 #include <stdio.h>
 #include <stdlib.h>

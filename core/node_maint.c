@@ -384,14 +384,15 @@ void kt_node_maint_alarms_save(struct kt_node *n, struct kt_buf *out) {
   }
 }
 
-int kt_node_maint_alarms_decode(const uint8_t *p, size_t len, struct kt_node_alarms *out,
-                                struct kt_err *e) {
+int kt_node_maint_alarms_decode(const uint8_t *p, size_t len, size_t *used,
+                                struct kt_node_alarms *out, struct kt_err *e) {
   out->n = 0;
   if (len < 12 || memcmp(p, ALARM_MAGIC, 8) != 0)
     return kt_err_set(e, KT_ECORRUPT, "snapshot alarms: bad header");
   uint32_t cnt = kt_get_u32be(p + 8);
-  if (cnt > KT_NODE_MAX_ALARMS || len != 12 + (size_t)cnt * 9)
+  if (cnt > KT_NODE_MAX_ALARMS || len < 12 + (size_t)cnt * 9)
     return kt_err_set(e, KT_ECORRUPT, "snapshot alarms: %u alarms in %zu bytes", cnt, len);
+  *used = 12 + (size_t)cnt * 9;
   for (uint32_t i = 0; i < cnt; i++) {
     const uint8_t *r = p + 12 + (size_t)i * 9;
     if (r[8] != KT_ALARM_NOSPACE && r[8] != KT_ALARM_CORRUPT)

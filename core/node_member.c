@@ -156,7 +156,7 @@ static bool urls_overlap(const char *a, const char *b) {
 }
 
 /* "a,b" from a URL list; false if it does not fit or a URL is not
- * http://host:port. */
+ * http:// or https://host:port. */
 static bool join_urls(char *out, size_t cap, const struct kt_bytes *v, uint32_t n) {
   size_t len = 0;
   out[0] = 0;
@@ -170,7 +170,8 @@ static bool join_urls(char *out, size_t cap, const struct kt_bytes *v, uint32_t 
       return false;
     memcpy(one, v[i].p, v[i].n);
     one[v[i].n] = 0;
-    if (strncmp(one, "http://", 7) != 0 || kt_peer_parse_url(one, host, sizeof host, &port, &e))
+    if ((strncmp(one, "http://", 7) != 0 && strncmp(one, "https://", 8) != 0) ||
+        kt_peer_parse_url(one, host, sizeof host, &port, &e))
       return false;
     int w = snprintf(out + len, cap - len, "%s%s", i ? "," : "", one);
     if (w < 0 || (size_t)w >= cap - len)
@@ -181,7 +182,7 @@ static bool join_urls(char *out, size_t cap, const struct kt_bytes *v, uint32_t 
 }
 
 /* The peer URLs of an ADD or UPDATE into out ("a,b"): EMEMBERBADURLS if a
- * URL is not http://host:port, EPEERURLEXISTS if another member than
+ * URL is not http(s)://host:port, EPEERURLEXISTS if another member than
  * `except` (the member updated; 0 for an add) has one of them. */
 static int peer_urls_check(struct kt_node *n, const struct kt_member_change_req *mc,
                            uint64_t except, char *out, size_t cap, struct kt_err *e) {
@@ -225,7 +226,9 @@ static int ensure_transport(struct kt_node *n, struct kt_err *e) {
                               .on_join = on_join,
                               .is_removed = is_removed,
                               .on_removed = on_peer_removed,
-                              .arg = n};
+                              .arg = n,
+                              .tls_server = n->cfg.peer_tls_server,
+                              .tls_client = n->cfg.peer_tls_client};
   n->peers = kt_peer_new(n->loop, &pc);
   char url[300];
   snprintf(url, sizeof url, strchr(n->cfg.listen_peer_host, ':') ? "[%s]:%d" : "%s:%d",
@@ -1012,7 +1015,8 @@ static int join_cluster(struct kt_node *n, struct kt_err *e) {
         continue;
       uint64_t cid, mid, aid;
       struct kt_err je = {0};
-      if (kt_peer_join(pi->url, n->cfg.peer_urls, JOIN_TIMEOUT_MS, &cid, &mid, &aid, &reply, &je)) {
+      if (kt_peer_join(pi->url, n->cfg.peer_tls_client, n->cfg.peer_urls, JOIN_TIMEOUT_MS, &cid,
+                       &mid, &aid, &reply, &je)) {
         kt_log(KT_LOG_INFO, "member", "join via %s: %s", pi->url, je.msg);
         last = je;
         continue;
@@ -1035,6 +1039,25 @@ static int join_cluster(struct kt_node *n, struct kt_err *e) {
                     "--initial-cluster-state=existing: no member of --initial-cluster accepted "
                     "this member (add it first with `member add`; last answer: %s)",
                     last.msg[0] ? last.msg : "none");
+}
+
+int kt_node_member_write_initial(const struct kt_node_config *cfg, const char *member_dir,
+                                 uint64_t restore_index, struct kt_err *e) {
+  struct kt_node *n = calloc(1, sizeof *n);
+  kt_assert(n);
+  n->cfg = *cfg;
+  snprintf(n->member_dir, sizeof n->member_dir, "%s", member_dir);
+  kt_node_member_init(n);
+  int rc = bootstrap_members(n, e);
+  if (!rc) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/meta", n->member_dir);
+    n->mem->restore_index = restore_index;
+    rc = write_meta(n, path, n->mem->initial, n->mem->n_initial, e);
+  }
+  kt_node_member_free(n);
+  free(n);
+  return rc;
 }
 
 int kt_node_member_open(struct kt_node *n, struct kt_err *e) {

@@ -34,6 +34,9 @@
 #define FRAME_BYTES (1u << 20)
 #define STEP_BUDGET 4096 /* history events copied per loop turn for catch-up */
 #define DEFAULT_PROGRESS_MS 600000
+#define RECHECK_CONNS                                                                              \
+  256 /* connections whose watches are checked per turn after an auth change                       \
+       */
 
 struct wconn;
 
@@ -44,12 +47,14 @@ struct nwatch {
   int64_t min_rev;
   bool fragment, progress_notify;
   bool queued, blocked;
+  struct kt_bytes key, end; /* the watched range (owned), for auth checks */
 };
 
 struct wconn {
   struct kt_conn *conn; /* one reference held */
   struct nwatch **v;
   size_t n, cap;
+  size_t at; /* its index in node_watch_state.conns */
 };
 
 struct node_watch_state {
@@ -60,6 +65,11 @@ struct node_watch_state {
   struct kt_arena arena;
   ev_tstamp last_progress;
   bool busy; /* the last kt_watch_step made progress: step again */
+  /* Every connection with watches; after an auth change, conns[0..recheck)
+   * still have theirs to check (from the end down, so that a connection
+   * closing meanwhile, swapped in from the end, is never skipped). */
+  struct wconn **conns;
+  size_t n_conns, cap_conns, recheck;
 };
 
 static void enqueue(struct kt_node *n, struct nwatch *w) {
@@ -104,6 +114,9 @@ static void watch_drop(struct kt_node *n, struct nwatch *w) {
     w->wc = NULL;
   }
   (void)n;
+  free((void *)w->key.p);
+  free((void *)w->end.p);
+  w->key = w->end = (struct kt_bytes){0};
   if (!w->queued)
     free(w);
 }
@@ -236,16 +249,32 @@ void kt_node_watch_drained(struct kt_node *n, struct kt_conn *c) {
 
 /* ---- requests ---- */
 
-static struct wconn *wconn_of(struct kt_conn *c) {
+static struct wconn *wconn_of(struct kt_node *n, struct kt_conn *c) {
   struct wconn *wc = kt_conn_udata(c);
   if (!wc) {
+    struct node_watch_state *s = n->ws;
     wc = calloc(1, sizeof *wc);
     kt_assert(wc);
     wc->conn = c;
     kt_conn_ref(c);
     kt_conn_set_udata(c, wc);
+    if (s->n_conns == s->cap_conns) {
+      s->cap_conns = s->cap_conns ? 2 * s->cap_conns : 16;
+      s->conns = realloc(s->conns, s->cap_conns * sizeof *s->conns);
+      kt_assert(s->conns);
+    }
+    wc->at = s->n_conns;
+    s->conns[s->n_conns++] = wc;
   }
   return wc;
+}
+
+static struct kt_bytes copy(struct kt_bytes b) {
+  uint8_t *p = malloc(b.n ? b.n : 1);
+  kt_assert(p);
+  if (b.n)
+    memcpy(p, b.p, b.n);
+  return (struct kt_bytes){p, b.n};
 }
 
 static void watch_create(struct kt_node *n, struct kt_conn *c, const struct kt_req *req) {
@@ -280,13 +309,15 @@ static void watch_create(struct kt_node *n, struct kt_conn *c, const struct kt_r
     kt_node_reply_err(c, req->id, e.code, &e);
     return;
   }
-  wc = wconn_of(c);
+  wc = wconn_of(n, c);
   *w = (struct nwatch){.hub_id = id,
                        .stream_id = req->id,
                        .wc = wc,
                        .min_rev = min_rev,
                        .fragment = q->fragment,
-                       .progress_notify = q->progress_notify};
+                       .progress_notify = q->progress_notify,
+                       .key = copy(q->key),
+                       .end = copy(q->range_end)};
   if (wc->n == wc->cap) {
     wc->cap = wc->cap ? 2 * wc->cap : 4;
     wc->v = realloc(wc->v, wc->cap * sizeof *wc->v);
@@ -338,12 +369,48 @@ void kt_node_watch_request(struct kt_node *n, struct kt_conn *c, const struct kt
 
 /* ---- background and teardown ---- */
 
-bool kt_node_watch_busy(const struct kt_node *n) { return n->ws && n->ws->busy; }
+bool kt_node_watch_busy(const struct kt_node *n) {
+  return n->ws && (n->ws->busy || n->ws->recheck);
+}
+
+void kt_node_watch_auth_changed(struct kt_node *n) {
+  if (!n->ws)
+    return;
+  n->ws->recheck = n->ws->n_conns;
+  if (n->ws->recheck)
+    ev_idle_start(n->loop, &n->idle_w);
+}
+
+/* One slice of the check after an auth change: watches their caller may no
+ * longer read end with a reason (etcd keeps them going). */
+static void recheck_slice(struct kt_node *n) {
+  struct node_watch_state *s = n->ws;
+  for (int k = 0; k < RECHECK_CONNS && s->recheck; k++) {
+    if (s->recheck > s->n_conns)
+      s->recheck = s->n_conns;
+    if (!s->recheck)
+      break;
+    struct wconn *wc = s->conns[--s->recheck];
+    for (size_t i = wc->n; i-- > 0;) {
+      struct nwatch *w = wc->v[i];
+      if (kt_node_auth_may_read(n, wc->conn, w->key, w->end))
+        continue;
+      kt_log(KT_LOG_WARN, "audit",
+             "decision=deny op=watch stream=%llu reason=EPERMDENIED "
+             "(permission revoked: watch cancelled)",
+             (unsigned long long)w->stream_id);
+      kt_watch_cancel(n->watches, w->hub_id);
+      end_stream(n, w, 0, "permission denied");
+    }
+  }
+}
 
 /* Once per loop turn (and per idle slice while it makes progress): watchers
  * created with a past revision or moved aside catch up from history. One
  * that waits for its consumer costs nothing until a later turn. */
 void kt_node_watch_step(struct kt_node *n) {
+  if (n->ws->recheck)
+    recheck_slice(n);
   n->ws->busy = kt_watch_step(n->watches, STEP_BUDGET);
   if (n->ws->busy)
     ev_idle_start(n->loop, &n->idle_w);
@@ -360,6 +427,9 @@ void kt_node_watch_conn_closed(struct kt_node *n, struct kt_conn *c) {
   }
   free(wc->v);
   kt_conn_set_udata(c, NULL);
+  struct node_watch_state *s = n->ws;
+  s->conns[wc->at] = s->conns[--s->n_conns];
+  s->conns[wc->at]->at = wc->at;
   free(wc);
   kt_conn_unref(c);
 }
@@ -391,6 +461,7 @@ void kt_node_watch_free(struct kt_node *n) {
     else
       s->ready[i]->queued = false;
   free(s->ready);
+  free(s->conns);
   free(s->evs);
   kt_arena_free(&s->arena);
   free(s);

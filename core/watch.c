@@ -682,7 +682,11 @@ static void hold_release(struct kt_watch_hub *h, struct watcher *w) {
 static size_t catch_up(struct kt_watch_hub *h, struct watcher *w, size_t budget) {
   int64_t crev = kt_mvcc_compact_revision(h->store);
   int64_t need = w->q_sub == SUB_ALL ? w->q_rev + 1 : w->q_rev;
-  if (crev > 0 && need <= crev) { /* compaction at crev dropped tombstones at crev too */
+  /* As etcd: revision crev stays readable, so a watcher whose next revision
+   * is crev (a start at the compaction revision) replays what the store
+   * keeps of it (compaction dropped its tombstones, as etcd's does); one
+   * that took part of crev already cannot be resumed inside it. */
+  if (crev > 0 && (need < crev || (need == crev && w->q_sub != SUB_ALL))) {
     hold_release(h, w);
     list_del(&h->unsynced, w);
     w->canceled = true;

@@ -39,7 +39,10 @@
  * before revision_done); a watcher whose pending events (private + group lag)
  * exceed opts.max_pending is dropped from its group (its events forgotten) and
  * resumes from history after its last taken (revision, sub). A watcher whose
- * next needed revision was compacted is cancelled with that compact revision.
+ * next needed revision is below the compact revision (or which took part of
+ * the compact revision) is cancelled with that compact revision; a start AT
+ * the compact revision is served from what the store keeps of it (etcd's
+ * rule: compaction at C removes revisions below C).
  * Memory is bounded by groups * max_pending events plus the catch-up buffers.
  */
 #ifndef KT_WATCH_H

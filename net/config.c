@@ -27,6 +27,8 @@ enum opt_kind {
   K_RETENTION, /* raw; parsed once the mode is known */
   K_PATH,      /* --config-file */
   K_DURATION,  /* Go duration ("10m", "300ms"), stored as uint64 ms */
+  K_FILE,      /* a file path; empty means none (NULL) */
+  K_TLSVER,    /* TLS1.2|TLS1.3, stored as 12 / 13 */
 };
 
 enum {
@@ -52,6 +54,24 @@ enum {
   O_CATCHUP,
   O_LISTEN_METRICS,
   O_LOG_LEVEL,
+  O_CERT_FILE,
+  O_KEY_FILE,
+  O_CLIENT_CERT_AUTH,
+  O_CLIENT_CRL_FILE,
+  O_CLIENT_ALLOWED_HOST,
+  O_TRUSTED_CA_FILE,
+  O_AUTO_TLS,
+  O_PEER_CERT_FILE,
+  O_PEER_KEY_FILE,
+  O_PEER_CLIENT_CERT_AUTH,
+  O_PEER_TRUSTED_CA_FILE,
+  O_PEER_ALLOWED_CN,
+  O_PEER_ALLOWED_HOST,
+  O_PEER_AUTO_TLS,
+  O_PEER_CRL_FILE,
+  O_CIPHER_SUITES,
+  O_TLS_MIN_VERSION,
+  O_TLS_MAX_VERSION,
   O_CONFIG_FILE,
   O_VERSION,
   O_HELP,
@@ -141,6 +161,52 @@ static const struct opt opts[O_COUNT] = {
                           "List of URLs to listen on for the metrics and health endpoints."},
     [O_LOG_LEVEL] = {"log-level", K_LEVEL, OFF(log_level), "info", 0, 0, 0, "debug|info|warn|error",
                      "Log level."},
+    [O_CERT_FILE] = {"cert-file", K_FILE, OFF(client_tls.cert_file), "", 0, 0, OPT_EMPTY, "PATH",
+                     "Path to the client server TLS cert file."},
+    [O_KEY_FILE] = {"key-file", K_FILE, OFF(client_tls.key_file), "", 0, 0, OPT_EMPTY, "PATH",
+                    "Path to the client server TLS key file."},
+    [O_CLIENT_CERT_AUTH] = {"client-cert-auth", K_BOOL, OFF(client_tls.client_cert_auth), "false",
+                            0, 0, 0, "", "Enable client cert authentication."},
+    [O_CLIENT_CRL_FILE] = {"client-crl-file", K_FILE, OFF(client_tls.crl_file), "", 0, 0, OPT_EMPTY,
+                           "PATH", "Path to the client certificate revocation list file."},
+    [O_CLIENT_ALLOWED_HOST] = {"client-cert-allowed-hostname", K_STR,
+                               OFF(client_tls.allowed_hostname), "", 0, 0, OPT_EMPTY, "NAME",
+                               "Allowed TLS hostname for client cert authentication."},
+    [O_TRUSTED_CA_FILE] = {"trusted-ca-file", K_FILE, OFF(client_tls.trusted_ca_file), "", 0, 0,
+                           OPT_EMPTY, "PATH",
+                           "Path to the client server TLS trusted CA cert file (client "
+                           "certificates are then required, as etcd)."},
+    [O_AUTO_TLS] = {"auto-tls", K_BOOL, OFF(client_tls.auto_tls), "false", 0, 0, 0, "",
+                    "Client TLS using generated certificates."},
+    [O_PEER_CERT_FILE] = {"peer-cert-file", K_FILE, OFF(peer_tls.cert_file), "", 0, 0, OPT_EMPTY,
+                          "PATH", "Path to the peer server TLS cert file."},
+    [O_PEER_KEY_FILE] = {"peer-key-file", K_FILE, OFF(peer_tls.key_file), "", 0, 0, OPT_EMPTY,
+                         "PATH", "Path to the peer server TLS key file."},
+    [O_PEER_CLIENT_CERT_AUTH] = {"peer-client-cert-auth", K_BOOL, OFF(peer_tls.client_cert_auth),
+                                 "false", 0, 0, 0, "", "Enable peer client cert authentication."},
+    [O_PEER_TRUSTED_CA_FILE] = {"peer-trusted-ca-file", K_FILE, OFF(peer_tls.trusted_ca_file), "",
+                                0, 0, OPT_EMPTY, "PATH",
+                                "Path to the peer server TLS trusted CA file."},
+    [O_PEER_ALLOWED_CN] = {"peer-cert-allowed-cn", K_STR, OFF(peer_tls.allowed_cn), "", 0, 0,
+                           OPT_EMPTY, "CN",
+                           "Required CN for client certs connecting to the peer endpoint."},
+    [O_PEER_ALLOWED_HOST] = {"peer-cert-allowed-hostname", K_STR, OFF(peer_tls.allowed_hostname),
+                             "", 0, 0, OPT_EMPTY, "NAME",
+                             "Allowed TLS hostname for inter peer authentication."},
+    [O_PEER_AUTO_TLS] = {"peer-auto-tls", K_BOOL, OFF(peer_tls.auto_tls), "false", 0, 0, 0, "",
+                         "Peer TLS using self-generated certificates if --peer-key-file and "
+                         "--peer-cert-file are not provided."},
+    [O_PEER_CRL_FILE] = {"peer-crl-file", K_FILE, OFF(peer_tls.crl_file), "", 0, 0, OPT_EMPTY,
+                         "PATH", "Path to the peer certificate revocation list file."},
+    [O_CIPHER_SUITES] = {"cipher-suites", K_STR, OFF(cipher_suites), "", 0, 0, OPT_EMPTY, "NAMES",
+                         "Comma-separated list of supported TLS cipher suites between "
+                         "client/server and peers (empty: OpenSSL's defaults)."},
+    [O_TLS_MIN_VERSION] = {"tls-min-version", K_TLSVER, OFF(tls_min_version), "TLS1.2", 0, 0, 0,
+                           "TLS1.2|TLS1.3",
+                           "Minimum TLS version supported by the client and peer links."},
+    [O_TLS_MAX_VERSION] = {"tls-max-version", K_TLSVER, OFF(tls_max_version), "TLS1.3", 0, 0, 0,
+                           "TLS1.2|TLS1.3",
+                           "Maximum TLS version supported by the client and peer links."},
     [O_CONFIG_FILE] = {"config-file", K_PATH, OFF(config_file), NULL, 0, 0, OPT_NOFILE, "PATH",
                        "Path to the YAML configuration file. If given, other flags and "
                        "environment variables are ignored."},
@@ -155,7 +221,7 @@ static const struct opt opts[O_COUNT] = {
  * retention value came from (it is checked once the mode is known). */
 struct loader {
   struct kt_config *c;
-  uint32_t set;
+  uint64_t set;
   char retention_where[160];
 };
 
@@ -290,10 +356,8 @@ int kt_url_parse(struct kt_arena *a, const char *where, const char *s, struct kt
   const char *rest = sep + 3;
   memset(u, 0, sizeof *u);
   u->raw = adup(a, s, strlen(s));
-  if (sl == 5 && strncasecmp(s, "https", 5) == 0)
-    return url_err(e, where, s, "TLS not supported yet");
   if (sl == 5 && strncasecmp(s, "unixs", 5) == 0)
-    return url_err(e, where, s, "TLS not supported yet");
+    return url_err(e, where, s, "TLS on unix sockets is not supported; use https://host:port");
   if (sl == 4 && strncasecmp(s, "unix", 4) == 0) {
     size_t n = strlen(rest);
     if (n == 0)
@@ -305,9 +369,10 @@ int kt_url_parse(struct kt_arena *a, const char *where, const char *s, struct kt
     u->port = 0;
     return 0;
   }
-  if (!(sl == 4 && strncasecmp(s, "http", 4) == 0))
-    return url_err(e, where, s, "unsupported scheme; want http or unix");
-  u->scheme = KT_URL_HTTP;
+  bool https = sl == 5 && strncasecmp(s, "https", 5) == 0;
+  if (!(sl == 4 && strncasecmp(s, "http", 4) == 0) && !https)
+    return url_err(e, where, s, "unsupported scheme; want http, https or unix");
+  u->scheme = https ? KT_URL_HTTPS : KT_URL_HTTP;
   size_t alen = strcspn(rest, "/?#");
   if (rest[alen])
     return url_err(e, where, s, "URL must not contain a path");
@@ -476,6 +541,17 @@ static int opt_set(struct loader *l, const struct opt *o, const char *where, con
                       KT_CONFIG_MAX_VALUE);
   int rc = 0;
   switch (o->kind) {
+  case K_FILE:
+    *(const char **)field = *v ? adup(&c->arena, v, vlen) : NULL;
+    break;
+  case K_TLSVER:
+    if (strcmp(v, "TLS1.2") == 0)
+      *(int *)field = 12;
+    else if (strcmp(v, "TLS1.3") == 0)
+      *(int *)field = 13;
+    else
+      return bad_value(e, where, v, "TLS1.2 or TLS1.3");
+    break;
   case K_NAME:
     for (const char *p = v; *p; p++)
       if (*p == ',' || *p == '=' || iscntrl((unsigned char)*p))
@@ -483,6 +559,10 @@ static int opt_set(struct loader *l, const struct opt *o, const char *where, con
     __attribute__((fallthrough));
   case K_STR:
   case K_PATH:
+    if (!*v && (o->flags & OPT_EMPTY)) {
+      *(const char **)field = NULL;
+      break;
+    }
     if (!*v)
       return bad_value(e, where, v, "a non-empty string");
     *(const char **)field = adup(&c->arena, v, vlen);
@@ -560,7 +640,7 @@ static int opt_set(struct loader *l, const struct opt *o, const char *where, con
   if (rc)
     return rc;
   if (strcmp(where, "default") != 0)
-    l->set |= 1u << (o - opts);
+    l->set |= 1ull << (o - opts);
   return 0;
 }
 
@@ -573,7 +653,7 @@ static void set_defaults(struct loader *l) {
 
 /* ---- derived defaults and cross checks ---- */
 
-static bool is_set(const struct loader *l, int id) { return l->set & (1u << id); }
+static bool is_set(const struct loader *l, int id) { return l->set & (1ull << id); }
 
 static bool url_eq(const struct kt_url *a, const struct kt_url *b) {
   return a->scheme == b->scheme && a->port == b->port && strcmp(a->host, b->host) == 0;
@@ -581,7 +661,7 @@ static bool url_eq(const struct kt_url *a, const struct kt_url *b) {
 
 static bool wildcard(const struct kt_url_list *ul) {
   for (size_t i = 0; i < ul->n; i++)
-    if (ul->v[i].scheme == KT_URL_HTTP &&
+    if (ul->v[i].scheme != KT_URL_UNIX &&
         (strcmp(ul->v[i].host, "0.0.0.0") == 0 || strcmp(ul->v[i].host, "::") == 0))
       return true;
   return false;
@@ -665,6 +745,39 @@ static int finish(struct loader *l, struct kt_err *e) {
                         ap->v[j].raw, c->initial_cluster);
   }
 
+  /* TLS: an https:// URL needs a certificate for its link (etcd's message);
+   * certificate and key go together. */
+  struct {
+    const struct kt_config_tls *t;
+    const struct kt_url_list *urls;
+    const char *cert, *key, *autof;
+  } links[2] = {{&c->client_tls, &c->listen_client_urls, "--cert-file", "--key-file", "--auto-tls"},
+                {&c->peer_tls, &c->listen_peer_urls, "--peer-cert-file", "--peer-key-file",
+                 "--peer-auto-tls"}};
+  for (int k = 0; k < 2; k++) {
+    const struct kt_config_tls *t = links[k].t;
+    if (!t->cert_file != !t->key_file)
+      return kt_err_set(e, KT_EINVAL, "%s and %s go together (only %s is given)", links[k].cert,
+                        links[k].key, t->cert_file ? links[k].cert : links[k].key);
+    if (t->allowed_cn && t->allowed_hostname)
+      return kt_err_set(e, KT_EINVAL,
+                        "--peer-cert-allowed-cn and --peer-cert-allowed-hostname are mutually "
+                        "exclusive");
+    for (size_t i = 0; i < links[k].urls->n; i++)
+      if (links[k].urls->v[i].scheme == KT_URL_HTTPS && !t->cert_file && !t->auto_tls)
+        return kt_err_set(e, KT_EINVAL,
+                          "TLS key/cert (%s, %s) must be provided for %s url %.120s with HTTPS "
+                          "scheme (or %s)",
+                          links[k].cert, links[k].key, k ? "peer" : "client",
+                          links[k].urls->v[i].raw, links[k].autof);
+  }
+  if (c->tls_min_version > c->tls_max_version)
+    return kt_err_set(e, KT_EINVAL, "--tls-min-version TLS1.%d is above --tls-max-version TLS1.%d",
+                      c->tls_min_version - 10, c->tls_max_version - 10);
+  if (c->cipher_suites && c->tls_min_version == 13)
+    return kt_err_set(e, KT_EINVAL,
+                      "cipher suites cannot be configured when only TLS1.3 is enabled");
+
   /* etcd's tick checks, with etcd's wording. */
   if (5ull * c->heartbeat_interval_ms > c->election_timeout_ms)
     return kt_err_set(e, KT_EINVAL,
@@ -718,6 +831,56 @@ static const char *yaml_text(yaml_node_t *n) {
   return v;
 }
 
+/* etcd's config file keeps the TLS files in two maps, client-transport-security
+ * and peer-transport-security, whose keys are cert-file, key-file,
+ * client-cert-auth, trusted-ca-file and auto-tls: each sets the flag of that
+ * name (peer-*, for the peer map). */
+static int apply_yaml_security(struct loader *l, const char *label, yaml_document_t *doc,
+                               yaml_node_t *map, bool peer, uint64_t *seen, struct kt_err *e) {
+  static const char *const keys[] = {"cert-file", "key-file", "client-cert-auth", "trusted-ca-file",
+                                     "auto-tls"};
+  for (yaml_node_pair_t *pr = map->data.mapping.pairs.start; pr < map->data.mapping.pairs.top;
+       pr++) {
+    yaml_node_t *k = yaml_document_get_node(doc, pr->key);
+    yaml_node_t *v = yaml_document_get_node(doc, pr->value);
+    if (!k || !v || k->type != YAML_SCALAR_NODE)
+      return kt_err_set(e, KT_EINVAL, "%s: line %zu: want a plain key", label,
+                        k ? k->start_mark.line + 1 : 0);
+    const char *key = (const char *)k->data.scalar.value;
+    size_t i = 0;
+    while (i < KT_ARRAY_LEN(keys) && strcmp(key, keys[i]) != 0)
+      i++;
+    if (i == KT_ARRAY_LEN(keys)) {
+      kt_log(KT_LOG_WARN, "config", "%s: line %zu: unknown key \"%.80s\" in %s ignored", label,
+             k->start_mark.line + 1, key,
+             peer ? "peer-transport-security" : "client-transport-security");
+      continue;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", peer ? "peer-" : "", keys[i]);
+    const struct opt *o = opt_find(name, strlen(name));
+    kt_assert(o);
+    char where[160];
+    snprintf(where, sizeof where, "%.80s: %s.%s", label,
+             peer ? "peer-transport-security" : "client-transport-security", keys[i]);
+    uint64_t bit = 1ull << (o - opts);
+    if (*seen & bit)
+      return kt_err_set(e, KT_EINVAL, "%s: line %zu: key defined twice", where,
+                        k->start_mark.line + 1);
+    *seen |= bit;
+    if (v->type != YAML_SCALAR_NODE)
+      return kt_err_set(e, KT_EINVAL, "%s: line %zu: want a single value", where,
+                        v->start_mark.line + 1);
+    const char *text = yaml_text(v);
+    if (!text)
+      continue; /* "cert-file:" with no value keeps the default, as etcd's sample */
+    int rc = opt_set(l, o, where, text, e);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
 static int apply_yaml(struct loader *l, const char *label, const char *buf, size_t len,
                       struct kt_err *e) {
   if (len > KT_CONFIG_MAX_FILE)
@@ -734,7 +897,7 @@ static int apply_yaml(struct loader *l, const char *label, const char *buf, size
     return rc;
   }
   int rc = 0;
-  uint32_t seen = 0;
+  uint64_t seen = 0;
   yaml_node_t *root = yaml_document_get_root_node(&doc);
   if (!root)
     goto out; /* empty file: defaults */
@@ -752,6 +915,12 @@ static int apply_yaml(struct loader *l, const char *label, const char *buf, size
       goto out;
     }
     const char *key = (const char *)k->data.scalar.value;
+    if (v->type == YAML_MAPPING_NODE &&
+        (!strcmp(key, "client-transport-security") || !strcmp(key, "peer-transport-security"))) {
+      if ((rc = apply_yaml_security(l, label, &doc, v, key[0] == 'p', &seen, e)))
+        goto out;
+      continue;
+    }
     const struct opt *o = opt_find(key, k->data.scalar.length);
     if (!o || (o->flags & OPT_NOFILE)) {
       kt_log(KT_LOG_WARN, "config", "%s: line %zu: unknown key \"%.80s\" ignored", label,
@@ -760,7 +929,7 @@ static int apply_yaml(struct loader *l, const char *label, const char *buf, size
     }
     char where[160];
     snprintf(where, sizeof where, "%.100s: %s", label, o->name);
-    uint32_t bit = 1u << (o - opts);
+    uint64_t bit = 1ull << (o - opts);
     if (seen & bit) {
       rc = kt_err_set(e, KT_EINVAL, "%s: line %zu: key defined twice", where,
                       k->start_mark.line + 1);
@@ -777,7 +946,8 @@ static int apply_yaml(struct loader *l, const char *label, const char *buf, size
       }
       if ((rc = opt_set(l, o, where, text, e)))
         goto out;
-    } else if (v->type == YAML_SEQUENCE_NODE && (o->kind == K_URLS || o->kind == K_CLUSTER)) {
+    } else if (v->type == YAML_SEQUENCE_NODE &&
+               (o->kind == K_URLS || o->kind == K_CLUSTER || o - opts == O_CIPHER_SUITES)) {
       /* A list of URLs is accepted as well as one comma-separated string. */
       struct kt_buf b = {0};
       for (yaml_node_item_t *it = v->data.sequence.items.start;

@@ -19,6 +19,10 @@
  *     logs a warning (the task asks for "flags override env").
  *   - Unknown KETCH_* variables and unknown YAML keys are logged at warn and
  *     ignored (etcd warns on the first and silently ignores the second).
+ *   - etcd's YAML maps client-transport-security and peer-transport-security
+ *     (cert-file, key-file, client-cert-auth, trusted-ca-file, auto-tls) set
+ *     the flags of those names (peer-* for the second); every TLS flag is also
+ *     a top-level key, and cipher-suites may be a YAML list as in etcd.
  *   - When --listen-client-urls (--listen-peer-urls) is set but
  *     --advertise-client-urls (--initial-advertise-peer-urls) is not, ketch
  *     advertises the listen URLs instead of etcd's error, unless a listen host
@@ -27,9 +31,12 @@
  *     must equal --initial-advertise-peer-urls (etcd checks both at bootstrap;
  *     ketch compares host:port strings and does not resolve DNS names).
  *
- * Invariants after a successful load: every string is non-NULL, every URL list
+ * Invariants after a successful load: every string is non-NULL (but the TLS
+ * paths and names, NULL when not given), every URL list
  * the member needs (listen/advertise client and peer) has 1..KT_CONFIG_MAX_URLS
- * entries of scheme http or unix, 5*heartbeat_interval_ms <= election_timeout_ms
+ * entries of scheme http, https or unix; an https listen URL has a certificate
+ * (files or auto-tls) for its link; tls_min_version <= tls_max_version; 5*heartbeat_interval_ms <=
+ * election_timeout_ms
  * <= 50000, and all numbers are within the ranges kt_config_usage prints.
  * Memory: everything hangs off c->arena; kt_config_free releases it all.
  */
@@ -52,7 +59,7 @@
 #define KT_CONFIG_MAX_REQUEST_BYTES_CAP (64u << 20) /* max-request-bytes cap */
 #define KT_CONFIG_MAX_ELECTION_MS 50000             /* etcd's maxElectionMs */
 
-enum kt_url_scheme { KT_URL_HTTP = 1, KT_URL_UNIX = 2 };
+enum kt_url_scheme { KT_URL_HTTP = 1, KT_URL_UNIX = 2, KT_URL_HTTPS = 3 };
 
 /* One parsed URL. raw is the string as given ("http://[::1]:2479"); host has
  * no brackets ("::1"); for unix:// URLs host is the socket path and port 0. */
@@ -77,6 +84,16 @@ struct kt_peer {
 };
 
 enum kt_cluster_state { KT_CLUSTER_NEW = 1, KT_CLUSTER_EXISTING = 2 };
+
+/* One link's TLS flags, etcd's: the client link (--cert-file ...) or the
+ * peer link (--peer-cert-file ...). Paths are NULL when not given. */
+struct kt_config_tls {
+  const char *cert_file, *key_file, *trusted_ca_file, *crl_file;
+  const char *allowed_cn;       /* peer link only: --peer-cert-allowed-cn */
+  const char *allowed_hostname; /* --client-cert-allowed-hostname / --peer-cert-allowed-hostname */
+  bool client_cert_auth;        /* --client-cert-auth / --peer-client-cert-auth */
+  bool auto_tls;                /* --auto-tls / --peer-auto-tls */
+};
 enum kt_compaction_mode { KT_COMPACT_PERIODIC = 1, KT_COMPACT_REVISION = 2 };
 
 struct kt_config {
@@ -105,10 +122,13 @@ struct kt_config {
   uint64_t auto_compaction_retention_ms;   /* periodic mode; 0 = off */
   uint64_t auto_compaction_retention_revs; /* revision mode; 0 = off */
   bool force_new_cluster;
-  int log_level;           /* KT_LOG_DEBUG..KT_LOG_ERROR, default KT_LOG_INFO */
-  const char *config_file; /* the file used, or NULL */
-  bool show_help;          /* --help / -h given: print kt_config_usage, exit 0 */
-  bool show_version;       /* --version given */
+  struct kt_config_tls client_tls, peer_tls;
+  const char *cipher_suites;            /* --cipher-suites, NULL: OpenSSL's */
+  int tls_min_version, tls_max_version; /* 12 or 13 (TLS1.2 / TLS1.3) */
+  int log_level;                        /* KT_LOG_DEBUG..KT_LOG_ERROR, default KT_LOG_INFO */
+  const char *config_file;              /* the file used, or NULL */
+  bool show_help;                       /* --help / -h given: print kt_config_usage, exit 0 */
+  bool show_version;                    /* --version given */
 
   struct kt_arena arena; /* owns every string and array above */
 };
@@ -137,7 +157,7 @@ void kt_config_usage(FILE *f);
 
 /* Parses one URL ("http://host:port", "unix://path") into *u; strings are
  * allocated from a. where names the source in messages.
- * Errors: KT_EINVAL ("TLS not supported yet" for https/unixs). */
+ * Errors: KT_EINVAL (unixs:// is refused: TLS on unix sockets is not served). */
 int kt_url_parse(struct kt_arena *a, const char *where, const char *s, struct kt_url *u,
                  struct kt_err *e);
 

@@ -1,13 +1,29 @@
 /* net/ketch_main.c — the member process: config, logging, signals, the loop.
  *
  * Reads flags / KETCH_* env / config file (net/config.h), installs the log
- * sink ("time level module member message"), opens the node (recovery), listens
- * on the client URLs and runs the loop until SIGTERM/SIGINT, then shuts down
- * gracefully: stop accepting, finish in-flight syncs and replies, close. */
+ * sink ("time level module member message"), builds the TLS contexts the
+ * URLs need (net/tls.h: a missing or unreadable certificate, key, CA or CRL
+ * stops the start with a line naming the flag and the file), opens the node
+ * (recovery), listens on the client URLs and runs the loop until
+ * SIGTERM/SIGINT, then shuts down gracefully: stop accepting, finish
+ * in-flight syncs and replies, close. SIGHUP and changed certificate files
+ * reload the TLS contexts (net/tls_reload.h).
+ *
+ * TLS contexts (each used by every listener or dialer of its kind):
+ *   client   the https:// client listeners (--cert-file ... or --auto-tls);
+ *            an address given both as http:// and https:// is one listener
+ *            serving both (the first byte tells them apart)
+ *   peer-in  the https:// peer listener (--peer-cert-file ... or
+ *            --peer-auto-tls), verifying members' certificates when
+ *            --peer-client-cert-auth or --peer-trusted-ca-file is given
+ *   peer-out dialing https:// peer URLs (the same files; the peer URL's host
+ *            is what the remote certificate must be valid for; not verified
+ *            with --peer-auto-tls, as etcd) */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -16,6 +32,8 @@
 
 #include "../core/node.h"
 #include "config.h"
+#include "tls.h"
+#include "tls_reload.h"
 
 extern char **environ;
 
@@ -40,6 +58,112 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents) {
   (void)revents;
   kt_log(KT_LOG_INFO, "main", "received signal %d, shutting down", w->signum);
   kt_node_shutdown(the_node);
+}
+
+enum { TLS_CLIENT, TLS_PEER_IN, TLS_PEER_OUT, TLS_N };
+
+/* --auto-tls / --peer-auto-tls: a certificate under <data-dir>/fixtures/
+ * for the listen URLs' hosts, as etcd. */
+static int auto_cert(const struct kt_config *cfg, const struct kt_url_list *urls, const char *kind,
+                     char *cert, char *key, size_t cap, struct kt_err *e) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/fixtures/%s", cfg->data_dir, kind);
+  const char *hosts[KT_CONFIG_MAX_URLS];
+  size_t n = 0;
+  for (size_t i = 0; i < urls->n; i++)
+    if (urls->v[i].scheme != KT_URL_UNIX)
+      hosts[n++] = urls->v[i].host;
+  int rc = kt_tls_selfcert(dir, hosts, n, e);
+  snprintf(cert, cap, "%s/cert.pem", dir);
+  snprintf(key, cap, "%s/key.pem", dir);
+  return rc;
+}
+
+static bool has_https(const struct kt_url_list *u) {
+  for (size_t i = 0; i < u->n; i++)
+    if (u->v[i].scheme == KT_URL_HTTPS)
+      return true;
+  return false;
+}
+
+/* Build the contexts the configuration needs (see the top comment). */
+static int make_tls(const struct kt_config *cfg, struct kt_tls_ctx *out[TLS_N], struct kt_err *e) {
+  char cert[4200], key[4200];
+  const struct kt_config_tls *ct = &cfg->client_tls, *pt = &cfg->peer_tls;
+  if (has_https(&cfg->listen_client_urls)) {
+    struct kt_tls_config c = {
+        .server = true,
+        .cert_file = ct->cert_file,
+        .key_file = ct->key_file,
+        .ca_file = ct->trusted_ca_file,
+        .crl_file = ct->crl_file,
+        .verify_peer = ct->client_cert_auth || ct->trusted_ca_file,
+        .allowed_hostname = ct->allowed_hostname,
+        .cipher_suites = cfg->cipher_suites,
+        .min_version = cfg->tls_min_version,
+        .max_version = cfg->tls_max_version,
+        .cert_flag = "--cert-file",
+        .key_flag = "--key-file",
+        .ca_flag = "--trusted-ca-file",
+        .crl_flag = "--client-crl-file",
+    };
+    if (!ct->cert_file && ct->auto_tls) {
+      if (auto_cert(cfg, &cfg->listen_client_urls, "client", cert, key, sizeof cert, e))
+        return e->code;
+      c.cert_file = cert, c.key_file = key;
+    } else if (ct->auto_tls) {
+      kt_log(KT_LOG_WARN, "main", "ignoring client auto TLS since certs given");
+    }
+    if (kt_tls_ctx_new(&c, &out[TLS_CLIENT], e))
+      return e->code;
+  } else if (ct->cert_file || ct->client_cert_auth) {
+    kt_log(KT_LOG_WARN, "main",
+           "scheme is HTTP while key and cert files are present; ignoring key and cert files "
+           "(client-urls=%s)",
+           cfg->listen_client_urls.raw);
+  }
+  bool peer_tls = pt->cert_file || pt->auto_tls;
+  if (!peer_tls)
+    return 0;
+  struct kt_tls_config c = {
+      .cert_file = pt->cert_file,
+      .key_file = pt->key_file,
+      .ca_file = pt->trusted_ca_file,
+      .crl_file = pt->crl_file,
+      .allowed_cn = pt->allowed_cn,
+      .allowed_hostname = pt->allowed_hostname,
+      .cipher_suites = cfg->cipher_suites,
+      .min_version = cfg->tls_min_version,
+      .max_version = cfg->tls_max_version,
+      .cert_flag = "--peer-cert-file",
+      .key_flag = "--peer-key-file",
+      .ca_flag = "--peer-trusted-ca-file",
+      .crl_flag = "--peer-crl-file",
+  };
+  if (!pt->cert_file) {
+    if (auto_cert(cfg, &cfg->listen_peer_urls, "peer", cert, key, sizeof cert, e))
+      return e->code;
+    c.cert_file = cert, c.key_file = key;
+    c.skip_verify = true; /* a self-signed peer: encryption only, as etcd */
+  } else if (pt->auto_tls) {
+    kt_log(KT_LOG_WARN, "main", "ignoring peer auto TLS since certs given");
+  }
+  if (has_https(&cfg->listen_peer_urls)) {
+    c.server = true;
+    c.verify_peer = pt->client_cert_auth || pt->trusted_ca_file;
+    if (kt_tls_ctx_new(&c, &out[TLS_PEER_IN], e))
+      return e->code;
+  } else {
+    kt_log(KT_LOG_WARN, "main",
+           "scheme is HTTP while peer key and cert files are present; the peer listener %s "
+           "serves plaintext",
+           cfg->listen_peer_urls.raw);
+  }
+  c.server = false;
+  c.verify_peer = false;
+  if (kt_tls_ctx_new(&c, &out[TLS_PEER_OUT], e))
+    return e->code;
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -68,6 +192,25 @@ int main(int argc, char **argv) {
   kt_log_level = cfg.log_level;
   snprintf(member_name, sizeof member_name, "%s", cfg.name);
   signal(SIGPIPE, SIG_IGN);
+  /* Thousands of clients need descriptors: the soft limit up to the hard one
+   * (what Go does for etcd since 1.19). */
+  struct rlimit rl;
+  if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (!setrlimit(RLIMIT_NOFILE, &rl))
+      kt_log(KT_LOG_DEBUG, "main", "open files limit %llu -> %llu", (unsigned long long)was,
+             (unsigned long long)rl.rlim_cur);
+  }
+
+  struct kt_tls_ctx *tls[TLS_N] = {0};
+  if (make_tls(&cfg, tls, &e)) {
+    kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
+    for (int i = 0; i < TLS_N; i++)
+      kt_tls_ctx_free(tls[i]);
+    kt_config_free(&cfg);
+    return 1;
+  }
 
   struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
   struct kt_node_peer initial[KT_NODE_MAX_MEMBERS * 4];
@@ -97,26 +240,48 @@ int main(int argc, char **argv) {
       .auto_compaction_revision_mode = cfg.auto_compaction_mode == KT_COMPACT_REVISION,
       .auto_compaction_retention_ms = cfg.auto_compaction_retention_ms,
       .auto_compaction_retention_revs = cfg.auto_compaction_retention_revs,
+      .peer_tls_server = tls[TLS_PEER_IN],
+      .peer_tls_client = tls[TLS_PEER_OUT],
   };
   if (kt_node_open(loop, &nc, &the_node, &e)) {
     kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
     kt_config_free(&cfg);
     return 1;
   }
-  for (size_t i = 0; i < cfg.listen_client_urls.n; i++) {
-    const struct kt_url *u = &cfg.listen_client_urls.v[i];
-    if (u->scheme != KT_URL_HTTP) {
-      kt_log(KT_LOG_FATAL, "main", "cannot listen on %s: only http:// client URLs for now", u->raw);
+  const struct kt_url_list *lc = &cfg.listen_client_urls;
+  for (size_t i = 0; i < lc->n; i++) {
+    const struct kt_url *u = &lc->v[i];
+    if (u->scheme == KT_URL_UNIX) {
+      kt_log(KT_LOG_FATAL, "main", "cannot listen on %s: unix:// client URLs are not served",
+             u->raw);
       return 1;
     }
-    if (kt_node_listen(the_node, u->host, u->port, &e)) {
+    /* One listener per address: http:// and https:// of the same one share it. */
+    bool dup = false, tls_here = false, plain_here = false;
+    for (size_t j = 0; j < lc->n; j++) {
+      const struct kt_url *v = &lc->v[j];
+      if (v->scheme == KT_URL_UNIX || v->port != u->port || strcmp(v->host, u->host) != 0)
+        continue;
+      dup |= j < i;
+      tls_here |= v->scheme == KT_URL_HTTPS;
+      plain_here |= v->scheme == KT_URL_HTTP;
+    }
+    if (dup)
+      continue;
+    if (kt_node_listen(the_node, u->host, u->port, tls_here ? tls[TLS_CLIENT] : NULL,
+                       tls_here && plain_here, &e)) {
       kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
       kt_node_free(the_node);
       kt_config_free(&cfg);
       return 1;
     }
-    kt_log(KT_LOG_INFO, "main", "serving client requests url=%s", u->raw);
+    kt_log(KT_LOG_INFO, "main", "serving client requests url=%s tls=%s", u->raw,
+           !tls_here    ? "no"
+           : plain_here ? "yes, and plaintext"
+                        : "yes");
   }
+  static const char *const tls_names[TLS_N] = {"client", "peer listener", "peer dialer"};
+  struct kt_tls_reloader *reloader = kt_tls_reloader_new(loop, tls, tls_names, TLS_N);
   ev_signal sigterm, sigint;
   ev_signal_init(&sigterm, on_signal, SIGTERM);
   ev_signal_init(&sigint, on_signal, SIGINT);
@@ -133,6 +298,9 @@ int main(int argc, char **argv) {
   ev_signal_stop(loop, &sigterm);
   ev_signal_stop(loop, &sigint);
   kt_node_free(the_node);
+  kt_tls_reloader_free(reloader);
+  for (int i = 0; i < TLS_N; i++)
+    kt_tls_ctx_free(tls[i]);
   bool removed = fatal == KT_EMEMBERREMOVED; /* etcd 3.4 exits 0 */
   kt_log(KT_LOG_INFO, "main",
          removed ? "stopped: removed from the cluster"

@@ -2,6 +2,7 @@
 #include "peer.h"
 
 #include "sock.h"
+#include "tls.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -155,7 +156,8 @@ int kt_peer_parse_url(const char *url, char *host, size_t host_len, int *port, s
 
 /* ---- the transport ---- */
 
-enum { S_CONNECTING, S_HANDSHAKE, S_UP };
+/* S_TLS: the TLS handshake (https:// peer URLs / a TLS listener), before HELLO. */
+enum { S_CONNECTING, S_TLS, S_HANDSHAKE, S_UP };
 
 struct peer;
 
@@ -163,17 +165,22 @@ struct pconn {
   struct kt_peer_transport *t;
   struct peer *peer; /* dialed: the owner; accepted: the sender once known (or NULL) */
   uint64_t from;     /* accepted: sender id from its HELLO */
-  int fd;
+  struct kt_io io;   /* the socket, plain TCP or TLS */
   uint8_t channel, state;
   bool dialed, closed, in_dirty, was_up;
   bool close_when_sent; /* JOIN answer: close once written */
+  bool want_read;       /* read events wanted (all but an answered JOIN) */
+  bool write_blocked;   /* unsent output the socket did not take */
+  bool on_pending;      /* TLS holds read-ahead bytes (t->pending) */
+  bool loud;            /* dialer: its closing reason is a warning (TLS refusals) */
+  bool hs_waiting;      /* accepted: its TLS handshake waits for a turn (t->hs_head) */
   ev_io rio, wio;
   struct kt_buf in;
   struct kt_buf out;
   size_t out_off; /* out.p[out_off..out.len) is unsent */
   ev_tstamp opened_at, last_progress;
   struct pconn *prev, *next; /* accepted list */
-  struct pconn *dirty_next, *dead_next;
+  struct pconn *dirty_next, *dead_next, *pend_next, *hs_next;
   char addr[KT_PEER_URL_MAX + 16];
 };
 
@@ -202,6 +209,12 @@ struct kt_peer_transport {
   struct pconn *accepted;
   size_t n_accepted;
   struct pconn *dirty, *dead_conns;
+  struct pconn *pending;           /* accepted TLS connections with read-ahead bytes */
+  struct pconn *hs_head, *hs_tail; /* accepted TLS handshakes over this turn's budget */
+  struct kt_tls_budget hs_budget;  /* acceptor TLS handshakes: per turn, share of the time */
+  ev_timer hs_w;                   /* waiting handshakes: when the budget has time again */
+  char last_refusal[256];          /* the last TLS refusal logged at warn, and when */
+  ev_tstamp last_refusal_at;
   struct peer *dead_peers;
   ev_prepare prepare_w;
   ev_idle kick_w; /* keeps the loop turning while callbacks are pending */
@@ -249,9 +262,7 @@ static void conn_close(struct pconn *c, const char *why) {
   c->closed = true;
   ev_io_stop(t->loop, &c->rio);
   ev_io_stop(t->loop, &c->wio);
-  if (c->fd >= 0)
-    close(c->fd);
-  c->fd = -1;
+  kt_io_close(&c->io);
   struct peer *p = c->peer;
   if (c->dialed) {
     p->st.bytes_lost += unsent(c);
@@ -264,7 +275,7 @@ static void conn_close(struct pconn *c, const char *why) {
       }
     }
     if (why)
-      set_error(p, c->channel, c->state == S_UP ? KT_LOG_WARN : KT_LOG_INFO, "%s", why);
+      set_error(p, c->channel, c->state == S_UP || c->loud ? KT_LOG_WARN : KT_LOG_INFO, "%s", why);
     if (!p->removed && !t->freeing)
       schedule_dial(p, c->channel);
   } else {
@@ -279,6 +290,24 @@ static void conn_close(struct pconn *c, const char *why) {
     if (c->next)
       c->next->prev = c->prev;
     t->n_accepted--;
+  }
+  if (c->hs_waiting) { /* off the handshake FIFO before it can be freed */
+    struct pconn **pp = &t->hs_head, *prev = NULL;
+    while (*pp && *pp != c)
+      prev = *pp, pp = &(*pp)->hs_next;
+    if (*pp)
+      *pp = c->hs_next;
+    if (t->hs_tail == c)
+      t->hs_tail = prev;
+    c->hs_waiting = false;
+  }
+  if (c->on_pending) { /* off the pending list before it can be freed */
+    struct pconn **pp = &t->pending;
+    while (*pp && *pp != c)
+      pp = &(*pp)->pend_next;
+    if (*pp)
+      *pp = c->pend_next;
+    c->on_pending = false;
   }
   c->state = S_CONNECTING;
   c->dead_next = t->dead_conns;
@@ -297,6 +326,24 @@ static void mark_dirty(struct pconn *c) {
   c->in_dirty = true;
   c->dirty_next = c->t->dirty;
   c->t->dirty = c;
+}
+
+/* The one place that decides which events a connection waits for. */
+static void pconn_arm(struct pconn *c) {
+  if (c->closed)
+    return;
+  int ev = c->state == S_CONNECTING ? KT_IO_WRITE
+           : c->hs_waiting          ? 0
+                                    : kt_io_events(&c->io, c->want_read, c->write_blocked);
+  struct ev_loop *loop = c->t->loop;
+  if ((ev & KT_IO_READ) && !ev_is_active(&c->rio))
+    ev_io_start(loop, &c->rio);
+  else if (!(ev & KT_IO_READ) && ev_is_active(&c->rio))
+    ev_io_stop(loop, &c->rio);
+  if ((ev & KT_IO_WRITE) && !ev_is_active(&c->wio))
+    ev_io_start(loop, &c->wio);
+  else if (!(ev & KT_IO_WRITE) && ev_is_active(&c->wio))
+    ev_io_stop(loop, &c->wio);
 }
 
 static size_t queue_cap(const struct pconn *c) {
@@ -351,8 +398,11 @@ static void check_room(struct peer *p) {
 /* Write as much as the socket takes. Returns false if the connection closed. */
 static bool conn_flush(struct pconn *c) {
   struct kt_peer_transport *t = c->t;
+  if (c->state == S_CONNECTING || c->state == S_TLS)
+    return true; /* the output waits for the handshake */
   while (unsent(c)) {
-    ssize_t w = send(c->fd, c->out.p + c->out_off, unsent(c), MSG_NOSIGNAL);
+    struct kt_err e = {0};
+    ssize_t w = kt_io_write(&c->io, c->out.p + c->out_off, unsent(c), &e);
     if (w > 0) {
       c->out_off += (size_t)w;
       c->last_progress = ev_now(t->loop);
@@ -362,15 +412,15 @@ static bool conn_flush(struct pconn *c) {
       }
       continue;
     }
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!ev_is_active(&c->wio))
-        ev_io_start(t->loop, &c->wio);
+    if (w == KT_IO_AGAIN) {
+      if (!c->write_blocked) {
+        c->write_blocked = true;
+        pconn_arm(c);
+      }
       break;
     }
-    char why[128];
-    snprintf(why, sizeof why, "write: %s", w < 0 ? strerror(errno) : "returned 0");
+    char why[300];
+    snprintf(why, sizeof why, "write: %s", e.msg);
     conn_close(c, why);
     return false;
   }
@@ -379,8 +429,10 @@ static bool conn_flush(struct pconn *c) {
       conn_close(c, NULL);
       return false;
     }
-    if (ev_is_active(&c->wio) && c->state != S_CONNECTING)
-      ev_io_stop(t->loop, &c->wio);
+    if (c->write_blocked) {
+      c->write_blocked = false;
+      pconn_arm(c);
+    }
     c->out.len = c->out_off = 0;
     if (c->out.cap > 4 * READ_CHUNK)
       kt_buf_free(&c->out);
@@ -411,8 +463,9 @@ static struct pconn *conn_new(struct kt_peer_transport *t, int fd, bool dialed) 
   struct pconn *c = calloc(1, sizeof *c);
   kt_assert(c);
   c->t = t;
-  c->fd = fd;
+  kt_io_init_plain(&c->io, fd);
   c->dialed = dialed;
+  c->want_read = true;
   c->opened_at = c->last_progress = ev_now(t->loop);
   ev_io_init(&c->rio, on_conn_readable, fd, EV_READ);
   ev_io_init(&c->wio, on_conn_writable, fd, EV_WRITE);
@@ -470,7 +523,18 @@ static void dial(struct peer *p, int ch) {
   c->state = S_CONNECTING;
   snprintf(c->addr, sizeof c->addr, "%s:%d", host, port);
   p->conn[ch] = c;
-  ev_io_start(t->loop, &c->wio); /* writable = connect finished */
+  if (!strncmp(p->url, "https://", 8)) {
+    if (!t->cfg.tls_client) {
+      conn_close(c, "the peer URL is https:// but this member has no peer TLS (--peer-cert-file "
+                    "and --peer-key-file, or --peer-auto-tls)");
+      return;
+    }
+    if (kt_io_init_tls(&c->io, fd, t->cfg.tls_client, host, &e)) {
+      conn_close(c, e.msg);
+      return;
+    }
+  }
+  pconn_arm(c); /* writable = connect finished */
 }
 
 static void on_retry(struct ev_loop *loop, ev_timer *w, int revents) {
@@ -571,7 +635,8 @@ static void acceptor_hello(struct pconn *c, const struct kt_peer_hs *h) {
            c->addr, kt_peer_status_name(st), (unsigned long long)t->cfg.member_id,
            (unsigned long long)t->cfg.cluster_id, (unsigned long long)h->a,
            (unsigned long long)h->cluster_id, (unsigned long long)h->b, h->version, h->code);
-    (void)!send(c->fd, buf, sizeof buf, MSG_NOSIGNAL); /* best effort, then close */
+    struct kt_err we = {0};
+    (void)kt_io_write(&c->io, buf, sizeof buf, &we); /* best effort, then close */
     conn_close(c, NULL);
     return;
   }
@@ -621,7 +686,8 @@ static void acceptor_join(struct pconn *c, const uint8_t *msg, size_t len) {
   }
   kt_buf_free(&reply);
   c->close_when_sent = true;
-  ev_io_stop(t->loop, &c->rio); /* nothing more is read */
+  c->want_read = false; /* nothing more is read */
+  pconn_arm(c);
   conn_flush(c);
 }
 
@@ -632,6 +698,14 @@ static void acceptor_process(struct pconn *c) {
   struct kt_err e = {0};
   while (!c->closed) {
     if (c->state != S_UP) {
+      if (off == 0 && !kt_io_is_tls(&c->io) && kt_tls_sniff(c->in.p, c->in.len) == 1) {
+        kt_log(KT_LOG_WARN, "peer",
+               "refused peer connection from %s: a TLS handshake on a plaintext peer port (this "
+               "member's peer URL is http://)",
+               c->addr);
+        conn_close(c, NULL);
+        return;
+      }
       struct kt_peer_hs h;
       int r = kt_peer_hs_decode(c->in.p + off, c->in.len - off, KT_PEER_HELLO, &h, &e);
       if (r == 0)
@@ -689,74 +763,206 @@ static void acceptor_process(struct pconn *c) {
     kt_buf_free(&c->in);
 }
 
-static void on_conn_readable(struct ev_loop *loop, ev_io *w, int revents) {
-  (void)loop;
-  (void)revents;
-  struct pconn *c = w->data;
+/* Waiting handshakes: at the next turn if only its step count is spent (the
+ * loop keeps turning), else when the time budget has credit again. */
+static void hs_wake_later(struct kt_peer_transport *t) {
+  double w = kt_tls_budget_wait_s(&t->hs_budget);
+  if (w <= 0) {
+    kick(t);
+  } else if (!ev_is_active(&t->hs_w)) {
+    ev_timer_set(&t->hs_w, w, 0);
+    ev_timer_start(t->loop, &t->hs_w);
+  }
+}
+
+static void on_hs_timer(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop, (void)w, (void)revents; /* it woke the loop: on_prepare runs the handshakes */
+}
+
+/* The acceptor refused a connection at the TLS level: who and why, once per
+ * distinct reason a minute (a refused dialer retries every few seconds). */
+static void refusal(struct kt_peer_transport *t, const char *addr, const char *why) {
+  ev_tstamp now = ev_now(t->loop);
+  bool repeat = strcmp(why, t->last_refusal) == 0 && now - t->last_refusal_at < 60;
+  kt_log(repeat ? KT_LOG_DEBUG : KT_LOG_WARN, "peer", "refused peer connection from %s: TLS: %s",
+         addr, why);
+  if (!repeat) {
+    snprintf(t->last_refusal, sizeof t->last_refusal, "%s", why);
+    t->last_refusal_at = now;
+  }
+}
+
+static void mark_pending(struct pconn *c) {
+  if (c->on_pending || c->closed)
+    return;
+  c->on_pending = true;
+  c->pend_next = c->t->pending;
+  c->t->pending = c;
+  kick(c->t);
+}
+
+static void pconn_read(struct pconn *c) {
   struct kt_err e = {0};
   if (c->dialed && c->state == S_UP) {
     /* The acceptor never writes after its ACK: only EOF or an error is legal. */
     uint8_t b[64];
-    ssize_t n = read(c->fd, b, sizeof b);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    ssize_t n = kt_io_read(&c->io, b, sizeof b, &e);
+    if (n == KT_IO_AGAIN)
       return;
     conn_close(c, n == 0  ? "closed by the remote"
                   : n > 0 ? "protocol error: the remote sent bytes after its ACK"
-                          : strerror(errno));
+                          : e.msg);
     return;
   }
-  size_t want = READ_CHUNK;
-  if (c->dialed) {
-    want = KT_PEER_HELLO_BYTES - c->in.len;
-  } else if (c->state == S_UP && c->in.len >= KT_PEER_FRAME_HDR) {
-    /* Room for the whole current frame, when it is legal. */
-    uint32_t l = kt_get_u32be(c->in.p);
-    if (l <= c->t->cfg.max_frame_bytes && KT_PEER_FRAME_HDR + (size_t)l > c->in.len)
-      want = KT_MAX(want, KT_PEER_FRAME_HDR + (size_t)l - c->in.len);
-  }
-  if (c->in.cap - c->in.len < want) { /* exact growth: one frame, not the next power of 2 */
-    size_t ncap = (c->in.len + want + 4095) & ~(size_t)4095;
-    uint8_t *np = realloc(c->in.p, ncap);
-    kt_assert(np);
-    c->in.p = np;
-    c->in.cap = ncap;
-  }
-  ssize_t n = read(c->fd, c->in.p + c->in.len, c->dialed ? want : c->in.cap - c->in.len);
-  if (n == 0) {
-    conn_close(c, "closed by the remote");
+  for (int rounds = 0; rounds < 64 && !c->closed; rounds++) {
+    size_t want = READ_CHUNK;
+    if (c->dialed) {
+      want = KT_PEER_HELLO_BYTES - c->in.len;
+    } else if (c->state == S_UP && c->in.len >= KT_PEER_FRAME_HDR) {
+      /* Room for the whole current frame, when it is legal. */
+      uint32_t l = kt_get_u32be(c->in.p);
+      if (l <= c->t->cfg.max_frame_bytes && KT_PEER_FRAME_HDR + (size_t)l > c->in.len)
+        want = KT_MAX(want, KT_PEER_FRAME_HDR + (size_t)l - c->in.len);
+    }
+    if (c->in.cap - c->in.len < want) { /* exact growth: one frame, not the next power of 2 */
+      size_t ncap = (c->in.len + want + 4095) & ~(size_t)4095;
+      uint8_t *np = realloc(c->in.p, ncap);
+      kt_assert(np);
+      c->in.p = np;
+      c->in.cap = ncap;
+    }
+    ssize_t n =
+        kt_io_read(&c->io, c->in.p + c->in.len, c->dialed ? want : c->in.cap - c->in.len, &e);
+    if (n == 0) {
+      c->loud = c->dialed && !kt_io_is_tls(&c->io);
+      conn_close(c, c->dialed && !kt_io_is_tls(&c->io)
+                        ? "closed by the remote before its ACK (if it serves TLS on its peer "
+                          "port, this peer URL must be https://)"
+                        : "closed by the remote");
+      return;
+    }
+    if (n == KT_IO_AGAIN)
+      return;
+    if (n < 0) {
+      if (c->dialed) {
+        c->loud = kt_io_is_tls(&c->io) && e.code == KT_EPROTO; /* e.g. the acceptor's alert */
+        conn_close(c, e.msg);
+      } else {
+        kt_log(KT_LOG_WARN, "peer", "closing connection from %s member=%llx: %s", c->addr,
+               (unsigned long long)c->from, e.msg);
+        conn_close(c, NULL);
+      }
+      return;
+    }
+    c->in.len += (size_t)n;
+    if (!c->dialed) {
+      acceptor_process(c);
+      if (!kt_io_is_tls(&c->io) || !c->want_read || !kt_io_pending(&c->io))
+        return; /* one read per event (TLS: records read ahead are taken without one) */
+      continue;
+    }
+    /* Dialer waiting for its ACK. */
+    struct kt_peer_hs h;
+    int r = kt_peer_hs_decode(c->in.p, c->in.len, KT_PEER_ACK, &h, &e);
+    if (r == 0)
+      continue;
+    if (r < 0) {
+      conn_close(c, e.msg);
+      return;
+    }
+    kt_buf_free(&c->in);
+    dialer_ack(c, &h);
     return;
   }
-  if (n < 0) {
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      conn_close(c, strerror(errno));
-    return;
-  }
-  c->in.len += (size_t)n;
-  if (!c->dialed) {
-    acceptor_process(c);
-    return;
-  }
-  /* Dialer waiting for its ACK. */
-  struct kt_peer_hs h;
-  int r = kt_peer_hs_decode(c->in.p, c->in.len, KT_PEER_ACK, &h, &e);
-  if (r == 0)
-    return;
-  if (r < 0) {
-    conn_close(c, e.msg);
-    return;
-  }
-  kt_buf_free(&c->in);
-  dialer_ack(c, &h);
+  if (!c->closed && kt_io_pending(&c->io))
+    mark_pending(c); /* the round limit stopped it: the rest before sleeping */
 }
 
-static void on_conn_writable(struct ev_loop *loop, ev_io *w, int revents) {
-  (void)revents;
-  struct pconn *c = w->data;
+static void send_hello(struct pconn *c) {
+  struct kt_peer_transport *t = c->t;
+  c->state = S_HANDSHAKE;
+  struct kt_peer_hs h = {.kind = KT_PEER_HELLO,
+                         .version = KT_PEER_VERSION,
+                         .code = c->channel,
+                         .cluster_id = t->cfg.cluster_id,
+                         .a = t->cfg.member_id,
+                         .b = c->peer->id};
+  kt_buf_reserve(&c->out, KT_PEER_HELLO_BYTES);
+  kt_peer_hs_encode(c->out.p, &h);
+  c->out.len = KT_PEER_HELLO_BYTES;
+  pconn_arm(c);
+  conn_flush(c);
+}
+
+/* One TLS handshake step of either side. An acceptor's step counts against
+ * the turn's budget (KT_TLS_HANDSHAKES_PER_TURN): past it, the connection
+ * waits on a FIFO that on_prepare drains in later turns, so a storm of
+ * connections to the peer port cannot stall the loop. */
+static void pconn_tls_step(struct pconn *c) {
+  struct kt_peer_transport *t = c->t;
+  if (!c->dialed && !kt_tls_budget_room(&t->hs_budget)) {
+    if (!c->hs_waiting) {
+      c->hs_waiting = true;
+      c->hs_next = NULL;
+      if (t->hs_tail)
+        t->hs_tail->hs_next = c;
+      else
+        t->hs_head = c;
+      t->hs_tail = c;
+      pconn_arm(c);
+      hs_wake_later(t);
+    }
+    return;
+  }
+  struct kt_err e = {0};
+  ev_tstamp t0 = ev_time();
+  int r = kt_io_handshake(&c->io, &e);
+  if (!c->dialed)
+    kt_tls_budget_spent(&t->hs_budget, ev_time() - t0);
+  if (r == KT_IO_AGAIN) {
+    pconn_arm(c);
+    return;
+  }
+  if (r == 1) {
+    char cn[128];
+    kt_io_peer_cn(&c->io, cn, sizeof cn);
+    kt_log(KT_LOG_DEBUG, "peer", "TLS up with %s (%s) version=%s peer-cn=%s",
+           c->dialed ? "the acceptor" : "a dialer", c->addr, kt_io_version(&c->io),
+           cn[0] ? cn : "-");
+    if (c->dialed) {
+      send_hello(c);
+    } else {
+      c->state = S_HANDSHAKE;
+      pconn_arm(c);
+      pconn_read(c); /* the HELLO may have come with the handshake */
+    }
+    return;
+  }
+  if (c->dialed) {
+    char why[300];
+    snprintf(why, sizeof why, "TLS handshake: %s", e.msg);
+    c->loud = true;
+    conn_close(c, why);
+    return;
+  }
+  if (r == KT_IO_PLAINTEXT) {
+    refusal(c->t, c->addr,
+            "plaintext on a TLS peer port (the other member dials an http:// peer URL: make it "
+            "https://)");
+    kt_io_to_plain(&c->io);
+    kt_io_close_refused(&c->io); /* FIN, not RST: the dialer then says why */
+  } else {
+    refusal(c->t, c->addr, e.msg);
+  }
+  conn_close(c, NULL);
+}
+
+static void pconn_event(struct pconn *c, int revents) {
   struct kt_peer_transport *t = c->t;
   if (c->dialed && c->state == S_CONNECTING) {
     int err = 0;
     socklen_t sl = sizeof err;
-    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &sl) < 0)
+    if (getsockopt(c->io.fd, SOL_SOCKET, SO_ERROR, &err, &sl) < 0)
       err = errno;
     if (err) {
       char why[128];
@@ -764,23 +970,34 @@ static void on_conn_writable(struct ev_loop *loop, ev_io *w, int revents) {
       conn_close(c, why);
       return;
     }
-    ev_io_stop(loop, &c->wio);
-    c->state = S_HANDSHAKE;
-    c->opened_at = ev_now(loop);
-    struct kt_peer_hs h = {.kind = KT_PEER_HELLO,
-                           .version = KT_PEER_VERSION,
-                           .code = c->channel,
-                           .cluster_id = t->cfg.cluster_id,
-                           .a = t->cfg.member_id,
-                           .b = c->peer->id};
-    kt_buf_reserve(&c->out, KT_PEER_HELLO_BYTES);
-    kt_peer_hs_encode(c->out.p, &h);
-    c->out.len = KT_PEER_HELLO_BYTES;
-    ev_io_start(loop, &c->rio);
-    conn_flush(c);
+    c->opened_at = ev_now(t->loop);
+    if (kt_io_is_tls(&c->io)) {
+      c->state = S_TLS;
+      pconn_tls_step(c);
+    } else {
+      send_hello(c);
+    }
     return;
   }
-  conn_flush(c);
+  if (c->state == S_TLS) {
+    pconn_tls_step(c);
+    return;
+  }
+  int rd = kt_io_events(&c->io, true, false), wr = kt_io_events(&c->io, false, true);
+  if (c->write_blocked && (revents & wr) && !conn_flush(c))
+    return;
+  if (!c->closed && c->want_read && (revents & rd))
+    pconn_read(c);
+}
+
+static void on_conn_readable(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)loop, (void)revents;
+  pconn_event(w->data, KT_IO_READ);
+}
+
+static void on_conn_writable(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)loop, (void)revents;
+  pconn_event(w->data, KT_IO_WRITE);
 }
 
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
@@ -804,13 +1021,23 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
     set_sockopts(fd, t->cfg.stall_ms);
     struct pconn *c = conn_new(t, fd, false);
     c->state = S_HANDSHAKE;
+    if (t->cfg.tls_server) {
+      struct kt_err e = {0};
+      if (kt_io_init_tls(&c->io, fd, t->cfg.tls_server, NULL, &e)) {
+        kt_log(KT_LOG_WARN, "peer", "peer connection from %s refused: %s", addr, e.msg);
+        close(fd);
+        conn_free(c);
+        continue;
+      }
+      c->state = S_TLS;
+    }
     snprintf(c->addr, sizeof c->addr, "%s", addr);
     c->next = t->accepted;
     if (t->accepted)
       t->accepted->prev = c;
     t->accepted = c;
     t->n_accepted++;
-    ev_io_start(t->loop, &c->rio);
+    pconn_arm(c);
   }
 }
 
@@ -847,6 +1074,32 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
       p->room_pending = false;
       if (t->cfg.on_snapshot_room)
         t->cfg.on_snapshot_room(t->cfg.arg, p->id);
+    }
+  }
+  /* A new turn's handshake budget: deferred acceptor handshakes first. */
+  kt_tls_budget_turn(&t->hs_budget, ev_time());
+  while (t->hs_head && kt_tls_budget_room(&t->hs_budget)) {
+    struct pconn *c = t->hs_head;
+    t->hs_head = c->hs_next;
+    if (!t->hs_head)
+      t->hs_tail = NULL;
+    c->hs_waiting = false;
+    pconn_arm(c);
+    pconn_tls_step(c);
+  }
+  if (t->hs_head)
+    hs_wake_later(t);
+  /* TLS bytes read ahead: what they carry is handled now; the kick keeps the
+   * loop turning so the node's own prepare sees it next. */
+  struct pconn *list = t->pending;
+  t->pending = NULL;
+  while (list) {
+    struct pconn *c = list;
+    list = c->pend_next;
+    c->on_pending = false;
+    if (!c->closed && c->want_read) {
+      pconn_read(c);
+      kick(t);
     }
   }
   while (t->dirty) {
@@ -929,6 +1182,8 @@ struct kt_peer_transport *kt_peer_new(struct ev_loop *loop, const struct kt_peer
   ev_unref(loop);
   ev_idle_init(&t->kick_w, on_idle);
   t->kick_w.data = t;
+  ev_timer_init(&t->hs_w, on_hs_timer, 0, 0);
+  t->hs_w.data = t;
   double every = c->stall_ms / 4000.0;
   if (every > 1.0)
     every = 1.0;
@@ -1158,6 +1413,8 @@ void kt_peer_free(struct kt_peer_transport *t) {
   while (t->accepted)
     conn_close(t->accepted, NULL);
   t->dirty = NULL;
+  t->pending = NULL;
+  t->hs_head = t->hs_tail = NULL;
   free_dead(t);
   if (t->listen_fd >= 0) {
     ev_io_stop(t->loop, &t->listen_w);
@@ -1168,6 +1425,7 @@ void kt_peer_free(struct kt_peer_transport *t) {
   ev_ref(t->loop);
   ev_timer_stop(t->loop, &t->stall_w);
   ev_idle_stop(t->loop, &t->kick_w);
+  ev_timer_stop(t->loop, &t->hs_w);
   free(t);
 }
 
@@ -1179,13 +1437,17 @@ static int64_t join_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Wait for fd to be ready for `events` until deadline: 1, 0 on timeout. */
-static int join_wait(int fd, short events, int64_t deadline) {
+/* Wait until io can make progress toward what it wants (a read or a write),
+ * until deadline: 1, 0 on timeout. */
+static int join_wait(struct kt_io *io, bool want_read, bool want_write, int64_t deadline) {
   for (;;) {
     int64_t left = deadline - join_now_ms();
     if (left <= 0)
       return 0;
-    struct pollfd pf = {.fd = fd, .events = events};
+    int ev = kt_io_events(io, want_read, want_write);
+    struct pollfd pf = {
+        .fd = io->fd,
+        .events = (short)((ev & KT_IO_READ ? POLLIN : 0) | (ev & KT_IO_WRITE ? POLLOUT : 0))};
     int r = poll(&pf, 1, (int)left);
     if (r > 0)
       return 1;
@@ -1195,32 +1457,101 @@ static int join_wait(int fd, short events, int64_t deadline) {
 }
 
 /* Read exactly n bytes by the deadline: 0, or -1 (e filled). */
-static int join_read(int fd, uint8_t *p, size_t n, int64_t deadline, const char *url,
+static int join_read(struct kt_io *io, uint8_t *p, size_t n, int64_t deadline, const char *url,
                      struct kt_err *e) {
   size_t got = 0;
   while (got < n) {
-    if (!join_wait(fd, POLLIN, deadline))
-      return -kt_err_set(e, KT_EUNAVAILABLE, "join %s: no answer in time", url);
-    ssize_t r = read(fd, p + got, n - got);
+    struct kt_err re = {0};
+    ssize_t r = kt_io_read(io, p + got, n - got, &re);
+    if (r > 0) {
+      got += (size_t)r;
+      continue;
+    }
     if (r == 0)
       return -kt_err_set(e, KT_EUNAVAILABLE, "join %s: connection closed by the remote", url);
-    if (r < 0) {
-      if (errno == EINTR || errno == EAGAIN)
-        continue;
-      return -kt_err_set(e, KT_EUNAVAILABLE, "join %s: read: %s", url, strerror(errno));
-    }
-    got += (size_t)r;
+    if (r != KT_IO_AGAIN)
+      return -kt_err_set(e, KT_EUNAVAILABLE, "join %s: %s", url, re.msg);
+    if (!kt_io_pending(io) && !join_wait(io, true, false, deadline))
+      return -kt_err_set(e, KT_EUNAVAILABLE, "join %s: no answer in time", url);
   }
   return 0;
 }
 
-int kt_peer_join(const char *url, const char *my_urls, uint32_t timeout_ms, uint64_t *cluster_id,
-                 uint64_t *member_id, uint64_t *acceptor_id, struct kt_buf *reply,
-                 struct kt_err *e) {
+static int join_exchange(struct kt_io *io, const char *url, const char *my_urls, int64_t deadline,
+                         uint64_t *cluster_id, uint64_t *member_id, uint64_t *acceptor_id,
+                         struct kt_buf *reply, struct kt_err *e) {
+  struct kt_err ie = {0};
+  for (;;) { /* TLS handshake (plain TCP: done at once) */
+    int h = kt_io_handshake(io, &ie);
+    if (h == 1)
+      break;
+    if (h != KT_IO_AGAIN)
+      return kt_err_set(e, KT_EUNAVAILABLE, "join %s: TLS handshake: %s", url, ie.msg);
+    if (!join_wait(io, true, true, deadline))
+      return kt_err_set(e, KT_EUNAVAILABLE, "join %s: TLS handshake not done in time", url);
+  }
+  size_t ul = strlen(my_urls);
+  uint8_t *out = malloc(KT_PEER_HELLO_BYTES + KT_PEER_FRAME_HDR + ul);
+  kt_assert(out);
+  struct kt_peer_hs h = {
+      .kind = KT_PEER_HELLO, .version = KT_PEER_VERSION, .code = KT_PEER_CH_JOIN};
+  kt_peer_hs_encode(out, &h);
+  kt_peer_frame_header(out + KT_PEER_HELLO_BYTES, KT_PEER_CH_JOIN, (uint32_t)ul);
+  memcpy(out + KT_PEER_HELLO_BYTES + KT_PEER_FRAME_HDR, my_urls, ul);
+  size_t total = KT_PEER_HELLO_BYTES + KT_PEER_FRAME_HDR + ul, sent = 0;
+  while (sent < total) {
+    ssize_t w = kt_io_write(io, out + sent, total - sent, &ie);
+    if (w > 0) {
+      sent += (size_t)w;
+      continue;
+    }
+    if (w != KT_IO_AGAIN || !join_wait(io, false, true, deadline))
+      break;
+  }
+  free(out);
+  if (sent < total)
+    return kt_err_set(e, KT_EUNAVAILABLE, "join %s: could not send the request%s%s", url,
+                      ie.msg[0] ? ": " : "", ie.msg);
+  uint8_t ackb[KT_PEER_HELLO_BYTES];
+  struct kt_peer_hs ack;
+  if (join_read(io, ackb, sizeof ackb, deadline, url, e) ||
+      kt_peer_hs_decode(ackb, sizeof ackb, KT_PEER_ACK, &ack, e) != 1)
+    return e->code ? e->code : kt_err_set(e, KT_EPROTO, "join %s: bad answer", url);
+  if (ack.code != KT_PEER_OK)
+    return kt_err_set(
+        e, ack.code == KT_PEER_NOT_ADDED || ack.code == KT_PEER_REMOVED ? KT_ENOTFOUND : KT_EPROTO,
+        "join %s: %s", url, kt_peer_status_name(ack.code));
+  uint8_t fh[KT_PEER_FRAME_HDR];
+  if (join_read(io, fh, sizeof fh, deadline, url, e))
+    return e->code;
+  uint32_t len = kt_get_u32be(fh);
+  if (fh[4] != KT_PEER_CH_JOIN || len > KT_PEER_MAX_FRAME_BYTES || ack.cluster_id == 0 ||
+      ack.b == 0)
+    return kt_err_set(e, KT_EPROTO, "join %s: bad answer frame", url);
+  kt_buf_reset(reply);
+  kt_buf_reserve(reply, len ? len : 1);
+  if (join_read(io, reply->p, len, deadline, url, e))
+    return e->code;
+  reply->len = len;
+  *cluster_id = ack.cluster_id;
+  *member_id = ack.b;
+  *acceptor_id = ack.a;
+  return 0;
+}
+
+int kt_peer_join(const char *url, struct kt_tls_ctx *tls, const char *my_urls, uint32_t timeout_ms,
+                 uint64_t *cluster_id, uint64_t *member_id, uint64_t *acceptor_id,
+                 struct kt_buf *reply, struct kt_err *e) {
   char host[KT_PEER_URL_MAX];
   int port;
   if (kt_peer_parse_url(url, host, sizeof host, &port, e))
     return KT_EINVAL;
+  bool https = !strncmp(url, "https://", 8);
+  if (https && !tls)
+    return kt_err_set(e, KT_EINVAL,
+                      "join %s: the peer URL is https:// but this member has no peer TLS "
+                      "(--peer-cert-file and --peer-key-file, or --peer-auto-tls)",
+                      url);
   int64_t deadline = join_now_ms() + timeout_ms;
   struct addrinfo hints = {
       .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
@@ -1238,9 +1569,11 @@ int kt_peer_join(const char *url, const char *my_urls, uint32_t timeout_ms, uint
   int cr = connect(fd, ai->ai_addr, ai->ai_addrlen);
   freeaddrinfo(ai);
   int err = cr < 0 ? errno : 0;
+  struct kt_io io;
+  kt_io_init_plain(&io, fd);
   if (err == EINPROGRESS) {
     err = ETIMEDOUT;
-    if (join_wait(fd, POLLOUT, deadline)) {
+    if (join_wait(&io, false, true, deadline)) {
       socklen_t sl = sizeof err;
       if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) < 0)
         err = errno;
@@ -1250,64 +1583,11 @@ int kt_peer_join(const char *url, const char *my_urls, uint32_t timeout_ms, uint
     close(fd);
     return kt_err_set(e, KT_EUNAVAILABLE, "join %s: connect: %s", url, strerror(err));
   }
-  size_t ul = strlen(my_urls);
-  uint8_t *out = malloc(KT_PEER_HELLO_BYTES + KT_PEER_FRAME_HDR + ul);
-  kt_assert(out);
-  struct kt_peer_hs h = {
-      .kind = KT_PEER_HELLO, .version = KT_PEER_VERSION, .code = KT_PEER_CH_JOIN};
-  kt_peer_hs_encode(out, &h);
-  kt_peer_frame_header(out + KT_PEER_HELLO_BYTES, KT_PEER_CH_JOIN, (uint32_t)ul);
-  memcpy(out + KT_PEER_HELLO_BYTES + KT_PEER_FRAME_HDR, my_urls, ul);
-  size_t total = KT_PEER_HELLO_BYTES + KT_PEER_FRAME_HDR + ul, sent = 0;
-  while (sent < total) {
-    if (!join_wait(fd, POLLOUT, deadline))
-      break;
-    ssize_t w = send(fd, out + sent, total - sent, MSG_NOSIGNAL);
-    if (w < 0 && (errno == EINTR || errno == EAGAIN))
-      continue;
-    if (w <= 0)
-      break;
-    sent += (size_t)w;
-  }
-  free(out);
-  if (sent < total) {
-    close(fd);
-    return kt_err_set(e, KT_EUNAVAILABLE, "join %s: could not send the request", url);
-  }
-  uint8_t ackb[KT_PEER_HELLO_BYTES];
-  struct kt_peer_hs ack;
-  if (join_read(fd, ackb, sizeof ackb, deadline, url, e) ||
-      kt_peer_hs_decode(ackb, sizeof ackb, KT_PEER_ACK, &ack, e) != 1) {
-    close(fd);
-    return e->code ? e->code : kt_err_set(e, KT_EPROTO, "join %s: bad answer", url);
-  }
-  if (ack.code != KT_PEER_OK) {
-    close(fd);
-    return kt_err_set(
-        e, ack.code == KT_PEER_NOT_ADDED || ack.code == KT_PEER_REMOVED ? KT_ENOTFOUND : KT_EPROTO,
-        "join %s: %s", url, kt_peer_status_name(ack.code));
-  }
-  uint8_t fh[KT_PEER_FRAME_HDR];
-  if (join_read(fd, fh, sizeof fh, deadline, url, e)) {
+  if (https && kt_io_init_tls(&io, fd, tls, host, e)) {
     close(fd);
     return e->code;
   }
-  uint32_t len = kt_get_u32be(fh);
-  if (fh[4] != KT_PEER_CH_JOIN || len > KT_PEER_MAX_FRAME_BYTES || ack.cluster_id == 0 ||
-      ack.b == 0) {
-    close(fd);
-    return kt_err_set(e, KT_EPROTO, "join %s: bad answer frame", url);
-  }
-  kt_buf_reset(reply);
-  kt_buf_reserve(reply, len ? len : 1);
-  if (join_read(fd, reply->p, len, deadline, url, e)) {
-    close(fd);
-    return e->code;
-  }
-  reply->len = len;
-  close(fd);
-  *cluster_id = ack.cluster_id;
-  *member_id = ack.b;
-  *acceptor_id = ack.a;
-  return 0;
+  rc = join_exchange(&io, url, my_urls, deadline, cluster_id, member_id, acceptor_id, reply, e);
+  kt_io_close(&io);
+  return rc;
 }

@@ -39,9 +39,13 @@
  *    connection, a bad HELLO, or any byte the acceptor sends after its ACK
  *    closes that connection only (logged). Each connection buffers at most one
  *    frame of input plus one read (max_frame_bytes + 5 + 256 KiB bytes).
- *  - No authentication yet: any process that can reach the peer port and
- *    knows the cluster and member ids is believed (the security layer of
- *    design.md will wrap these connections).
+ *  - Authentication is TLS's (https:// peer URLs, cfg.tls_server/tls_client):
+ *    the TLS handshake (state S_TLS) comes before HELLO on both channels and
+ *    on JOIN, and a dialer whose certificate the acceptor's policy refuses
+ *    (another CA, expired, revoked, a CN or host not allowed) never gets to
+ *    send a HELLO; the acceptor logs who (address, certificate subject) and
+ *    why, the dialer logs the alert it got. Without TLS any process that can
+ *    reach the peer port and knows the cluster and member ids is believed.
  *  - Output with no write progress for stall_ms, or a handshake not done
  *    within stall_ms, closes the connection (then reconnect with backoff).
  *  - Frames queued in a turn leave at its end: the transport's ev_prepare
@@ -60,6 +64,8 @@
 #include <ev.h>
 
 #include "../core/base.h"
+
+struct kt_tls_ctx;
 
 #define KT_PEER_VERSION 1
 #define KT_PEER_HELLO_BYTES 32
@@ -156,6 +162,11 @@ struct kt_peer_config {
   kt_peer_removed_fn is_removed;  /* NULL: none; a removed sender gets KT_PEER_REMOVED */
   kt_peer_id_fn on_removed;       /* a peer answered KT_PEER_REMOVED: we were removed */
   void *arg;
+  /* TLS (net/tls.h; owned by the caller, outliving the transport). tls_server:
+   * the listener serves TLS only (its policy verifies dialers' certificates).
+   * tls_client: used to dial https:// peer URLs; the URL's host is what the
+   * acceptor's certificate must be valid for. NULL: plaintext. */
+  struct kt_tls_ctx *tls_server, *tls_client;
 };
 
 struct kt_peer_status {
@@ -215,16 +226,17 @@ size_t kt_peer_snapshot_room(const struct kt_peer_transport *t, uint64_t to);
 bool kt_peer_connected(const struct kt_peer_transport *t, uint64_t id);
 
 /* JOIN, joiner side (blocking: for start-up only, before the loop runs).
- * Connects to `url`, sends HELLO on the JOIN channel and a frame with
+ * Connects to `url` (https://: over TLS with `tls`, the dialing context),
+ * sends HELLO on the JOIN channel and a frame with
  * my_urls, waits at most timeout_ms for the ACK and the reply frame.
  * Returns 0 with the cluster id, the joiner's member id, the acceptor's id
  * and `reply` (the acceptor's member list, opaque here); KT_ENOTFOUND (e
  * names the status) if the acceptor knows no member with these URLs or the
  * member was removed; KT_EUNAVAILABLE if it cannot be reached in time;
  * KT_EPROTO for a bad answer. */
-int kt_peer_join(const char *url, const char *my_urls, uint32_t timeout_ms, uint64_t *cluster_id,
-                 uint64_t *member_id, uint64_t *acceptor_id, struct kt_buf *reply,
-                 struct kt_err *e);
+int kt_peer_join(const char *url, struct kt_tls_ctx *tls, const char *my_urls, uint32_t timeout_ms,
+                 uint64_t *cluster_id, uint64_t *member_id, uint64_t *acceptor_id,
+                 struct kt_buf *reply, struct kt_err *e);
 
 /* Fill *st for peer id: 0 or KT_ENOTFOUND. */
 int kt_peer_status(const struct kt_peer_transport *t, uint64_t id, struct kt_peer_status *st);

@@ -1,100 +1,40 @@
 /* net/proto.c — the native protocol codec; see proto.h and PROTOCOL.md.
  *
+ * Schema-driven (net/schema.h): one decoder and one encoder walk the
+ * descriptors of net/schema.c; nothing here is written per message.
+ *
  * Decoding uses a small hand-written msgpack reader (struct dec) that walks
  * the body once and fills the structs directly: no object tree, strings and
  * binaries point into the body (zero copy), arrays of structs come from the
- * arena. test/perf/proto_perf.c compares it with msgpack_unpack's object tree
- * (the tree alone costs more than the whole direct decode: on the shared
- * 2-core dev box, a 16 B key / 256 B value PUT decodes in ~60 ns against
- * ~90 ns for the tree; a 100-kv RANGE response in ~2.5-3.8 us against
- * ~5.8-6.3 us). Every read checks
- * the remaining length first; counts read from the wire are checked against
- * the remaining bytes before anything is allocated, so memory stays O(body).
+ * arena. Every read checks the remaining length first; counts read from the
+ * wire are checked against the remaining bytes before anything is allocated
+ * (a list of messages needs min_bytes per element), so memory stays O(body).
+ * A map's keys are matched against the message's fields, the field after
+ * the last one matched first (encoders write them in table order), then the
+ * others; unknown keys are skipped (at most 16 levels deep). Errors name the
+ * field's path ("txn.success[2].put.lease" style, see fail()).
+ * test/perf/proto_perf.c measures it (a 16 B key / 256 B value PUT decodes
+ * in ~60 ns on the 2-core dev box).
  *
- * Encoding uses msgpack-c's packer writing into a struct kt_buf. Fields equal
- * to their zero value are omitted. Every payload map has at most 15 fields,
- * so the map header is one byte (fixmap), written as a placeholder and patched
- * with the field count at the end.
+ * Encoding writes MessagePack directly into a struct kt_buf, with the
+ * shortest formats msgpack-c's packer picks (the golden frames of
+ * test/unit/proto_golden_test.c are byte for byte those of the msgpack-c
+ * based encoder this replaced). Map fields equal to their zero value are
+ * omitted; every payload map has at most 15 fields, so its header is one
+ * byte (fixmap), written as a placeholder and patched at the end.
  */
 #include "proto.h"
 
-#include <msgpack.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "schema.h"
+
 const char *kt_proto_type_name(int type) {
-  switch (type) {
-  case KT_MSG_HELLO:
-    return "hello";
-  case KT_MSG_RANGE:
-    return "range";
-  case KT_MSG_PUT:
-    return "put";
-  case KT_MSG_DELETE:
-    return "delete";
-  case KT_MSG_TXN:
-    return "txn";
-  case KT_MSG_COMPACT:
-    return "compact";
-  case KT_MSG_STATUS:
-    return "status";
-  case KT_MSG_MEMBER_LIST:
-    return "member_list";
-  case KT_MSG_MEMBER_ADD:
-    return "member_add";
-  case KT_MSG_MEMBER_REMOVE:
-    return "member_remove";
-  case KT_MSG_MEMBER_UPDATE:
-    return "member_update";
-  case KT_MSG_MEMBER_PROMOTE:
-    return "member_promote";
-  case KT_MSG_MOVE_LEADER:
-    return "move_leader";
-  case KT_MSG_MEMBER_PUBLISH:
-    return "member_publish";
-  case KT_MSG_WATCH_CREATE:
-    return "watch_create";
-  case KT_MSG_WATCH_CANCEL:
-    return "watch_cancel";
-  case KT_MSG_WATCH_PROGRESS:
-    return "watch_progress";
-  case KT_MSG_LEASE_GRANT:
-    return "lease_grant";
-  case KT_MSG_LEASE_REVOKE:
-    return "lease_revoke";
-  case KT_MSG_LEASE_KEEPALIVE:
-    return "lease_keepalive";
-  case KT_MSG_LEASE_TTL:
-    return "lease_ttl";
-  case KT_MSG_LEASE_LEASES:
-    return "lease_leases";
-  case KT_MSG_LOCK:
-    return "lock";
-  case KT_MSG_UNLOCK:
-    return "unlock";
-  case KT_MSG_CAMPAIGN:
-    return "campaign";
-  case KT_MSG_PROCLAIM:
-    return "proclaim";
-  case KT_MSG_LEADER:
-    return "leader";
-  case KT_MSG_OBSERVE:
-    return "observe";
-  case KT_MSG_RESIGN:
-    return "resign";
-  case KT_MSG_ALARM:
-    return "alarm";
-  case KT_MSG_DEFRAGMENT:
-    return "defragment";
-  case KT_MSG_HASH_KV:
-    return "hash_kv";
-  case KT_MSG_SNAPSHOT:
-    return "snapshot";
-  case KT_MSG_ERROR:
-    return "error";
-  default:
-    return "unknown";
-  }
+  const struct kt_type_desc *t = type >= 0 ? kt_schema_type((uint64_t)type) : NULL;
+  return t ? t->name : "unknown";
 }
 
 /* ---- framing ---- */
@@ -131,6 +71,7 @@ struct dec {
     int64_t idx; /* -1: no index */
   } path[PATH_MAX_SEGS];
   int npath;
+  int depth; /* txns entered (KT_MAX_TXN_DEPTH) */
 };
 
 static void path_push(struct dec *d, const char *name, int64_t idx) {
@@ -541,247 +482,236 @@ static int skip(struct dec *d, int depth) {
   return 0;
 }
 
-/* Payload maps are read as: rd_map, then for each entry rd_key and an
- * if/else chain on KEY("name"), ending with skip() for unknown keys. */
-#define KEY(s) (k.n == sizeof(s) - 1 && memcmp(k.p, s, sizeof(s) - 1) == 0)
+/* ---- the generic decoder ---- */
 
-/* ---- requests ---- */
+static int dec_msg(struct dec *d, const struct kt_msg_desc *m, uint8_t *base, const char *field,
+                   struct kt_header *hdr);
 
-static int dec_op_payload(struct dec *d, uint8_t type, struct kt_request_op *op, int depth);
+static int dec_tuple(struct dec *d, const struct kt_msg_desc *m, uint8_t *base, const char *field);
 
-static int dec_range_req(struct dec *d, struct kt_range_req *r) {
-  int rc = 0;
-  memset(r, 0, sizeof *r);
-  uint32_t nf;
-  if ((rc = rd_map(d, "payload", &nf)))
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("key"))
-      rc = rd_bytes(d, "key", &r->key);
-    else if (KEY("range_end"))
-      rc = rd_bytes(d, "range_end", &r->range_end);
-    else if (KEY("limit"))
-      rc = rd_i64(d, "limit", &r->limit);
-    else if (KEY("revision"))
-      rc = rd_i64(d, "revision", &r->revision);
-    else if (KEY("sort_order"))
-      rc = rd_enum(d, "sort_order", KT_SORT_DESCEND, &r->sort_order);
-    else if (KEY("sort_target"))
-      rc = rd_enum(d, "sort_target", KT_SORT_VALUE, &r->sort_target);
-    else if (KEY("serializable"))
-      rc = rd_bool(d, "serializable", &r->serializable);
-    else if (KEY("keys_only"))
-      rc = rd_bool(d, "keys_only", &r->keys_only);
-    else if (KEY("count_only"))
-      rc = rd_bool(d, "count_only", &r->count_only);
-    else if (KEY("min_mod_revision"))
-      rc = rd_i64(d, "min_mod_revision", &r->min_mod_revision);
-    else if (KEY("max_mod_revision"))
-      rc = rd_i64(d, "max_mod_revision", &r->max_mod_revision);
-    else if (KEY("min_create_revision"))
-      rc = rd_i64(d, "min_create_revision", &r->min_create_revision);
-    else if (KEY("max_create_revision"))
-      rc = rd_i64(d, "max_create_revision", &r->max_create_revision);
-    else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  return 0;
+static inline bool name_is(const struct kt_field *f, struct kt_bytes k) {
+  return f->name_len == k.n && memcmp(f->name, k.p, k.n) == 0;
 }
 
-static int dec_put_req(struct dec *d, struct kt_put_req *r) {
-  int rc = 0;
-  memset(r, 0, sizeof *r);
-  uint32_t nf;
-  if ((rc = rd_map(d, "payload", &nf)))
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("key"))
-      rc = rd_bytes(d, "key", &r->key);
-    else if (KEY("value"))
-      rc = rd_bytes(d, "value", &r->value);
-    else if (KEY("lease"))
-      rc = rd_i64(d, "lease", &r->lease);
-    else if (KEY("prev_kv"))
-      rc = rd_bool(d, "prev_kv", &r->prev_kv);
-    else if (KEY("ignore_value"))
-      rc = rd_bool(d, "ignore_value", &r->ignore_value);
-    else if (KEY("ignore_lease"))
-      rc = rd_bool(d, "ignore_lease", &r->ignore_lease);
-    else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  return 0;
-}
-
-static int dec_delete_req(struct dec *d, struct kt_delete_req *r) {
-  int rc = 0;
-  memset(r, 0, sizeof *r);
-  uint32_t nf;
-  if ((rc = rd_map(d, "payload", &nf)))
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("key"))
-      rc = rd_bytes(d, "key", &r->key);
-    else if (KEY("range_end"))
-      rc = rd_bytes(d, "range_end", &r->range_end);
-    else if (KEY("prev_kv"))
-      rc = rd_bool(d, "prev_kv", &r->prev_kv);
-    else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  return 0;
-}
-
-static int dec_compare(struct dec *d, struct kt_compare *c) {
-  int rc = 0;
-  int64_t version = 0, create = 0, mod = 0, lease = 0;
-  memset(c, 0, sizeof *c);
-  uint32_t nf;
-  if ((rc = rd_map(d, NULL, &nf)))
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("result"))
-      rc = rd_enum(d, "result", KT_CMP_NOT_EQUAL, &c->result);
-    else if (KEY("target"))
-      rc = rd_enum(d, "target", KT_CMP_LEASE, &c->target);
-    else if (KEY("key"))
-      rc = rd_bytes(d, "key", &c->key);
-    else if (KEY("range_end"))
-      rc = rd_bytes(d, "range_end", &c->range_end);
-    else if (KEY("version"))
-      rc = rd_i64(d, "version", &version);
-    else if (KEY("create_revision"))
-      rc = rd_i64(d, "create_revision", &create);
-    else if (KEY("mod_revision"))
-      rc = rd_i64(d, "mod_revision", &mod);
-    else if (KEY("lease"))
-      rc = rd_i64(d, "lease", &lease);
-    else if (KEY("value"))
-      rc = rd_bytes(d, "value", &c->value);
-    else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  switch (c->target) {
-  case KT_CMP_VERSION:
-    c->int_value = version;
-    break;
-  case KT_CMP_CREATE:
-    c->int_value = create;
-    break;
-  case KT_CMP_MOD:
-    c->int_value = mod;
-    break;
-  case KT_CMP_LEASE:
-    c->int_value = lease;
-    break;
+static size_t elem_size(uint8_t kind) {
+  switch (kind) {
+  case KT_F_BYTES:
+  case KT_F_TEXT:
+    return sizeof(struct kt_bytes);
   default:
-    break;
+    return sizeof(int64_t);
   }
-  if (c->target != KT_CMP_VALUE)
-    c->value = (struct kt_bytes){NULL, 0};
-  return 0;
 }
 
-/* A list of [type, payload] ops (success or failure). */
-static int dec_op_list(struct dec *d, const char *name, struct kt_request_op **out, uint32_t *nout,
-                       int depth) {
+/* A scalar into p (field name: where errors point; NULL in a list). */
+static inline __attribute__((always_inline)) int
+dec_scalar(struct dec *d, uint8_t kind, uint64_t max, const char *name, void *p) {
+  switch (kind) {
+  case KT_F_U64:
+    return rd_u64(d, name, UINT64_MAX, p);
+  case KT_F_U32:
+    return rd_u32(d, name, p);
+  case KT_F_I64:
+    return rd_i64(d, name, p);
+  case KT_F_ENUM:
+    return rd_enum(d, name, (uint8_t)max, p);
+  case KT_F_BOOL:
+    return rd_bool(d, name, p);
+  default: /* BYTES, TEXT */
+    return rd_bytes(d, name, p);
+  }
+}
+
+/* A list of [type, payload] ops. */
+static int dec_ops(struct dec *d, const struct kt_field *f, uint8_t *base) {
+  const struct kt_op_set *os = f->ops;
   uint32_t n;
-  int rc = rd_arr(d, name, &n);
+  int rc = rd_arr(d, f->name, &n);
   if (rc)
     return rc;
-  if (n > KT_MAX_TXN_OPS)
-    return fail(d, KT_ETOOMANYOPS, name, "%u ops, at most %d", n, KT_MAX_TXN_OPS);
-  *out = n ? kt_arena_alloc(d->a, n * sizeof **out) : NULL;
-  *nout = n;
+  if (n > f->max)
+    return fail(d, KT_ETOOMANYOPS, f->name, "%u %s, at most %d", n, f->unit, (int)f->max);
+  uint8_t *v = n ? kt_arena_alloc(d->a, (size_t)n * os->size) : NULL;
+  if (n)
+    memset(v, 0, (size_t)n * os->size);
+  *(void **)(base + f->off) = v;
+  *(uint32_t *)(base + f->aux) = n;
   for (uint32_t i = 0; i < n; i++) {
-    path_push(d, name, i);
+    uint8_t *op = v + (size_t)i * os->size;
+    path_push(d, f->name, i);
     uint32_t m;
+    uint64_t t;
     if ((rc = rd_arr(d, NULL, &m)))
       return rc;
     if (m != 2)
       return fail(d, KT_EPROTO, NULL, "expected [type, payload], got an array of %u", m);
-    uint64_t t;
     if ((rc = rd_u64(d, "type", UINT64_MAX, &t)))
       return rc;
-    if (t < KT_OP_RANGE || t > KT_OP_TXN)
+    if (t < os->min_type || t > os->max_type)
       return fail(d, KT_EUNSUPPORTED, "type", "unknown op type %llu", (unsigned long long)t);
-    if ((rc = dec_op_payload(d, (uint8_t)t, &(*out)[i], depth)))
+    op[os->type_off] = (uint8_t)t;
+    if ((rc = dec_msg(d, os->by_type[t], op + os->payload_off, "payload", NULL)))
       return rc;
     path_pop(d);
   }
   return 0;
 }
 
-/* depth: nesting level of this txn (1 = top). */
-static int dec_txn_req(struct dec *d, struct kt_txn_req *r, int depth) {
-  int rc = 0;
-  memset(r, 0, sizeof *r);
-  if (depth > KT_MAX_TXN_DEPTH)
-    return fail(d, KT_EINVAL, NULL, "txns nested deeper than %d", KT_MAX_TXN_DEPTH);
-  uint32_t nf;
-  if ((rc = rd_map(d, "payload", &nf)))
+static int dec_list(struct dec *d, const struct kt_field *f, uint8_t *base) {
+  uint32_t n;
+  int rc = rd_arr(d, f->name, &n);
+  if (rc)
     return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("compare")) {
-      uint32_t n;
-      if (!(rc = rd_arr(d, "compare", &n))) {
-        if (n > KT_MAX_TXN_OPS)
-          return fail(d, KT_ETOOMANYOPS, "compare", "%u compares, at most %d", n, KT_MAX_TXN_OPS);
-        r->compare = n ? kt_arena_alloc(d->a, n * sizeof *r->compare) : NULL;
-        r->n_compare = n;
-        for (uint32_t j = 0; j < n && !rc; j++) {
-          path_push(d, "compare", j);
-          if (!(rc = dec_compare(d, &r->compare[j])))
-            path_pop(d);
-        }
-      }
-    } else if (KEY("success")) {
-      rc = dec_op_list(d, "success", &r->success, &r->n_success, depth);
-    } else if (KEY("failure")) {
-      rc = dec_op_list(d, "failure", &r->failure, &r->n_failure, depth);
-    } else
-      rc = skip(d, 0);
+  if (f->max && n > f->max)
+    return fail(d, KT_ETOOMANYOPS, f->name, "%u %s, at most %d", n, f->unit, (int)f->max);
+  const struct kt_msg_desc *sub = f->elem == KT_F_MSG ? f->sub : NULL;
+  if (sub && sub->min_bytes > 1 && (uint64_t)n * sub->min_bytes > left(d))
+    return truncated(d, f->name);
+  size_t size = sub ? sub->size : elem_size(f->elem);
+  uint8_t *v = n ? kt_arena_alloc(d->a, (size_t)n * size) : NULL;
+  if (n && sub && sub->zero_fill)
+    memset(v, 0, (size_t)n * size);
+  *(void **)(base + f->off) = v;
+  *(uint32_t *)(base + f->aux) = n;
+  for (uint32_t i = 0; i < n; i++) {
+    path_push(d, f->name, i);
+    uint8_t *p = v + (size_t)i * size;
+    rc = !sub                         ? dec_scalar(d, f->elem, f->max, NULL, p)
+         : sub->form == KT_FORM_TUPLE ? dec_tuple(d, sub, p, NULL)
+                                      : dec_msg(d, sub, p, NULL, NULL);
     if (rc)
       return rc;
+    path_pop(d);
   }
   return 0;
 }
 
-static int dec_op_payload(struct dec *d, uint8_t type, struct kt_request_op *op, int depth) {
-  op->type = type;
-  switch (type) {
-  case KT_OP_RANGE:
-    return dec_range_req(d, &op->u.range);
-  case KT_OP_PUT:
-    return dec_put_req(d, &op->u.put);
-  case KT_OP_DELETE:
-    return dec_delete_req(d, &op->u.del);
+/* One field's value into p (base + off, or a selector's scratch slot);
+ * in_tuple: a nested message without a present flag is required. */
+static int dec_field(struct dec *d, const struct kt_field *f, uint8_t *base, void *p,
+                     bool in_tuple) {
+  int rc;
+  switch (f->kind) {
+  case KT_F_MSG:
+    if (f->aux != KT_NO_AUX) {
+      bool *present = (bool *)(base + f->aux);
+      if ((*present = !is_nil(d)) == false)
+        return 0;
+    } else if (!in_tuple && is_nil(d)) {
+      return 0;
+    }
+    path_push(d, f->name, -1);
+    if ((rc = dec_msg(d, f->sub, p, NULL, NULL)))
+      return rc;
+    path_pop(d);
+    return 0;
+  case KT_F_LIST:
+    return dec_list(d, f, base);
+  case KT_F_OPS:
+    return dec_ops(d, f, base);
   default:
-    return dec_txn_req(d, &op->u.txn, depth + 1);
+    return dec_scalar(d, f->kind, f->max, f->name, p);
   }
+}
+
+static int dec_tuple(struct dec *d, const struct kt_msg_desc *m, uint8_t *base, const char *field) {
+  uint32_t n;
+  int rc = rd_arr(d, field, &n);
+  if (rc)
+    return rc;
+  if (n == 0 && m == &kt_schema_header) /* a nil or empty header reads as zeros */
+    return 0;
+  if (n < m->min_elems) {
+    char names[160];
+    size_t w = 0;
+    for (uint8_t i = 0; i < m->n_fields && w < sizeof names; i++)
+      w += (size_t)snprintf(names + w, sizeof names - w, "%s%s", i ? ", " : "", m->fields[i].name);
+    return fail(d, KT_EPROTO, field, "expected [%s], got an array of %u", names, n);
+  }
+  if (m == &kt_schema_kv) { /* generated from the same field list (schema.h) */
+    struct kt_kv *kv = (struct kt_kv *)base;
+#define RD_BYTES rd_bytes
+#define RD_I64 rd_i64
+#define KV_FIELD(k, m)                                                                             \
+  if ((rc = RD_##k(d, #m, &kv->m)))                                                                \
+    return rc;
+    KT_SCHEMA_KV_FIELDS(KV_FIELD)
+#undef KV_FIELD
+  } else {
+    for (uint8_t i = 0; i < m->n_fields; i++) {
+      const struct kt_field *f = &m->fields[i];
+      rc = f->kind < KT_F_MSG ? dec_scalar(d, f->kind, f->max, f->name, base + f->off)
+                              : dec_field(d, f, base, base + f->off, true);
+      if (rc)
+        return rc;
+    }
+  }
+  for (uint32_t i = m->n_fields; i < n; i++)
+    if ((rc = skip(d, 1)))
+      return rc;
+  return 0;
+}
+
+/* A message into base. field: what a wrong container is reported as
+ * ("payload" for a request's or an op's payload, NULL under a path pushed
+ * by the caller). hdr: where a top-level response's "header" goes. */
+static int dec_msg(struct dec *d, const struct kt_msg_desc *m, uint8_t *base, const char *field,
+                   struct kt_header *hdr) {
+  int rc;
+  if (m->nest && ++d->depth > KT_MAX_TXN_DEPTH)
+    return fail(d, KT_EINVAL, NULL, "txns nested deeper than %d", KT_MAX_TXN_DEPTH);
+  if (m->form == KT_FORM_TUPLE)
+    return dec_tuple(d, m, base, field);
+  uint32_t nf;
+  if ((rc = rd_map(d, field, &nf)))
+    return rc;
+  union {
+    int64_t i;
+    struct kt_bytes b;
+  } scratch[16];
+  if (m->selected) {
+    kt_assert(m->n_fields <= 16);
+    memset(scratch, 0, sizeof scratch);
+  }
+  uint8_t next = 0; /* the field expected next */
+  while (nf--) {
+    struct kt_bytes k;
+    if ((rc = rd_key(d, &k)))
+      return rc;
+    const struct kt_field *f = NULL;
+    if (next < m->n_fields && name_is(&m->fields[next], k)) {
+      f = &m->fields[next];
+    } else {
+      for (uint8_t i = 0; i < m->n_fields; i++)
+        if (name_is(&m->fields[i], k)) {
+          f = &m->fields[i];
+          break;
+        }
+    }
+    if (f) {
+      next = (uint8_t)(f - m->fields + 1);
+      void *p = f->sel ? (void *)&scratch[f - m->fields] : (void *)(base + f->off);
+      rc = f->kind < KT_F_MSG ? dec_scalar(d, f->kind, f->max, f->name, p)
+                              : dec_field(d, f, base, p, false);
+    } else if (hdr && k.n == 6 && memcmp(k.p, "header", 6) == 0) {
+      path_push(d, "header", -1);
+      if (!(rc = dec_msg(d, &kt_schema_header, (uint8_t *)hdr, NULL, NULL)))
+        path_pop(d);
+    } else {
+      rc = skip(d, 0);
+    }
+    if (rc)
+      return rc;
+  }
+  if (m->selected) /* keep the operand the selector names */
+    for (uint8_t i = 0; i < m->n_fields; i++) {
+      const struct kt_field *f = &m->fields[i];
+      if (f->sel && f->sel - 1 == base[m->selector])
+        memcpy(base + f->off, &scratch[i], elem_size(f->kind));
+    }
+  if (m->nest)
+    d->depth--;
+  return 0;
 }
 
 /* The [type, id, payload] envelope. */
@@ -809,1023 +739,43 @@ static int dec_finish(struct dec *d) {
   return 0;
 }
 
-/* An array of strings (URLs). */
-static int dec_text_list(struct dec *d, const char *field, struct kt_bytes **out, uint32_t *n_out) {
-  uint32_t n;
-  int rc = rd_arr(d, field, &n);
+/* A body: the envelope, the type's payload (request or response, into the
+ * struct at out: type and id first, payloads at the type's offset), then
+ * nothing. */
+static int decode(const uint8_t *body, size_t len, struct kt_arena *a, bool request, void *out,
+                  uint8_t *type, uint64_t *id, struct kt_header *hdr, struct kt_err *e) {
+  struct dec d = {.p = body, .end = body + len, .a = a, .e = e};
+  if (e)
+    e->code = 0, e->msg[0] = 0;
+  uint64_t rawtype = 0;
+  int rc = dec_envelope(&d, type, id, &rawtype);
   if (rc)
     return rc;
-  *out = n ? kt_arena_alloc(d->a, n * sizeof **out) : NULL;
-  *n_out = n;
-  for (uint32_t j = 0; j < n; j++) {
-    path_push(d, field, j);
-    if ((rc = rd_bytes(d, NULL, &(*out)[j])))
-      return rc;
-    path_pop(d);
-  }
-  return 0;
-}
-
-/* etcd's LeaderKey as a map {name, key, rev, lease}. */
-static int dec_leader(struct dec *d, struct kt_leader_key *l) {
-  uint32_t nf;
-  int rc;
-  path_push(d, "leader", -1);
-  if ((rc = rd_map(d, NULL, &nf)))
+  const struct kt_type_desc *t = kt_schema_type(rawtype);
+  const struct kt_msg_desc *m = t ? (request ? t->req : t->resp) : NULL;
+  if (!m)
+    return kt_err_set(e, KT_EUNSUPPORTED, "type: unknown %s type %llu",
+                      request ? "request" : "response", (unsigned long long)rawtype);
+  path_push(&d, request ? t->name : t->resp_path, -1);
+  uint8_t *base = (uint8_t *)out + (request ? t->req_off : t->resp_off);
+  if (t->flags & KT_MT_OP) /* u.op.type, just before the payload union */
+    ((uint8_t *)out)[(request ? offsetof(struct kt_req, u.op.type)
+                              : offsetof(struct kt_resp, u.op.type))] = t->type;
+  if ((rc = dec_msg(&d, m, base, "payload", t->flags & KT_MT_HEADER ? hdr : NULL)))
     return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("name"))
-      rc = rd_bytes(d, "name", &l->name);
-    else if (KEY("key"))
-      rc = rd_bytes(d, "key", &l->key);
-    else if (KEY("rev"))
-      rc = rd_i64(d, "rev", &l->rev);
-    else if (KEY("lease"))
-      rc = rd_i64(d, "lease", &l->lease);
-    else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  path_pop(d);
-  return 0;
-}
-
-/* ---- maintenance requests: ALARM, DEFRAGMENT, HASH_KV, SNAPSHOT ---- */
-
-static int dec_maint_req(struct dec *d, uint8_t type, struct kt_req *req) {
-  uint32_t nf;
-  int rc = rd_map(d, "payload", &nf);
-  if (rc)
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (type == KT_MSG_ALARM && KEY("action"))
-      rc = rd_enum(d, "action", KT_ALARM_DEACTIVATE, &req->u.alarm.action);
-    else if (type == KT_MSG_ALARM && KEY("member_id"))
-      rc = rd_u64(d, "member_id", UINT64_MAX, &req->u.alarm.member_id);
-    else if (type == KT_MSG_ALARM && KEY("alarm"))
-      rc = rd_enum(d, "alarm", KT_ALARM_CORRUPT, &req->u.alarm.alarm);
-    else if (type == KT_MSG_HASH_KV && KEY("revision"))
-      rc = rd_i64(d, "revision", &req->u.hash_kv.revision);
-    else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  return 0;
+  return dec_finish(&d);
 }
 
 int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_req *req,
                         struct kt_err *e) {
-  struct dec d = {.p = body, .end = body + len, .a = a, .e = e};
   memset(req, 0, sizeof *req);
-  if (e)
-    e->code = 0, e->msg[0] = 0;
-  uint64_t rawtype = 0;
-  uint32_t nf;
-  int rc = dec_envelope(&d, &req->type, &req->id, &rawtype);
-  if (rc)
-    return rc;
-  switch (rawtype) {
-  case KT_MSG_HELLO:
-    path_push(&d, "hello", -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      if (KEY("version"))
-        rc = rd_u32(&d, "version", &req->u.hello.version);
-      else if (KEY("client"))
-        rc = rd_bytes(&d, "client", &req->u.hello.client);
-      else
-        rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  case KT_MSG_RANGE:
-  case KT_MSG_PUT:
-  case KT_MSG_DELETE:
-  case KT_MSG_TXN:
-    path_push(&d, kt_proto_type_name((int)rawtype), -1);
-    if ((rc = dec_op_payload(&d, (uint8_t)rawtype, &req->u.op, 0)))
-      return rc;
-    break;
-  case KT_MSG_COMPACT:
-    path_push(&d, "compact", -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      if (KEY("revision"))
-        rc = rd_i64(&d, "revision", &req->u.compact.revision);
-      else if (KEY("physical"))
-        rc = rd_bool(&d, "physical", &req->u.compact.physical);
-      else
-        rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  case KT_MSG_STATUS:
-  case KT_MSG_MEMBER_LIST:
-  case KT_MSG_WATCH_PROGRESS:
-    path_push(&d, kt_proto_type_name((int)rawtype), -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  case KT_MSG_MEMBER_PUBLISH:
-    path_push(&d, "member_publish", -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      if (KEY("member_id"))
-        rc = rd_u64(&d, "member_id", UINT64_MAX, &req->u.publish.member_id);
-      else if (KEY("name"))
-        rc = rd_bytes(&d, "name", &req->u.publish.name);
-      else if (KEY("client_urls"))
-        rc = dec_text_list(&d, "client_urls", &req->u.publish.client_urls,
-                           &req->u.publish.n_client_urls);
-      else
-        rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  case KT_MSG_MEMBER_ADD:
-  case KT_MSG_MEMBER_REMOVE:
-  case KT_MSG_MEMBER_UPDATE:
-  case KT_MSG_MEMBER_PROMOTE: {
-    struct kt_member_change_req *mc = &req->u.member;
-    path_push(&d, kt_proto_type_name((int)rawtype), -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      if (KEY("id"))
-        rc = rd_u64(&d, "id", UINT64_MAX, &mc->id);
-      else if (KEY("name"))
-        rc = rd_bytes(&d, "name", &mc->name);
-      else if (KEY("peer_urls"))
-        rc = dec_text_list(&d, "peer_urls", &mc->peer_urls, &mc->n_peer_urls);
-      else if (KEY("is_learner"))
-        rc = rd_bool(&d, "is_learner", &mc->is_learner);
-      else
-        rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  }
-  case KT_MSG_MOVE_LEADER:
-    path_push(&d, "move_leader", -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      if (KEY("target_id"))
-        rc = rd_u64(&d, "target_id", UINT64_MAX, &req->u.move_leader.target_id);
-      else
-        rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  case KT_MSG_WATCH_CREATE: {
-    struct kt_watch_create_req *w = &req->u.watch_create;
-    path_push(&d, "watch_create", -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      if (KEY("key"))
-        rc = rd_bytes(&d, "key", &w->key);
-      else if (KEY("range_end"))
-        rc = rd_bytes(&d, "range_end", &w->range_end);
-      else if (KEY("start_revision"))
-        rc = rd_i64(&d, "start_revision", &w->start_revision);
-      else if (KEY("prev_kv"))
-        rc = rd_bool(&d, "prev_kv", &w->prev_kv);
-      else if (KEY("no_put"))
-        rc = rd_bool(&d, "no_put", &w->no_put);
-      else if (KEY("no_delete"))
-        rc = rd_bool(&d, "no_delete", &w->no_delete);
-      else if (KEY("progress_notify"))
-        rc = rd_bool(&d, "progress_notify", &w->progress_notify);
-      else if (KEY("fragment"))
-        rc = rd_bool(&d, "fragment", &w->fragment);
-      else
-        rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  }
-  case KT_MSG_WATCH_CANCEL:
-    path_push(&d, "watch_cancel", -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      if (KEY("watch_id"))
-        rc = rd_i64(&d, "watch_id", &req->u.watch_cancel.watch_id);
-      else
-        rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  case KT_MSG_LOCK:
-  case KT_MSG_UNLOCK:
-  case KT_MSG_CAMPAIGN:
-  case KT_MSG_PROCLAIM:
-  case KT_MSG_LEADER:
-  case KT_MSG_OBSERVE:
-  case KT_MSG_RESIGN: {
-    struct kt_lock_req *l = &req->u.lock;
-    path_push(&d, kt_proto_type_name((int)rawtype), -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      if (KEY("name"))
-        rc = rd_bytes(&d, "name", &l->name);
-      else if (KEY("key"))
-        rc = rd_bytes(&d, "key", &l->key);
-      else if (KEY("value"))
-        rc = rd_bytes(&d, "value", &l->value);
-      else if (KEY("lease"))
-        rc = rd_i64(&d, "lease", &l->lease);
-      else if (KEY("leader"))
-        rc = is_nil(&d) ? 0 : dec_leader(&d, &l->leader);
-      else
-        rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  }
-  case KT_MSG_LEASE_GRANT:
-  case KT_MSG_LEASE_REVOKE:
-  case KT_MSG_LEASE_KEEPALIVE:
-  case KT_MSG_LEASE_TTL:
-  case KT_MSG_LEASE_LEASES:
-    path_push(&d, kt_proto_type_name((int)rawtype), -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      if (KEY("id"))
-        rc = rd_i64(&d, "id", &req->u.lease.id);
-      else if (KEY("ttl"))
-        rc = rd_i64(&d, "ttl", &req->u.lease.ttl);
-      else if (KEY("keys"))
-        rc = rd_bool(&d, "keys", &req->u.lease.keys);
-      else
-        rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  case KT_MSG_ALARM:
-  case KT_MSG_DEFRAGMENT:
-  case KT_MSG_HASH_KV:
-  case KT_MSG_SNAPSHOT:
-    path_push(&d, kt_proto_type_name((int)rawtype), -1);
-    if ((rc = dec_maint_req(&d, (uint8_t)rawtype, req)))
-      return rc;
-    break;
-  default:
-    return kt_err_set(e, KT_EUNSUPPORTED, "type: unknown request type %llu",
-                      (unsigned long long)rawtype);
-  }
-  return dec_finish(&d);
-}
-
-/* ---- responses ---- */
-
-static int dec_kv(struct dec *d, const char *field, struct kt_kv *kv) {
-  uint32_t n;
-  int rc = rd_arr(d, field, &n);
-  if (rc)
-    return rc;
-  if (n < 6)
-    return fail(d, KT_EPROTO, field,
-                "expected [key, value, create_revision, mod_revision, version, lease], "
-                "got an array of %u",
-                n);
-  if ((rc = rd_bytes(d, "key", &kv->key)) || (rc = rd_bytes(d, "value", &kv->value)) ||
-      (rc = rd_i64(d, "create_revision", &kv->create_revision)) ||
-      (rc = rd_i64(d, "mod_revision", &kv->mod_revision)) ||
-      (rc = rd_i64(d, "version", &kv->version)) || (rc = rd_i64(d, "lease", &kv->lease)))
-    return rc;
-  for (uint32_t i = 6; i < n; i++)
-    if ((rc = skip(d, 1)))
-      return rc;
-  return 0;
-}
-
-static int dec_kvs(struct dec *d, const char *field, struct kt_kv **out, uint32_t *nout) {
-  uint32_t n;
-  int rc = rd_arr(d, field, &n);
-  if (rc)
-    return rc;
-  /* each kv takes at least 7 bytes: bound the allocation by the body */
-  if ((uint64_t)n * 7 > left(d))
-    return truncated(d, field);
-  *out = n ? kt_arena_alloc(d->a, n * sizeof **out) : NULL;
-  *nout = n;
-  for (uint32_t i = 0; i < n; i++) {
-    path_push(d, field, i);
-    if ((rc = dec_kv(d, NULL, &(*out)[i])))
-      return rc;
-    path_pop(d);
-  }
-  return 0;
-}
-
-static int dec_header(struct dec *d, struct kt_header *h) {
-  uint32_t n;
-  int rc = rd_arr(d, "header", &n);
-  if (rc)
-    return rc;
-  if (n == 0) /* nil */
-    return 0;
-  if (n < 4)
-    return fail(d, KT_EPROTO, "header",
-                "expected [cluster_id, member_id, revision, raft_term], got an array of %u", n);
-  if ((rc = rd_u64(d, "header.cluster_id", UINT64_MAX, &h->cluster_id)) ||
-      (rc = rd_u64(d, "header.member_id", UINT64_MAX, &h->member_id)) ||
-      (rc = rd_i64(d, "header.revision", &h->revision)) ||
-      (rc = rd_u64(d, "header.raft_term", UINT64_MAX, &h->raft_term)))
-    return rc;
-  for (uint32_t i = 4; i < n; i++)
-    if ((rc = skip(d, 1)))
-      return rc;
-  return 0;
-}
-
-static int dec_resp_op_payload(struct dec *d, uint8_t type, struct kt_response_op *op,
-                               struct kt_header *h, int depth);
-
-static int dec_resp_list(struct dec *d, struct kt_txn_resp *r, int depth) {
-  uint32_t n;
-  int rc = rd_arr(d, "responses", &n);
-  if (rc)
-    return rc;
-  if (n > KT_MAX_TXN_OPS)
-    return fail(d, KT_ETOOMANYOPS, "responses", "%u responses, at most %d", n, KT_MAX_TXN_OPS);
-  r->responses = n ? kt_arena_alloc(d->a, n * sizeof *r->responses) : NULL;
-  r->n_responses = n;
-  for (uint32_t i = 0; i < n; i++) {
-    path_push(d, "responses", i);
-    uint32_t m;
-    if ((rc = rd_arr(d, NULL, &m)))
-      return rc;
-    if (m != 2)
-      return fail(d, KT_EPROTO, NULL, "expected [type, payload], got an array of %u", m);
-    uint64_t t;
-    if ((rc = rd_u64(d, "type", UINT64_MAX, &t)))
-      return rc;
-    if (t < KT_OP_RANGE || t > KT_OP_TXN)
-      return fail(d, KT_EUNSUPPORTED, "type", "unknown op type %llu", (unsigned long long)t);
-    if ((rc = dec_resp_op_payload(d, (uint8_t)t, &r->responses[i], NULL, depth)))
-      return rc;
-    path_pop(d);
-  }
-  return 0;
-}
-
-/* h: where a "header" field goes (top level), NULL inside a txn (skipped). */
-static int dec_resp_op_payload(struct dec *d, uint8_t type, struct kt_response_op *op,
-                               struct kt_header *h, int depth) {
-  int rc = 0;
-  memset(op, 0, sizeof *op);
-  op->type = type;
-  switch (type) {
-  case KT_OP_RANGE: {
-    struct kt_range_resp *r = &op->u.range;
-    uint32_t nf;
-    if ((rc = rd_map(d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(d, &k)))
-        return rc;
-      if (h && KEY("header"))
-        rc = dec_header(d, h);
-      else if (KEY("kvs"))
-        rc = dec_kvs(d, "kvs", &r->kvs, &r->n_kvs);
-      else if (KEY("more"))
-        rc = rd_bool(d, "more", &r->more);
-      else if (KEY("count"))
-        rc = rd_i64(d, "count", &r->count);
-      else
-        rc = skip(d, 0);
-      if (rc)
-        return rc;
-    }
-    return 0;
-  }
-  case KT_OP_PUT: {
-    struct kt_put_resp *r = &op->u.put;
-    uint32_t nf;
-    if ((rc = rd_map(d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(d, &k)))
-        return rc;
-      if (h && KEY("header"))
-        rc = dec_header(d, h);
-      else if (KEY("prev_kv")) {
-        if (is_nil(d))
-          r->has_prev_kv = false;
-        else {
-          path_push(d, "prev_kv", -1);
-          if (!(rc = dec_kv(d, NULL, &r->prev_kv))) {
-            r->has_prev_kv = true;
-            path_pop(d);
-          }
-        }
-      } else
-        rc = skip(d, 0);
-      if (rc)
-        return rc;
-    }
-    return 0;
-  }
-  case KT_OP_DELETE: {
-    struct kt_delete_resp *r = &op->u.del;
-    uint32_t nf;
-    if ((rc = rd_map(d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(d, &k)))
-        return rc;
-      if (h && KEY("header"))
-        rc = dec_header(d, h);
-      else if (KEY("deleted"))
-        rc = rd_i64(d, "deleted", &r->deleted);
-      else if (KEY("prev_kvs"))
-        rc = dec_kvs(d, "prev_kvs", &r->prev_kvs, &r->n_prev_kvs);
-      else
-        rc = skip(d, 0);
-      if (rc)
-        return rc;
-    }
-    return 0;
-  }
-  default: {
-    struct kt_txn_resp *r = &op->u.txn;
-    if (depth + 1 > KT_MAX_TXN_DEPTH)
-      return fail(d, KT_EINVAL, NULL, "txns nested deeper than %d", KT_MAX_TXN_DEPTH);
-    uint32_t nf;
-    if ((rc = rd_map(d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(d, &k)))
-        return rc;
-      if (h && KEY("header"))
-        rc = dec_header(d, h);
-      else if (KEY("succeeded"))
-        rc = rd_bool(d, "succeeded", &r->succeeded);
-      else if (KEY("responses"))
-        rc = dec_resp_list(d, r, depth + 1);
-      else
-        rc = skip(d, 0);
-      if (rc)
-        return rc;
-    }
-    return 0;
-  }
-  }
-}
-
-static int dec_status_resp(struct dec *d, struct kt_status_resp *s, struct kt_header *h) {
-  int rc = 0;
-  uint32_t nf;
-  if ((rc = rd_map(d, "payload", &nf)))
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("header"))
-      rc = dec_header(d, h);
-    else if (KEY("version"))
-      rc = rd_bytes(d, "version", &s->version);
-    else if (KEY("db_size"))
-      rc = rd_i64(d, "db_size", &s->db_size);
-    else if (KEY("db_size_in_use"))
-      rc = rd_i64(d, "db_size_in_use", &s->db_size_in_use);
-    else if (KEY("leader"))
-      rc = rd_u64(d, "leader", UINT64_MAX, &s->leader);
-    else if (KEY("raft_index"))
-      rc = rd_u64(d, "raft_index", UINT64_MAX, &s->raft_index);
-    else if (KEY("raft_term"))
-      rc = rd_u64(d, "raft_term", UINT64_MAX, &s->raft_term);
-    else if (KEY("raft_applied_index"))
-      rc = rd_u64(d, "raft_applied_index", UINT64_MAX, &s->raft_applied_index);
-    else if (KEY("is_learner"))
-      rc = rd_bool(d, "is_learner", &s->is_learner);
-    else if (KEY("errors")) {
-      uint32_t n;
-      if (!(rc = rd_arr(d, "errors", &n))) {
-        s->errors = n ? kt_arena_alloc(d->a, n * sizeof *s->errors) : NULL;
-        s->n_errors = n;
-        for (uint32_t j = 0; j < n && !rc; j++) {
-          path_push(d, "errors", j);
-          if (!(rc = rd_bytes(d, NULL, &s->errors[j])))
-            path_pop(d);
-        }
-      }
-    } else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  return 0;
-}
-
-static int dec_member(struct dec *d, struct kt_member_info *m) {
-  uint32_t nf;
-  int rc = rd_map(d, NULL, &nf);
-  if (rc)
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("id"))
-      rc = rd_u64(d, "id", UINT64_MAX, &m->id);
-    else if (KEY("name"))
-      rc = rd_bytes(d, "name", &m->name);
-    else if (KEY("peer_urls"))
-      rc = dec_text_list(d, "peer_urls", &m->peer_urls, &m->n_peer_urls);
-    else if (KEY("client_urls"))
-      rc = dec_text_list(d, "client_urls", &m->client_urls, &m->n_client_urls);
-    else if (KEY("is_learner"))
-      rc = rd_bool(d, "is_learner", &m->is_learner);
-    else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  return 0;
-}
-
-static int dec_members(struct dec *d, struct kt_member_info **out, uint32_t *n_out) {
-  uint32_t n;
-  int rc = rd_arr(d, "members", &n);
-  if (rc)
-    return rc;
-  struct kt_member_info *v = n ? kt_arena_alloc(d->a, n * sizeof *v) : NULL;
-  if (n)
-    memset(v, 0, n * sizeof *v);
-  *out = v;
-  *n_out = n;
-  for (uint32_t j = 0; j < n && !rc; j++) {
-    path_push(d, "members", j);
-    if (!(rc = dec_member(d, &v[j])))
-      path_pop(d);
-  }
-  return rc;
-}
-
-static int dec_member_list_resp(struct dec *d, struct kt_member_list_resp *r, struct kt_header *h) {
-  uint32_t nf;
-  int rc = rd_map(d, "payload", &nf);
-  if (rc)
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("header"))
-      rc = dec_header(d, h);
-    else if (KEY("members"))
-      rc = dec_members(d, &r->members, &r->n_members);
-    else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  return 0;
-}
-
-static int dec_member_change_resp(struct dec *d, struct kt_member_change_resp *r,
-                                  struct kt_header *h) {
-  uint32_t nf;
-  int rc = rd_map(d, "payload", &nf);
-  if (rc)
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("header"))
-      rc = dec_header(d, h);
-    else if (KEY("members"))
-      rc = dec_members(d, &r->members, &r->n_members);
-    else if (KEY("member")) {
-      path_push(d, "member", -1);
-      if (!(rc = dec_member(d, &r->member)))
-        path_pop(d);
-    } else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  return 0;
-}
-
-/* An event: [type, kv, prev_kv or nil, ...]; extra elements are skipped. */
-static int dec_event(struct dec *d, struct kt_event *ev) {
-  uint32_t n;
-  int rc = rd_arr(d, NULL, &n);
-  if (rc)
-    return rc;
-  if (n < 3)
-    return fail(d, KT_EPROTO, NULL, "expected [type, kv, prev_kv], got an array of %u", n);
-  if ((rc = rd_enum(d, "type", KT_EVENT_DELETE, &ev->type)))
-    return rc;
-  path_push(d, "kv", -1);
-  if ((rc = dec_kv(d, NULL, &ev->kv)))
-    return rc;
-  path_pop(d);
-  if (!is_nil(d)) {
-    path_push(d, "prev_kv", -1);
-    if ((rc = dec_kv(d, NULL, &ev->prev_kv)))
-      return rc;
-    path_pop(d);
-    ev->has_prev_kv = true;
-  }
-  for (uint32_t i = 3; i < n; i++)
-    if ((rc = skip(d, 1)))
-      return rc;
-  return 0;
-}
-
-static int dec_watch_resp(struct dec *d, struct kt_watch_resp *w, struct kt_header *h) {
-  uint32_t nf;
-  int rc = rd_map(d, "payload", &nf);
-  if (rc)
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("header"))
-      rc = dec_header(d, h);
-    else if (KEY("watch_id"))
-      rc = rd_i64(d, "watch_id", &w->watch_id);
-    else if (KEY("created"))
-      rc = rd_bool(d, "created", &w->created);
-    else if (KEY("canceled"))
-      rc = rd_bool(d, "canceled", &w->canceled);
-    else if (KEY("fragment"))
-      rc = rd_bool(d, "fragment", &w->fragment);
-    else if (KEY("compact_revision"))
-      rc = rd_i64(d, "compact_revision", &w->compact_revision);
-    else if (KEY("cancel_reason"))
-      rc = rd_bytes(d, "cancel_reason", &w->cancel_reason);
-    else if (KEY("events")) {
-      uint32_t n;
-      if ((rc = rd_arr(d, "events", &n)))
-        return rc;
-      /* an event takes at least 10 bytes ([type, 7-byte kv, nil]): bound
-       * the allocation by the body */
-      if ((uint64_t)n * 10 > left(d))
-        return truncated(d, "events");
-      w->events = n ? kt_arena_alloc(d->a, n * sizeof *w->events) : NULL;
-      if (n)
-        memset(w->events, 0, n * sizeof *w->events);
-      w->n_events = n;
-      for (uint32_t j = 0; j < n && !rc; j++) {
-        path_push(d, "events", j);
-        if (!(rc = dec_event(d, &w->events[j])))
-          path_pop(d);
-      }
-    } else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  return 0;
-}
-
-/* An array of int64 (lease ids). */
-static int dec_i64_list(struct dec *d, const char *field, int64_t **out, uint32_t *n_out) {
-  uint32_t n;
-  int rc = rd_arr(d, field, &n);
-  if (rc)
-    return rc;
-  *out = n ? kt_arena_alloc(d->a, n * sizeof **out) : NULL;
-  *n_out = n;
-  for (uint32_t j = 0; j < n; j++) {
-    path_push(d, field, j);
-    if ((rc = rd_i64(d, NULL, &(*out)[j])))
-      return rc;
-    path_pop(d);
-  }
-  return 0;
-}
-
-static int dec_lease_resp(struct dec *d, struct kt_lease_resp *l, struct kt_header *h) {
-  uint32_t nf;
-  int rc = rd_map(d, "payload", &nf);
-  if (rc)
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("header"))
-      rc = dec_header(d, h);
-    else if (KEY("id"))
-      rc = rd_i64(d, "id", &l->id);
-    else if (KEY("ttl"))
-      rc = rd_i64(d, "ttl", &l->ttl);
-    else if (KEY("granted_ttl"))
-      rc = rd_i64(d, "granted_ttl", &l->granted_ttl);
-    else if (KEY("keys"))
-      rc = dec_text_list(d, "keys", &l->keys, &l->n_keys);
-    else if (KEY("leases"))
-      rc = dec_i64_list(d, "leases", &l->leases, &l->n_leases);
-    else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  return 0;
-}
-
-static int dec_lock_resp(struct dec *d, struct kt_lock_resp *l, struct kt_header *h) {
-  uint32_t nf;
-  int rc = rd_map(d, "payload", &nf);
-  if (rc)
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("header"))
-      rc = dec_header(d, h);
-    else if (KEY("key"))
-      rc = rd_bytes(d, "key", &l->key);
-    else if (KEY("leader"))
-      rc = is_nil(d) ? 0 : dec_leader(d, &l->leader);
-    else if (KEY("kv")) {
-      l->has_kv = !is_nil(d);
-      rc = l->has_kv ? dec_kv(d, "kv", &l->kv) : 0;
-    } else
-      rc = skip(d, 0);
-    if (rc)
-      return rc;
-  }
-  return 0;
-}
-
-/* ---- maintenance responses ---- */
-
-/* An alarm member: [member_id, alarm] (longer arrays: the rest skipped). */
-static int dec_alarm_member(struct dec *d, struct kt_alarm_member *m) {
-  uint32_t n;
-  int rc = rd_arr(d, NULL, &n);
-  if (rc)
-    return rc;
-  if (n < 2)
-    return fail(d, KT_EPROTO, NULL, "expected [member_id, alarm], got an array of %u", n);
-  if ((rc = rd_u64(d, "member_id", UINT64_MAX, &m->member_id)) ||
-      (rc = rd_enum(d, "alarm", KT_ALARM_CORRUPT, &m->alarm)))
-    return rc;
-  for (uint32_t i = 2; i < n; i++)
-    if ((rc = skip(d, 1)))
-      return rc;
-  return 0;
-}
-
-static int dec_maint_resp(struct dec *d, uint8_t type, struct kt_resp *resp) {
-  uint32_t nf;
-  int rc = rd_map(d, "payload", &nf);
-  if (rc)
-    return rc;
-  while (nf--) {
-    struct kt_bytes k;
-    if ((rc = rd_key(d, &k)))
-      return rc;
-    if (KEY("header")) {
-      rc = dec_header(d, &resp->header);
-    } else if (type == KT_MSG_ALARM && KEY("alarms")) {
-      struct kt_alarm_resp *a = &resp->u.alarm;
-      uint32_t n;
-      if ((rc = rd_arr(d, "alarms", &n)))
-        return rc;
-      /* each entry takes at least 3 bytes: bound the allocation by the body */
-      if ((uint64_t)n * 3 > left(d))
-        return truncated(d, "alarms");
-      a->alarms = n ? kt_arena_alloc(d->a, n * sizeof *a->alarms) : NULL;
-      a->n_alarms = n;
-      for (uint32_t i = 0; i < n && !rc; i++) {
-        path_push(d, "alarms", i);
-        if (!(rc = dec_alarm_member(d, &a->alarms[i])))
-          path_pop(d);
-      }
-    } else if (type == KT_MSG_HASH_KV && KEY("hash")) {
-      rc = rd_u32(d, "hash", &resp->u.hash_kv.hash);
-    } else if (type == KT_MSG_HASH_KV && KEY("compact_revision")) {
-      rc = rd_i64(d, "compact_revision", &resp->u.hash_kv.compact_revision);
-    } else if (type == KT_MSG_HASH_KV && KEY("hash_revision")) {
-      rc = rd_i64(d, "hash_revision", &resp->u.hash_kv.hash_revision);
-    } else if (type == KT_MSG_SNAPSHOT && KEY("remaining_bytes")) {
-      rc = rd_u64(d, "remaining_bytes", UINT64_MAX, &resp->u.snapshot.remaining_bytes);
-    } else if (type == KT_MSG_SNAPSHOT && KEY("blob")) {
-      rc = rd_bytes(d, "blob", &resp->u.snapshot.blob);
-    } else {
-      rc = skip(d, 0);
-    }
-    if (rc)
-      return rc;
-  }
-  return 0;
+  return decode(body, len, a, true, req, &req->type, &req->id, NULL, e);
 }
 
 int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_resp *resp,
                          struct kt_err *e) {
-  struct dec d = {.p = body, .end = body + len, .a = a, .e = e};
   memset(resp, 0, sizeof *resp);
-  if (e)
-    e->code = 0, e->msg[0] = 0;
-  uint64_t rawtype = 0;
-  uint32_t nf;
-  int rc = dec_envelope(&d, &resp->type, &resp->id, &rawtype);
-  if (rc)
-    return rc;
-  switch (rawtype) {
-  case KT_MSG_HELLO: {
-    struct kt_hello_resp *h = &resp->u.hello;
-    path_push(&d, "hello", -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      if (KEY("version"))
-        rc = rd_u32(&d, "version", &h->version);
-      else if (KEY("server"))
-        rc = rd_bytes(&d, "server", &h->server);
-      else if (KEY("cluster_id"))
-        rc = rd_u64(&d, "cluster_id", UINT64_MAX, &h->cluster_id);
-      else if (KEY("member_id"))
-        rc = rd_u64(&d, "member_id", UINT64_MAX, &h->member_id);
-      else if (KEY("max_request_bytes"))
-        rc = rd_u32(&d, "max_request_bytes", &h->max_request_bytes);
-      else
-        rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  }
-  case KT_MSG_RANGE:
-  case KT_MSG_PUT:
-  case KT_MSG_DELETE:
-  case KT_MSG_TXN:
-    path_push(&d, kt_proto_type_name((int)rawtype), -1);
-    if ((rc = dec_resp_op_payload(&d, (uint8_t)rawtype, &resp->u.op, &resp->header, 0)))
-      return rc;
-    break;
-  case KT_MSG_MEMBER_LIST:
-    path_push(&d, "member_list", -1);
-    if ((rc = dec_member_list_resp(&d, &resp->u.member_list, &resp->header)))
-      return rc;
-    break;
-  case KT_MSG_MEMBER_ADD:
-  case KT_MSG_MEMBER_REMOVE:
-  case KT_MSG_MEMBER_UPDATE:
-  case KT_MSG_MEMBER_PROMOTE:
-    path_push(&d, kt_proto_type_name((int)rawtype), -1);
-    if ((rc = dec_member_change_resp(&d, &resp->u.member, &resp->header)))
-      return rc;
-    break;
-  case KT_MSG_WATCH_CREATE:
-    path_push(&d, "watch", -1);
-    if ((rc = dec_watch_resp(&d, &resp->u.watch, &resp->header)))
-      return rc;
-    break;
-  case KT_MSG_LOCK:
-  case KT_MSG_UNLOCK:
-  case KT_MSG_CAMPAIGN:
-  case KT_MSG_PROCLAIM:
-  case KT_MSG_LEADER:
-  case KT_MSG_OBSERVE:
-  case KT_MSG_RESIGN: {
-    path_push(&d, kt_proto_type_name((int)rawtype), -1);
-    if ((rc = dec_lock_resp(&d, &resp->u.lock, &resp->header)))
-      return rc;
-    break;
-  }
-  case KT_MSG_LEASE_GRANT:
-  case KT_MSG_LEASE_REVOKE:
-  case KT_MSG_LEASE_KEEPALIVE:
-  case KT_MSG_LEASE_TTL:
-  case KT_MSG_LEASE_LEASES:
-    path_push(&d, kt_proto_type_name((int)rawtype), -1);
-    if ((rc = dec_lease_resp(&d, &resp->u.lease, &resp->header)))
-      return rc;
-    break;
-  case KT_MSG_COMPACT:
-  case KT_MSG_MOVE_LEADER:
-  case KT_MSG_WATCH_CANCEL:
-  case KT_MSG_WATCH_PROGRESS:
-    path_push(&d, kt_proto_type_name((int)rawtype), -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      if (KEY("header"))
-        rc = dec_header(&d, &resp->header);
-      else
-        rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  case KT_MSG_STATUS:
-    path_push(&d, "status", -1);
-    if ((rc = dec_status_resp(&d, &resp->u.status, &resp->header)))
-      return rc;
-    break;
-  case KT_MSG_ALARM:
-  case KT_MSG_DEFRAGMENT:
-  case KT_MSG_HASH_KV:
-  case KT_MSG_SNAPSHOT:
-    path_push(&d, kt_proto_type_name((int)rawtype), -1);
-    if ((rc = dec_maint_resp(&d, (uint8_t)rawtype, resp)))
-      return rc;
-    break;
-  case KT_MSG_ERROR:
-    path_push(&d, "error", -1);
-    if ((rc = rd_map(&d, "payload", &nf)))
-      return rc;
-    while (nf--) {
-      struct kt_bytes k;
-      if ((rc = rd_key(&d, &k)))
-        return rc;
-      if (KEY("code"))
-        rc = rd_u32(&d, "code", &resp->u.error.code);
-      else if (KEY("message"))
-        rc = rd_bytes(&d, "message", &resp->u.error.message);
-      else
-        rc = skip(&d, 0);
-      if (rc)
-        return rc;
-    }
-    break;
-  default:
-    return kt_err_set(e, KT_EUNSUPPORTED, "type: unknown response type %llu",
-                      (unsigned long long)rawtype);
-  }
-  return dec_finish(&d);
+  return decode(body, len, a, false, resp, &resp->type, &resp->id, &resp->header, e);
 }
 
 /* One non-negative integer at p[*off]: 1 read, 0 need more, -1 invalid. */
@@ -1886,403 +836,232 @@ int kt_proto_peek_id(const uint8_t *p, size_t n, uint8_t *type, uint64_t *id) {
   return 1;
 }
 
-/* ---- the writer ---- */
+/* ---- the writer: MessagePack into a kt_buf, msgpack-c's formats ---- */
 
-struct enc {
-  msgpack_packer pk;
-  struct kt_buf *b;
-};
-
-static int buf_write(void *data, const char *p, size_t n) {
-  struct kt_buf *b = data;
-  if (b->cap - b->len >= n) { /* the usual case: the encoder reserved up front */
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-  } else {
-    kt_buf_append(b, p, n);
-  }
-  return 0;
+static inline uint8_t *room(struct kt_buf *b, size_t n) {
+  if (b->cap - b->len < n)
+    kt_buf_reserve(b, n);
+  return b->p + b->len;
 }
 
-static void enc_init(struct enc *w, struct kt_buf *b) {
-  w->b = b;
-  msgpack_packer_init(&w->pk, b, buf_write);
+static inline void put_be(uint8_t *p, uint64_t v, int n) {
+  for (int i = n - 1; i >= 0; i--, v >>= 8)
+    p[i] = (uint8_t)v;
 }
 
-/* A payload map: one placeholder byte, patched by map_end. */
-struct map {
-  size_t off;
-  unsigned n;
-};
-static struct map map_begin(struct enc *w) {
-  struct map m = {w->b->len, 0};
-  uint8_t x = 0x80;
-  kt_buf_append(w->b, &x, 1);
-  return m;
-}
-static void map_end(struct enc *w, struct map *m) {
-  kt_assert(m->n <= 15);
-  w->b->p[m->off] = (uint8_t)(0x80 | m->n);
+/* A tag byte then an n-byte big-endian value. */
+static inline void w_tagged(struct kt_buf *b, uint8_t tag, uint64_t v, int n) {
+  uint8_t *p = room(b, 9);
+  p[0] = tag;
+  put_be(p + 1, v, n);
+  b->len += 1 + (size_t)n;
 }
 
-static void name(struct enc *w, struct map *m, const char *s) {
-  size_t n = strlen(s);
-  kt_assert(n < 32);
-  kt_buf_reserve(w->b, n + 1);
-  w->b->p[w->b->len++] = (uint8_t)(0xa0 | n);
-  memcpy(w->b->p + w->b->len, s, n);
-  w->b->len += n;
-  m->n++;
+static inline void w_byte(struct kt_buf *b, uint8_t x) {
+  *room(b, 1) = x;
+  b->len++;
 }
 
-static void pack_bytes(struct enc *w, struct kt_bytes x) {
-  msgpack_pack_bin(&w->pk, x.n);
+static void w_uint(struct kt_buf *b, uint64_t v) {
+  if (v < 128)
+    w_byte(b, (uint8_t)v);
+  else if (v < 256)
+    w_tagged(b, 0xcc, v, 1);
+  else if (v < 65536)
+    w_tagged(b, 0xcd, v, 2);
+  else if (v < (1ull << 32))
+    w_tagged(b, 0xce, v, 4);
+  else
+    w_tagged(b, 0xcf, v, 8);
+}
+
+static void w_int(struct kt_buf *b, int64_t v) {
+  if (v >= 0)
+    w_uint(b, (uint64_t)v); /* msgpack-c packs non-negative int64s as uints */
+  else if (v >= -32)
+    w_byte(b, (uint8_t)(int8_t)v);
+  else if (v >= -128)
+    w_tagged(b, 0xd0, (uint64_t)v, 1);
+  else if (v >= -32768)
+    w_tagged(b, 0xd1, (uint64_t)v, 2);
+  else if (v >= -(1ll << 31))
+    w_tagged(b, 0xd2, (uint64_t)v, 4);
+  else
+    w_tagged(b, 0xd3, (uint64_t)v, 8);
+}
+
+/* bin (text false) or str with its bytes. */
+static void w_blob(struct kt_buf *b, struct kt_bytes x, bool text) {
+  uint8_t *p = room(b, 5 + (size_t)x.n);
+  size_t h;
+  if (text && x.n < 32)
+    p[0] = (uint8_t)(0xa0 | x.n), h = 1;
+  else if (x.n < 256)
+    p[0] = text ? 0xd9 : 0xc4, put_be(p + 1, x.n, 1), h = 2;
+  else if (x.n < 65536)
+    p[0] = text ? 0xda : 0xc5, put_be(p + 1, x.n, 2), h = 3;
+  else
+    p[0] = text ? 0xdb : 0xc6, put_be(p + 1, x.n, 4), h = 5;
   if (x.n)
-    msgpack_pack_bin_body(&w->pk, x.p, x.n);
-}
-static void pack_text(struct enc *w, struct kt_bytes x) {
-  msgpack_pack_str(&w->pk, x.n);
-  if (x.n)
-    msgpack_pack_str_body(&w->pk, x.p, x.n);
+    memcpy(p + h, x.p, x.n);
+  b->len += h + x.n;
 }
 
-static void f_u64(struct enc *w, struct map *m, const char *f, uint64_t v) {
-  if (v) {
-    name(w, m, f);
-    msgpack_pack_uint64(&w->pk, v);
-  }
-}
-static void f_i64(struct enc *w, struct map *m, const char *f, int64_t v) {
-  if (v) {
-    name(w, m, f);
-    msgpack_pack_int64(&w->pk, v);
-  }
-}
-static void f_bool(struct enc *w, struct map *m, const char *f, bool v) {
-  if (v) {
-    name(w, m, f);
-    msgpack_pack_true(&w->pk);
-  }
-}
-static void f_bytes(struct enc *w, struct map *m, const char *f, struct kt_bytes v) {
-  if (v.n) {
-    name(w, m, f);
-    pack_bytes(w, v);
-  }
-}
-static void f_text(struct enc *w, struct map *m, const char *f, struct kt_bytes v) {
-  if (v.n) {
-    name(w, m, f);
-    pack_text(w, v);
-  }
+static void w_array(struct kt_buf *b, uint32_t n) {
+  if (n < 16)
+    w_byte(b, (uint8_t)(0x90 | n));
+  else if (n < 65536)
+    w_tagged(b, 0xdc, n, 2);
+  else
+    w_tagged(b, 0xdd, n, 4);
 }
 
-static void envelope(struct enc *w, int type, uint64_t id) {
-  uint8_t x = 0x93;
-  kt_buf_append(w->b, &x, 1);
-  msgpack_pack_uint64(&w->pk, (uint64_t)type);
-  msgpack_pack_uint64(&w->pk, id);
+/* A map key (every field name is a fixstr). */
+static void w_name(struct kt_buf *b, const char *s, uint8_t n) {
+  uint8_t *p = room(b, 1 + (size_t)n);
+  p[0] = (uint8_t)(0xa0 | n);
+  memcpy(p + 1, s, n);
+  b->len += 1 + (size_t)n;
 }
 
-/* Upper bounds of encoded sizes, to reserve once. */
-static size_t req_op_size(const struct kt_request_op *op) {
-  switch (op->type) {
-  case KT_OP_RANGE:
-    return 256 + op->u.range.key.n + op->u.range.range_end.n;
-  case KT_OP_PUT:
-    return 64 + op->u.put.key.n + op->u.put.value.n;
-  case KT_OP_DELETE:
-    return 64 + op->u.del.key.n + op->u.del.range_end.n;
-  default: {
-    const struct kt_txn_req *t = &op->u.txn;
-    size_t s = 64;
-    for (uint32_t i = 0; i < t->n_compare; i++)
-      s += 96 + t->compare[i].key.n + t->compare[i].range_end.n + t->compare[i].value.n;
-    for (uint32_t i = 0; i < t->n_success; i++)
-      s += 8 + req_op_size(&t->success[i]);
-    for (uint32_t i = 0; i < t->n_failure; i++)
-      s += 8 + req_op_size(&t->failure[i]);
-    return s;
-  }
+/* ---- the generic encoder ---- */
+
+static void enc_msg(struct kt_buf *b, const struct kt_msg_desc *m, const uint8_t *base,
+                    const struct kt_header *hdr);
+
+static bool msg_is_zero(const struct kt_msg_desc *m, const uint8_t *base);
+
+static bool field_is_zero(const struct kt_field *f, const uint8_t *base) {
+  const uint8_t *p = base + f->off;
+  switch (f->kind) {
+  case KT_F_U64:
+  case KT_F_I64:
+    return *(const uint64_t *)p == 0;
+  case KT_F_U32:
+    return *(const uint32_t *)p == 0;
+  case KT_F_ENUM:
+    return *p == 0;
+  case KT_F_BOOL:
+    return !*(const bool *)p;
+  case KT_F_BYTES:
+  case KT_F_TEXT:
+    return ((const struct kt_bytes *)p)->n == 0;
+  case KT_F_MSG:
+    return f->aux != KT_NO_AUX ? !*(const bool *)(base + f->aux) : msg_is_zero(f->sub, p);
+  default: /* LIST, OPS */
+    return *(const uint32_t *)(base + f->aux) == 0;
   }
 }
 
-static size_t kvs_size(const struct kt_kv *kv, uint32_t n) {
-  size_t s = 0;
-  for (uint32_t i = 0; i < n; i++)
-    s += 48 + kv[i].key.n + kv[i].value.n;
-  return s;
+static bool msg_is_zero(const struct kt_msg_desc *m, const uint8_t *base) {
+  for (uint8_t i = 0; i < m->n_fields; i++)
+    if (!field_is_zero(&m->fields[i], base))
+      return false;
+  return true;
 }
 
-static size_t resp_op_size(const struct kt_response_op *op) {
-  switch (op->type) {
-  case KT_OP_RANGE:
-    return 96 + kvs_size(op->u.range.kvs, op->u.range.n_kvs);
-  case KT_OP_PUT:
-    return 96 + (op->u.put.has_prev_kv ? kvs_size(&op->u.put.prev_kv, 1) : 0);
-  case KT_OP_DELETE:
-    return 96 + kvs_size(op->u.del.prev_kvs, op->u.del.n_prev_kvs);
-  default: {
-    size_t s = 96;
-    for (uint32_t i = 0; i < op->u.txn.n_responses; i++)
-      s += 8 + resp_op_size(&op->u.txn.responses[i]);
-    return s;
-  }
-  }
-}
-
-static void enc_op(struct enc *w, const struct kt_request_op *op);
-
-static void enc_op_list(struct enc *w, const struct kt_request_op *ops, uint32_t n) {
-  msgpack_pack_array(&w->pk, n);
-  for (uint32_t i = 0; i < n; i++) {
-    msgpack_pack_array(&w->pk, 2);
-    msgpack_pack_uint64(&w->pk, ops[i].type);
-    enc_op(w, &ops[i]);
+static void enc_scalar(struct kt_buf *b, uint8_t kind, uint64_t max, const void *p) {
+  switch (kind) {
+  case KT_F_U64:
+    w_uint(b, *(const uint64_t *)p);
+    return;
+  case KT_F_U32:
+    w_uint(b, *(const uint32_t *)p);
+    return;
+  case KT_F_I64:
+    w_int(b, *(const int64_t *)p);
+    return;
+  case KT_F_ENUM:
+    kt_assert(*(const uint8_t *)p <= max);
+    w_uint(b, *(const uint8_t *)p);
+    return;
+  case KT_F_BOOL:
+    w_byte(b, *(const bool *)p ? 0xc3 : 0xc2);
+    return;
+  default: /* BYTES, TEXT */
+    w_blob(b, *(const struct kt_bytes *)p, kind == KT_F_TEXT);
   }
 }
 
-/* The payload map of a RANGE..TXN request. */
-static void enc_op(struct enc *w, const struct kt_request_op *op) {
-  struct map m = map_begin(w);
-  switch (op->type) {
-  case KT_OP_RANGE: {
-    const struct kt_range_req *r = &op->u.range;
-    f_bytes(w, &m, "key", r->key);
-    f_bytes(w, &m, "range_end", r->range_end);
-    f_i64(w, &m, "limit", r->limit);
-    f_i64(w, &m, "revision", r->revision);
-    f_u64(w, &m, "sort_order", r->sort_order);
-    f_u64(w, &m, "sort_target", r->sort_target);
-    f_bool(w, &m, "serializable", r->serializable);
-    f_bool(w, &m, "keys_only", r->keys_only);
-    f_bool(w, &m, "count_only", r->count_only);
-    f_i64(w, &m, "min_mod_revision", r->min_mod_revision);
-    f_i64(w, &m, "max_mod_revision", r->max_mod_revision);
-    f_i64(w, &m, "min_create_revision", r->min_create_revision);
-    f_i64(w, &m, "max_create_revision", r->max_create_revision);
-    break;
-  }
-  case KT_OP_PUT: {
-    const struct kt_put_req *r = &op->u.put;
-    f_bytes(w, &m, "key", r->key);
-    f_bytes(w, &m, "value", r->value);
-    f_i64(w, &m, "lease", r->lease);
-    f_bool(w, &m, "prev_kv", r->prev_kv);
-    f_bool(w, &m, "ignore_value", r->ignore_value);
-    f_bool(w, &m, "ignore_lease", r->ignore_lease);
-    break;
-  }
-  case KT_OP_DELETE: {
-    const struct kt_delete_req *r = &op->u.del;
-    f_bytes(w, &m, "key", r->key);
-    f_bytes(w, &m, "range_end", r->range_end);
-    f_bool(w, &m, "prev_kv", r->prev_kv);
-    break;
-  }
-  case KT_OP_TXN: {
-    const struct kt_txn_req *t = &op->u.txn;
-    if (t->n_compare) {
-      name(w, &m, "compare");
-      msgpack_pack_array(&w->pk, t->n_compare);
-      for (uint32_t i = 0; i < t->n_compare; i++) {
-        const struct kt_compare *c = &t->compare[i];
-        struct map cm = map_begin(w);
-        f_u64(w, &cm, "result", c->result);
-        f_u64(w, &cm, "target", c->target);
-        f_bytes(w, &cm, "key", c->key);
-        f_bytes(w, &cm, "range_end", c->range_end);
-        static const char *const int_names[] = {
-            [KT_CMP_VERSION] = "version",
-            [KT_CMP_CREATE] = "create_revision",
-            [KT_CMP_MOD] = "mod_revision",
-            [KT_CMP_LEASE] = "lease",
-        };
-        if (c->target == KT_CMP_VALUE)
-          f_bytes(w, &cm, "value", c->value);
-        else if (c->target < KT_ARRAY_LEN(int_names) && int_names[c->target])
-          f_i64(w, &cm, int_names[c->target], c->int_value);
-        map_end(w, &cm);
-      }
+static void enc_value(struct kt_buf *b, const struct kt_field *f, const uint8_t *base) {
+  const uint8_t *p = base + f->off;
+  switch (f->kind) {
+  case KT_F_MSG:
+    if (f->aux != KT_NO_AUX && !*(const bool *)(base + f->aux))
+      w_byte(b, 0xc0); /* an absent optional message in a tuple */
+    else
+      enc_msg(b, f->sub, p, NULL);
+    return;
+  case KT_F_LIST: {
+    uint32_t n = *(const uint32_t *)(base + f->aux);
+    const uint8_t *v = *(const uint8_t *const *)p;
+    size_t size = f->elem == KT_F_MSG ? f->sub->size : elem_size(f->elem);
+    w_array(b, n);
+    for (uint32_t i = 0; i < n; i++) {
+      if (f->elem == KT_F_MSG)
+        enc_msg(b, f->sub, v + (size_t)i * size, NULL);
+      else
+        enc_scalar(b, f->elem, f->max, v + (size_t)i * size);
     }
-    if (t->n_success) {
-      name(w, &m, "success");
-      enc_op_list(w, t->success, t->n_success);
+    return;
+  }
+  case KT_F_OPS: {
+    const struct kt_op_set *os = f->ops;
+    uint32_t n = *(const uint32_t *)(base + f->aux);
+    const uint8_t *v = *(const uint8_t *const *)p;
+    w_array(b, n);
+    for (uint32_t i = 0; i < n; i++) {
+      const uint8_t *op = v + (size_t)i * os->size;
+      uint8_t t = op[os->type_off];
+      kt_assert(t >= os->min_type && t <= os->max_type);
+      w_array(b, 2);
+      w_uint(b, t);
+      enc_msg(b, os->by_type[t], op + os->payload_off, NULL);
     }
-    if (t->n_failure) {
-      name(w, &m, "failure");
-      enc_op_list(w, t->failure, t->n_failure);
-    }
-    break;
+    return;
   }
   default:
-    kt_assert(!"unknown op type");
+    enc_scalar(b, f->kind, f->max, p);
   }
-  map_end(w, &m);
 }
 
-static void f_text_list(struct enc *w, struct map *m, const char *f, const struct kt_bytes *v,
-                        uint32_t n) {
-  if (!n)
+static void enc_msg(struct kt_buf *b, const struct kt_msg_desc *m, const uint8_t *base,
+                    const struct kt_header *hdr) {
+  if (m->form == KT_FORM_TUPLE) {
+    w_array(b, m->n_fields);
+    for (uint8_t i = 0; i < m->n_fields; i++)
+      enc_value(b, &m->fields[i], base);
     return;
-  name(w, m, f);
-  msgpack_pack_array(&w->pk, n);
-  for (uint32_t i = 0; i < n; i++)
-    pack_text(w, v[i]);
+  }
+  size_t at = b->len;
+  unsigned n = 0;
+  w_byte(b, 0x80); /* patched below */
+  if (hdr) {
+    w_name(b, "header", 6);
+    enc_msg(b, &kt_schema_header, (const uint8_t *)hdr, NULL);
+    n++;
+  }
+  for (uint8_t i = 0; i < m->n_fields; i++) {
+    const struct kt_field *f = &m->fields[i];
+    if (f->sel && f->sel - 1 != base[m->selector])
+      continue; /* an operand the selector does not name */
+    if (!f->always && field_is_zero(f, base))
+      continue;
+    w_name(b, f->name, f->name_len);
+    enc_value(b, f, base);
+    n++;
+  }
+  kt_assert(n <= 15);
+  b->p[at] = (uint8_t)(0x80 | n);
 }
 
-static void f_leader(struct enc *w, struct map *m, const struct kt_leader_key *l) {
-  if (!l->name.n && !l->key.n && !l->rev && !l->lease)
-    return;
-  name(w, m, "leader");
-  struct map lm = map_begin(w);
-  f_bytes(w, &lm, "name", l->name);
-  f_bytes(w, &lm, "key", l->key);
-  f_i64(w, &lm, "rev", l->rev);
-  f_i64(w, &lm, "lease", l->lease);
-  map_end(w, &lm);
-}
-
-static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t id) {
-  struct enc w;
-  enc_init(&w, out);
-  size_t est = 64;
-  if (req->type >= KT_MSG_RANGE && req->type <= KT_MSG_TXN)
-    est += req_op_size(&req->u.op);
-  else if (req->type == KT_MSG_HELLO)
-    est += req->u.hello.client.n;
-  else if (req->type == KT_MSG_WATCH_CREATE) /* names and values: < 100 bytes */
-    est += 128 + req->u.watch_create.key.n + req->u.watch_create.range_end.n;
-  else if (req->type >= KT_MSG_LOCK && req->type <= KT_MSG_RESIGN)
-    est += 160 + req->u.lock.name.n + req->u.lock.key.n + req->u.lock.value.n +
-           req->u.lock.leader.name.n + req->u.lock.leader.key.n;
-  kt_buf_reserve(out, est);
-  envelope(&w, req->type, id);
-  switch (req->type) {
-  case KT_MSG_HELLO: {
-    struct map m = map_begin(&w);
-    f_u64(&w, &m, "version", req->u.hello.version);
-    f_text(&w, &m, "client", req->u.hello.client);
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_RANGE:
-  case KT_MSG_PUT:
-  case KT_MSG_DELETE:
-  case KT_MSG_TXN:
-    kt_assert(req->u.op.type == req->type);
-    enc_op(&w, &req->u.op);
-    break;
-  case KT_MSG_COMPACT: {
-    struct map m = map_begin(&w);
-    f_i64(&w, &m, "revision", req->u.compact.revision);
-    f_bool(&w, &m, "physical", req->u.compact.physical);
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_STATUS:
-  case KT_MSG_MEMBER_LIST:
-  case KT_MSG_WATCH_PROGRESS: {
-    struct map m = map_begin(&w);
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_WATCH_CREATE: {
-    const struct kt_watch_create_req *r = &req->u.watch_create;
-    struct map m = map_begin(&w);
-    f_bytes(&w, &m, "key", r->key);
-    f_bytes(&w, &m, "range_end", r->range_end);
-    f_i64(&w, &m, "start_revision", r->start_revision);
-    f_bool(&w, &m, "prev_kv", r->prev_kv);
-    f_bool(&w, &m, "no_put", r->no_put);
-    f_bool(&w, &m, "no_delete", r->no_delete);
-    f_bool(&w, &m, "progress_notify", r->progress_notify);
-    f_bool(&w, &m, "fragment", r->fragment);
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_WATCH_CANCEL: {
-    struct map m = map_begin(&w);
-    f_i64(&w, &m, "watch_id", req->u.watch_cancel.watch_id);
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_LOCK:
-  case KT_MSG_UNLOCK:
-  case KT_MSG_CAMPAIGN:
-  case KT_MSG_PROCLAIM:
-  case KT_MSG_LEADER:
-  case KT_MSG_OBSERVE:
-  case KT_MSG_RESIGN: {
-    const struct kt_lock_req *l = &req->u.lock;
-    struct map m = map_begin(&w);
-    f_bytes(&w, &m, "name", l->name);
-    f_bytes(&w, &m, "key", l->key);
-    f_bytes(&w, &m, "value", l->value);
-    f_i64(&w, &m, "lease", l->lease);
-    f_leader(&w, &m, &l->leader);
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_LEASE_GRANT:
-  case KT_MSG_LEASE_REVOKE:
-  case KT_MSG_LEASE_KEEPALIVE:
-  case KT_MSG_LEASE_TTL:
-  case KT_MSG_LEASE_LEASES: {
-    struct map m = map_begin(&w);
-    f_i64(&w, &m, "id", req->u.lease.id);
-    f_i64(&w, &m, "ttl", req->u.lease.ttl);
-    f_bool(&w, &m, "keys", req->u.lease.keys);
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_MEMBER_ADD:
-  case KT_MSG_MEMBER_REMOVE:
-  case KT_MSG_MEMBER_UPDATE:
-  case KT_MSG_MEMBER_PROMOTE: {
-    const struct kt_member_change_req *mc = &req->u.member;
-    struct map m = map_begin(&w);
-    f_u64(&w, &m, "id", mc->id);
-    f_text(&w, &m, "name", mc->name);
-    f_text_list(&w, &m, "peer_urls", mc->peer_urls, mc->n_peer_urls);
-    f_bool(&w, &m, "is_learner", mc->is_learner);
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_MEMBER_PUBLISH: {
-    struct map m = map_begin(&w);
-    f_u64(&w, &m, "member_id", req->u.publish.member_id);
-    f_text(&w, &m, "name", req->u.publish.name);
-    f_text_list(&w, &m, "client_urls", req->u.publish.client_urls, req->u.publish.n_client_urls);
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_MOVE_LEADER: {
-    struct map m = map_begin(&w);
-    f_u64(&w, &m, "target_id", req->u.move_leader.target_id);
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_ALARM:
-  case KT_MSG_DEFRAGMENT:
-  case KT_MSG_HASH_KV:
-  case KT_MSG_SNAPSHOT: {
-    struct map m = map_begin(&w);
-    if (req->type == KT_MSG_ALARM) {
-      kt_assert(req->u.alarm.action <= KT_ALARM_DEACTIVATE &&
-                req->u.alarm.alarm <= KT_ALARM_CORRUPT);
-      f_u64(&w, &m, "action", req->u.alarm.action);
-      f_u64(&w, &m, "member_id", req->u.alarm.member_id);
-      f_u64(&w, &m, "alarm", req->u.alarm.alarm);
-    } else if (req->type == KT_MSG_HASH_KV) {
-      f_i64(&w, &m, "revision", req->u.hash_kv.revision);
-    }
-    map_end(&w, &m);
-    break;
-  }
-  default:
-    kt_assert(!"kt_proto_encode_req: not a request type");
-  }
+/* [type, id, payload] */
+static void enc_body(struct kt_buf *b, const struct kt_type_desc *t, const struct kt_msg_desc *m,
+                     const uint8_t *payload, uint64_t id, const struct kt_header *hdr) {
+  w_byte(b, 0x93);
+  w_uint(b, t->type);
+  w_uint(b, id);
+  enc_msg(b, m, payload, hdr);
 }
 
 /* Frame prefix placeholder; returns its offset. */
@@ -2298,6 +1077,13 @@ static void frame_end(struct kt_buf *out, size_t off) {
   kt_put_u32be(out->p + off, (uint32_t)n);
 }
 
+static void enc_req_body(struct kt_buf *out, const struct kt_req *req, uint64_t id) {
+  const struct kt_type_desc *t = kt_schema_type(req->type);
+  kt_assert(t && t->req); /* kt_proto_encode_req: not a request type */
+  kt_assert(!(t->flags & KT_MT_OP) || req->u.op.type == req->type);
+  enc_body(out, t, t->req, (const uint8_t *)req + t->req_off, id, NULL);
+}
+
 void kt_proto_encode_req(struct kt_buf *out, const struct kt_req *req) {
   size_t off = frame_begin(out);
   enc_req_body(out, req, req->id);
@@ -2308,338 +1094,13 @@ void kt_proto_encode_req_body(struct kt_buf *out, const struct kt_req *req) {
   enc_req_body(out, req, 0);
 }
 
-static void pack_kv(struct enc *w, const struct kt_kv *kv) {
-  uint8_t x = 0x96;
-  kt_buf_append(w->b, &x, 1);
-  pack_bytes(w, kv->key);
-  pack_bytes(w, kv->value);
-  msgpack_pack_int64(&w->pk, kv->create_revision);
-  msgpack_pack_int64(&w->pk, kv->mod_revision);
-  msgpack_pack_int64(&w->pk, kv->version);
-  msgpack_pack_int64(&w->pk, kv->lease);
-}
-
-static void f_kvs(struct enc *w, struct map *m, const char *f, const struct kt_kv *kv, uint32_t n) {
-  if (!n)
-    return;
-  name(w, m, f);
-  msgpack_pack_array(&w->pk, n);
-  for (uint32_t i = 0; i < n; i++)
-    pack_kv(w, &kv[i]);
-}
-
-static void f_header(struct enc *w, struct map *m, const struct kt_header *h) {
-  name(w, m, "header");
-  uint8_t x = 0x94;
-  kt_buf_append(w->b, &x, 1);
-  msgpack_pack_uint64(&w->pk, h->cluster_id);
-  msgpack_pack_uint64(&w->pk, h->member_id);
-  msgpack_pack_int64(&w->pk, h->revision);
-  msgpack_pack_uint64(&w->pk, h->raft_term);
-}
-
-/* h: the header at top level, NULL inside a txn. */
-static void enc_resp_op(struct enc *w, const struct kt_response_op *op, const struct kt_header *h) {
-  struct map m = map_begin(w);
-  if (h)
-    f_header(w, &m, h);
-  switch (op->type) {
-  case KT_OP_RANGE:
-    f_kvs(w, &m, "kvs", op->u.range.kvs, op->u.range.n_kvs);
-    f_bool(w, &m, "more", op->u.range.more);
-    f_i64(w, &m, "count", op->u.range.count);
-    break;
-  case KT_OP_PUT:
-    if (op->u.put.has_prev_kv) {
-      name(w, &m, "prev_kv");
-      pack_kv(w, &op->u.put.prev_kv);
-    }
-    break;
-  case KT_OP_DELETE:
-    f_i64(w, &m, "deleted", op->u.del.deleted);
-    f_kvs(w, &m, "prev_kvs", op->u.del.prev_kvs, op->u.del.n_prev_kvs);
-    break;
-  case KT_OP_TXN:
-    f_bool(w, &m, "succeeded", op->u.txn.succeeded);
-    if (op->u.txn.n_responses) {
-      name(w, &m, "responses");
-      msgpack_pack_array(&w->pk, op->u.txn.n_responses);
-      for (uint32_t i = 0; i < op->u.txn.n_responses; i++) {
-        const struct kt_response_op *r = &op->u.txn.responses[i];
-        msgpack_pack_array(&w->pk, 2);
-        msgpack_pack_uint64(&w->pk, r->type);
-        enc_resp_op(w, r, NULL);
-      }
-    }
-    break;
-  default:
-    kt_assert(!"unknown op type");
-  }
-  map_end(w, &m);
-}
-
-static size_t member_size(const struct kt_member_info *m) {
-  size_t n = 64 + m->name.n;
-  for (uint32_t j = 0; j < m->n_peer_urls; j++)
-    n += 5 + m->peer_urls[j].n;
-  for (uint32_t j = 0; j < m->n_client_urls; j++)
-    n += 5 + m->client_urls[j].n;
-  return n;
-}
-
-static size_t members_size(const struct kt_member_info *v, uint32_t count) {
-  size_t n = 0;
-  for (uint32_t i = 0; i < count; i++)
-    n += member_size(&v[i]);
-  return n;
-}
-
-/* A WATCH frame's payload beyond the header: its fields (< 110 bytes plus
- * cancel_reason) and per event [type, kv, prev_kv or nil]: 2 + (47 + key +
- * value) + (1, or 47 + key + value). A frame can carry thousands of events:
- * this keeps the encoder to one reservation. */
-static size_t watch_size(const struct kt_watch_resp *w) {
-  size_t n = 128 + w->cancel_reason.n;
-  for (uint32_t i = 0; i < w->n_events; i++) {
-    const struct kt_event *ev = &w->events[i];
-    n += 8 + kvs_size(&ev->kv, 1) + (ev->has_prev_kv ? kvs_size(&ev->prev_kv, 1) : 0);
-  }
-  return n;
-}
-
-/* A lease response beyond the header: fields < 80 bytes, a key <= 5 + n,
- * a lease id <= 9. */
-static size_t lease_size(const struct kt_lease_resp *l) {
-  size_t n = 96 + 9 * (size_t)l->n_leases;
-  for (uint32_t i = 0; i < l->n_keys; i++)
-    n += 5 + l->keys[i].n;
-  return n;
-}
-
-static void pack_member(struct enc *w, const struct kt_member_info *x) {
-  struct map mm = map_begin(w);
-  f_u64(w, &mm, "id", x->id);
-  f_text(w, &mm, "name", x->name);
-  f_text_list(w, &mm, "peer_urls", x->peer_urls, x->n_peer_urls);
-  f_text_list(w, &mm, "client_urls", x->client_urls, x->n_client_urls);
-  f_bool(w, &mm, "is_learner", x->is_learner);
-  map_end(w, &mm);
-}
-
-/* "members": [...] when there are any. */
-static void f_members(struct enc *w, struct map *m, const struct kt_member_info *v, uint32_t n) {
-  if (!n)
-    return;
-  name(w, m, "members");
-  msgpack_pack_array(&w->pk, n);
-  for (uint32_t i = 0; i < n; i++)
-    pack_member(w, &v[i]);
-}
-
-static void pack_event(struct enc *w, const struct kt_event *ev) {
-  kt_assert(ev->type <= KT_EVENT_DELETE);
-  uint8_t x = 0x93;
-  kt_buf_append(w->b, &x, 1);
-  msgpack_pack_uint64(&w->pk, ev->type);
-  pack_kv(w, &ev->kv);
-  if (ev->has_prev_kv)
-    pack_kv(w, &ev->prev_kv);
-  else
-    msgpack_pack_nil(&w->pk);
-}
-
 void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
+  const struct kt_type_desc *t = kt_schema_type(resp->type);
+  kt_assert(t && t->resp); /* kt_proto_encode_resp: not a response type */
+  kt_assert(!(t->flags & KT_MT_OP) || resp->u.op.type == resp->type);
   size_t off = frame_begin(out);
-  struct enc w;
-  enc_init(&w, out);
-  size_t est = 96;
-  if (resp->type >= KT_MSG_RANGE && resp->type <= KT_MSG_TXN)
-    est += resp_op_size(&resp->u.op);
-  else if (resp->type == KT_MSG_MEMBER_LIST)
-    est += members_size(resp->u.member_list.members, resp->u.member_list.n_members);
-  else if (resp->type >= KT_MSG_MEMBER_ADD && resp->type <= KT_MSG_MEMBER_PROMOTE)
-    est += member_size(&resp->u.member.member) +
-           members_size(resp->u.member.members, resp->u.member.n_members);
-  else if (resp->type == KT_MSG_WATCH_CREATE)
-    est += watch_size(&resp->u.watch);
-  else if (resp->type >= KT_MSG_LEASE_GRANT && resp->type <= KT_MSG_LEASE_LEASES)
-    est += lease_size(&resp->u.lease);
-  else if (resp->type >= KT_MSG_LOCK && resp->type <= KT_MSG_RESIGN)
-    est += 128 + resp->u.lock.key.n + resp->u.lock.leader.name.n + resp->u.lock.leader.key.n +
-           resp->u.lock.kv.key.n + resp->u.lock.kv.value.n;
-  else if (resp->type == KT_MSG_SNAPSHOT)
-    est += 32 + resp->u.snapshot.blob.n;
-  else if (resp->type == KT_MSG_ALARM)
-    est += 16 + 12 * (size_t)resp->u.alarm.n_alarms;
-  kt_buf_reserve(out, est);
-  envelope(&w, resp->type, resp->id);
-  struct map m;
-  switch (resp->type) {
-  case KT_MSG_HELLO: {
-    const struct kt_hello_resp *h = &resp->u.hello;
-    m = map_begin(&w);
-    f_u64(&w, &m, "version", h->version);
-    f_text(&w, &m, "server", h->server);
-    f_u64(&w, &m, "cluster_id", h->cluster_id);
-    f_u64(&w, &m, "member_id", h->member_id);
-    f_u64(&w, &m, "max_request_bytes", h->max_request_bytes);
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_RANGE:
-  case KT_MSG_PUT:
-  case KT_MSG_DELETE:
-  case KT_MSG_TXN:
-    kt_assert(resp->u.op.type == resp->type);
-    enc_resp_op(&w, &resp->u.op, &resp->header);
-    break;
-  case KT_MSG_COMPACT:
-  case KT_MSG_MOVE_LEADER:
-  case KT_MSG_WATCH_CANCEL:
-  case KT_MSG_WATCH_PROGRESS:
-    m = map_begin(&w);
-    f_header(&w, &m, &resp->header);
-    map_end(&w, &m);
-    break;
-  case KT_MSG_WATCH_CREATE: {
-    const struct kt_watch_resp *x = &resp->u.watch;
-    m = map_begin(&w);
-    f_header(&w, &m, &resp->header);
-    f_i64(&w, &m, "watch_id", x->watch_id);
-    f_bool(&w, &m, "created", x->created);
-    f_bool(&w, &m, "canceled", x->canceled);
-    f_bool(&w, &m, "fragment", x->fragment);
-    f_i64(&w, &m, "compact_revision", x->compact_revision);
-    f_text(&w, &m, "cancel_reason", x->cancel_reason);
-    if (x->n_events) {
-      name(&w, &m, "events");
-      msgpack_pack_array(&w.pk, x->n_events);
-      for (uint32_t i = 0; i < x->n_events; i++)
-        pack_event(&w, &x->events[i]);
-    }
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_LOCK:
-  case KT_MSG_UNLOCK:
-  case KT_MSG_CAMPAIGN:
-  case KT_MSG_PROCLAIM:
-  case KT_MSG_LEADER:
-  case KT_MSG_OBSERVE:
-  case KT_MSG_RESIGN: {
-    const struct kt_lock_resp *l = &resp->u.lock;
-    m = map_begin(&w);
-    f_header(&w, &m, &resp->header);
-    f_bytes(&w, &m, "key", l->key);
-    f_leader(&w, &m, &l->leader);
-    if (l->has_kv) {
-      name(&w, &m, "kv");
-      pack_kv(&w, &l->kv);
-    }
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_LEASE_GRANT:
-  case KT_MSG_LEASE_REVOKE:
-  case KT_MSG_LEASE_KEEPALIVE:
-  case KT_MSG_LEASE_TTL:
-  case KT_MSG_LEASE_LEASES: {
-    const struct kt_lease_resp *l = &resp->u.lease;
-    m = map_begin(&w);
-    f_header(&w, &m, &resp->header);
-    f_i64(&w, &m, "id", l->id);
-    f_i64(&w, &m, "ttl", l->ttl);
-    f_i64(&w, &m, "granted_ttl", l->granted_ttl);
-    if (l->n_keys) {
-      name(&w, &m, "keys");
-      msgpack_pack_array(&w.pk, l->n_keys);
-      for (uint32_t i = 0; i < l->n_keys; i++)
-        pack_bytes(&w, l->keys[i]);
-    }
-    if (l->n_leases) {
-      name(&w, &m, "leases");
-      msgpack_pack_array(&w.pk, l->n_leases);
-      for (uint32_t i = 0; i < l->n_leases; i++)
-        msgpack_pack_int64(&w.pk, l->leases[i]);
-    }
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_MEMBER_LIST:
-    m = map_begin(&w);
-    f_header(&w, &m, &resp->header);
-    f_members(&w, &m, resp->u.member_list.members, resp->u.member_list.n_members);
-    map_end(&w, &m);
-    break;
-  case KT_MSG_MEMBER_ADD:
-  case KT_MSG_MEMBER_REMOVE:
-  case KT_MSG_MEMBER_UPDATE:
-  case KT_MSG_MEMBER_PROMOTE:
-    m = map_begin(&w);
-    f_header(&w, &m, &resp->header);
-    if (resp->type == KT_MSG_MEMBER_ADD) {
-      name(&w, &m, "member");
-      pack_member(&w, &resp->u.member.member);
-    }
-    f_members(&w, &m, resp->u.member.members, resp->u.member.n_members);
-    map_end(&w, &m);
-    break;
-  case KT_MSG_STATUS: {
-    const struct kt_status_resp *s = &resp->u.status;
-    m = map_begin(&w);
-    f_header(&w, &m, &resp->header);
-    f_text(&w, &m, "version", s->version);
-    f_i64(&w, &m, "db_size", s->db_size);
-    f_i64(&w, &m, "db_size_in_use", s->db_size_in_use);
-    f_u64(&w, &m, "leader", s->leader);
-    f_u64(&w, &m, "raft_index", s->raft_index);
-    f_u64(&w, &m, "raft_term", s->raft_term);
-    f_u64(&w, &m, "raft_applied_index", s->raft_applied_index);
-    f_bool(&w, &m, "is_learner", s->is_learner);
-    if (s->n_errors) {
-      name(&w, &m, "errors");
-      msgpack_pack_array(&w.pk, s->n_errors);
-      for (uint32_t i = 0; i < s->n_errors; i++)
-        pack_text(&w, s->errors[i]);
-    }
-    map_end(&w, &m);
-    break;
-  }
-  case KT_MSG_ALARM:
-  case KT_MSG_DEFRAGMENT:
-  case KT_MSG_HASH_KV:
-  case KT_MSG_SNAPSHOT:
-    m = map_begin(&w);
-    f_header(&w, &m, &resp->header);
-    if (resp->type == KT_MSG_ALARM && resp->u.alarm.n_alarms) {
-      name(&w, &m, "alarms");
-      msgpack_pack_array(&w.pk, resp->u.alarm.n_alarms);
-      for (uint32_t i = 0; i < resp->u.alarm.n_alarms; i++) {
-        const struct kt_alarm_member *x = &resp->u.alarm.alarms[i];
-        kt_assert(x->alarm <= KT_ALARM_CORRUPT);
-        msgpack_pack_array(&w.pk, 2);
-        msgpack_pack_uint64(&w.pk, x->member_id);
-        msgpack_pack_uint64(&w.pk, x->alarm);
-      }
-    } else if (resp->type == KT_MSG_HASH_KV) {
-      f_u64(&w, &m, "hash", resp->u.hash_kv.hash);
-      f_i64(&w, &m, "compact_revision", resp->u.hash_kv.compact_revision);
-      f_i64(&w, &m, "hash_revision", resp->u.hash_kv.hash_revision);
-    } else if (resp->type == KT_MSG_SNAPSHOT) {
-      f_u64(&w, &m, "remaining_bytes", resp->u.snapshot.remaining_bytes);
-      f_bytes(&w, &m, "blob", resp->u.snapshot.blob);
-    }
-    map_end(&w, &m);
-    break;
-  case KT_MSG_ERROR:
-    m = map_begin(&w);
-    f_u64(&w, &m, "code", resp->u.error.code);
-    f_text(&w, &m, "message", resp->u.error.message);
-    map_end(&w, &m);
-    break;
-  default:
-    kt_assert(!"kt_proto_encode_resp: not a response type");
-  }
+  enc_body(out, t, t->resp, (const uint8_t *)resp + t->resp_off, resp->id,
+           t->flags & KT_MT_HEADER ? &resp->header : NULL);
   frame_end(out, off);
 }
 

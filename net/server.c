@@ -2,8 +2,12 @@
 #include "server.h"
 
 #include "sock.h"
+#include "tls.h"
+
+#include "../core/mvcc.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -16,23 +20,39 @@
 
 struct kt_conn {
   struct kt_server *srv;
-  int fd;
+  struct kt_listener *l; /* accepted by */
+  struct kt_io io;       /* the socket, plain TCP or TLS */
   int refs;
   bool closed, hello_done, reading, in_dirty_list;
-  bool want_drain; /* call cfg.on_drained once the output is written out */
-  void *udata;     /* the handler's per-connection state */
-  uint64_t skip;   /* bytes of an oversized request still to drop */
+  bool write_blocked; /* output left that the socket did not take */
+  bool want_drain;    /* call cfg.on_drained once the output is written out */
+  bool on_wait_list;  /* handshake waiting for a turn with room (hs_wait) */
+  bool on_pending;    /* TLS holds bytes no poll event announces (pending) */
+  void *udata;        /* the handler's per-connection state */
+  char *cert_cn;      /* verified client certificate's CN, or NULL */
+  char *identity;     /* a proxy's caller named in HELLO, or NULL */
+  uint64_t skip;      /* bytes of an oversized request still to drop */
   ev_io rio, wio;
   struct kt_buf in, out;
+  ev_tstamp opened_at;     /* accept time (for the handshake deadline) */
   ev_tstamp last_progress; /* last time output drained (for the stall cut) */
   struct kt_conn *dirty_next;
+  struct kt_conn *wait_next, *pend_next;
   struct kt_conn *prev, *next; /* all open connections */
   char peer[64];
+  /* AUTHENTICATE's outcome (kt_conn_set_user): the user, and the auth
+   * revision it authenticated at; user_len 0: none */
+  char user[KT_CONN_USER_MAX + 1];
+  uint32_t user_len;
+  uint64_t user_rev;
 };
 
 struct kt_listener {
   ev_io io;
+  ev_timer pause; /* accept paused (out of file descriptors) */
   int fd;
+  struct kt_tls_ctx *tls; /* NULL: plain TCP only */
+  bool also_plain;        /* with tls: plaintext clients too */
   struct kt_server *srv;
   struct kt_listener *next;
 };
@@ -46,6 +66,17 @@ struct kt_server {
   struct kt_conn *dirty;
   ev_prepare flush_w;
   ev_timer stall_w;
+  ev_check turn_w;                       /* deferred handshakes and pending TLS bytes */
+  ev_idle spin_w;                        /* active while turn_w has work: the loop does not sleep */
+  ev_timer hs_w;                         /* waiting handshakes: when the budget has time again */
+  struct kt_conn *wait_head, *wait_tail; /* handshakes deferred (FIFO) */
+  struct kt_conn *pending;               /* TLS bytes to read */
+  struct kt_tls_budget hs_budget;        /* handshake steps per turn, share of the time */
+  struct warn_seen {
+    uint64_t hash; /* of a reason logged at warn */
+    ev_tstamp at;
+    unsigned repeats;
+  } warned[32];
   struct kt_arena arena;
   bool accepting;
 };
@@ -55,7 +86,87 @@ static void conn_close(struct kt_conn *c, const char *why);
 static void conn_free(struct kt_conn *c) {
   kt_buf_free(&c->in);
   kt_buf_free(&c->out);
+  free(c->cert_cn);
+  free(c->identity);
   free(c);
+}
+
+/* Connection warnings (bad TLS, wrong protocol) name the peer and the
+ * reason. Each distinct reason is logged at warn once per WARN_REPEAT_S;
+ * repeats (a client retrying, a storm of broken clients) go to debug and are
+ * counted in the next warn of that reason, so the log cannot be flooded. */
+#define WARN_REPEAT_S 10.0
+static void conn_warn(struct kt_server *s, const char *peer, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void conn_warn(struct kt_server *s, const char *peer, const char *fmt, ...) {
+  char why[320];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  uint64_t h = 1469598103934665603ull; /* FNV-1a of the reason */
+  for (const char *p = why; *p; p++)
+    h = (h ^ (uint8_t)*p) * 1099511628211ull;
+  ev_tstamp now = ev_now(s->loop);
+  struct warn_seen *w = &s->warned[h % KT_ARRAY_LEN(s->warned)];
+  if (w->hash == h && now - w->at < WARN_REPEAT_S) {
+    w->repeats++;
+    kt_log(KT_LOG_DEBUG, "server", "closing connection peer=%s: %s", peer, why);
+    return;
+  }
+  if (w->hash == h && w->repeats)
+    kt_log(KT_LOG_WARN, "server", "closing connection peer=%s: %s (and %u times more since)", peer,
+           why, w->repeats);
+  else
+    kt_log(KT_LOG_WARN, "server", "closing connection peer=%s: %s", peer, why);
+  w->hash = h;
+  w->at = now;
+  w->repeats = 0;
+}
+
+/* The one place that decides which events a connection waits for. */
+static void conn_arm(struct kt_conn *c) {
+  if (c->closed)
+    return;
+  int ev = c->on_wait_list ? 0 : kt_io_events(&c->io, c->reading, c->write_blocked);
+  struct ev_loop *loop = c->srv->loop;
+  if ((ev & KT_IO_READ) && !ev_is_active(&c->rio))
+    ev_io_start(loop, &c->rio);
+  else if (!(ev & KT_IO_READ) && ev_is_active(&c->rio))
+    ev_io_stop(loop, &c->rio);
+  if ((ev & KT_IO_WRITE) && !ev_is_active(&c->wio))
+    ev_io_start(loop, &c->wio);
+  else if (!(ev & KT_IO_WRITE) && ev_is_active(&c->wio))
+    ev_io_stop(loop, &c->wio);
+}
+
+static void kick(struct kt_server *s) {
+  if (!ev_is_active(&s->spin_w))
+    ev_idle_start(s->loop, &s->spin_w);
+}
+
+/* Handshakes wait: at the next turn if only its step count is spent (the
+ * loop keeps turning), else when the time budget has credit again (the loop
+ * may sleep until then). */
+static void hs_wake_later(struct kt_server *s) {
+  double w = kt_tls_budget_wait_s(&s->hs_budget);
+  if (w <= 0) {
+    kick(s);
+  } else if (!ev_is_active(&s->hs_w)) {
+    ev_timer_set(&s->hs_w, w, 0);
+    ev_timer_start(s->loop, &s->hs_w);
+  }
+}
+
+/* TLS read ahead bytes no poll event will announce: read them this turn. */
+static void mark_pending(struct kt_conn *c) {
+  if (c->on_pending || c->closed)
+    return;
+  c->on_pending = true;
+  kt_conn_ref(c);
+  c->pend_next = c->srv->pending;
+  c->srv->pending = c;
+  kick(c->srv);
 }
 
 void kt_conn_ref(struct kt_conn *c) { c->refs++; }
@@ -85,10 +196,9 @@ static void set_reading(struct kt_conn *c, bool on) {
   if (c->closed || c->reading == on)
     return;
   c->reading = on;
-  if (on)
-    ev_io_start(c->srv->loop, &c->rio);
-  else
-    ev_io_stop(c->srv->loop, &c->rio);
+  conn_arm(c);
+  if (on && kt_io_pending(&c->io))
+    mark_pending(c);
 }
 
 void kt_conn_sent(struct kt_conn *c) {
@@ -105,7 +215,26 @@ void kt_conn_sent(struct kt_conn *c) {
 
 size_t kt_conn_unsent(const struct kt_conn *c) { return c->closed ? 0 : c->out.len; }
 void kt_conn_want_drain(struct kt_conn *c) { c->want_drain = true; }
+void kt_conn_set_user(struct kt_conn *c, struct kt_bytes user, uint64_t auth_revision) {
+  c->user_len = user.n <= KT_CONN_USER_MAX ? user.n : 0;
+  if (c->user_len)
+    memcpy(c->user, user.p, c->user_len);
+  c->user[c->user_len] = 0;
+  c->user_rev = auth_revision;
+}
+
+bool kt_conn_user(const struct kt_conn *c, struct kt_bytes *user, uint64_t *auth_revision) {
+  if (!c->user_len)
+    return false;
+  *user = (struct kt_bytes){(const uint8_t *)c->user, c->user_len};
+  *auth_revision = c->user_rev;
+  return true;
+}
+
 void *kt_conn_udata(const struct kt_conn *c) { return c->udata; }
+const char *kt_conn_identity(const struct kt_conn *c) {
+  return c->identity ? c->identity : c->cert_cn;
+}
 void kt_conn_set_udata(struct kt_conn *c, void *udata) { c->udata = udata; }
 
 void kt_conn_send_resp(struct kt_conn *c, const struct kt_resp *r) {
@@ -126,25 +255,30 @@ void kt_conn_send_error(struct kt_conn *c, uint64_t id, int code, const char *ms
 
 /* Write as much of c->out as the socket takes. Returns false if closed. */
 static bool conn_flush(struct kt_conn *c) {
+  if (!kt_io_ready(&c->io))
+    return true; /* handshake first: the output waits */
   while (c->out.len) {
-    ssize_t w = write(c->fd, c->out.p, c->out.len);
+    struct kt_err e = {0};
+    ssize_t w = kt_io_write(&c->io, c->out.p, c->out.len, &e);
     if (w > 0) {
       kt_buf_consume(&c->out, (size_t)w);
       c->last_progress = ev_now(c->srv->loop);
       continue;
     }
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!ev_is_active(&c->wio))
-        ev_io_start(c->srv->loop, &c->wio);
+    if (w == KT_IO_AGAIN) {
+      if (!c->write_blocked) {
+        c->write_blocked = true;
+        conn_arm(c);
+      }
       return true;
     }
-    conn_close(c, w < 0 ? strerror(errno) : "write returned 0");
+    conn_close(c, e.msg);
     return false;
   }
-  if (ev_is_active(&c->wio))
-    ev_io_stop(c->srv->loop, &c->wio);
+  if (c->write_blocked) {
+    c->write_blocked = false;
+    conn_arm(c);
+  }
   if (c->want_drain && c->srv->cfg.on_drained) {
     c->want_drain = false;
     c->srv->cfg.on_drained(c->srv->cfg.arg, c);
@@ -173,8 +307,7 @@ static void conn_close(struct kt_conn *c, const char *why) {
     s->cfg.on_close(s->cfg.arg, c);
   ev_io_stop(s->loop, &c->rio);
   ev_io_stop(s->loop, &c->wio);
-  close(c->fd);
-  c->fd = -1;
+  kt_io_close(&c->io);
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -193,7 +326,9 @@ static void conn_fail(struct kt_conn *c, uint64_t id, int code, const char *msg)
          kt_errname(code), msg);
   kt_proto_encode_error(&c->out, id, code, msg);
   /* Best effort: one flush attempt, then close. */
-  (void)!write(c->fd, c->out.p, c->out.len);
+  struct kt_err e = {0};
+  if (kt_io_ready(&c->io))
+    (void)kt_io_write(&c->io, c->out.p, c->out.len, &e);
   conn_close(c, msg);
 }
 
@@ -210,24 +345,79 @@ static void handle_hello(struct kt_conn *c, const struct kt_req *req) {
     conn_fail(c, req->id, KT_EVERSION, msg);
     return;
   }
+  if (req->u.hello.identity.n) {
+    /* A proxy (ketch-grpc) names the caller it verified. Believed only from a
+     * connection that itself presented a verified client certificate. */
+    if (!c->cert_cn) {
+      conn_fail(c, req->id, KT_EINVAL,
+                "HELLO names an identity but this connection presented no verified client "
+                "certificate");
+      return;
+    }
+    c->identity = strndup((const char *)req->u.hello.identity.p, req->u.hello.identity.n);
+    kt_assert(c->identity);
+  }
   c->hello_done = true;
+  if (kt_io_is_tls(&c->io))
+    kt_log(KT_LOG_DEBUG, "server", "client hello peer=%s tls=%s cert-cn=%s identity=%s", c->peer,
+           kt_io_version(&c->io), c->cert_cn ? c->cert_cn : "-",
+           kt_conn_identity(c) ? kt_conn_identity(c) : "-");
   static const char server_name[] = "ketch " KT_VERSION;
   struct kt_resp r = {.type = KT_MSG_HELLO, .id = req->id};
   r.u.hello.version = KT_PROTO_VERSION;
   r.u.hello.server = (struct kt_bytes){(const uint8_t *)server_name, sizeof server_name - 1};
   r.u.hello.cluster_id = s->cfg.cluster_id;
   r.u.hello.member_id = s->cfg.member_id;
-  r.u.hello.max_request_bytes = s->cfg.max_request_bytes;
+  r.u.hello.max_request_bytes = s->cfg.max_request_bytes + KT_READ_EXTRA_BYTES;
   kt_proto_encode_resp(&c->out, &r);
   kt_conn_sent(c);
+}
+
+/* What the node proposes through the log (etcd's proposals): these are held
+ * to --max-request-bytes; reads, watches and other local or read-index
+ * requests only to the receive limit, as etcd's gRPC server. */
+static bool proposes(const struct kt_req *req) {
+  switch (req->type) {
+  case KT_MSG_RANGE:
+  case KT_MSG_STATUS:
+  case KT_MSG_WATCH_CREATE:
+  case KT_MSG_WATCH_CANCEL:
+  case KT_MSG_WATCH_PROGRESS:
+  case KT_MSG_LEASE_KEEPALIVE:
+  case KT_MSG_LEASE_TTL:
+  case KT_MSG_LEASE_LEASES:
+  case KT_MSG_MEMBER_LIST:
+  case KT_MSG_MOVE_LEADER:
+  case KT_MSG_DEFRAGMENT:
+  case KT_MSG_HASH_KV:
+  case KT_MSG_SNAPSHOT:
+  case KT_MSG_LEADER:
+  case KT_MSG_OBSERVE:
+    return false;
+  case KT_MSG_TXN:
+    return kt_mvcc_op_writes(&req->u.op);
+  case KT_MSG_ALARM:
+    return req->u.alarm.action != KT_ALARM_GET;
+  default:
+    return true;
+  }
 }
 
 /* Decode and dispatch every whole frame in c->in. */
 static void conn_process(struct kt_conn *c) {
   struct kt_server *s = c->srv;
   size_t off = 0;
-  uint32_t max_frame = s->cfg.max_request_bytes;
+  uint32_t max_frame = s->cfg.max_request_bytes + KT_READ_EXTRA_BYTES;
   kt_conn_ref(c);
+  if (!c->hello_done && off == 0 && !kt_io_is_tls(&c->io) &&
+      kt_tls_sniff(c->in.p, c->in.len) == 1) {
+    conn_warn(s, c->peer,
+              "a TLS handshake on a plaintext port (serve an https:// client URL for TLS "
+              "clients)");
+    conn_close(c, "TLS handshake on a plaintext port");
+    kt_conn_unref(c);
+    return;
+  }
   while (!c->closed && c->reading) {
     const uint8_t *body;
     uint32_t blen;
@@ -252,8 +442,9 @@ static void conn_process(struct kt_conn *c) {
           break;
         }
         char msg[128];
-        snprintf(msg, sizeof msg, "request of %u bytes exceeds --max-request-bytes (%u)", flen,
-                 max_frame);
+        snprintf(msg, sizeof msg,
+                 "request of %u bytes exceeds the largest request (--max-request-bytes + %u)", flen,
+                 KT_READ_EXTRA_BYTES);
         kt_log(KT_LOG_WARN, "server", "request too large peer=%s bytes=%u", c->peer, flen);
         kt_conn_send_error(c, id, KT_ETOOLARGE, msg);
         uint64_t have = c->in.len - off;
@@ -299,6 +490,14 @@ static void conn_process(struct kt_conn *c) {
       conn_fail(c, req.id, KT_EPROTO, "first request must be HELLO");
       break;
     }
+    if (blen > s->cfg.max_request_bytes && proposes(&req)) {
+      char msg[128];
+      snprintf(msg, sizeof msg, "request of %u bytes exceeds --max-request-bytes (%u)", blen,
+               s->cfg.max_request_bytes);
+      kt_log(KT_LOG_WARN, "server", "request too large peer=%s bytes=%u", c->peer, blen);
+      kt_conn_send_error(c, req.id, KT_ETOOLARGE, msg);
+      continue;
+    }
     s->cfg.on_request(s->cfg.arg, c, &req, body, blen);
   }
   if (!c->closed && off)
@@ -306,43 +505,189 @@ static void conn_process(struct kt_conn *c) {
   kt_conn_unref(c);
 }
 
-static void on_readable(struct ev_loop *loop, ev_io *w, int revents) {
-  (void)loop;
-  (void)revents;
-  struct kt_conn *c = w->data;
+/* Read what the socket (and TLS) has, up to one chunk, and process it. */
+static void conn_read(struct kt_conn *c) {
   kt_buf_reserve(&c->in, KT_CONN_READ_CHUNK);
-  ssize_t n = read(c->fd, c->in.p + c->in.len, c->in.cap - c->in.len);
-  if (n == 0) {
-    conn_close(c, "peer closed");
-    return;
+  size_t got = 0;
+  bool tls = kt_io_is_tls(&c->io);
+  for (;;) {
+    struct kt_err e = {0};
+    ssize_t n = kt_io_read(&c->io, c->in.p + c->in.len, c->in.cap - c->in.len, &e);
+    if (n == 0) {
+      conn_close(c, "peer closed");
+      return;
+    }
+    if (n == KT_IO_AGAIN)
+      break;
+    if (n < 0) {
+      if (tls && e.code == KT_EPROTO) /* a TLS protocol problem, not a disconnect */
+        conn_warn(c->srv, c->peer, "%s", e.msg);
+      conn_close(c, e.msg);
+      return;
+    }
+    c->in.len += (size_t)n;
+    got += (size_t)n;
+    if (!tls || got >= KT_CONN_READ_CHUNK || c->in.len == c->in.cap || !kt_io_pending(&c->io))
+      break; /* one read() per event (TLS: records read ahead are taken without one) */
   }
-  if (n < 0) {
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      conn_close(c, strerror(errno));
+  if (got == 0)
     return;
-  }
-  c->in.len += (size_t)n;
   if (c->skip) { /* the rest of an oversized request: dropped unread */
     size_t drop = c->in.len < c->skip ? c->in.len : (size_t)c->skip;
     kt_buf_consume(&c->in, drop);
     c->skip -= drop;
   }
-  kt_conn_ref(c);
   conn_process(c);
   /* A fully consumed big input buffer goes back to the allocator. */
   if (!c->closed && c->in.len == 0 && c->in.cap > 4 * KT_CONN_READ_CHUNK)
     kt_buf_free(&c->in);
+  if (!c->closed && c->reading && kt_io_pending(&c->io))
+    mark_pending(c);
+}
+
+/* The handshake is done: note the client certificate, start serving. */
+static void conn_secured(struct kt_conn *c) {
+  char cn[256];
+  if (kt_io_peer_cn(&c->io, cn, sizeof cn)) {
+    c->cert_cn = strdup(cn);
+    kt_assert(c->cert_cn);
+  }
+  kt_log(KT_LOG_DEBUG, "server", "TLS handshake done peer=%s version=%s cert-cn=%s", c->peer,
+         kt_io_version(&c->io), c->cert_cn ? c->cert_cn : "-");
+  c->reading = false;
+  set_reading(c, c->srv->accepting);
+  conn_arm(c);
+}
+
+/* One handshake step (counted against the turn's budget). */
+/* Whether this turn's handshake budget has room for one more step. */
+static bool hs_room(const struct kt_server *s) { return kt_tls_budget_room(&s->hs_budget); }
+
+static void conn_handshake(struct kt_conn *c) {
+  struct kt_server *s = c->srv;
+  struct kt_err e = {0};
+  ev_tstamp t0 = ev_time();
+  int r = kt_io_handshake(&c->io, &e);
+  kt_tls_budget_spent(&s->hs_budget, ev_time() - t0);
+  if (r == 1) {
+    conn_secured(c); /* a first request read ahead with the handshake: pending */
+    return;
+  }
+  if (r == KT_IO_AGAIN) {
+    conn_arm(c);
+    return;
+  }
+  if (r == KT_IO_PLAINTEXT && c->l->also_plain) {
+    kt_io_to_plain(&c->io); /* this port serves plaintext clients too */
+    conn_secured(c);
+    return;
+  }
+  if (r == KT_IO_PLAINTEXT) {
+    const char *msg = "this client URL serves TLS only: connect with TLS (an https:// endpoint, "
+                      "--cacert)";
+    conn_warn(s, c->peer, "a plaintext client on a TLS-only port (https:// client URL)");
+    kt_io_to_plain(&c->io);
+    kt_proto_encode_error(&c->out, 0, KT_EPROTO, msg);
+    (void)kt_io_write(&c->io, c->out.p, c->out.len, &e);
+    kt_io_close_refused(&c->io); /* the answer, then FIN */
+    conn_close(c, "plaintext client on a TLS port");
+    return;
+  }
+  conn_warn(s, c->peer, "TLS handshake failed: %s", e.msg);
+  conn_close(c, e.msg);
+}
+
+/* A handshake step when this turn has room, else later (FIFO). */
+static void conn_handshake_or_wait(struct kt_conn *c) {
+  struct kt_server *s = c->srv;
+  if (hs_room(s) && !c->on_wait_list) {
+    conn_handshake(c);
+    return;
+  }
+  if (c->on_wait_list)
+    return;
+  c->on_wait_list = true;
+  kt_conn_ref(c);
+  c->wait_next = NULL;
+  if (s->wait_tail)
+    s->wait_tail->wait_next = c;
+  else
+    s->wait_head = c;
+  s->wait_tail = c;
+  conn_arm(c); /* no events while it waits */
+  hs_wake_later(s);
+}
+
+static void conn_event(struct kt_conn *c, int revents) {
+  kt_conn_ref(c);
+  if (!kt_io_ready(&c->io)) {
+    conn_handshake_or_wait(c);
+  } else {
+    int rd = kt_io_events(&c->io, true, false), wr = kt_io_events(&c->io, false, true);
+    if (c->write_blocked && (revents & wr)) {
+      if (conn_flush(c) && !c->closed && c->reading && c->in.len)
+        conn_process(c); /* frames held back by backpressure */
+    }
+    if (!c->closed && c->reading && (revents & rd))
+      conn_read(c);
+  }
   kt_conn_unref(c);
+}
+
+static void on_readable(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)loop;
+  (void)revents;
+  conn_event(w->data, KT_IO_READ);
 }
 
 static void on_writable(struct ev_loop *loop, ev_io *w, int revents) {
   (void)loop;
   (void)revents;
-  struct kt_conn *c = w->data;
-  kt_conn_ref(c);
-  if (conn_flush(c) && !c->closed && c->reading && c->in.len)
-    conn_process(c); /* frames held back by backpressure */
-  kt_conn_unref(c);
+  conn_event(w->data, KT_IO_WRITE);
+}
+
+/* After polling: deferred handshakes (within this turn's budget) and TLS
+ * bytes already read ahead. */
+static void on_turn(struct ev_loop *loop, ev_check *w, int revents) {
+  (void)revents;
+  struct kt_server *s = w->data;
+  while (s->wait_head && hs_room(s)) {
+    struct kt_conn *c = s->wait_head;
+    s->wait_head = c->wait_next;
+    if (!s->wait_head)
+      s->wait_tail = NULL;
+    c->on_wait_list = false;
+    if (!c->closed)
+      conn_handshake(c);
+    kt_conn_unref(c);
+  }
+  struct kt_conn *list = s->pending;
+  s->pending = NULL;
+  while (list) {
+    struct kt_conn *c = list;
+    list = c->pend_next;
+    c->on_pending = false;
+    if (!c->closed && c->reading)
+      conn_read(c);
+    kt_conn_unref(c);
+  }
+  bool spin = s->pending != NULL;
+  if (s->wait_head) {
+    if (kt_tls_budget_wait_s(&s->hs_budget) <= 0)
+      spin = true;
+    else
+      hs_wake_later(s);
+  }
+  if (!spin && ev_is_active(&s->spin_w))
+    ev_idle_stop(loop, &s->spin_w);
+}
+
+static void on_spin(struct ev_loop *loop, ev_idle *w, int revents) {
+  (void)loop, (void)w, (void)revents; /* its presence keeps poll from sleeping */
+}
+
+static void on_hs_timer(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop, (void)w, (void)revents; /* it woke the loop: on_turn runs the handshakes */
 }
 
 /* End of a loop turn: one write per connection that got replies. */
@@ -350,6 +695,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
   (void)loop;
   (void)revents;
   struct kt_server *s = w->data;
+  kt_tls_budget_turn(&s->hs_budget, ev_time());
   while (s->dirty) {
     struct kt_conn *c = s->dirty;
     s->dirty = c->dirty_next;
@@ -368,8 +714,12 @@ static void on_stall_timer(struct ev_loop *loop, ev_timer *w, int revents) {
   struct kt_conn *c = s->conns;
   while (c) {
     struct kt_conn *next = c->next;
-    if (c->out.len && now - c->last_progress > KT_CONN_STALL_MS / 1000.0)
+    if (!kt_io_ready(&c->io) && now - c->opened_at > KT_TLS_HANDSHAKE_MS / 1000.0) {
+      conn_warn(s, c->peer, "TLS handshake not done in %d s", KT_TLS_HANDSHAKE_MS / 1000);
+      conn_close(c, "TLS handshake timed out");
+    } else if (c->out.len && now - c->last_progress > KT_CONN_STALL_MS / 1000.0) {
       conn_close(c, "client not reading its replies");
+    }
     c = next;
   }
 }
@@ -382,8 +732,17 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
     char peer[64];
     int fd = kt_sock_accept(l->fd, peer, sizeof peer);
     if (fd < 0) {
-      if (fd == -2)
+      if (fd == -2 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+        /* Out of descriptors: the connection stays queued and the listener
+         * would be readable at once again. Pause it for a moment. */
+        kt_log(KT_LOG_WARN, "server", "accept failed: %s; not accepting for 100 ms",
+               strerror(errno));
+        ev_io_stop(loop, &l->io);
+        ev_timer_set(&l->pause, 0.1, 0);
+        ev_timer_start(loop, &l->pause);
+      } else if (fd == -2) {
         kt_log(KT_LOG_WARN, "server", "accept failed: %s", strerror(errno));
+      }
       return;
     }
     if (s->n_conns >= KT_MAX_CONNS) {
@@ -395,10 +754,19 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     struct kt_conn *c = calloc(1, sizeof *c);
     kt_assert(c);
+    struct kt_err e = {0};
+    if (l->tls && kt_io_init_tls(&c->io, fd, l->tls, NULL, &e)) {
+      kt_log(KT_LOG_WARN, "server", "connection from %s refused: %s", peer, e.msg);
+      close(fd);
+      free(c);
+      continue;
+    }
+    if (!l->tls)
+      kt_io_init_plain(&c->io, fd);
     c->srv = s;
-    c->fd = fd;
+    c->l = l;
     c->refs = 1;
-    c->last_progress = ev_now(loop);
+    c->opened_at = c->last_progress = ev_now(loop);
     snprintf(c->peer, sizeof c->peer, "%s", peer);
     ev_io_init(&c->rio, on_readable, fd, EV_READ);
     ev_io_init(&c->wio, on_writable, fd, EV_WRITE);
@@ -408,7 +776,10 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
       s->conns->prev = c;
     s->conns = c;
     s->n_conns++;
-    set_reading(c, true);
+    if (l->tls)
+      conn_arm(c); /* the handshake first: readable when the ClientHello comes */
+    else
+      set_reading(c, true);
   }
 }
 
@@ -426,19 +797,39 @@ struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_con
   s->stall_w.data = s;
   ev_timer_start(loop, &s->stall_w);
   ev_unref(loop); /* the stall timer alone does not keep the loop alive */
+  ev_check_init(&s->turn_w, on_turn);
+  s->turn_w.data = s;
+  ev_check_start(loop, &s->turn_w);
+  ev_unref(loop);
+  ev_idle_init(&s->spin_w, on_spin);
+  s->spin_w.data = s;
+  ev_timer_init(&s->hs_w, on_hs_timer, 0, 0);
+  s->hs_w.data = s;
   return s;
 }
 
-int kt_server_listen(struct kt_server *s, const char *host, int port, struct kt_err *e) {
+static void on_accept_resume(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)revents;
+  struct kt_listener *l = w->data;
+  if (l->srv->accepting)
+    ev_io_start(loop, &l->io);
+}
+
+int kt_server_listen(struct kt_server *s, const char *host, int port, struct kt_tls_ctx *tls,
+                     bool also_plain, struct kt_err *e) {
   int fd = kt_sock_listen(host, port, 1024, e);
   if (fd < 0)
     return e->code;
   struct kt_listener *l = calloc(1, sizeof *l);
   kt_assert(l);
   l->fd = fd;
+  l->tls = tls;
+  l->also_plain = tls && also_plain;
   l->srv = s;
   ev_io_init(&l->io, on_accept, fd, EV_READ);
   l->io.data = l;
+  ev_timer_init(&l->pause, on_accept_resume, 0.1, 0);
+  l->pause.data = l;
   ev_io_start(s->loop, &l->io);
   l->next = s->listeners;
   s->listeners = l;
@@ -447,11 +838,29 @@ int kt_server_listen(struct kt_server *s, const char *host, int port, struct kt_
 
 void kt_server_stop_accepting(struct kt_server *s) {
   s->accepting = false;
-  for (struct kt_listener *l = s->listeners; l; l = l->next)
+  for (struct kt_listener *l = s->listeners; l; l = l->next) {
     if (ev_is_active(&l->io))
       ev_io_stop(s->loop, &l->io);
+    ev_timer_stop(s->loop, &l->pause);
+  }
   for (struct kt_conn *c = s->conns; c; c = c->next)
     set_reading(c, false);
+}
+
+static void drop_lists(struct kt_server *s) {
+  while (s->wait_head) {
+    struct kt_conn *c = s->wait_head;
+    s->wait_head = c->wait_next;
+    c->on_wait_list = false;
+    kt_conn_unref(c);
+  }
+  s->wait_tail = NULL;
+  while (s->pending) {
+    struct kt_conn *c = s->pending;
+    s->pending = c->pend_next;
+    c->on_pending = false;
+    kt_conn_unref(c);
+  }
 }
 
 size_t kt_server_unsent(const struct kt_server *s) {
@@ -469,10 +878,16 @@ void kt_server_free(struct kt_server *s) {
   on_prepare(s->loop, &s->flush_w, 0);
   while (s->conns)
     conn_close(s->conns, "server shutting down");
+  drop_lists(s);
+  ev_idle_stop(s->loop, &s->spin_w);
+  ev_timer_stop(s->loop, &s->hs_w);
+  ev_ref(s->loop);
+  ev_check_stop(s->loop, &s->turn_w);
   while (s->listeners) {
     struct kt_listener *l = s->listeners;
     s->listeners = l->next;
     ev_io_stop(s->loop, &l->io);
+    ev_timer_stop(s->loop, &l->pause);
     close(l->fd);
     free(l);
   }

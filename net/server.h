@@ -3,19 +3,43 @@
  * Owns: listening sockets, every client connection, its bounded input and
  * output buffers, and the per-turn flush of replies.
  *
- * Data flow: readable socket → one read() into conn->in → split frames
- * (kt_frame_next) → decode (kt_proto_decode_req) → handler (the node) →
- * the handler answers now or later with kt_conn_send → bytes appended to
- * conn->out → at the end of the loop turn (ev_prepare) one write() per dirty
- * connection.
+ * Data flow: readable socket → one read (plain TCP: one read(); TLS: records
+ * up to KT_CONN_READ_CHUNK) into conn->in → split frames (kt_frame_next) →
+ * decode (kt_proto_decode_req) → handler (the node) → the handler answers
+ * now or later with kt_conn_send → bytes appended to conn->out → at the end
+ * of the loop turn (ev_prepare) one write per dirty connection.
  *
- * Limits (net/PROTOCOL.md section 9): a request body over max_request_bytes
- * gets ETOOLARGE with its id, its bytes are dropped unread and the connection
- * stays open; a length prefix over KT_MAX_FRAME_BYTES or of zero, a malformed
- * body, a request before HELLO or a second HELLO get an error and the
- * connection is closed; an unknown request type gets EUNSUPPORTED and the
- * connection stays. When a connection's unsent output passes
- * KT_CONN_OUT_SOFT, the server stops reading from it (backpressure); when it
+ * Transport (net/tls.h): every connection is a struct kt_io, plain TCP or
+ * TLS, reached through the same calls; the watchers a connection needs come
+ * from kt_io_events (one function: conn_arm). A listener serves plain TCP,
+ * TLS, or both on one port (the first byte tells a TLS ClientHello from a
+ * native frame). TLS connections:
+ *   - handshake before anything else: nothing but the connection struct and
+ *     OpenSSL's SSL object exists until it is done (no buffers);
+ *   - at most KT_TLS_HANDSHAKES_PER_TURN handshake steps per loop turn; the
+ *     rest wait on a FIFO drained by an ev_check watcher in later turns (an
+ *     idle watcher keeps the loop from sleeping meanwhile), so a storm of new
+ *     clients cannot stall the loop's other work;
+ *   - a handshake not done within KT_TLS_HANDSHAKE_MS is cut;
+ *   - records OpenSSL read ahead raise no poll event: a connection left with
+ *     such bytes goes on the pending list, drained by the same ev_check;
+ *   - a plaintext client on a TLS-only port gets one native ERROR frame in
+ *     plaintext naming the problem; a TLS client on a plaintext-only port is
+ *     closed; both sides log one line (warnings at most 10 a second).
+ * The verified client certificate's Common Name is the connection's identity
+ * (kt_conn_identity); a HELLO may carry a proxied caller's identity, taken
+ * only on a connection that presented a verified client certificate
+ * (net/PROTOCOL.md, HELLO).
+ *
+ * Limits (net/PROTOCOL.md section 9), etcd's: a request the node proposes
+ * through the log (a write) whose body is over max_request_bytes gets
+ * ETOOLARGE with its id and the connection stays open; reads (range, a txn
+ * without writes, watch, ...) may be up to max_request_bytes +
+ * KT_READ_EXTRA_BYTES (etcd's gRPC receive limit); a body over that gets
+ * ETOOLARGE too, its bytes dropped unread; a length prefix over KT_MAX_FRAME_BYTES or of zero, a
+ * malformed body, a request before HELLO or a second HELLO get an error and the connection is
+ * closed; an unknown request type gets EUNSUPPORTED and the connection stays. When a connection's
+ * unsent output passes KT_CONN_OUT_SOFT, the server stops reading from it (backpressure); when it
  * passes KT_CONN_OUT_HARD, or no byte could be written for
  * KT_CONN_STALL_MS while output is pending, the connection is cut.
  *
@@ -30,7 +54,13 @@
 
 #include "proto.h"
 
+struct kt_tls_ctx;
+
 #define KT_CONN_READ_CHUNK (64u * 1024u)
+/* Beyond --max-request-bytes for requests that are not proposals: etcd's
+ * gRPC server receives max-request-bytes + 512 KiB and applies the limit
+ * itself to proposals only. HELLO advertises the sum. */
+#define KT_READ_EXTRA_BYTES (512u * 1024u)
 #define KT_CONN_OUT_SOFT (4u * 1024u * 1024u)
 #define KT_CONN_OUT_HARD (KT_MAX_FRAME_BYTES + KT_CONN_OUT_SOFT)
 #define KT_CONN_STALL_MS 10000
@@ -60,8 +90,11 @@ struct kt_server_config {
 };
 
 struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_config *cfg);
-/* Listen on host:port (numeric or "localhost"). Errors name the address. */
-int kt_server_listen(struct kt_server *s, const char *host, int port, struct kt_err *e);
+/* Listen on host:port (numeric or "localhost"). tls NULL: plain TCP; else
+ * TLS with that context (owned by the caller, outliving the server), and
+ * plaintext clients too when also_plain. Errors name the address. */
+int kt_server_listen(struct kt_server *s, const char *host, int port, struct kt_tls_ctx *tls,
+                     bool also_plain, struct kt_err *e);
 /* Stop accepting and reading; pending replies still flush. */
 void kt_server_stop_accepting(struct kt_server *s);
 /* Bytes not yet written on any connection (shutdown waits for 0). */
@@ -83,6 +116,15 @@ void kt_conn_send_resp(struct kt_conn *c, const struct kt_resp *r);
  * producing above KT_CONN_OUT_SOFT and ask kt_conn_want_drain. */
 size_t kt_conn_unsent(const struct kt_conn *c);
 void kt_conn_want_drain(struct kt_conn *c);
+/* The user an AUTHENTICATE bound the connection to, and the auth revision
+ * it authenticated at (user.n 0: unbind). kt_conn_user: false when none. */
+#define KT_CONN_USER_MAX 256
+void kt_conn_set_user(struct kt_conn *c, struct kt_bytes user, uint64_t auth_revision);
+bool kt_conn_user(const struct kt_conn *c, struct kt_bytes *user, uint64_t *auth_revision);
+/* The caller's identity: the Common Name of the verified client certificate,
+ * or the identity a proxy with such a certificate named in its HELLO; NULL
+ * when there is none. Valid while the connection is referenced. */
+const char *kt_conn_identity(const struct kt_conn *c);
 /* The handler's per-connection pointer (NULL until set); see on_close. */
 void *kt_conn_udata(const struct kt_conn *c);
 void kt_conn_set_udata(struct kt_conn *c, void *udata);

@@ -60,8 +60,9 @@
 #define KT_SNAP_HASH_BYTES 32
 
 /* The etcd envelope (snap/FORMAT.md): what ketch-grpc's Maintenance.Snapshot
- * sends, so that etcdctl's `snapshot save` (which wants a file of 512*k + 32
- * bytes ending in a SHA-256, as etcd's bbolt snapshots are) keeps it:
+ * sent before it sent etcd databases (tools/etcddb), so that etcdctl's
+ * `snapshot save` (which wants a file of 512*k + 32 bytes ending in a
+ * SHA-256, as etcd's bbolt snapshots are) kept it; such backups stay readable:
  *   snapshot file (len bytes) | zero bytes | "KETCHENV" | len u64 BE |
  *   SHA-256 of everything before it
  * with the zeros making everything before the SHA-256 a multiple of 512.

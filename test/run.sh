@@ -6,6 +6,7 @@
 O=${O:-build}
 BINDIR=${BINDIR:-bin}
 export KETCH_BIN=$(cd "$BINDIR" && pwd)
+export O  # fault_test.py finds $O/test/linz_check
 LOG=$O/test-log.txt
 mkdir -p "$O"
 : > "$LOG"

@@ -14,9 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../tools/etcddb/etcddb.c"
 #include "../../tools/grpc-bridge/bridge_kv.c"
+#include "../../tools/grpc-bridge/bridge_snap.c"
 #include "../../tools/grpc-bridge/bridge_stream.c"
 #include "kv.pb-c.c"
+#include "lease.pb-c.c"
 #include "rpc.pb-c.c"
 #include "v3election.pb-c.c"
 #include "v3lock.pb-c.c"
@@ -56,7 +59,13 @@ static void io_pending(void *arg, int delta) {
     abort();
   stream_pending += delta;
 }
-static const struct kt_bridge_stream_io fuzz_io = {io_send, io_room, io_finish, io_pending};
+static void io_want_room(void *arg) {
+  (void)arg;
+  if (stream_closed)
+    abort();
+}
+static const struct kt_bridge_stream_io fuzz_io = {io_send, io_room, io_finish, io_pending,
+                                                   io_want_room};
 
 static void fuzz_stream(ketch_client *c, const uint8_t *d, size_t n, unsigned method) {
   stream_closed = false;

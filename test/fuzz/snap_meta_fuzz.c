@@ -17,8 +17,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       (used > size || t.n > KT_NODE_MAX_MEMBERS || t.n_removed > KT_ARRAY_LEN(t.removed)))
     abort();
   static struct kt_node_alarms al;
-  if (kt_node_maint_alarms_decode(data, size, &al, &e) == 0 &&
-      (al.n > KT_NODE_MAX_ALARMS || 12 + al.n * 9 != size))
+  if (kt_node_maint_alarms_decode(data, size, &used, &al, &e) == 0 &&
+      (al.n > KT_NODE_MAX_ALARMS || 12 + al.n * 9 != used || used > size))
     abort();
   return 0;
 }

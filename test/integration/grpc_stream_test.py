@@ -209,32 +209,68 @@ def test_watch_same_as_etcd():
          ["put", "w/c", "4"], ["del", "w/", "--prefix"], ["put", "x", "5"]])
 
 
+ETCD3_COMPACT_SCRIPT = r"""
+import sys
+import etcd3
+import etcd3.exceptions as ex
+cl = etcd3.client(host="127.0.0.1", port=int(sys.argv[1]), timeout=10)
+c = int(sys.argv[2])
+try:
+    for e in cl.watch_prefix("wc", start_revision=c - 1)[0]:
+        print("event below the compaction revision:", e)
+        break
+except ex.RevisionCompactedError as e:
+    print("compacted", e.compacted_revision)
+events, cancel = cl.watch_prefix("wc", start_revision=c)
+for i in range(2):
+    e = next(events)
+    print(type(e).__name__, e.key, e.value, e.mod_revision)
+cancel()
+"""
+
+
 def test_watch_compacted_same_as_etcd():
-    g.compare([g.c("put", "wc", "1"), g.c("put", "wc", "2"), g.c("put", "wc", "3")])
+    """etcd's rule: compaction at C removes the revisions below C, and C
+    stays readable: a watch from C replays from C (without C's delete, which
+    the compaction removed), one from below C is canceled with compact
+    revision C. etcdctl (text and JSON) and python3-etcd3 see the same on
+    both."""
+    g.compare([g.c("put", "wc", "1"), g.c("put", "wc", "2"), g.c("put", "wcd", "x")])
     es, ks = sides()
     diffs = []
+    same(es.ctl(["txn"], stdin=b"\nput wc 3\ndel wcd\n\n\n"),
+         ks.ctl(["txn"], stdin=b"\nput wc 3\ndel wcd\n\n\n"), "txn", diffs)
     rev = json.loads(es.ctl(["get", "wc", "-w", "json"])[1])["header"]["revision"]
-    same(es.ctl(["compaction", str(rev)]), ks.ctl(["compaction", str(rev)]), "compaction", diffs)
-    same(es.ctl(["watch", "--rev", "1", "wc"], timeout=15), ks.ctl(["watch", "--rev", "1", "wc"], timeout=15),
-         "watch --rev 1 wc", diffs)
-    # JSON shows compact_revision: etcd's is the compaction revision, where its
-    # watches may start again; ketch refuses a start at its compaction revision,
-    # so the bridge answers one more (clients resume there instead of looping).
-    args = ["watch", "--rev", "2", "wc", "-w", "json"]
-    we, wk = es.ctl(args, timeout=15), ks.ctl(args, timeout=15)
-    je, jk = json.loads(we[1]), json.loads(wk[1])
-    assert je["CompactRevision"] == rev and jk["CompactRevision"] == rev + 1, (we, wk)
-    je["CompactRevision"] = jk["CompactRevision"] = 0
-    same((we[0], json.dumps(je).encode(), we[2]), (wk[0], json.dumps(jk).encode(), wk[2]), " ".join(args), diffs)
+    assert rev == json.loads(ks.ctl(["get", "wc", "-w", "json"])[1])["header"]["revision"]
+    g.compare([g.c("put", "wc", "4")])
+    same(es.ctl(["compaction", "--physical", str(rev)]), ks.ctl(["compaction", "--physical", str(rev)]),
+         "compaction", diffs)
+    for args in (["watch", "--rev", "1", "wc"], ["watch", "--rev", str(rev - 1), "--prefix", "wc", "-w", "json"]):
+        we, wk = es.ctl(args, timeout=15), ks.ctl(args, timeout=15)
+        same(we, wk, " ".join(args), diffs)
+        if "json" in args:
+            je, jk = json.loads(we[1]), json.loads(wk[1])
+            assert je["CompactRevision"] == rev == jk["CompactRevision"] and jk["Canceled"], (we, wk)
+    # from the compaction revision itself: served, with what follows
+    outs = []
+    for s in (es, ks):
+        p = watch_bg(s, ["--rev", str(rev), "--prefix", "wc", "--prev-kv"])
+        time.sleep(1)
+        s.ctl(["put", "wc", "after"])
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        outs.append((0,) + p.communicate(timeout=10))
+    same(outs[0], outs[1], "watch --rev %d --prefix wc --prev-kv" % rev, diffs)
+    assert outs[1][1].split() == [b"PUT", b"wc", b"3", b"PUT", b"wc", b"3", b"wc", b"4",
+                                  b"PUT", b"wc", b"4", b"wc", b"after"], outs[1]
+    if subprocess.run(["/usr/bin/python3", "-c", "import etcd3"], stderr=subprocess.DEVNULL).returncode == 0:
+        py = [subprocess.run(["/usr/bin/python3", "-c", ETCD3_COMPACT_SCRIPT, str(s.port), str(rev)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60) for s in (es, ks)]
+        assert py[0].returncode == 0, py[0].stderr.decode()[-2000:]
+        assert (py[1].returncode, py[1].stdout) == (0, py[0].stdout), (py[0].stdout, py[1].stdout,
+                                                                        py[1].stderr.decode()[-2000:])
+        assert py[1].stdout.startswith(b"compacted %d\n" % rev), py[1].stdout
     assert not diffs, "\n".join(diffs)
-    # A watch from the compact_revision the bridge gave is accepted and sees the next change.
-    p = watch_bg(ks, ["--rev", str(rev + 1), "wc"])
-    time.sleep(1)
-    ks.ctl(["put", "wc", "after"])
-    time.sleep(0.5)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=10)
-    assert out.split() == [b"PUT", b"wc", b"after"], (out, err)
 
 
 def test_lock_and_elect_same_as_etcd():
@@ -715,6 +751,94 @@ def test_slow_watcher_is_cancelled_not_buffered():
         assert rc == 0 and "Sanitizer" not in text and "runtime error" not in text, text[-3000:]
 
 
+def test_slow_snapshot_reader_is_paced_not_buffered():
+    """Maintenance.Snapshot to a hand-written HTTP/2 client that grants no
+    flow-control window beyond the default 64 KiB: the bridge (1 MiB stream
+    queue) converts the member's state to an etcd database in TMPDIR and
+    then sends only as fast as the client takes it, its memory bounded; once
+    the client reads, it gets the whole database in etcd's 32 KiB pieces
+    (remaining_bytes counting down to 0) and then the SHA-256 of it."""
+    import hashlib
+    p = pb()
+    e = g.env()
+    val = b"n" * (512 * 1024)
+    for i in range(24):  # 12 MiB for a reader that takes 64 KiB
+        rc, _, err = e.ctl(e.grpc_port, ["put", "snapslow/%02d" % i], stdin=val)
+        assert rc == 0, err
+    port = free_port()
+    eps = ",".join(m.endpoint for m in e.members)
+    log = open(os.path.join(e.tmp, "bridge-slowsnap.log"), "wb")
+    br = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
+                           "--endpoints", eps, "--max-stream-queue-bytes", "1048576"],
+                          stdout=log, stderr=subprocess.STDOUT,
+                          env=dict(os.environ, ASAN_OPTIONS="quarantine_size_mb=0:" +
+                                   os.environ.get("ASAN_OPTIONS", "")))
+    sock = None
+    try:
+        g.wait_port(port, br, "ketch-grpc")
+        time.sleep(0.3)
+        base = rss_kb(br.pid)
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        hdrs = b"".join(h2_lit(n, v) for n, v in [
+            (b":method", b"POST"), (b":scheme", b"http"),
+            (b":path", b"/etcdserverpb.Maintenance/Snapshot"),
+            (b":authority", b"x"), (b"content-type", b"application/grpc"), (b"te", b"trailers")])
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b"") +
+                     h2_frame(1, 4, 1, hdrs) + h2_frame(0, 1, 1, b"\x00\x00\x00\x00\x00"))
+        time.sleep(3)  # converted, and stalled on the window
+        grown = rss_kb(br.pid) - base
+        assert grown < 8 * 1024, "bridge grew by %d KiB for a client that does not read" % grown
+        rc, out, _ = e.ctl(port, ["get", "snapslow/00", "--keys-only"])  # others are served
+        assert rc == 0 and out.strip() == b"snapslow/00", out
+        sock.sendall(h2_frame(8, 0, 0, struct.pack(">I", 1 << 30)) + h2_frame(8, 0, 1, struct.pack(">I", 1 << 30)))
+        buf, data, resps, ended = b"", b"", [], False
+        deadline = time.time() + 60
+        while time.time() < deadline and not ended:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            buf += chunk
+            while len(buf) >= 9:
+                n = int.from_bytes(buf[:3], "big")
+                if len(buf) < 9 + n:
+                    break
+                typ, flags, sid = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff
+                payload, buf = buf[9:9 + n], buf[9 + n:]
+                if typ == 4 and not flags & 1:
+                    sock.sendall(h2_frame(4, 1, 0, b""))
+                if typ == 1 and sid == 1 and flags & 1:  # trailers: END_STREAM
+                    ended = True
+                if typ == 0 and sid == 1:
+                    data += payload
+                    if n:
+                        sock.sendall(h2_frame(8, 0, 0, struct.pack(">I", n)) + h2_frame(8, 0, 1, struct.pack(">I", n)))
+                    while len(data) >= 5 and len(data) >= 5 + int.from_bytes(data[1:5], "big"):
+                        m = int.from_bytes(data[1:5], "big")
+                        resps.append(p.SnapshotResponse.FromString(data[5:5 + m]))
+                        data = data[5 + m:]
+        assert ended and len(resps) > 300, len(resps)
+        db = b"".join(r.blob for r in resps[:-1])
+        assert resps[-1].remaining_bytes == 0 and resps[-1].blob == hashlib.sha256(db).digest()
+        assert all(len(r.blob) == 32 * 1024 for r in resps[:-2]), "not etcd's 32 KiB pieces"
+        assert [r.remaining_bytes for r in resps[:-1]] == [len(db) - sum(len(x.blob) for x in resps[:i + 1])
+                                                         for i in range(len(resps) - 1)]
+        assert db[16:20] == b"\xed\xda\x0c\xed" and len(db) > 12 * 1024 * 1024, len(db)
+        f = os.path.join(e.tmp, "slowsnap.db")
+        with open(f, "wb") as out:
+            out.write(db + resps[-1].blob)
+        rc, out, err = e.ctl(port, ["snapshot", "status", f, "-w", "json"])
+        assert rc == 0 and json.loads(out)["totalKey"] >= 24, (out, err)
+        assert br.poll() is None
+    finally:
+        if sock:
+            sock.close()
+        br.terminate()
+        rc = br.wait(10)
+        log.close()
+        text = open(os.path.join(e.tmp, "bridge-slowsnap.log"), "rb").read().decode("utf-8", "replace")
+        assert rc == 0 and "Sanitizer" not in text and "runtime error" not in text, text[-3000:]
+
+
 def member_ids(port):
     """{member id: Member} through MemberList (matched by peer URL)."""
     p = pb()
@@ -949,5 +1073,5 @@ if __name__ == "__main__":
                test_lock_and_elect_same_as_etcd, test_member_list, test_watch_stream_protocol,
                test_lock_election_grpc_same_as_etcd,
                test_watch_fragment, test_keepalive_stream, test_python_etcd3_watch_lease,
-               test_slow_watcher_is_cancelled_not_buffered, test_stream_churn, test_alarm, test_move_leader,
+               test_slow_watcher_is_cancelled_not_buffered, test_slow_snapshot_reader_is_paced_not_buffered, test_stream_churn, test_alarm, test_move_leader,
                test_watch_survives_member_loss, test_shutdown_clean])

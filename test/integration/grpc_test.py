@@ -263,6 +263,22 @@ put d 2
 
 """
 TXN_MANY = "\n" + "".join("put m%d v\n" % i for i in range(129)) + "\n\n"
+# A txn without writes is a linearizable read, held until the read index
+# is applied (on a 3-member cluster): its ops must survive the wait.
+TXN_READ = """value("c") = "nope"
+
+
+get c
+
+"""
+TXN_READ2 = """value("c") = "nope"
+
+get t --prefix
+
+get c
+get t1 --prefix
+
+"""
 
 
 def test_txn_same_as_etcd():
@@ -271,6 +287,8 @@ def test_txn_same_as_etcd():
         c("txn", "-i", stdin=TXN_OK), c("txn", "-i", "-w", "json", stdin=TXN_OK),
         c("txn", "-i", stdin=TXN_FAIL), c("txn", "-i", "-w", "json", stdin=TXN_FAIL),
         c("txn", "-i", stdin=TXN_DUP), c("txn", "-i", stdin=TXN_MANY),
+        c("txn", "-i", stdin=TXN_READ), c("txn", "-i", "-w", "json", stdin=TXN_READ),
+        c("txn", "-i", stdin=TXN_READ2),
         c("get", "t", "--prefix", "-w", "json"),
     ])
 
@@ -296,12 +314,61 @@ def test_compaction_and_errors_same_as_etcd():
     ])
 
 
+LARGE_SCRIPT = r"""
+import sys
+import etcd3
+cl = etcd3.client(host="127.0.0.1", port=int(sys.argv[1]), timeout=20)
+key = "k" * 1700000
+def show(what, fn):
+    try:
+        r = fn()
+        print(what, "ok", r if not isinstance(r, list) else [(v[:3], m.key) for v, m in r])
+    except Exception as e:
+        print(what, type(e).__name__, getattr(e, "details", lambda: "")())
+show("get-big-key", lambda: cl.get(key))
+show("txn-read-big-compare", lambda: cl.transaction(compare=[cl.transactions.value(key) == "x"],
+                                                    success=[], failure=[cl.transactions.get("lg/0")])[0])
+show("put-big-key", lambda: cl.put(key, "v") and None)
+show("del-big-key", lambda: cl.delete(key))
+show("txn-write-big-compare", lambda: cl.transaction(compare=[cl.transactions.value(key) == "x"],
+                                                     success=[], failure=[cl.transactions.put("lg/x", "v")])[0])
+for i in range(3):
+    cl.put("lg/%d" % i, "v" * 1000000)
+show("get-prefix-3MB", lambda: list(cl.get_prefix("lg/")))
+"""
+
+
+def test_large_reads_same_as_etcd():
+    """etcd holds writes (proposals) to --max-request-bytes and reads only to
+    its gRPC receive limit (+ 512 KiB); answers may be larger: python3-etcd3
+    and etcdctl see the same through ketch-grpc."""
+    e = env()
+    outs = [subprocess.run(["/usr/bin/python3", "-c", LARGE_SCRIPT, str(p)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=120) for p in (e.etcd_port, e.grpc_port)]
+    assert outs[0].returncode == 0, outs[0].stderr.decode()[-2000:]
+    assert outs[1].stdout == outs[0].stdout, (outs[0].stdout, outs[1].stdout, outs[1].stderr[-2000:])
+    text = outs[1].stdout.decode()
+    assert "get-big-key ok (None, None)" in text and "put-big-key _InactiveRpcError etcdserver: request is too large" in text, text
+    compare([c("get", "lg/", "--prefix", "--keys-only"), c("get", "lg/", "--prefix", "-w", "json"),
+             c("del", "lg/", "--prefix")])
+
+
 def test_endpoint_status_same_as_etcd():
     compare([c("endpoint", "status", "-w", "json"), c("alarm", "list"), c("alarm", "list", "-w", "json")])
     e = env()
     rc, out, _ = e.ctl(e.grpc_port, ["endpoint", "status", "-w", "json"])
     st = json.loads(out)[0]["Status"]
     assert rc == 0 and st["leader"] != 0 and st["raftIndex"] > 0 and st["header"]["revision"] > 0, st
+    # the version is the etcd API level the bridge implements (3.4.x), as
+    # etcd reports its own; clients read it as etcd's server version
+    est = json.loads(e.ctl(e.etcd_port, ["endpoint", "status", "-w", "json"])[1])[0]["Status"]
+    assert re.match(r"3\.4\.\d+$", st["version"]) and est["version"].startswith("3.4."), (st, est)
+    assert st["version"] == "3.4.23", st  # tools/grpc-bridge/bridge.h KT_BRIDGE_ETCD_VERSION
+    rc, out, _ = e.ctl(e.grpc_port, ["endpoint", "status", "-w", "table"])
+    assert rc == 0 and re.search(rb"\|\s+3\.4\.23 \|", out), out
+    py = subprocess.run(["/usr/bin/python3", "-c", "import etcd3,sys; print(etcd3.client(port=int(sys.argv[1]))"
+                         ".status().version)", str(e.grpc_port)], stdout=subprocess.PIPE, timeout=60)
+    assert py.stdout.strip() == b"3.4.23", py
 
 
 def test_unimplemented_services():
@@ -481,7 +548,8 @@ if __name__ == "__main__":
     import atexit
     atexit.register(teardown)
     run_tests([test_put_get_del_same_as_etcd, test_txn_same_as_etcd,
-               test_compaction_and_errors_same_as_etcd, test_endpoint_status_same_as_etcd,
+               test_compaction_and_errors_same_as_etcd, test_large_reads_same_as_etcd,
+               test_endpoint_status_same_as_etcd,
                test_unimplemented_services, test_concurrent_etcdctl,
                test_bad_input_leaves_bridge_serving, test_python_etcd3,
                test_quorum_loss_then_recovery, test_shutdown_clean])

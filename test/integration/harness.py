@@ -153,8 +153,8 @@ class Conn:
     """A native-protocol connection (one request at a time unless pipelined
     by hand with send/recv)."""
 
-    def __init__(self, port, hello=True, timeout=10.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port, hello=True, timeout=10.0, host="127.0.0.1"):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.next_id = 1
         self.buf = b""

@@ -266,6 +266,26 @@ def cases():
     for w in ("simple", "json", "fields"):
         watch_case("watch/compacted-" + w, ["watch", "wa/", "--prefix", "--rev", "{r:3}", "-w", w],
                    [], sig=None)
+    # a watch from the compaction revision C itself is served, as etcd keeps C
+    # readable (C's delete went with the compaction, on both); below C it is
+    # canceled with compact revision C
+    try:
+        both_do(["put", "wz/b", "x"])
+        both_do(["txn"], "\nput wz/a 1\ndel wz/b\n\n\n")
+        rc, out, _ = run(kt.K, ["get", "wz/a", "-w", "json"])
+        n = json.loads(out)["header"]["revision"] - kt.K.base
+        both_do(["put", "wz/a", "2"])
+    except Exception as ex:  # noqa
+        report("watch/at-compaction-revision", "%s: %s" % (type(ex).__name__, ex))
+        n = None
+    if n is not None:
+        c("compaction/physical", ["compaction", "--physical", "{r:%d}" % n])
+    for w in ("simple", "json") if n is not None else ():
+        watch_case("watch/from-compaction-revision-" + w,
+                   ["watch", "wz/", "--prefix", "--prev-kv", "--rev", "{r:%d}" % n, "-w", w],
+                   [["put", "wz/a", "3"]])
+        watch_case("watch/below-compaction-revision-" + w,
+                   ["watch", "wz/", "--prefix", "--rev", "{r:%d}" % (n - 1), "-w", w], [], sig=None)
     # help texts
     for cmd in (["watch"], ["lease", "grant"], ["lease", "revoke"], ["lease", "timetolive"],
                 ["lease", "list"], ["lease", "keep-alive"]):

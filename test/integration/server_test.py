@@ -151,6 +151,43 @@ def test_request_over_max_request_bytes():
     still_serving()
 
 
+def test_reads_up_to_the_receive_limit():
+    """etcd applies --max-request-bytes to what it proposes (writes) only;
+    reads may be up to that + 512 KiB (its gRPC receive limit), and answers
+    may be larger than either."""
+    c = Conn(member().port, hello=False)
+    h = c.call(HELLO, {"version": 1, "client": "server_test"})
+    assert h["max_request_bytes"] == 1572864 + 512 * 1024, h
+    key = b"k" * 1700000
+    r = c.get(key)  # answered, with no key
+    assert not r.get("kvs") and r.get("count", 0) == 0, {k: v for k, v in r.items() if k != "kvs"}
+    r = c.call(TXN, {"compare": [{"result": 0, "target": 3, "key": key, "value": b"x"}]})
+    assert "header" in r and not r.get("succeeded"), r  # a txn without writes is a read
+    wid = c.send(16, {"key": key})  # a watch too
+    t, i, p = c.recv()
+    assert i == wid and t == 16 and p.get("created"), (t, i, p)
+    cid = c.send(17, {"watch_id": p.get("watch_id", 0)})
+    while c.recv()[1] != cid:  # the watch's canceled frame, then the answer
+        pass
+    # writes of that size: ETOOLARGE, the connection stays
+    e = expect_error(lambda: c.put(key, "v"), ETOOLARGE)
+    assert "max-request-bytes" in e.message, e.message
+    expect_error(lambda: c.call(DELETE, {"key": key}), ETOOLARGE)
+    expect_error(lambda: c.call(TXN, {"compare": [{"result": 0, "target": 3, "key": key, "value": b"x"}],
+                                      "success": [[PUT, {"key": b"t", "value": b"v"}]]}), ETOOLARGE)
+    # over the receive limit: ETOOLARGE for reads too (the body dropped unread)
+    e = expect_error(lambda: c.get(b"k" * (2 * 1024 * 1024 + 1)), ETOOLARGE)
+    assert "largest request" in e.message, e.message
+    # an answer larger than both limits
+    c2 = Conn(member().port)
+    for i in range(3):
+        c2.put("bigv/%d" % i, b"v" * 1000000)
+    r = c2.get("bigv/", range_end=b"bigv0")
+    assert [kv[1] for kv in r["kvs"]] == [b"v" * 1000000] * 3, len(r.get("kvs") or [])
+    c2.call(DELETE, {"key": b"bigv/", "range_end": b"bigv0"})
+    still_serving()
+
+
 def test_second_hello_closes():
     c = Conn(member().port)
     c.send(HELLO, {"version": 1})
@@ -271,7 +308,8 @@ def main():
         run_tests([test_put_get_delete_revisions, test_txn_and_range_options,
                    test_compact_and_status, test_empty_key_and_dup_txn, test_bad_ranges_and_enums,
                    test_oversized_frame_closes_that_connection,
-                   test_request_over_max_request_bytes, test_second_hello_closes,
+                   test_request_over_max_request_bytes, test_reads_up_to_the_receive_limit,
+                   test_second_hello_closes,
                    test_garbage_and_wrong_types,
                    test_unknown_type_keeps_connection, test_truncated_frame_and_no_hello,
                    test_pipelining_many_requests, test_client_that_never_reads_is_cut_off,

@@ -120,6 +120,12 @@ def test_watch_history_replay_and_compacted_start():
         last = [p for t, i, p in fs if i == rid2][-1]
         assert last["compact_revision"] == revs[10], last
         assert "compacted" in last.get("cancel_reason", ""), last
+        # from the compaction revision itself: served, as etcd (C stays readable)
+        rid4, wid4 = watch(w, "h", start_revision=revs[10])
+        fs = frames_until(w, n_events(rid4, 11))
+        assert [e[1][3] for e in events_of(fs, rid4)] == revs[10:] + [r], fs
+        cid = w.send(WATCH_CANCEL, {"watch_id": wid4})
+        frames_until(w, lambda fs: any(i == cid for _, i, _ in fs))
         # a watch from a future revision waits for it
         rid3, _ = watch(w, "h", start_revision=r + 3)
         for i in range(4):

@@ -55,9 +55,13 @@
  *   - clients: 3..5 per seed (300 requests in all), each bound to a random
  *     member, one request at a time: puts (prev_kv at random), deletes,
  *     compare-and-swap txns (value / version / mod revision as last read,
- *     then put + get, else get), linearizable gets (kt_raft_read_index on
- *     the member, answered from its store once applied >= the read index)
- *     and serializable gets (its store, at once), on the keys "a".."d" with
+ *     then put + get, else get), linearizable gets through the node's
+ *     read path (core/reads.h, as core/node.c: a get waits in the defer
+ *     queue until its member serves — kt_reads_serving —, joins the open
+ *     batch, the batch asks raft at the end of the member's turn, and the
+ *     get is answered from the member's store once kt_reads_ready; two
+ *     election timeouts without that fail it) and serializable gets (its
+ *     store, at once), on the keys "a".."d" with
  *     unique values (revisions as the checker sees them: the lease
  *     workload's revisions taken out, see linz_rev). A write is answered
  *     when the member that proposed it applies its own entry (origin, seq),
@@ -66,8 +70,13 @@
  *     got (raft.h's rule, checked). Its outcome is unknown when the member
  *     crashes or installs a snapshot,
  *     when another entry is applied at its index, or after 150 ticks — never
- *     a success. At the end, an unknown write whose entry never reached the
- *     committed log is recorded as failed (it never took effect; the
+ *     a success. A linearizable get whose member crashes is sent again to
+ *     that member once it restarts (half the time, as libketch resends
+ *     reads after a reconnect; else the client gives up), and a get for a
+ *     member that is down half the time waits for it (as ketch-grpc holds
+ *     a request until its member accepts connections): the restarted
+ *     member, with an old log, holds reads from before its crash. At the end, an unknown write
+ * whose entry never reached the committed log is recorded as failed (it never took effect; the
  *     simulator knows, and the search shrinks); its result is never
  *     invented. A refused proposal or read (no leader) fails the request
  *     and the client moves to another member. Calls and returns carry the
@@ -130,10 +139,12 @@
  * other members too): no gap, no duplicate, in order, equal kv and prev_kv
  * (present iff asked and the key was live); after each take the last
  * revision's events have all come (a txn's and a revoke's events arrive
- * together); a client that asked for a compacted revision gets a cancel,
- * never an event; a cancel names a compact revision the member has and one
- * the client needs (on a lagging member served from now the hub's own start
- * may be it).
+ * together); a client that asked for a compacted revision (below the
+ * member's compaction revision C: etcd's rule) gets a cancel, never an
+ * event; one that asks for C itself is served (without C's deletes, which
+ * compaction removed); a cancel names a compact revision the member has and
+ * one above the revision the client needs (on a lagging member served from
+ * now the hub's own start may be it).
  * Leases: a revoke's deletes, on every member, are exactly the lease's keys
  * at ONE new revision (events counted on the store's hook). The leader's
  * rule (core/lease.c), checked when it proposes an expiry: a lease expires a
@@ -187,7 +198,10 @@
 #include <string.h>
 
 #include "../../core/apply.h"
+#include "../../core/auth.h"
 #include "../../core/raft.h"
+#include "../../core/reads.h"
+#include "../../net/proto.h"
 #include "../../wal/wal.h"
 #include "linz.c"
 
@@ -231,6 +245,7 @@ struct sim_stats {
   uint64_t snapshots_sent, installs;
   uint64_t conf_proposed, conf_applied, conf_invalid, conf_as_normal, leader_removed;
   uint64_t applied_reqs, hashes_checked, compactions, wal_torn_cut;
+  uint64_t auth_proposed, auth_applied;
   uint64_t ops, ops_ok, ops_failed, ops_unknown, ops_never_committed, sreads, linz_steps,
       linz_gave_up;
   uint64_t watch_created, watch_resumed, watch_events, watch_compacted, watch_moved_aside;
@@ -269,6 +284,7 @@ struct sm_snap {
   int64_t (*leases)[2];
   size_t n_leases, cap_leases;
   uint64_t id_state[4];
+  struct kt_buf auth; /* kt_auth_save */
 };
 
 struct sim_node {
@@ -294,6 +310,7 @@ struct sim_node {
   struct sim_conf conf, snap_conf; /* applied configuration; the snapshot's */
   struct kt_mvcc *store;           /* the real state machine (core/apply.h) */
   struct kt_lease_mgr *leases;
+  struct kt_auth *auth; /* the real auth store (core/auth.h): replicated state too */
   struct kt_sm sm;
   struct sm_snap *snap_sm; /* the disk snapshot's state machine (NULL: empty) */
   bool started;            /* spares start when first proposed */
@@ -302,6 +319,8 @@ struct sim_node {
   struct sim *sim;
   struct kt_watch_hub *hub; /* the real watch hub over the store (kt_sm.watches) */
   uint64_t lead_index;      /* BECAME_LEADER's index: leases promoted once applied */
+  bool serving;             /* kt_reads_serving after its last ready (as the node) */
+  struct kt_reads rq;       /* its linearizable reads' batches, this life (as the node) */
   int64_t promote_ms;       /* when its lease manager last became leader */
   /* events the store published during the current apply (revoke check) */
   uint32_t ev_count, ev_puts;
@@ -325,14 +344,19 @@ struct gentry {
   uint8_t *data;
 };
 
-struct pending_read {
-  uint64_t ctx, min_index;
+struct pending_read { /* a read batch asked of raft: its index must cover min_index */
+  uint64_t member, ctx, min_index;
 };
 
 /* A simulated client: one request at a time, bound to one member, moving
  * to another after a failure or an unknown outcome. */
 enum { CL_IDLE, CL_WRITE, CL_READ };
 enum { CL_NONE, CL_OK, CL_FAILED, CL_UNKNOWN }; /* the last op's outcome */
+/* Where a linearizable read is, as the node holds it: on its way to a
+ * member that is down (the client connects again, then resends it, as
+ * libketch and ketch-grpc do), waiting for the member to serve (the node's
+ * defer queue), in a read batch waiting for its read index. */
+enum read_phase { R_CONNECTING = 1, R_DEFERRED, R_BATCH };
 struct sim_client {
   uint64_t member;
   int state, outcome;
@@ -342,9 +366,9 @@ struct sim_client {
   bool prev_kv;
   uint64_t seq;         /* write: the proposal seq in its entry's header */
   uint64_t index, term; /* write proposed on a leader: its index and term (0: forwarded) */
-  uint64_t ctx;         /* read: its ReadIndex context */
-  uint64_t read_index;  /* read: the read state's index, once it came */
-  bool have_read_index;
+  int rphase;           /* linearizable read: enum read_phase */
+  uint64_t batch;       /* R_BATCH: the member's read batch it joined (core/reads.h) */
+  uint64_t rsince;      /* R_DEFERRED / R_BATCH: since when (the node's 2 election timeouts) */
   int key;
   /* what the client last read of each key, for compare-and-swap */
   struct {
@@ -441,7 +465,7 @@ struct sim {
   uint64_t max_commit;
   struct pending_read *reads;
   size_t rn, rcap;
-  uint64_t next_ctx, next_prop;
+  uint64_t next_prop;
   struct sim_stats st;
   char why[6144];
   bool failed;
@@ -875,6 +899,7 @@ static void snap_unref(struct sm_snap *sn) {
   }
   free(sn->recs);
   free(sn->leases);
+  kt_buf_free(&sn->auth);
   free(sn);
 }
 
@@ -986,8 +1011,10 @@ static void sm_close(struct sim_node *nd) {
     kt_mvcc_free(nd->store);
   if (nd->leases)
     kt_lease_free(nd->leases);
+  kt_auth_free(nd->auth);
   nd->store = NULL;
   nd->leases = NULL;
+  nd->auth = NULL;
 }
 
 /* The member's state machine becomes sn's (NULL: empty, revision 1), as the
@@ -1004,10 +1031,15 @@ static void sm_open(struct sim *s, struct sim_node *nd, const struct sm_snap *sn
   struct kt_lease_cfg lc = {.id_seed = LEASE_ID_SEED};
   nd->leases = kt_lease_new(&lc);
   nd->sm = (struct kt_sm){nd->store, nd->leases, NULL};
+  kt_auth_free(nd->auth);
+  nd->auth = kt_auth_new();
   if (!sn) {
     kt_mvcc_restore_done(nd->store, 1, 0);
   } else {
     struct kt_err e = {0};
+    size_t used = 0;
+    if (kt_auth_load(nd->auth, sn->auth.p, sn->auth.len, &used, &e) || used != sn->auth.len)
+      sim_fail(s, "n%llu: snapshot auth store refused: %s", (unsigned long long)nd->id, e.msg);
     for (size_t i = 0; i < sn->n_recs; i++)
       if (kt_mvcc_restore_rec(nd->store, &sn->recs[i], &e))
         sim_fail(s, "n%llu: snapshot record %zu refused: %s", (unsigned long long)nd->id, i, e.msg);
@@ -1067,6 +1099,7 @@ static struct sm_snap *sm_save(struct sim_node *nd) {
   kt_arena_free(&a);
   kt_lease_each_unsorted(nd->leases, save_lease, sn);
   kt_lease_id_state(nd->leases, sn->id_state);
+  kt_auth_save(nd->auth, &sn->auth);
   return sn;
 }
 
@@ -1091,7 +1124,13 @@ static uint64_t sm_hash(const struct sim_node *nd) {
   kt_lease_id_state(nd->leases, st);
   for (int i = 0; i < 4; i++)
     d.sum = mix64(d.sum ^ st[i]);
-  return kt_mvcc_hash(nd->store) ^ d.sum;
+  struct kt_buf a = {0}; /* the auth store, every byte */
+  kt_auth_save(nd->auth, &a);
+  uint64_t ah = 0;
+  for (size_t i = 0; i < a.len; i++)
+    ah = mix64(ah ^ a.p[i]);
+  kt_buf_free(&a);
+  return kt_mvcc_hash(nd->store) ^ d.sum ^ mix64(ah);
 }
 
 /* Every member's state machine after applying index i is the same: the
@@ -1144,12 +1183,23 @@ static void node_start(struct sim *s, struct sim_node *nd) {
   kt_assert(rc == 0);
   nd->sim = s;
   nd->lead_index = 0;
+  nd->serving = false;
+  /* a new life: its read contexts (random high bits, as the node's run id) */
+  kt_reads_init(&nd->rq, ((kt_rng_next(&s->rng) & 0xffffff) | 1u) << 40);
   nd->alive = nd->started = true;
   nd->applied = nd->snap_index; /* the state machine restarts from the snapshot */
   nd->checked_commit = nd->snap_index;
   nd->conf = nd->snap_conf;
   sm_open(s, nd, nd->snap_sm);
   check_sm_hash(s, nd, nd->snap_index);
+  /* reads sent to it while it was down arrive now that it listens again */
+  for (int i = 0; i < s->n_clients + SIM_KEYS; i++) {
+    struct sim_client *cl = &s->clients[i];
+    if (cl->state == CL_READ && cl->rphase == R_CONNECTING && cl->member == nd->id) {
+      cl->rsince = s->now;
+      cl->rphase = R_DEFERRED; /* it serves only once it hears a leader */
+    }
+  }
 }
 
 static void free_write(struct disk_write *w) {
@@ -1189,7 +1239,7 @@ static bool is_final(const struct sim *s, const struct sim_client *c) {
  * or an unknown outcome the client tries another member. */
 static void client_done(struct sim *s, struct sim_client *c, int outcome) {
   c->state = CL_IDLE;
-  c->have_read_index = false;
+  c->rphase = 0;
   c->outcome = outcome;
   s->st.ops_ok += outcome == CL_OK;
   s->st.ops_failed += outcome == CL_FAILED;
@@ -1316,6 +1366,20 @@ static void client_write(struct sim *s, struct sim_client *c, struct sim_node *n
   process_ready(s, nd);
 }
 
+/* A linearizable read reaches member nd (alive), as the node's on_request:
+ * it joins the open read batch if the member serves, else it waits in the
+ * defer queue; the batch asks raft at the end of the turn (process_ready). */
+static void read_arrives(struct sim *s, struct sim_client *c, struct sim_node *nd) {
+  c->rsince = s->now;
+  if (!nd->serving) {
+    c->rphase = R_DEFERRED;
+    return;
+  }
+  c->rphase = R_BATCH;
+  c->batch = kt_reads_join(&nd->rq);
+  process_ready(s, nd);
+}
+
 static void client_get(struct sim *s, struct sim_client *c, struct sim_node *nd, int key,
                        bool serializable) {
   struct kt_linz_op op = {.kind = KT_LINZ_GET, .key = SIM_KEY[key], .serializable = serializable};
@@ -1326,18 +1390,9 @@ static void client_get(struct sim *s, struct sim_client *c, struct sim_node *nd,
     answer_get(s, c, nd);
     return;
   }
-  uint64_t ctx = ++s->next_ctx;
-  if (kt_raft_read_index(nd->r, ctx)) {
-    client_fail(s, c);
-    return;
-  }
-  GROW(s->reads, s->rn, s->rcap);
-  s->reads[s->rn++] = (struct pending_read){ctx, s->max_commit};
   c->state = CL_READ;
-  c->ctx = ctx;
-  c->have_read_index = false;
   c->deadline = s->now + CLIENT_TIMEOUT;
-  process_ready(s, nd);
+  read_arrives(s, c, nd);
 }
 
 /* A new request from an idle client: puts, deletes, compare-and-swap txns
@@ -1345,6 +1400,20 @@ static void client_get(struct sim *s, struct sim_client *c, struct sim_node *nd,
  * linearizable and serializable gets, on SIM_KEYS keys. */
 static void client_start(struct sim *s, struct sim_client *c) {
   struct sim_node *nd = node_of(s, c->member);
+  if (nd && !nd->alive && !nd->gone && chance(s, 500) && s->ops_called < s->max_ops) {
+    /* a linearizable get for a member that is down: the client (libketch,
+     * ketch-grpc) sends it once the member accepts connections again */
+    s->ops_called++;
+    int k = (int)kt_rng_below(&s->rng, SIM_KEYS);
+    struct kt_linz_op op = {.kind = KT_LINZ_GET, .key = SIM_KEY[k]};
+    c->lid = kt_linz_call(s->hist, (int)(c - s->clients), (int64_t)s->now, &op);
+    c->kind = KT_LINZ_GET;
+    c->key = k;
+    c->state = CL_READ;
+    c->rphase = R_CONNECTING;
+    c->deadline = s->now + CLIENT_TIMEOUT;
+    return;
+  }
   if (!nd || !nd->alive) { /* cannot connect: try another member */
     c->member = random_member(s);
     c->next_at = s->now + 10;
@@ -1424,6 +1493,9 @@ static void clients_tick(struct sim *s, bool issue) {
     if (c->state != CL_IDLE) {
       if (s->now >= c->deadline)
         client_unknown(s, c);
+      else if (c->state == CL_READ && (c->rphase == R_DEFERRED || c->rphase == R_BATCH) &&
+               s->now - c->rsince > 2 * 10 * 10)
+        client_fail(s, c); /* the node's ENOLEADER / ETIMEOUT after two election timeouts */
     } else if (issue && i < s->n_clients && s->ops_called < s->max_ops && s->now >= c->next_at) {
       client_start(s, c);
     }
@@ -1431,11 +1503,19 @@ static void clients_tick(struct sim *s, bool issue) {
 }
 
 /* nd crashed or replaced its state (snapshot install): its clients' writes
- * may or may not have happened, their reads are lost. */
+ * may or may not have happened; a crash loses their reads, which half the
+ * clients send again once the member is back (as libketch resends reads
+ * after a reconnect), the others give up. */
 static void clients_lose(struct sim *s, struct sim_node *nd, bool reads) {
   for (int i = 0; i < s->n_clients + SIM_KEYS; i++) {
     struct sim_client *c = &s->clients[i];
-    if (c->member == nd->id && (c->state == CL_WRITE || (reads && c->state == CL_READ)))
+    if (c->member != nd->id)
+      continue;
+    if (c->state == CL_WRITE)
+      client_unknown(s, c);
+    else if (reads && c->state == CL_READ && !nd->gone && !is_final(s, c) && chance(s, 500))
+      c->rphase = R_CONNECTING;
+    else if (reads && c->state == CL_READ)
       client_unknown(s, c);
   }
 }
@@ -1471,14 +1551,42 @@ static void clients_applied(struct sim *s, struct sim_node *nd, const struct kt_
   }
 }
 
-/* Reads on nd whose read index is applied are answered. */
+/* Reads on nd whose batch may be served (core/reads.h) are answered. */
 static void clients_reads(struct sim *s, struct sim_node *nd) {
   for (int i = 0; i < s->n_clients + SIM_KEYS; i++) {
     struct sim_client *c = &s->clients[i];
-    if (c->state == CL_READ && c->member == nd->id && c->have_read_index &&
-        nd->applied >= c->read_index)
+    if (c->state == CL_READ && c->rphase == R_BATCH && c->member == nd->id &&
+        kt_reads_ready(&nd->rq, c->batch, nd->applied))
       answer_get(s, c, nd);
   }
+}
+
+/* The node's end of a turn for reads: once nd serves, the reads that
+ * waited for it join the open batch (run_deferred); the open batch asks
+ * raft for its read index (request_read_index), and a refusal fails its
+ * reads. Returns true if raft was asked (a ready may follow). */
+static bool reads_turn(struct sim *s, struct sim_node *nd) {
+  if (nd->serving)
+    for (int i = 0; i < s->n_clients + SIM_KEYS; i++) {
+      struct sim_client *c = &s->clients[i];
+      if (c->state == CL_READ && c->rphase == R_DEFERRED && c->member == nd->id) {
+        c->rphase = R_BATCH;
+        c->rsince = s->now;
+        c->batch = kt_reads_join(&nd->rq);
+      }
+    }
+  if (!kt_reads_pending_ask(&nd->rq))
+    return false;
+  GROW(s->reads, s->rn, s->rcap);
+  s->reads[s->rn++] = (struct pending_read){nd->id, nd->rq.tag | nd->rq.open, s->max_commit};
+  uint64_t failed = 0;
+  if (kt_reads_ask(&nd->rq, nd->r, &failed))
+    for (int i = 0; i < s->n_clients + SIM_KEYS; i++) {
+      struct sim_client *c = &s->clients[i];
+      if (c->state == CL_READ && c->rphase == R_BATCH && c->member == nd->id && c->batch == failed)
+        client_fail(s, c); /* no leader: a definite error, nothing read */
+    }
+  return true;
 }
 
 /* ---- leases: what the leaders promised (the checks) */
@@ -1577,6 +1685,13 @@ static void apply_normal_entry(struct sim *s, struct sim_node *nd, const struct 
   struct kt_lease_info li = {0};
   if (req.type == KT_MSG_LEASE_REVOKE)
     (void)kt_lease_ttl(nd->leases, req.u.lease.id, 0, &li);
+  if (req.type >= KT_MSG_AUTH_ENABLE && req.type <= KT_MSG_ROLE_REVOKE_PERMISSION) {
+    /* an auth change, as the node applies it (core/node_auth.c) */
+    if (kt_auth_apply(nd->auth, &req, &err) == 0)
+      s->st.auth_applied += first;
+    clients_applied(s, nd, e, kt_get_u64be(e->data), kt_get_u64be(e->data + 8), 0, NULL);
+    return;
+  }
   int rc = kt_sm_apply(&nd->sm, &req, (int64_t)s->now * MS_PER_UNIT, &s->apply_arena, &res, &err);
   s->first_apply = false;
   s->st.applied_reqs++;
@@ -1895,7 +2010,19 @@ static void lease_role(struct sim *s, struct sim_node *nd) {
   }
 }
 
+static void ready_loop(struct sim *s, struct sim_node *nd);
+
+/* The node's turn: ready batches until none, then the reads' end of turn
+ * (which may ask raft, and so bring another ready). */
 static void process_ready(struct sim *s, struct sim_node *nd) {
+  for (int guard = 0; guard < 4 && nd->alive && !s->failed; guard++) {
+    ready_loop(s, nd);
+    if (!nd->alive || s->failed || !reads_turn(s, nd))
+      break;
+  }
+}
+
+static void ready_loop(struct sim *s, struct sim_node *nd) {
   for (int guard = 0; guard < 100 && nd->alive && kt_raft_has_ready(nd->r); guard++) {
     struct kt_raft_ready rd;
     kt_raft_ready(nd->r, &rd);
@@ -1953,18 +2080,14 @@ static void process_ready(struct sim *s, struct sim_node *nd) {
         sim_fail(s, "n%llu read state index %llu above applied %llu", (unsigned long long)nd->id,
                  (unsigned long long)rs->index, (unsigned long long)nd->applied);
       for (size_t j = 0; j < s->rn; j++)
-        if (s->reads[j].ctx == rs->context && rs->index < s->reads[j].min_index)
-          sim_fail(s, "n%llu read ctx %llu at index %llu misses commit %llu made before it",
+        if (s->reads[j].member == nd->id && s->reads[j].ctx == rs->context &&
+            rs->index < s->reads[j].min_index)
+          sim_fail(s, "n%llu read ctx %llx at index %llu misses commit %llu made before it",
                    (unsigned long long)nd->id, (unsigned long long)rs->context,
                    (unsigned long long)rs->index, (unsigned long long)s->reads[j].min_index);
-      for (int j = 0; j < s->n_clients + SIM_KEYS; j++) {
-        struct sim_client *c = &s->clients[j];
-        if (c->state == CL_READ && c->member == nd->id && c->ctx == rs->context) {
-          c->read_index = rs->index;
-          c->have_read_index = true;
-        }
-      }
+      kt_reads_answered(&nd->rq, rs);
     }
+    nd->serving = kt_reads_serving(&rd, nd->lead_index, nd->applied);
     if (!s->failed)
       clients_reads(s, nd);
     lease_role(s, nd);
@@ -2083,6 +2206,42 @@ static void snapshot_and_compact(struct sim *s) {
 /* The operator's compaction, as the node's auto-compaction: the leader
  * proposes COMPACT a few revisions behind its store's. Revisions do not
  * move, so the history needs no entry for it. */
+/* An auth change by the leader now and then: users, roles and permissions
+ * from small sets of names, so that adds, grants, revokes and deletes meet
+ * each other (errors included: every member must refuse the same ones). The
+ * store is replicated state: sm_hash covers it, snapshots carry it. */
+static void propose_auth_change(struct sim *s) {
+  static const char *const users[] = {"root", "u1", "u2"}, *const roles[] = {"root", "r1", "r2"};
+  static const char *const keys[] = {"a", "b", "l"};
+  for (int i = 0; i < s->n_nodes; i++) {
+    struct sim_node *nd = &s->nodes[i];
+    if (!nd->alive || kt_raft_role(nd->r) != KT_RAFT_LEADER)
+      continue;
+    static const uint8_t types[] = {
+        KT_MSG_USER_ADD,        KT_MSG_USER_DELETE,           KT_MSG_USER_CHANGE_PASSWORD,
+        KT_MSG_USER_GRANT_ROLE, KT_MSG_USER_REVOKE_ROLE,      KT_MSG_ROLE_ADD,
+        KT_MSG_ROLE_DELETE,     KT_MSG_ROLE_GRANT_PERMISSION, KT_MSG_ROLE_REVOKE_PERMISSION,
+        KT_MSG_AUTH_ENABLE,     KT_MSG_AUTH_DISABLE};
+    struct kt_req req = {.type = types[kt_rng_below(&s->rng, sizeof types)]};
+    struct kt_auth_req *a = &req.u.auth;
+    bool role = req.type >= KT_MSG_ROLE_ADD;
+    a->name = B(role ? roles[kt_rng_below(&s->rng, 3)] : users[kt_rng_below(&s->rng, 3)]);
+    a->role = B(roles[kt_rng_below(&s->rng, 3)]);
+    a->hash = B(kt_rng_below(&s->rng, 2) ? "$argon2id$h1" : "$argon2id$h2");
+    a->perm_type = (uint8_t)kt_rng_below(&s->rng, 3);
+    a->key = B(keys[kt_rng_below(&s->rng, 3)]);
+    uint64_t end = kt_rng_below(&s->rng, 4);
+    a->range_end = end == 3 ? (struct kt_bytes){(const uint8_t *)"", 1}
+                   : end    ? B(keys[end])
+                            : (struct kt_bytes){0};
+    uint64_t idx;
+    if (propose_req(s, nd, &req, ++s->next_seq, &idx) == 0)
+      s->st.auth_proposed++;
+    process_ready(s, nd);
+    return;
+  }
+}
+
 static void propose_compaction(struct sim *s) {
   for (int i = 0; i < s->n_nodes; i++) {
     struct sim_node *nd = &s->nodes[i];
@@ -2245,7 +2404,8 @@ static void watch_attach(struct sim *s, struct sim_watch *w, struct sim_node *nd
   int64_t hrev = kt_watch_revision(nd->hub);
   w->min_rev = w->next_rev > hrev + 1 ? w->next_rev : 0;
   o.start_revision = w->min_rev ? 0 : w->next_rev;
-  w->must_cancel = !w->min_rev && w->next_rev <= kt_mvcc_compact_revision(nd->store);
+  /* etcd's rule: compaction at C removes the revisions below C */
+  w->must_cancel = !w->min_rev && w->next_rev < kt_mvcc_compact_revision(nd->store);
   w->member = nd->id;
   w->pos = KT_MAX(w->pos, glog_first(s, w->next_rev));
   struct kt_err e = {0};
@@ -2308,8 +2468,19 @@ static void watch_deliver(struct sim *s, struct sim_watch *w, const struct kt_ev
   }
   size_t j = watch_next(s, w, w->pos);
   const struct gev *g = j < s->evn ? &s->ev[j] : NULL;
-  if (!g || g->type != ev->type || !kv_same(&g->kv, &ev->kv) ||
-      ev->has_prev_kv != (w->prev_kv && g->has_prev) ||
+  /* A watch replayed from the member's compaction revision C (served, as
+   * etcd) gets C without its deletes: compaction at C removed tombstones at
+   * C. Such a delete may be missing, never any other event. */
+  int64_t crev = kt_mvcc_compact_revision(node_of(s, w->member)->store);
+  while (g && g->type == KT_EVENT_DELETE && g->kv.mod_revision <= crev &&
+         (g->type != ev->type || !kv_same(&g->kv, &ev->kv))) {
+    j = watch_next(s, w, j + 1);
+    g = j < s->evn ? &s->ev[j] : NULL;
+  }
+  /* ... and their prev_kv (at C - 1, compacted) is absent, as etcd's. */
+  bool want_prev =
+      w->prev_kv && g && g->has_prev && !(g->kv.mod_revision <= crev && !ev->has_prev_kv);
+  if (!g || g->type != ev->type || !kv_same(&g->kv, &ev->kv) || ev->has_prev_kv != want_prev ||
       (ev->has_prev_kv && !kv_same(&g->prev, &ev->prev_kv))) {
     sim_fail(s, "%s: got %s, expected %s", watch_str(w, b, sizeof b),
              ev_str(x, sizeof x, ev->type, &ev->kv, ev->has_prev_kv, &ev->prev_kv),
@@ -2329,7 +2500,7 @@ static void watch_cancelled(struct sim *s, struct sim_watch *w, struct sim_node 
                             int64_t crev) {
   char b[128];
   if (k != -KT_ECOMPACTED || crev > kt_mvcc_compact_revision(nd->store) ||
-      (crev < w->next_rev && !w->min_rev)) {
+      (crev <= w->next_rev && !w->min_rev)) {
     sim_fail(s, "%s cancelled (%s) at compact revision %lld (the member's %lld), wants %lld",
              watch_str(w, b, sizeof b), kt_strerror(-k), (long long)crev,
              (long long)kt_mvcc_compact_revision(nd->store), (long long)w->next_rev);
@@ -2418,6 +2589,9 @@ static void watches_tick(struct sim *s, bool chaos) {
 static const struct gev *watch_missing(struct sim *s, const struct sim_watch *w) {
   const struct sim_node *nd = node_of(s, w->member);
   size_t j = watch_next(s, w, w->pos);
+  while (j < s->evn && s->ev[j].type == KT_EVENT_DELETE &&
+         s->ev[j].kv.mod_revision <= kt_mvcc_compact_revision(nd->store))
+    j = watch_next(s, w, j + 1); /* see watch_deliver */
   return j < s->evn && nd->alive && s->ev[j].kv.mod_revision <= kt_mvcc_revision(nd->store)
              ? &s->ev[j]
              : NULL;
@@ -2770,6 +2944,8 @@ static void sim_unit(struct sim *s, bool chaos) {
   struct sim_node *nd;
   if (chance(s, 25))
     propose_compaction(s);
+  if (chance(s, 20))
+    propose_auth_change(s);
   if (s->o.conf_changes && chance(s, s->o.conf_x10 ? s->o.conf_x10 : 25)) {
     nd = &s->nodes[kt_rng_below(&s->rng, (uint64_t)s->n_nodes)];
     if (nd->alive)

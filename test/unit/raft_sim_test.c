@@ -71,6 +71,8 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, bool conf, uint6
     tot.applied_reqs += st.applied_reqs;
     tot.hashes_checked += st.hashes_checked;
     tot.compactions += st.compactions;
+    tot.auth_proposed += st.auth_proposed;
+    tot.auth_applied += st.auth_applied;
     tot.wal_torn_cut += st.wal_torn_cut;
     tot.ops += st.ops;
     tot.ops_ok += st.ops_ok;
@@ -102,8 +104,8 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, bool conf, uint6
           (unsigned long long)tot.transfers, (unsigned long long)tot.snapshots_sent,
           (unsigned long long)tot.installs);
   fprintf(stderr,
-          "  state machine: requests applied=%llu store hashes compared=%llu compactions=%llu; WAL "
-          "torn tails cut at restart=%llu\n"
+          "  state machine: requests applied=%llu store hashes compared=%llu compactions=%llu "
+          "auth changes proposed=%llu applied=%llu; WAL torn tails cut at restart=%llu\n"
           "  clients: ops checked=%llu (answered=%llu refused=%llu unknown=%llu, of unknown "
           "never committed=%llu; serializable gets=%llu) linz steps=%llu gave up=%llu\n"
           "  watches: created=%llu resumed=%llu events checked=%llu cancelled-compacted=%llu "
@@ -112,7 +114,8 @@ static int run_seeds_x(int n, bool crashes, uint32_t crash_x10, bool conf, uint6
           "expired+revoked=%llu keys deleted=%llu; stale renewals not honored (without "
           "check_quorum)=%llu\n",
           (unsigned long long)tot.applied_reqs, (unsigned long long)tot.hashes_checked,
-          (unsigned long long)tot.compactions, (unsigned long long)tot.wal_torn_cut,
+          (unsigned long long)tot.compactions, (unsigned long long)tot.auth_proposed,
+          (unsigned long long)tot.auth_applied, (unsigned long long)tot.wal_torn_cut,
           (unsigned long long)tot.ops, (unsigned long long)tot.ops_ok,
           (unsigned long long)tot.ops_failed, (unsigned long long)tot.ops_unknown,
           (unsigned long long)tot.ops_never_committed, (unsigned long long)tot.sreads,
@@ -289,6 +292,30 @@ TEST(sim_catches_write_answered_by_index_alone) {
   if (env_u64("KT_SIM_SEED", 0))
     return;
   CHECK(member_bug_found(SIM_BUG_MATCH_BY_INDEX, 3, 40, 50) != 0);
+}
+
+/* Issue 24: a member numbered its read batches from 0 and counted a batch
+ * as answered when its number was <= the newest answered one, which also
+ * started at 0; so the first batch of linearizable reads of each life was
+ * served at once, from whatever the member had applied (kt_reads_test_bug
+ * 1 brings that rule back, core/reads.h). A member restarted with an old
+ * log, holding a read sent to it while it was down, answers it with a
+ * value from before its crash. The regression seed (3 members, crashes
+ * every ~25 ticks) must fail with the old rule, by the linearizability
+ * checker, and pass with the new one. */
+#define READS_REGRESSION_SEED 1
+TEST(sim_catches_first_read_batch_served_at_once) {
+  if (env_u64("KT_SIM_SEED", 0))
+    return;
+  struct sim_opts o = {
+      .seed = READS_REGRESSION_SEED, .n = 3, .ticks = 3000, .crashes = true, .crash_x10 = 40};
+  char why[8192];
+  kt_reads_test_bug = 1;
+  int rc = sim_run(&o, NULL, why, sizeof why);
+  kt_reads_test_bug = 0;
+  fprintf(stderr, "old read rule, seed %d: %.1200s\n", READS_REGRESSION_SEED, rc ? why : "passed");
+  CHECK(rc != 0 && strstr(why, "not linearizable"));
+  CHECK_EQ(sim_run(&o, NULL, why, sizeof why), 0);
 }
 
 /* Bugs that the watch check and the lease checks must find (each its own

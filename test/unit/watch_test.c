@@ -343,6 +343,58 @@ TEST(compacted_start_cancels) {
   kt_mvcc_free(s);
 }
 
+/* etcd's rule: compaction at C removes revisions below C; a watch from C
+ * itself replays what the store keeps of C (its puts; its tombstones went
+ * with the compaction, as in etcd's bbolt) and what follows. */
+TEST(start_at_compact_revision_served) {
+  setup_keys();
+  hub = NULL;
+  struct kt_mvcc *s = new_store();
+  kt_mvcc_restore_done(s, 1, 0);
+  struct kt_request_op p0 = {.type = KT_OP_PUT, .u.put = {.key = B("k00"), .value = B("a")}};
+  struct kt_request_op p1 = {.type = KT_OP_PUT, .u.put = {.key = B("k01"), .value = B("b")}};
+  apply(s, &p0); /* rev 2 */
+  apply(s, &p1); /* rev 3 */
+  struct kt_request_op ops[2] = {{.type = KT_OP_PUT, .u.put = {.key = B("k00"), .value = B("c")}},
+                                 {.type = KT_OP_DELETE, .u.del = {.key = B("k01")}}};
+  struct kt_request_op txn = {.type = KT_OP_TXN, .u.txn = {.success = ops, .n_success = 2}};
+  apply(s, &txn); /* rev 4: put k00, delete k01 */
+  struct kt_request_op p2 = {.type = KT_OP_PUT, .u.put = {.key = B("k02"), .value = B("d")}};
+  apply(s, &p2); /* rev 5 */
+  hub = kt_watch_hub_new(s, NULL);
+  struct kt_err e = {0};
+  CHECK_EQ(kt_mvcc_compact(s, 4, &e), 0);
+  struct wspec at = {.start = 4}, below = {.start = 3};
+  strcpy(at.key, "k0"), strcpy(at.end, "\1");
+  strcpy(below.key, "k0"), strcpy(below.end, "\1");
+  struct kt_watch_opts o;
+  at.id = mk(&at, &o);
+  below.id = mk(&below, &o);
+  for (int k = 0; k < 100 && kt_watch_step(hub, 100); k++)
+    drain(&at, 1000);
+  drain(&at, 1000);
+  drain(&below, 1000);
+  CHECK(below.compacted);
+  CHECK_EQ(below.crev, 4);
+  CHECK(!at.compacted);
+  CHECK_EQ(at.got.n, 2);
+  CHECK_EQ(at.got.v[0].rev, 4);
+  CHECK_STR(at.got.v[0].key, "k00");
+  CHECK_EQ(at.got.v[0].type, KT_EVENT_PUT);
+  CHECK_EQ(at.got.v[1].rev, 5);
+  CHECK_STR(at.got.v[1].key, "k02");
+  /* live events follow */
+  apply(s, &p1); /* rev 6 */
+  drain(&at, 1000);
+  CHECK_EQ(at.got.n, 3);
+  CHECK_EQ(at.got.v[2].rev, 6);
+  free(at.got.v);
+  free(below.got.v);
+  kt_watch_hub_free(hub);
+  hub = NULL;
+  kt_mvcc_free(s);
+}
+
 /* An empty store at revision 1 (no hub yet) and the put of "k00" the
  * tests below repeat. */
 static struct kt_mvcc *k00_store(struct kt_request_op *put) {

@@ -105,9 +105,30 @@ struct bench_cfg {
   long watchers, put_total;
   int streams, watch_per_stream;
   double put_rate; /* puts/s; 0 = as fast as --clients writers go */
+  /* --storm N: N new TLS clients connect at once, --storm-after S seconds
+   * into the run, from a child process (storm.c) */
+  int storm;
+  double storm_after_s;
 };
 
+/* TLS, etcd benchmark's flags (--cacert, --cert, --key) and
+ * --insecure-skip-tls-verify, for both targets: an endpoint written https://
+ * uses TLS, http:// never does, one without a scheme does when a file is
+ * given (etcdctl's rule). One per process: compare sets it for its servers. */
+struct bench_tls {
+  const char *cacert, *cert, *key;
+  bool skip_verify;
+};
+extern struct bench_tls bench_tls;
+/* The etcd target's TLS client context from bench_tls (made on first use;
+ * ALPN h2), or NULL with err filled. */
+struct kt_tls_ctx *bench_etcd_tls(char *err, size_t err_len);
+
 void cfg_defaults(struct bench_cfg *cfg);
+/* storm.c: fork the --storm child (0 when none); stop it. */
+#include <sys/types.h>
+pid_t storm_spawn(const struct bench_cfg *cfg);
+void storm_stop(pid_t pid);
 void usage(int status);
 /* Parses argv[i..] options of a workload subcommand (and global ones given
  * after it) into cfg. Exits 2 with a message on a bad flag. */

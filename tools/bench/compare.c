@@ -28,6 +28,15 @@
  * etcd's v3lock service). For the watch
  * workloads every event missing from a watcher (watchers x ok puts minus
  * events received) counts as an error.
+ *
+ * --tls: both servers also serve an https:// client URL (a self-signed
+ * server certificate and a self-signed client certificate made under the
+ * run's directory by net/tls's auto-tls code, client certificates required:
+ * --cert-file, --key-file, --trusted-ca-file, --client-cert-auth), and every
+ * workload runs twice in each round, over plaintext and over TLS (TLS 1.3,
+ * the generator verifying the server and presenting its certificate), so the
+ * cost of TLS is read from one run: ketch over TLS as a share of ketch over
+ * plaintext, and the ketch/etcd ratio over TLS beside the plaintext one.
  */
 #include <errno.h>
 #include <limits.h>
@@ -38,9 +47,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../net/tls.h"
 #include "servers.h"
 
-#define MAX_WL 16
+#define MAX_WL 32
 #define MAX_ROUNDS 15
 
 struct wl {
@@ -49,6 +59,8 @@ struct wl {
   int clients;
   double rate; /* offered requests/s (open loop); 0 = closed loop */
   bool serializable;
+  bool tls;  /* over the https:// URLs (compare --tls) */
+  int plain; /* tls: the index of its plaintext twin */
   double rps[2][MAX_ROUNDS], p50[2][MAX_ROUNDS], p99[2][MAX_ROUNDS], cpu[2][MAX_ROUNDS];
   long errors[2];
   double med_rps[2], med_p50[2], med_p99[2], med_cpu[2]; /* cpu: server s per 100k requests */
@@ -136,6 +148,8 @@ static const char *wl_title(const struct wl *w, char *buf, size_t len) {
            w->clients, w->clients == 1 ? "" : "s");
   if (w->rate)
     snprintf(buf + strlen(buf), len - strlen(buf), ", %.0f/s offered", w->rate);
+  if (w->tls)
+    snprintf(buf + strlen(buf), len - strlen(buf), ", TLS");
   return buf;
 }
 
@@ -152,15 +166,15 @@ static double aim(const struct wl *w) {
 }
 
 static void usage_compare(void) {
-  fprintf(stderr,
-          "usage: ketch-bench compare [--rounds N] [--run-seconds S] [--keys N] [--json]\n"
-          "         [--out-dir DIR] [--ketch PATH] [--etcd PATH] [--data-dir-base DIR]\n"
-          "         [--leases N] [--resource-keys N] [WORKLOAD...]   (put:C range-l:C range-s:C "
-          "txn-put:C\n"
-          "         mixed:C lease-keepalive:C watch-latency:W watch:W lock:C; put, range\n"
-          "         and mixed take @R: open loop at R requests/s; default put:1\n"
-          "         put:16 put:64 put:256 range-l:64 range-s:64 lease-keepalive:64\n"
-          "         watch-latency:100 watch:1000 lock:8)\n");
+  fprintf(stderr, "usage: ketch-bench compare [--rounds N] [--run-seconds S] [--keys N] [--json]\n"
+                  "         [--out-dir DIR] [--ketch PATH] [--etcd PATH] [--data-dir-base DIR]\n"
+                  "         [--leases N] [--resource-keys N] [--tls] [WORKLOAD...]   (put:C "
+                  "range-l:C range-s:C "
+                  "txn-put:C\n"
+                  "         mixed:C lease-keepalive:C watch-latency:W watch:W lock:C; put, range\n"
+                  "         and mixed take @R: open loop at R requests/s; default put:1\n"
+                  "         put:16 put:64 put:256 range-l:64 range-s:64 lease-keepalive:64\n"
+                  "         watch-latency:100 watch:1000 lock:8)\n");
   exit(2);
 }
 
@@ -169,7 +183,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   double run_s = 3;
   long keys = 100000, leases = 10000, res_keys = 0;
   int members = 1;
-  bool json = gcfg->json;
+  bool json = gcfg->json, tls = false;
   const char *out_dir = NULL, *etcd_bin = "etcd", *base = getenv("TMPDIR");
   char ketch_bin[PATH_MAX] = "";
   static struct wl wls[MAX_WL];
@@ -199,6 +213,8 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
       base = argv[++i];
     else if (!strcmp(a, "--members") && more)
       members = atoi(argv[++i]);
+    else if (!strcmp(a, "--tls"))
+      tls = true;
     else if (a[0] != '-' && n_wl < MAX_WL && !parse_wl(a, &wls[n_wl]))
       n_wl++;
     else
@@ -220,6 +236,24 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
                                       "lock:8"};
     for (size_t i = 0; i < sizeof def / sizeof def[0]; i++)
       parse_wl(def[i], &wls[n_wl++]);
+  }
+  if (tls) { /* each workload of put, range, txn-put and mixed again over TLS, right after
+              * it in every round (the two are measured within seconds of each other) */
+    static struct wl both[MAX_WL];
+    int n = 0;
+    for (int i = 0; i < n_wl && n < MAX_WL; i++) {
+      both[n++] = wls[i];
+      if (wls[i].workload > W_MIXED || n == MAX_WL)
+        continue;
+      both[n] = wls[i];
+      both[n].tls = true;
+      both[n].plain = n - 1;
+      snprintf(both[n].name + strlen(both[n].name), sizeof both[n].name - strlen(both[n].name),
+               "+tls");
+      n++;
+    }
+    memcpy(wls, both, sizeof both);
+    n_wl = n;
   }
   if (!ketch_bin[0]) {
     char self[PATH_MAX];
@@ -250,15 +284,37 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     fprintf(stderr, "ketch-bench compare: resources: %s\n", err);
     goto out;
   }
+  static char tls_files[4][PATH_MAX + 32];
+  if (tls) {
+    const char *hosts[] = {"127.0.0.1"};
+    struct kt_err e = {0};
+    char sdir[PATH_MAX], cdir[PATH_MAX];
+    snprintf(sdir, sizeof sdir, "%.4000s/tls/server", tmpl);
+    snprintf(cdir, sizeof cdir, "%.4000s/tls/client", tmpl);
+    if (kt_tls_selfcert(sdir, hosts, 1, &e) || kt_tls_selfcert(cdir, hosts, 1, &e)) {
+      fprintf(stderr, "ketch-bench compare: certificates: %s\n", e.msg);
+      goto out;
+    }
+    snprintf(tls_files[0], sizeof tls_files[0], "%s/cert.pem", sdir);
+    snprintf(tls_files[1], sizeof tls_files[1], "%s/key.pem", sdir);
+    snprintf(tls_files[2], sizeof tls_files[2], "%s/cert.pem", cdir);
+    snprintf(tls_files[3], sizeof tls_files[3], "%s/key.pem", cdir);
+    server_tls = (struct server_tls){tls_files[0], tls_files[1], tls_files[2]};
+    bench_tls.cacert = tls_files[0]; /* the server's self-signed certificate is its CA */
+    bench_tls.cert = tls_files[2];
+    bench_tls.key = tls_files[3];
+  }
+  static char teps[2][256]; /* the https:// endpoint lists */
   for (int t = 0; t < 2; t++) {
-    eps[t][0] = ics[t][0] = 0;
+    eps[t][0] = ics[t][0] = teps[t][0] = 0;
     for (int m = 0; m < members; m++) {
       struct server *s = &all[t][m];
       char dir[PATH_MAX];
       snprintf(dir, sizeof dir, "%.3900s/%s%d", tmpl, target_name(t), m + 1);
       server_init(s, t == T_ETCD ? etcd_bin : ketch_bin, dir);
-      size_t el = strlen(eps[t]), il = strlen(ics[t]);
+      size_t el = strlen(eps[t]), il = strlen(ics[t]), tl = strlen(teps[t]);
       snprintf(eps[t] + el, sizeof eps[t] - el, "%s%s", m ? "," : "", s->endpoint);
+      snprintf(teps[t] + tl, sizeof teps[t] - tl, "%s%s", m ? "," : "", s->tls_endpoint);
       snprintf(ics[t] + il, sizeof ics[t] - il, "%sm%d=http://127.0.0.1:%d", m ? "," : "", m + 1,
                s->peer);
     }
@@ -304,7 +360,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
       for (int t = T_ETCD; t >= T_KETCH; t--) { /* A B: etcd, then ketch */
         struct wl *w = &wls[i];
         struct bench_cfg c;
-        base_cfg(&c, t, eps[t]);
+        base_cfg(&c, t, w->tls ? teps[t] : eps[t]);
         c.workload = w->workload;
         c.workload_name = w->name;
         c.clients = w->clients;
@@ -461,6 +517,23 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
             w->med_p50[T_ETCD], w->med_p99[T_ETCD], w->med_p50[T_KETCH], w->med_p99[T_KETCH],
             w->med_cpu[T_ETCD], w->med_cpu[T_KETCH],
             w->errors[0] || w->errors[1] ? " (some requests failed: see stderr)" : "");
+  }
+  /* TLS: what it costs each server, and the ratio over TLS beside plaintext */
+  for (int i = 0; i < n_wl; i++) {
+    struct wl *w = &wls[i], *p = &wls[w->plain];
+    if (!w->tls || !p->med_rps[T_KETCH] || !p->med_rps[T_ETCD] || !w->med_rps[T_ETCD])
+      continue;
+    char title[96];
+    wl_title(p, title, sizeof title);
+    double keep_k = w->med_rps[T_KETCH] / p->med_rps[T_KETCH];
+    double keep_e = w->med_rps[T_ETCD] / p->med_rps[T_ETCD];
+    double r_tls = w->med_rps[T_KETCH] / w->med_rps[T_ETCD];
+    double rp = p->med_rps[T_KETCH] / p->med_rps[T_ETCD];
+    fprintf(f,
+            "\n- TLS, %s: ketch keeps %.0f%% of its plaintext throughput (aim >= 85%%: %s), "
+            "etcd %.0f%%; ketch/etcd %.2fx over TLS vs %.2fx plaintext (aim: not lower: %s)",
+            title, keep_k * 100, keep_k >= 0.85 ? "met" : "NOT MET", keep_e * 100, r_tls, rp,
+            r_tls >= rp ? "met" : "NOT MET");
   }
   /* plainly, where ketch falls short of etcd */
   for (int i = 0; i < n_wl; i++) {

@@ -87,6 +87,10 @@ static void *ketch_client_main(void *arg) {
   ketch_options o;
   ketch_options_init(&o);
   o.request_timeout_ms = cfg->timeout_ms;
+  o.ca_file = bench_tls.cacert;
+  o.cert_file = bench_tls.cert;
+  o.key_file = bench_tls.key;
+  o.insecure_skip_verify = bench_tls.skip_verify;
   ketch_client *k;
   int64_t lease = 0;
   if (ketch_open(&k, cfg->endpoints, &o, c->err, sizeof c->err))
@@ -168,8 +172,16 @@ static void *etcd_client_main(void *arg) {
   char *comma = strchr(ep, ',');
   if (comma)
     *comma = 0;
-  if (kt_grpc_open(&c->g, ep, 4, cfg->timeout_ms < 5000 ? cfg->timeout_ms : 5000, c->err,
-                   sizeof c->err))
+  bool tls = bench_tls.cacert || bench_tls.cert || bench_tls.key;
+  char *hp = ep;
+  if (!strncmp(hp, "https://", 8))
+    hp += 8, tls = true;
+  else if (!strncmp(hp, "http://", 7))
+    hp += 7, tls = false;
+  struct kt_tls_ctx *ctx = tls ? bench_etcd_tls(c->err, sizeof c->err) : NULL;
+  if ((tls && !ctx) ||
+      kt_grpc_open_tls(&c->g, hp, ctx, 4, cfg->timeout_ms < 5000 ? cfg->timeout_ms : 5000, c->err,
+                       sizeof c->err))
     return NULL;
   Etcdserverpb__LeaseGrantRequest g;
   etcdserverpb__lease_grant_request__init(&g);

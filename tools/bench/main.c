@@ -47,8 +47,11 @@ int main(int argc, char **argv) {
     rc = bench_lease_keepalive(&cfg, &g, &r, err, sizeof err);
   else if (cfg.workload == W_LOCK)
     rc = lock_run(&cfg, &r, err, sizeof err);
-  else
+  else {
+    pid_t storm = storm_spawn(&cfg);
     rc = bench_run(&cfg, &r, err, sizeof err);
+    storm_stop(storm);
+  }
   if (rc) {
     fprintf(stderr, "ketch-bench: %s\n", err);
     return 1;

@@ -8,6 +8,8 @@
 
 #include "bench.h"
 
+struct bench_tls bench_tls;
+
 void cfg_defaults(struct bench_cfg *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->target = T_KETCH;
@@ -27,6 +29,7 @@ void cfg_defaults(struct bench_cfg *cfg) {
   cfg->watch_per_stream = -1;
   cfg->put_total = -1;
   cfg->put_rate = -1;
+  cfg->storm_after_s = 1;
 }
 
 void usage(int status) {
@@ -46,6 +49,11 @@ void usage(int status) {
       "  --json             one JSON object on stdout   --progress  progress line even with "
       "--json\n"
       "  --timeout-ms N     per-request deadline (default 30000)\n"
+      "  --cacert F  --cert F  --key F  --insecure-skip-tls-verify\n"
+      "                     TLS for both targets: https:// endpoints, or endpoints without a\n"
+      "                     scheme when a file is given (as etcdctl)\n"
+      "  --storm N  --storm-after S  N new TLS clients connect at once S s (1) into the run,\n"
+      "                     from a child process that reports how long they took (ketch)\n"
       "commands:\n"
       "  put       [--key-size N] [--val-size N] [--key-space-size N] [--sequential-keys]\n"
       "  range KEY [END] [--consistency l|s] [--limit N] [--prefix]\n"
@@ -104,6 +112,12 @@ enum {
   O_PUT_TOTAL,
   O_PUT_RATE,
   O_HELP,
+  O_CACERT,
+  O_CERT,
+  O_KEY,
+  O_SKIP_VERIFY,
+  O_STORM,
+  O_STORM_AFTER,
 };
 
 static const struct option opts[] = {{"endpoints", 1, 0, O_EP},
@@ -136,6 +150,12 @@ static const struct option opts[] = {{"endpoints", 1, 0, O_EP},
                                      {"put-total", 1, 0, O_PUT_TOTAL},
                                      {"put-rate", 1, 0, O_PUT_RATE},
                                      {"help", 0, 0, O_HELP},
+                                     {"cacert", 1, 0, O_CACERT},
+                                     {"cert", 1, 0, O_CERT},
+                                     {"key", 1, 0, O_KEY},
+                                     {"insecure-skip-tls-verify", 0, 0, O_SKIP_VERIFY},
+                                     {"storm", 1, 0, O_STORM},
+                                     {"storm-after", 1, 0, O_STORM_AFTER},
                                      {0, 0, 0, 0}};
 
 static long num(const char *flag, const char *s, long lo, long hi) {
@@ -167,6 +187,24 @@ static int apply(struct bench_cfg *c, int o, const char *arg) {
       c->target = T_ETCD;
       c->endpoints = arg + 7;
     }
+    break;
+  case O_CACERT:
+    bench_tls.cacert = *arg ? arg : NULL;
+    break;
+  case O_CERT:
+    bench_tls.cert = *arg ? arg : NULL;
+    break;
+  case O_KEY:
+    bench_tls.key = *arg ? arg : NULL;
+    break;
+  case O_SKIP_VERIFY:
+    bench_tls.skip_verify = true;
+    break;
+  case O_STORM:
+    c->storm = (int)num("storm", arg, 1, 100000);
+    break;
+  case O_STORM_AFTER:
+    c->storm_after_s = fnum("storm-after", arg, 0, 3600);
     break;
   case O_TARGET:
     if (!strcmp(arg, "ketch"))

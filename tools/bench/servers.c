@@ -14,6 +14,8 @@
 
 #include "servers.h"
 
+struct server_tls server_tls;
+
 int free_port(void) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -33,6 +35,11 @@ void server_init(struct server *s, const char *bin, const char *dir) {
   snprintf(s->dir, sizeof s->dir, "%.4000s", dir);
   snprintf(s->log, sizeof s->log, "%.4000s.log", s->dir);
   snprintf(s->endpoint, sizeof s->endpoint, "127.0.0.1:%d", s->port);
+  if (server_tls.cert) { /* explicit schemes: bench_tls would make a bare one TLS */
+    s->tls_port = free_port();
+    snprintf(s->endpoint, sizeof s->endpoint, "http://127.0.0.1:%d", s->port);
+    snprintf(s->tls_endpoint, sizeof s->tls_endpoint, "https://127.0.0.1:%d", s->tls_port);
+  }
 }
 
 static pid_t spawn(char *const argv[], const char *log_path) {
@@ -66,10 +73,13 @@ void server_stop(struct server *s) {
 }
 
 void server_start(struct server *s, int t, const char *name, const char *ic) {
-  char cu[64], pu[64];
+  char cu[64], lcu[160], pu[64];
   snprintf(cu, sizeof cu, "http://127.0.0.1:%d", s->port);
+  snprintf(lcu, sizeof lcu, "%s", cu);
+  if (server_tls.cert && s->tls_port)
+    snprintf(lcu, sizeof lcu, "%s,https://127.0.0.1:%d", cu, s->tls_port);
   snprintf(pu, sizeof pu, "http://127.0.0.1:%d", s->peer);
-  char *av[28];
+  char *av[36];
   int n = 0;
   av[n++] = (char *)s->bin;
   av[n++] = "--name";
@@ -77,7 +87,7 @@ void server_start(struct server *s, int t, const char *name, const char *ic) {
   av[n++] = "--data-dir";
   av[n++] = s->dir;
   av[n++] = "--listen-client-urls";
-  av[n++] = cu;
+  av[n++] = lcu;
   av[n++] = "--advertise-client-urls";
   av[n++] = cu;
   av[n++] = "--listen-peer-urls";
@@ -90,6 +100,15 @@ void server_start(struct server *s, int t, const char *name, const char *ic) {
   av[n++] = "ketch-bench";
   av[n++] = "--log-level";
   av[n++] = t == T_ETCD ? "error" : "warn";
+  if (server_tls.cert && s->tls_port) {
+    av[n++] = "--cert-file";
+    av[n++] = (char *)server_tls.cert;
+    av[n++] = "--key-file";
+    av[n++] = (char *)server_tls.key;
+    av[n++] = "--trusted-ca-file";
+    av[n++] = (char *)server_tls.client_ca;
+    av[n++] = "--client-cert-auth";
+  }
   av[n] = NULL;
   s->pid = spawn(av, s->log);
 }

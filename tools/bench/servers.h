@@ -16,12 +16,21 @@
 
 struct server {
   pid_t pid;
-  int port, peer;
+  int port, peer, tls_port; /* tls_port: with server_tls, the https:// client URL's */
   const char *bin;
   char log[PATH_MAX + 16];
   char dir[PATH_MAX];
-  char endpoint[64];
+  char endpoint[64];     /* with server_tls: "http://127.0.0.1:port" */
+  char tls_endpoint[64]; /* with server_tls: "https://127.0.0.1:tls_port" */
 };
+
+/* When cert is set (compare --tls), servers started after it serve an
+ * https:// client URL beside the http:// one, with this certificate and
+ * client certificates verified against client_ca (etcd's flags). */
+struct server_tls {
+  const char *cert, *key, *client_ca;
+};
+extern struct server_tls server_tls;
 
 /* A free loopback TCP port (bound once and released), -1 if none. */
 int free_port(void);

@@ -9,10 +9,12 @@
  * keep-alive; one request in flight per stream, so the answer is the next
  * message); the watches of a connection share one Watch stream, and the n-th
  * `created` response names the n-th watch created on it. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../net/tls.h"
 #include "../grpc/grpc_client.h"
 #include "bench.h"
 #include "rpc.pb-c.h"
@@ -50,17 +52,46 @@ struct econn {
   int n_w, cap_w, n_created;
 };
 
+struct kt_tls_ctx *bench_etcd_tls(char *err, size_t err_len) {
+  static struct kt_tls_ctx *ctx;
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* lock's clients are threads */
+  pthread_mutex_lock(&mu);
+  if (ctx) {
+    pthread_mutex_unlock(&mu);
+    return ctx;
+  }
+  struct kt_tls_config tc = {.ca_file = bench_tls.cacert,
+                             .cert_file = bench_tls.cert,
+                             .key_file = bench_tls.key,
+                             .skip_verify = bench_tls.skip_verify,
+                             .alpn_h2 = true,
+                             .cert_flag = "--cert",
+                             .key_flag = "--key",
+                             .ca_flag = "--cacert"};
+  struct kt_err e = {0};
+  if (kt_tls_ctx_new(&tc, &ctx, &e)) {
+    snprintf(err, err_len, "%s", e.msg);
+    ctx = NULL;
+  }
+  pthread_mutex_unlock(&mu);
+  return ctx; /* kept for the process */
+}
+
 static int e_open(void **conn, const char *endpoints, int max_outstanding, int timeout_ms,
                   char *err, size_t err_len) {
   static unsigned next; /* round robin over the list, one endpoint per connection */
   char list[1024], *save = NULL, *eps[64];
+  bool tls[64];
   int n = 0;
   snprintf(list, sizeof list, "%s", endpoints);
   for (char *t = strtok_r(list, ",", &save); t && n < 64; t = strtok_r(NULL, ",", &save)) {
+    tls[n] = bench_tls.cacert || bench_tls.cert || bench_tls.key;
     if (!strncmp(t, "etcd://", 7))
       t += 7;
     else if (!strncmp(t, "http://", 7))
-      t += 7;
+      t += 7, tls[n] = false;
+    else if (!strncmp(t, "https://", 8))
+      t += 8, tls[n] = true;
     size_t l = strlen(t);
     if (l && t[l - 1] == '/')
       t[l - 1] = 0;
@@ -87,8 +118,10 @@ static int e_open(void **conn, const char *endpoints, int max_outstanding, int t
     snprintf(err, err_len, "out of memory");
     return -1;
   }
-  if (kt_grpc_open(&c->g, eps[next++ % (unsigned)n], max_outstanding,
-                   timeout_ms < 5000 ? timeout_ms : 5000, err, err_len)) {
+  unsigned k = next++ % (unsigned)n;
+  struct kt_tls_ctx *ctx = tls[k] ? bench_etcd_tls(err, err_len) : NULL;
+  if ((tls[k] && !ctx) || kt_grpc_open_tls(&c->g, eps[k], ctx, max_outstanding,
+                                           timeout_ms < 5000 ? timeout_ms : 5000, err, err_len)) {
     free(c->ks);
     free(c->ctx);
     free(c);

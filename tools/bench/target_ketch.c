@@ -31,6 +31,10 @@ static int k_open(void **conn, const char *endpoints, int max_outstanding, int t
   ketch_options_init(&o);
   o.max_outstanding = max_outstanding;
   o.request_timeout_ms = timeout_ms;
+  o.ca_file = bench_tls.cacert;
+  o.cert_file = bench_tls.cert;
+  o.key_file = bench_tls.key;
+  o.insecure_skip_verify = bench_tls.skip_verify;
   ketch_client *c;
   if (ketch_open(&c, list, &o, err, err_len))
     return -1;

@@ -11,6 +11,9 @@
  *                  protobuf response (KV, Lease, Cluster.MemberList,
  *                  Maintenance), and the ONE table of ketch error -> (gRPC
  *                  code, etcd message).
+ *   bridge_snap.c  Maintenance.Snapshot: the member's state as an etcd
+ *                  database (tools/etcddb) made by a job thread, streamed as
+ *                  the client takes it.
  *   bridge_stream.c  the etcd side of streaming calls: Watch.Watch (one
  *                  ketch_watch per gRPC watch), Lease.LeaseKeepAlive, and
  *                  v3lock.Lock / v3election.Election (etcd's concurrency
@@ -50,6 +53,14 @@
 #include <stdint.h>
 
 #include "../../client/ketch.h"
+
+/* The etcd server version the bridge reports where etcd reports its own
+ * (Maintenance.Status.version, what `etcdctl endpoint status` shows and
+ * clients gate features on): the etcd API level ketch-grpc implements,
+ * etcd 3.4's v3 API as etcd 3.4.23 (Debian's etcd-server, which the tests
+ * compare with) serves it. ketch's own version is in the bridge's start-up
+ * log line, `ketchctl version`, the native STATUS and /metrics. */
+#define KT_BRIDGE_ETCD_VERSION "3.4.23"
 
 /* Completion of one call. status is a gRPC status code; message is the
  * grpc-message (static or valid until done returns; "" on OK). On OK, framed
@@ -92,6 +103,9 @@ struct kt_bridge_stream_io {
   /* delta (+1/-1) of the stream's calls pending on ketch (the server pauses
    * reading a connection with too many). */
   void (*pending)(void *arg, int delta);
+  /* Asks for kt_bridge_stream_room once the stream's queue has drained
+   * (after room() said no). May be NULL (then nothing calls back). */
+  void (*want_room)(void *arg);
 };
 
 typedef struct kt_bridge_stream kt_bridge_stream;
@@ -106,10 +120,45 @@ void kt_bridge_stream_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len);
 /* The client half-closed: LeaseKeepAlive finishes OK once its pending
  * renewals are answered; Watch keeps running (as etcd) until closed. */
 void kt_bridge_stream_eof(kt_bridge_stream *s);
+/* The stream asked io->want_room and its queue drained: it may send more. */
+void kt_bridge_stream_room(kt_bridge_stream *s);
 /* The server side is gone (reset, deadline, connection closed, finished):
  * no io call after this; watches are cancelled; memory is freed once
  * libketch has delivered their last callbacks. NULL is fine. */
 void kt_bridge_stream_close(kt_bridge_stream *s);
+
+/* ---- Auth (bridge_auth.c) ---- */
+
+/* The KETCH_OP_* of an Auth method's path (KETCH_OP_AUTHENTICATE for
+ * Authenticate), or -1. */
+int kt_bridge_auth_method(const char *path);
+/* An Auth call other than Authenticate, as kt_bridge_call. */
+void kt_bridge_auth_call(ketch_client *kc, int op, const uint8_t *msg, size_t len,
+                         kt_bridge_done done, void *arg);
+/* Authenticate's request: malloc'd name and password (0), or -1 (malformed
+ * or out of memory). */
+int kt_bridge_authenticate_decode(const uint8_t *msg, size_t len, char **name, char **password);
+/* Authenticate's answer from a KETCH_OP_AUTHENTICATE result (or its error). */
+void kt_bridge_authenticate_done(const ketch_result *res, kt_bridge_done done, void *arg);
+
+/* ---- Maintenance.Snapshot (bridge_snap.c) ---- */
+
+struct ev_loop;
+typedef struct kt_bridge_snap kt_bridge_snap;
+/* Where snapshot jobs report (the bridge's loop), the members they may ask
+ * (--endpoints) and how (base: the TLS options of the bridge's own handles;
+ * its strings must outlive the bridge). Without it every Snapshot call is
+ * UNAVAILABLE. */
+void kt_bridge_snap_setup(struct ev_loop *loop, const char *endpoints, const ketch_options *base);
+/* Starts one Snapshot call on the stream io/arg (counted as pending); kc: the
+ * bridge's handle, whose member is asked first. NULL with *grpc_status and
+ * *msg set when it cannot start. */
+kt_bridge_snap *kt_bridge_snap_start(ketch_client *kc, const struct kt_bridge_stream_io *io,
+                                     void *arg, int *grpc_status, const char **msg);
+/* The stream has room again (io->want_room was asked). */
+void kt_bridge_snap_room(kt_bridge_snap *sn);
+/* The stream is gone: no io call after this; the job frees itself. */
+void kt_bridge_snap_close(kt_bridge_snap *sn);
 
 /* Internal to bridge_kv.c/bridge_stream.c: a ResponseHeader filled from a
  * ketch header; frame a message. */

@@ -62,6 +62,27 @@ static const struct {
      "etcdserver: too many learner members in cluster"},
     /* etcd's membership.ErrIDRemoved becomes ErrGRPCMemberNotFound */
     {KETCH_EMEMBERREMOVED, KT_GRPC_NOT_FOUND, "etcdserver: member not found"},
+    {KETCH_EROOTUSERNOTEXIST, KT_GRPC_FAILED_PRECONDITION, "etcdserver: root user does not exist"},
+    {KETCH_EROOTROLENOTEXIST, KT_GRPC_FAILED_PRECONDITION,
+     "etcdserver: root user does not have root role"},
+    {KETCH_EUSEREXISTS, KT_GRPC_FAILED_PRECONDITION, "etcdserver: user name already exists"},
+    {KETCH_EUSEREMPTY, KT_GRPC_INVALID_ARGUMENT, "etcdserver: user name is empty"},
+    {KETCH_EUSERNOTFOUND, KT_GRPC_FAILED_PRECONDITION, "etcdserver: user name not found"},
+    {KETCH_EROLEEXISTS, KT_GRPC_FAILED_PRECONDITION, "etcdserver: role name already exists"},
+    {KETCH_EROLENOTFOUND, KT_GRPC_FAILED_PRECONDITION, "etcdserver: role name not found"},
+    {KETCH_EROLEEMPTY, KT_GRPC_INVALID_ARGUMENT, "etcdserver: role name is empty"},
+    {KETCH_EAUTHFAILED, KT_GRPC_INVALID_ARGUMENT,
+     "etcdserver: authentication failed, invalid user ID or password"},
+    {KETCH_EPERMDENIED, KT_GRPC_PERMISSION_DENIED, "etcdserver: permission denied"},
+    {KETCH_EROLENOTGRANTED, KT_GRPC_FAILED_PRECONDITION,
+     "etcdserver: role is not granted to the user"},
+    {KETCH_EPERMNOTGRANTED, KT_GRPC_FAILED_PRECONDITION,
+     "etcdserver: permission is not granted to the role"},
+    {KETCH_EAUTHNOTENABLED, KT_GRPC_FAILED_PRECONDITION,
+     "etcdserver: authentication is not enabled"},
+    {KETCH_EINVALIDTOKEN, KT_GRPC_UNAUTHENTICATED, "etcdserver: invalid auth token"},
+    {KETCH_EINVALIDAUTHMGMT, KT_GRPC_INVALID_ARGUMENT, "etcdserver: invalid auth management"},
+    {KETCH_EAUTHOLDREVISION, KT_GRPC_INVALID_ARGUMENT, "etcdserver: revision of auth store is old"},
 };
 
 /* ketch errors whose etcd status depends on the server's message. */
@@ -81,6 +102,9 @@ static const struct {
      * with ErrTimeout. ketch refuses it at once (not applied: retry). */
     {KETCH_EBUSY, "membership change is already in progress", "etcdserver: request timed out",
      KT_GRPC_UNAVAILABLE},
+    /* etcd's maintenance server (defragment, hash, snapshot) returns the
+     * auth store's error as it is: gRPC's Unknown */
+    {KETCH_EPERMDENIED, "auth: permission denied", "auth: permission denied", KT_GRPC_UNKNOWN},
 };
 
 const char *kt_bridge_error(int ketch_err, const char *detail, int *grpc_status) {
@@ -213,7 +237,7 @@ static int member_index(const char *path) {
 }
 
 int kt_bridge_method(const char *path, char *msg, size_t msg_len) {
-  if (method_index(path) >= 0 || member_index(path) >= 0)
+  if (method_index(path) >= 0 || member_index(path) >= 0 || kt_bridge_auth_method(path) >= 0)
     return KT_BRIDGE_UNARY;
   for (size_t i = 0; i < sizeof stream_paths / sizeof stream_paths[0]; i++)
     if (strcmp(path, stream_paths[i]) == 0)
@@ -226,7 +250,7 @@ int kt_bridge_method(const char *path, char *msg, size_t msg_len) {
     if (strlen(etcd_services[i]) == svc_len && memcmp(svc, etcd_services[i], svc_len) == 0) {
       snprintf(msg, msg_len,
                "ketch-grpc: %.*s/%.64s is not implemented (served: KV, Watch, Lease, "
-               "Cluster, Maintenance, Lock, Election; ketch has no auth yet)",
+               "Cluster, Maintenance, Auth, Lock, Election)",
                (int)svc_len, svc, meth);
       return KT_BRIDGE_UNIMPLEMENTED;
     }
@@ -874,7 +898,7 @@ static void on_result(void *arg, int err, const ketch_result *res) {
       const ketch_status_result *s = &res->status;
       etcdserverpb__status_response__init(o);
       o->header = h;
-      o->version = (char *)(s->version ? s->version : "");
+      o->version = (char *)KT_BRIDGE_ETCD_VERSION; /* the member's own: s->version */
       o->dbsize = s->db_size;
       o->dbsizeinuse = s->db_size_in_use;
       o->leader = s->leader;
@@ -1008,10 +1032,33 @@ static void on_result(void *arg, int err, const ketch_result *res) {
   ar_free(&a);
 }
 
+/* Not etcd's isTxnReadonly: a put or delete anywhere in the txn (a txn
+ * nested deeper than ketch takes counts as one: it is refused anyway). */
+static bool txn_writes(const Etcdserverpb__TxnRequest *r, int depth) {
+  if (depth > MAX_TXN_DEPTH)
+    return true;
+  for (int b = 0; b < 2; b++) {
+    Etcdserverpb__RequestOp **ops = b ? r->failure : r->success;
+    size_t n = b ? r->n_failure : r->n_success;
+    for (size_t i = 0; i < n; i++) {
+      if (ops[i]->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT ||
+          ops[i]->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE ||
+          (ops[i]->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_TXN &&
+           txn_writes(ops[i]->request_txn, depth + 1)))
+        return true;
+    }
+  }
+  return false;
+}
+
 void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size_t len,
                     size_t max_request_bytes, kt_bridge_done done, void *arg) {
   if (member_index(path) >= 0) {
     member_call(kc, member_index(path), msg, len, done, arg);
+    return;
+  }
+  if (kt_bridge_auth_method(path) >= 0) { /* Authenticate: bridge_main.c's */
+    kt_bridge_auth_call(kc, kt_bridge_auth_method(path), msg, len, done, arg);
     return;
   }
   int method = method_index(path);
@@ -1021,7 +1068,9 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
     done(arg, KT_GRPC_UNIMPLEMENTED, m, NULL, 0);
     return;
   }
-  if ((method == M_PUT || method == M_DELETE || method == M_TXN) && len > max_request_bytes) {
+  /* etcd holds what it proposes (writes) to --max-request-bytes; reads
+   * only to the gRPC receive limit (that + 512 KiB, bridge_main.c) */
+  if ((method == M_PUT || method == M_DELETE) && len > max_request_bytes) {
     fail(done, arg, KETCH_ETOOLARGE, NULL);
     return;
   }
@@ -1069,7 +1118,9 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
     Etcdserverpb__TxnRequest *r = etcdserverpb__txn_request__unpack(NULL, len, msg);
     ketch_txn_req q;
     req = (ProtobufCMessage *)r;
-    if (r && !(err = conv_txn(&a, r, &q, 0)))
+    if (r && len > max_request_bytes && txn_writes(r, 0))
+      err = KETCH_ETOOLARGE;
+    else if (r && !(err = conv_txn(&a, r, &q, 0)))
       err = ketch_txn_async(kc, &q, on_result, c);
     break;
   }

@@ -18,7 +18,29 @@
  * that does not read cannot make the bridge buffer without limit. Watch
  * responses are produced without reading: a stream may queue at most
  * --max-stream-queue-bytes (default 8 MiB) and the connection MAX_OUT_BYTES;
- * a watch delivery beyond that cancels the watch (bridge.h). */
+ * a watch delivery beyond that cancels the watch (bridge.h).
+ *
+ * Transport (net/tls.h, the table the members use too): a connection is a
+ * struct kt_io, plain TCP (h2c) or TLS when --cert-file/--key-file or
+ * --auto-tls are given. TLS offers ALPN "h2" (a client that offers ALPN
+ * without h2 is refused; none at all is h2 by prior knowledge), verifies
+ * client certificates with --trusted-ca-file / --client-cert-auth, and
+ * starts at most KT_TLS_HANDSHAKES_PER_TURN handshakes per loop turn (the
+ * rest wait on a FIFO drained after polling). Nothing but the connection
+ * struct and OpenSSL's SSL exists before the handshake is done. A plaintext
+ * client on the TLS listener and a TLS client on the plaintext one are
+ * closed with one warning line naming them.
+ *
+ * Upstreams: the calls of a connection go to one libketch handle (an
+ * "upstream"). Connections without a verified client certificate share the
+ * default one; a verified certificate's Common Name gets an upstream of its
+ * own whose HELLO names that identity to the member (net/PROTOCOL.md), when
+ * the bridge itself presents a client certificate to the members
+ * (--cert/--key: members believe an identity only from such a connection).
+ * At most MAX_UPSTREAMS identities at once; one unused for UPSTREAM_IDLE_S is
+ * closed. Toward the members: TLS for https:// endpoints, or for endpoints
+ * without a scheme when --cacert, --cert or --key is given (etcd's
+ * grpc-proxy flags). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -40,12 +62,20 @@
 
 #include "bridge.h"
 #include "../grpc/grpc_client.h"
+#include "../../net/tls.h"
+#include "../../net/tls_reload.h"
 
 #define MAX_STREAMS 1024
 #define GRPC_OVERHEAD_BYTES (512u * 1024)
 #define MAX_OUT_BYTES (32u << 20)
 #define READ_CHUNK 65536
 #define OUT_FLUSH 65536
+#define MAX_UPSTREAMS 256
+#define UPSTREAM_IDLE_S 60.0
+#define MAX_TOKEN_UPSTREAMS 4096   /* authenticated sessions at once */
+#define TOKEN_IDLE_S 300.0         /* etcd's --auth-token-ttl default */
+#define TOKEN_MAX_OUTSTANDING 1024 /* a session's requests in flight */
+#define TOKEN_HEADER_MAX 1024
 
 static int log_level = 1; /* 0 debug, 1 info, 2 warn, 3 error */
 static void logf_(int lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -61,14 +91,38 @@ static void logf_(int lvl, const char *fmt, ...) {
   va_end(ap);
 }
 
-struct bridge {
-  struct ev_loop *loop;
+/* One libketch handle driven from the loop (see the top comment). */
+struct upstream {
+  struct bridge *b;
   ketch_client *kc;
   ev_io kio;
   ev_timer ktimer;
+  bool ksubmitted;
+  char *identity; /* NULL: the default upstream */
+  bool session;   /* an authenticated session (see "Auth sessions" below) */
+  char *token;    /* the session's token; NULL while its Authenticate runs */
+  bool dead;      /* a session whose Authenticate failed: freed by the reaper */
+  size_t users;   /* connections (and streams, for a token's) using it */
+  ev_tstamp unused_since;
+  struct upstream *next;
+};
+
+struct bridge {
+  struct ev_loop *loop;
+  struct upstream *up; /* the default first, then one per identity or token */
+  size_t n_identities, n_tokens;
+  ketch_options ko; /* for new upstreams (identity set per upstream) */
+  const char *endpoints;
+  bool forward_identity;          /* the bridge presents a client certificate to members */
+  struct kt_tls_ctx *tls;         /* the listener's, or NULL (h2c) */
+  struct kt_tls_budget hs_budget; /* TLS handshakes: per turn, share of the time */
+  ev_timer hs_w;                  /* waiting handshakes: when the budget has time again */
+  struct conn *hs_head, *hs_tail; /* connections waiting for a handshake turn */
+  ev_check turn_w;
+  ev_idle spin_w;
+  ev_timer reap_w;
   ev_prepare prep;
   ev_io lio;
-  bool ksubmitted;
   size_t max_request_bytes;
   size_t max_stream_queue_bytes;
   struct conn *dirty; /* connections with frames to send, flushed in prep */
@@ -79,7 +133,13 @@ struct stream;
 
 struct conn {
   struct bridge *b;
-  int fd;
+  struct upstream *up; /* NULL until the TLS handshake is done */
+  struct kt_io io;
+  bool write_blocked;  /* output the socket did not take */
+  bool hs_waiting;     /* on the handshake FIFO */
+  ev_tstamp opened_at; /* accepted at (the TLS handshake deadline) */
+  struct conn *hs_next;
+  char peer[64];
   ev_io rio, wio;
   nghttp2_session *s;
   uint8_t *out;
@@ -101,7 +161,9 @@ struct qmsg {
 
 struct stream {
   struct conn *c;
+  struct upstream *up; /* a token's session (holds a use), else NULL: c->up */
   int32_t id;
+  char token[TOKEN_HEADER_MAX]; /* the `token` metadata, "" when none */
   struct stream *prev, *next;
   char path[256];
   bool bad_path, not_grpc, dispatched;
@@ -109,6 +171,7 @@ struct stream {
   bool headers_sent;  /* response HEADERS submitted (with the data provider) */
   bool responded;     /* finished: trailers follow the queue */
   bool deferred;      /* the data provider waits for a message */
+  bool want_room;     /* bs asked to hear when its queue drains */
   int64_t timeout_ms; /* -1: none */
   ev_timer deadline;
   uint8_t *body; /* request bytes not yet consumed */
@@ -130,48 +193,39 @@ struct call_ref {
 
 static void conn_close(struct conn *c);
 static void conn_mark_dirty(struct conn *c);
+static nghttp2_session_callbacks *callbacks;
 static void conn_update_read(struct conn *c);
 
 /* ---- libketch in the loop ---- */
 
-static void ketch_rearm(struct bridge *b) {
-  int fd = ketch_fd(b->kc);
-  short want = ketch_events(b->kc);
+static void ketch_rearm(struct upstream *u) {
+  struct ev_loop *loop = u->b->loop;
+  int fd = ketch_fd(u->kc);
+  short want = ketch_events(u->kc);
   int ev = (want & POLLIN ? EV_READ : 0) | (want & POLLOUT ? EV_WRITE : 0);
-  if (fd != b->kio.fd || ev != (b->kio.events & (EV_READ | EV_WRITE)) || !ev_is_active(&b->kio)) {
-    ev_io_stop(b->loop, &b->kio);
+  if (fd != u->kio.fd || ev != (u->kio.events & (EV_READ | EV_WRITE)) || !ev_is_active(&u->kio)) {
+    ev_io_stop(loop, &u->kio);
     if (fd >= 0 && ev) {
-      ev_io_set(&b->kio, fd, ev);
-      ev_io_start(b->loop, &b->kio);
+      ev_io_set(&u->kio, fd, ev);
+      ev_io_start(loop, &u->kio);
     }
   }
-  ev_timer_stop(b->loop, &b->ktimer);
-  int t = ketch_timeout_ms(b->kc);
+  ev_timer_stop(loop, &u->ktimer);
+  int t = ketch_timeout_ms(u->kc);
   if (t >= 0) {
-    ev_timer_set(&b->ktimer, t / 1000.0, 0);
-    ev_timer_start(b->loop, &b->ktimer);
+    ev_timer_set(&u->ktimer, t / 1000.0, 0);
+    ev_timer_start(loop, &u->ktimer);
   }
 }
 
-static void ketch_run_once(struct bridge *b) {
-  b->ksubmitted = false;
-  ketch_process(b->kc);
-  ketch_rearm(b);
+static void ketch_run_once(struct upstream *u) {
+  u->ksubmitted = false;
+  ketch_process(u->kc);
+  ketch_rearm(u);
 }
 
-static void on_ketch_io(struct ev_loop *loop, ev_io *w, int revents) {
-  (void)loop;
-  (void)revents;
-  ketch_run_once(w->data);
-}
-
-static void on_ketch_timer(struct ev_loop *loop, ev_timer *w, int revents) {
-  (void)loop;
-  (void)revents;
-  ketch_run_once(w->data);
-}
-
-static void conn_flush(struct conn *c);
+static bool conn_flush(struct conn *c);
+static void conn_wake_streams(struct conn *c);
 
 /* Before the loop sleeps: send what this turn submitted to ketch in one
  * write, then flush every connection that has frames to send. */
@@ -179,13 +233,16 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
   (void)loop;
   (void)revents;
   struct bridge *b = w->data;
-  if (b->ksubmitted)
-    ketch_run_once(b);
+  kt_tls_budget_turn(&b->hs_budget, ev_time());
+  for (struct upstream *u = b->up; u; u = u->next)
+    if (u->ksubmitted)
+      ketch_run_once(u);
   while (b->dirty) {
     struct conn *c = b->dirty;
     b->dirty = c->next_dirty;
     c->is_dirty = false;
-    conn_flush(c);
+    if (conn_flush(c))
+      conn_wake_streams(c);
   }
 }
 
@@ -357,7 +414,23 @@ static void io_pending(void *arg, int delta) {
   conn_update_read(st->c);
 }
 
-static const struct kt_bridge_stream_io stream_io = {io_send, io_room, io_finish, io_pending};
+static void io_want_room(void *arg) {
+  struct stream *st = arg;
+  st->want_room = true;
+}
+
+static const struct kt_bridge_stream_io stream_io = {io_send, io_room, io_finish, io_pending,
+                                                     io_want_room};
+
+/* Streams that asked (io_want_room) and have room again: told so. */
+static void conn_wake_streams(struct conn *c) {
+  for (struct stream *st = c->streams; st && !c->dead; st = st->next)
+    if (st->want_room && st->bs && st->q_bytes <= c->b->max_stream_queue_bytes / 2 &&
+        c->resp_bytes <= MAX_OUT_BYTES / 2) {
+      st->want_room = false;
+      kt_bridge_stream_room(st->bs);
+    }
+}
 
 static void on_call_done(void *arg, int status, const char *message, uint8_t *framed,
                          size_t framed_len) {
@@ -374,6 +447,8 @@ static void on_call_done(void *arg, int status, const char *message, uint8_t *fr
   conn_update_read(st->c);
 }
 
+static struct upstream *stream_up(const struct stream *st) { return st->up ? st->up : st->c->up; }
+
 static void stream_detach_call(struct stream *st) {
   if (st->call) {
     st->call->st = NULL;
@@ -387,7 +462,7 @@ static void stream_close_bs(struct stream *st) {
   if (st->bs) {
     kt_bridge_stream_close(st->bs); /* cancels its watches */
     st->bs = NULL;
-    st->c->b->ksubmitted = true;
+    stream_up(st)->ksubmitted = true;
     st->c->waiting -= st->pending;
     st->pending = 0;
   }
@@ -421,7 +496,7 @@ static void stream_feed(struct stream *st) {
       break;
     off += (size_t)n;
     kt_bridge_stream_recv(st->bs, msg, msg_len);
-    st->c->b->ksubmitted = true; /* what it submitted leaves before the loop sleeps */
+    stream_up(st)->ksubmitted = true; /* what it submitted leaves before the loop sleeps */
   }
   if (st->responded) {
     st->body_len = 0;
@@ -430,6 +505,9 @@ static void stream_feed(struct stream *st) {
     st->body_len -= off;
   }
 }
+
+static void authenticate(struct stream *st, const uint8_t *msg, size_t len, struct call_ref *ref);
+static struct upstream *upstream_for_token(struct bridge *b, const char *token, struct conn *c);
 
 /* The request is complete (END_STREAM): decode and submit it. */
 static void stream_dispatch(struct stream *st) {
@@ -456,8 +534,13 @@ static void stream_dispatch(struct stream *st) {
   ref->st = st;
   st->call = ref;
   c->waiting++;
-  c->b->ksubmitted = true;
-  kt_bridge_call(c->b->kc, st->path, msg, msg_len, c->b->max_request_bytes, on_call_done, ref);
+  if (kt_bridge_auth_method(st->path) == KETCH_OP_AUTHENTICATE) {
+    authenticate(st, msg, msg_len, ref);
+  } else {
+    stream_up(st)->ksubmitted = true;
+    kt_bridge_call(stream_up(st)->kc, st->path, msg, msg_len, c->b->max_request_bytes, on_call_done,
+                   ref);
+  }
   free(st->body);
   st->body = NULL;
   st->body_len = st->body_cap = 0;
@@ -507,6 +590,11 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
     st->not_grpc = !(vlen >= 16 && memcmp(value, "application/grpc", 16) == 0);
   } else if (nlen == 12 && memcmp(name, "grpc-timeout", 12) == 0) {
     st->timeout_ms = kt_bridge_parse_timeout(value, vlen);
+  } else if (nlen == 5 && memcmp(name, "token", 5) == 0) {
+    /* etcd clients' auth token; one that does not fit is no token of ours */
+    size_t n = vlen < sizeof st->token ? vlen : 0;
+    memcpy(st->token, value, n);
+    st->token[n] = 0;
   }
   return 0;
 }
@@ -530,9 +618,19 @@ static void stream_headers_done(struct stream *st) {
     stream_respond(st, KT_GRPC_UNIMPLEMENTED, msg, NULL, 0);
     return;
   }
+  if (st->token[0] && kt_bridge_auth_method(st->path) != KETCH_OP_AUTHENTICATE) {
+    st->up = upstream_for_token(c->b, st->token, c);
+    if (!st->up) {
+      stream_respond(st, KT_GRPC_RESOURCE_EXHAUSTED,
+                     "ketch-grpc: too many authenticated sessions at once", NULL, 0);
+      return;
+    }
+    st->up->users++;
+  }
   if (kind == KT_BRIDGE_STREAM) {
     st->streaming = true;
-    st->bs = kt_bridge_stream_open(c->b->kc, st->path, c->b->max_request_bytes, &stream_io, st);
+    st->bs =
+        kt_bridge_stream_open(stream_up(st)->kc, st->path, c->b->max_request_bytes, &stream_io, st);
     if (!st->bs) {
       stream_respond(st, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
       return;
@@ -629,6 +727,8 @@ static void stream_free(struct stream *st) {
     free(m);
   }
   free(st->body);
+  if (st->up && --st->up->users == 0)
+    st->up->unused_since = ev_now(c->b->loop);
   if (st->prev)
     st->prev->next = st->next;
   else
@@ -653,19 +753,58 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t err, void *u
 /* ---- connections ---- */
 
 static bool conn_should_read(const struct conn *c) {
-  return c->waiting < MAX_STREAMS && c->resp_bytes < MAX_OUT_BYTES &&
+  return c->up && c->waiting < MAX_STREAMS && c->resp_bytes < MAX_OUT_BYTES &&
          c->out_len - c->out_off < MAX_OUT_BYTES;
+}
+
+/* The one place that decides which events a connection waits for. */
+static void conn_arm(struct conn *c) {
+  if (c->dead)
+    return;
+  int ev = c->hs_waiting ? 0 : kt_io_events(&c->io, c->reading, c->write_blocked);
+  struct ev_loop *loop = c->b->loop;
+  if ((ev & KT_IO_READ) && !ev_is_active(&c->rio))
+    ev_io_start(loop, &c->rio);
+  else if (!(ev & KT_IO_READ) && ev_is_active(&c->rio))
+    ev_io_stop(loop, &c->rio);
+  if ((ev & KT_IO_WRITE) && !ev_is_active(&c->wio))
+    ev_io_start(loop, &c->wio);
+  else if (!(ev & KT_IO_WRITE) && ev_is_active(&c->wio))
+    ev_io_stop(loop, &c->wio);
+}
+
+static void kick(struct bridge *b) {
+  if (!ev_is_active(&b->spin_w))
+    ev_idle_start(b->loop, &b->spin_w);
+}
+
+static void conn_read(struct conn *c);
+
+/* Waiting handshakes: at the next turn if only its step count is spent (the
+ * loop keeps turning), else when the time budget has credit again. */
+static void hs_wake_later(struct bridge *b) {
+  double w = kt_tls_budget_wait_s(&b->hs_budget);
+  if (w <= 0) {
+    kick(b);
+  } else if (!ev_is_active(&b->hs_w)) {
+    ev_timer_set(&b->hs_w, w, 0);
+    ev_timer_start(b->loop, &b->hs_w);
+  }
+}
+
+static void on_hs_timer(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop, (void)w, (void)revents; /* it woke the loop: on_turn runs the handshakes */
 }
 
 static void conn_update_read(struct conn *c) {
   if (c->dead)
     return;
   bool want = conn_should_read(c);
-  if (want && !c->reading)
-    ev_io_start(c->b->loop, &c->rio);
-  else if (!want && c->reading)
-    ev_io_stop(c->b->loop, &c->rio);
+  bool was = c->reading;
   c->reading = want;
+  conn_arm(c);
+  if (want && !was && kt_io_pending(&c->io))
+    kick(c->b); /* bytes TLS read ahead: the turn watcher reads them */
 }
 
 static void conn_mark_dirty(struct conn *c) {
@@ -694,89 +833,241 @@ static bool out_append(struct conn *c, const uint8_t *d, size_t n) {
 
 /* Moves nghttp2's frames to the socket; keeps the rest for EV_WRITE. Closes
  * the connection when both sides are done or on error. */
-static void conn_flush(struct conn *c) {
-  if (c->dead)
-    return;
+static bool conn_flush(struct conn *c) {
+  if (c->dead || !c->up)
+    return false;
   for (;;) {
     while (c->out_len - c->out_off < OUT_FLUSH) {
       const uint8_t *d;
       ssize_t n = nghttp2_session_mem_send(c->s, &d);
       if (n < 0) {
         conn_close(c);
-        return;
+        return false;
       }
       if (n == 0)
         break;
       if (!out_append(c, d, (size_t)n)) {
         conn_close(c);
-        return;
+        return false;
       }
     }
     if (c->out_off == c->out_len)
       break;
-    ssize_t w = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+    struct kt_err e = {0};
+    ssize_t w = kt_io_write(&c->io, c->out + c->out_off, c->out_len - c->out_off, &e);
+    if (w == KT_IO_AGAIN) {
+      c->write_blocked = true;
+      conn_update_read(c);
+      return true;
+    }
     if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        ev_io_start(c->b->loop, &c->wio);
-        conn_update_read(c);
-        return;
-      }
+      logf_(0, "connection %s: %s", c->peer, e.msg);
       conn_close(c);
-      return;
+      return false;
     }
     c->out_off += (size_t)w;
     if (c->out_off == c->out_len)
       c->out_off = c->out_len = 0;
   }
-  ev_io_stop(c->b->loop, &c->wio);
+  c->write_blocked = false;
   if (!nghttp2_session_want_read(c->s) && !nghttp2_session_want_write(c->s)) {
+    conn_close(c);
+    return false;
+  }
+  conn_update_read(c);
+  return true;
+}
+
+/* Feeds what the socket (and TLS) has to nghttp2: one read for plain TCP,
+ * up to READ_CHUNK for TLS (one record per call). */
+static void conn_read(struct conn *c) {
+  uint8_t buf[READ_CHUNK];
+  size_t got = 0;
+  bool tls = kt_io_is_tls(&c->io);
+  while (!c->dead && c->reading) {
+    struct kt_err e = {0};
+    ssize_t n = kt_io_read(&c->io, buf, sizeof buf, &e);
+    if (n == KT_IO_AGAIN)
+      break;
+    if (n <= 0) {
+      if (n < 0)
+        logf_(tls && e.code == KT_EPROTO ? 2 : 0, "connection %s: %s", c->peer, e.msg);
+      conn_close(c);
+      return;
+    }
+    if (!tls && got == 0 && (size_t)n >= 2 && kt_tls_sniff(buf, (size_t)n) == 1) {
+      logf_(2,
+            "connection %s: a TLS handshake on the plaintext (h2c) listener: start ketch-grpc "
+            "with --cert-file/--key-file for TLS clients",
+            c->peer);
+      conn_close(c);
+      return;
+    }
+    got += (size_t)n;
+    ssize_t r = nghttp2_session_mem_recv(c->s, buf, (size_t)n);
+    if (r < 0) {
+      logf_(0, "connection %s: %s", c->peer, nghttp2_strerror((int)r));
+      /* Tell the peer (GOAWAY) if the session still can, then close. */
+      nghttp2_session_terminate_session(c->s, NGHTTP2_PROTOCOL_ERROR);
+      const uint8_t *d;
+      ssize_t k = nghttp2_session_mem_send(c->s, &d);
+      if (k > 0)
+        (void)kt_io_write(&c->io, d, (size_t)k, &e);
+      conn_close(c);
+      return;
+    }
+    conn_mark_dirty(c);
+    if (!tls || got >= READ_CHUNK || !kt_io_pending(&c->io))
+      break;             /* one read per event (TLS: records read ahead are taken without one) */
+    conn_update_read(c); /* nghttp2 may have asked for back pressure */
+  }
+  if (!c->dead && c->reading && kt_io_pending(&c->io))
+    kick(c->b);
+}
+
+static struct upstream *upstream_for(struct bridge *b, const char *identity);
+
+/* The TLS handshake is done (or the connection is plain TCP): check ALPN,
+ * pick the upstream by the client certificate's CN, start HTTP/2. */
+static void conn_secured(struct conn *c) {
+  struct bridge *b = c->b;
+  char alpn[32], cn[256];
+  kt_io_alpn(&c->io, alpn, sizeof alpn);
+  kt_io_peer_cn(&c->io, cn, sizeof cn);
+  if (kt_io_is_tls(&c->io))
+    logf_(0, "connection %s: %s alpn=%s cn=%s", c->peer, kt_io_version(&c->io),
+          alpn[0] ? alpn : "-", cn[0] ? cn : "-");
+  c->up = upstream_for(b, cn[0] && b->forward_identity ? cn : NULL);
+  if (!c->up) {
+    logf_(2, "connection %s refused: more than %d client identities at once", c->peer,
+          MAX_UPSTREAMS);
     conn_close(c);
     return;
   }
+  c->up->users++;
+  if (nghttp2_session_server_new(&c->s, callbacks, c) != 0) {
+    conn_close(c);
+    return;
+  }
+  nghttp2_settings_entry iv[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1u << 20},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 16384},
+  };
+  nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, 3);
+  nghttp2_session_set_local_window_size(c->s, NGHTTP2_FLAG_NONE, 0, 16 << 20);
   conn_update_read(c);
+  conn_mark_dirty(c);
+}
+
+static bool hs_room(const struct bridge *b) { return kt_tls_budget_room(&b->hs_budget); }
+
+static void conn_handshake(struct conn *c) {
+  struct bridge *b = c->b;
+  struct kt_err e = {0};
+  ev_tstamp t0 = ev_time();
+  int r = kt_io_handshake(&c->io, &e);
+  kt_tls_budget_spent(&b->hs_budget, ev_time() - t0);
+  if (r == KT_IO_AGAIN) {
+    conn_arm(c);
+    return;
+  }
+  if (r == 1) {
+    conn_secured(c);
+    if (!c->dead && c->reading)
+      conn_read(c); /* the preface may have come with the handshake */
+    return;
+  }
+  if (r == KT_IO_PLAINTEXT)
+    logf_(2,
+          "connection %s: a plaintext (h2c) client on the TLS listener: it must use TLS "
+          "(etcdctl --cacert ...)",
+          c->peer);
+  else
+    logf_(2, "connection %s: TLS handshake failed: %s", c->peer, e.msg);
+  if (r == KT_IO_PLAINTEXT)
+    kt_io_close_refused(&c->io);
+  conn_close(c);
+}
+
+static void conn_event(struct conn *c, int revents) {
+  if (!c->up) {
+    struct bridge *b = c->b;
+    if (hs_room(b)) {
+      conn_handshake(c);
+    } else if (!c->hs_waiting) { /* this turn's budget is spent: wait for the next */
+      c->hs_waiting = true;
+      c->hs_next = NULL;
+      if (b->hs_tail)
+        b->hs_tail->hs_next = c;
+      else
+        b->hs_head = c;
+      b->hs_tail = c;
+      conn_arm(c);
+      hs_wake_later(b);
+    }
+    return;
+  }
+  int rd = kt_io_events(&c->io, true, false), wr = kt_io_events(&c->io, false, true);
+  if (c->write_blocked && (revents & wr) && conn_flush(c))
+    conn_wake_streams(c);
+  if (!c->dead && c->reading && (revents & rd))
+    conn_read(c);
 }
 
 static void on_conn_read(struct ev_loop *loop, ev_io *w, int revents) {
   (void)loop;
   (void)revents;
-  struct conn *c = w->data;
-  uint8_t buf[READ_CHUNK];
-  ssize_t n = read(c->fd, buf, sizeof buf);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-    return;
-  if (n <= 0) {
-    conn_close(c);
-    return;
-  }
-  ssize_t r = nghttp2_session_mem_recv(c->s, buf, (size_t)n);
-  if (r < 0) {
-    logf_(0, "connection %d: %s", c->fd, nghttp2_strerror((int)r));
-    /* Tell the peer (GOAWAY) if the session still can, then close. */
-    nghttp2_session_terminate_session(c->s, NGHTTP2_PROTOCOL_ERROR);
-    const uint8_t *d;
-    ssize_t k = nghttp2_session_mem_send(c->s, &d);
-    if (k > 0 && write(c->fd, d, (size_t)k) < 0) {
-      /* closing anyway */
-    }
-    conn_close(c);
-    return;
-  }
-  conn_mark_dirty(c);
+  conn_event(w->data, KT_IO_READ);
 }
 
 static void on_conn_write(struct ev_loop *loop, ev_io *w, int revents) {
   (void)loop;
   (void)revents;
-  conn_flush(w->data);
+  conn_event(w->data, KT_IO_WRITE);
+}
+
+/* After polling: handshakes that waited for a turn with room, and
+ * connections with bytes TLS read ahead. */
+static void on_turn(struct ev_loop *loop, ev_check *w, int revents) {
+  (void)revents;
+  struct bridge *b = w->data;
+  while (b->hs_head && hs_room(b)) {
+    struct conn *c = b->hs_head;
+    b->hs_head = c->hs_next;
+    if (!b->hs_head)
+      b->hs_tail = NULL;
+    c->hs_waiting = false;
+    conn_handshake(c);
+  }
+  bool more = false;
+  if (b->hs_head) {
+    if (kt_tls_budget_wait_s(&b->hs_budget) <= 0)
+      more = true;
+    else
+      hs_wake_later(b);
+  }
+  for (struct conn *c = b->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->up && c->reading && kt_io_pending(&c->io)) {
+      conn_read(c);
+      more = true;
+    }
+  }
+  if (!more && ev_is_active(&b->spin_w))
+    ev_idle_stop(loop, &b->spin_w);
+}
+
+static void on_spin(struct ev_loop *loop, ev_idle *w, int revents) {
+  (void)loop, (void)w, (void)revents; /* its presence keeps poll from sleeping */
 }
 
 static void conn_close(struct conn *c) {
   if (c->dead)
     return;
   c->dead = true;
-  struct ev_loop *loop = c->b->loop;
+  struct bridge *b = c->b;
+  struct ev_loop *loop = b->loop;
   ev_io_stop(loop, &c->rio);
   ev_io_stop(loop, &c->wio);
   while (c->streams)
@@ -784,14 +1075,26 @@ static void conn_close(struct conn *c) {
   if (c->prev)
     c->prev->next = c->next;
   else
-    c->b->conns = c->next;
+    b->conns = c->next;
   if (c->next)
     c->next->prev = c->prev;
-  nghttp2_session_del(c->s);
-  close(c->fd);
+  if (c->hs_waiting) {
+    struct conn **pp = &b->hs_head, *prev = NULL;
+    while (*pp && *pp != c)
+      prev = *pp, pp = &(*pp)->hs_next;
+    if (*pp)
+      *pp = c->hs_next;
+    if (b->hs_tail == c)
+      b->hs_tail = prev;
+  }
+  if (c->up && --c->up->users == 0)
+    c->up->unused_since = ev_now(loop);
+  if (c->s)
+    nghttp2_session_del(c->s);
+  kt_io_close(&c->io);
   free(c->out);
   /* Still in the dirty list? unlink before freeing. */
-  for (struct conn **p = &c->b->dirty; *p; p = &(*p)->next_dirty) {
+  for (struct conn **p = &b->dirty; *p; p = &(*p)->next_dirty) {
     if (*p == c) {
       *p = c->next_dirty;
       break;
@@ -800,13 +1103,13 @@ static void conn_close(struct conn *c) {
   free(c);
 }
 
-static nghttp2_session_callbacks *callbacks;
-
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
   (void)revents;
   struct bridge *b = w->data;
   for (int i = 0; i < 64; i++) {
-    int fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(w->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
         logf_(2, "accept: %s", strerror(errno));
@@ -814,14 +1117,26 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct conn *c = calloc(1, sizeof *c);
-    if (!c || nghttp2_session_server_new(&c->s, callbacks, c) != 0) {
+    struct conn *c = calloc(1, sizeof *c); /* the HTTP/2 session comes after TLS */
+    if (!c) {
+      close(fd);
+      continue;
+    }
+    char host[46] = "?", port[8] = "?"; /* numeric: they fit c->peer */
+    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port,
+                NI_NUMERICHOST | NI_NUMERICSERV);
+    snprintf(c->peer, sizeof c->peer, "%s:%s", host, port);
+    struct kt_err e = {0};
+    if (b->tls && kt_io_init_tls(&c->io, fd, b->tls, NULL, &e)) {
+      logf_(2, "connection %s refused: %s", c->peer, e.msg);
       free(c);
       close(fd);
       continue;
     }
+    if (!b->tls)
+      kt_io_init_plain(&c->io, fd);
     c->b = b;
-    c->fd = fd;
+    c->opened_at = ev_now(loop);
     c->next = b->conns;
     if (b->conns)
       b->conns->prev = c;
@@ -829,16 +1144,202 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
     ev_io_init(&c->rio, on_conn_read, fd, EV_READ);
     ev_io_init(&c->wio, on_conn_write, fd, EV_WRITE);
     c->rio.data = c->wio.data = c;
-    nghttp2_settings_entry iv[] = {
-        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS},
-        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1u << 20},
-        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 16384},
-    };
-    nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, 3);
-    nghttp2_session_set_local_window_size(c->s, NGHTTP2_FLAG_NONE, 0, 16 << 20);
-    conn_update_read(c);
-    conn_mark_dirty(c);
-    (void)loop;
+    if (b->tls)
+      conn_arm(c); /* the handshake first */
+    else
+      conn_secured(c);
+  }
+}
+
+/* ---- upstreams ---- */
+
+static void on_ketch_io_up(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)loop, (void)revents;
+  ketch_run_once(w->data);
+}
+
+static void on_ketch_timer_up(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop, (void)revents;
+  ketch_run_once(w->data);
+}
+
+/* A new upstream on ko, linked in after the others; NULL on failure. */
+static struct upstream *upstream_open(struct bridge *b, const ketch_options *ko) {
+  struct upstream *u = calloc(1, sizeof *u);
+  if (!u)
+    return NULL;
+  u->b = b;
+  char err[512] = "";
+  if (ketch_open(&u->kc, b->endpoints, ko, err, sizeof err) != 0) {
+    logf_(3, "--endpoints %s: %s", b->endpoints, err);
+    free(u);
+    return NULL;
+  }
+  ev_io_init(&u->kio, on_ketch_io_up, -1, 0);
+  u->kio.data = u;
+  ev_timer_init(&u->ktimer, on_ketch_timer_up, 0, 0);
+  u->ktimer.data = u;
+  u->unused_since = ev_now(b->loop);
+  /* the default first, identities after it */
+  struct upstream **tail = &b->up;
+  while (*tail)
+    tail = &(*tail)->next;
+  *tail = u;
+  ketch_run_once(u);
+  return u;
+}
+
+/* The upstream of `identity` (NULL: the default one), made on first use. */
+static struct upstream *upstream_for(struct bridge *b, const char *identity) {
+  for (struct upstream *u = b->up; u; u = u->next)
+    if (!u->session && ((!identity && !u->identity) ||
+                        (identity && u->identity && !strcmp(identity, u->identity))))
+      return u;
+  if (identity && b->n_identities >= MAX_UPSTREAMS)
+    return NULL;
+  ketch_options ko = b->ko;
+  ko.identity = identity;
+  struct upstream *u = upstream_open(b, &ko);
+  if (u && identity) {
+    u->identity = strdup(identity);
+    b->n_identities++;
+    logf_(0, "upstream for identity %s", identity);
+  }
+  return u;
+}
+
+/* ---- Auth sessions ----
+ * etcd clients authenticate (Auth/Authenticate) and then send the token in
+ * every call's `token` metadata. The member binds the connection that
+ * authenticated, so a session is an upstream of its own: Authenticate opens
+ * one and authenticates it (the member checks the password off its loop)
+ * and answers the member's token; calls carrying that token go to it. A
+ * session forgets the password once it has its token (ketch_drop_password):
+ * what the member stops honouring (the user's password changed, the user
+ * deleted) shows as "invalid auth token" and the client authenticates
+ * again, as clientv3 does. A token the bridge does not know (its session
+ * was reaped, another bridge or a native client got it) gets a session that
+ * presents it: a signed token is good on every member, a simple one only on
+ * the member that issued it (elsewhere: "invalid auth token", and the client
+ * authenticates again). Sessions idle for TOKEN_IDLE_S are closed; at most
+ * MAX_TOKEN_UPSTREAMS at once. */
+
+static struct upstream *session_open(struct bridge *b, const char *token, struct conn *c) {
+  if (b->n_tokens >= MAX_TOKEN_UPSTREAMS)
+    return NULL;
+  ketch_options ko = b->ko;
+  ko.max_outstanding = TOKEN_MAX_OUTSTANDING;
+  ko.identity = c->up ? c->up->identity : NULL;
+  ko.token = token;
+  struct upstream *u = upstream_open(b, &ko);
+  if (!u)
+    return NULL;
+  u->session = true;
+  b->n_tokens++;
+  if (token && !(u->token = strdup(token)))
+    u->dead = true;
+  return u;
+}
+
+static struct upstream *upstream_for_token(struct bridge *b, const char *token, struct conn *c) {
+  for (struct upstream *u = b->up; u; u = u->next)
+    if (u->session && !u->dead && u->token && !strcmp(u->token, token))
+      return u;
+  return session_open(b, token, c);
+}
+
+struct authn {
+  struct call_ref *ref;
+  struct upstream *u;
+};
+
+static void on_authenticated(void *arg, int err, const ketch_result *res) {
+  struct authn *x = arg;
+  struct upstream *u = x->u;
+  if (!err && res->auth.token && *res->auth.token && (u->token = strdup(res->auth.token)))
+    ketch_drop_password(u->kc);
+  else
+    u->dead = true; /* closed by the reaper (not from inside its own callback) */
+  if (--u->users == 0)
+    u->unused_since = ev_now(u->b->loop);
+  kt_bridge_authenticate_done(res, on_call_done, x->ref);
+  free(x);
+}
+
+static void authenticate(struct stream *st, const uint8_t *msg, size_t len, struct call_ref *ref) {
+  struct conn *c = st->c;
+  char *name, *password;
+  if (kt_bridge_authenticate_decode(msg, len, &name, &password)) {
+    on_call_done(ref, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf",
+                 NULL, 0);
+    return;
+  }
+  int st_code;
+  const char *m = NULL;
+  struct upstream *u = NULL;
+  struct authn *x = NULL;
+  if (!*name) { /* etcd: no such user */
+    m = kt_bridge_error(KETCH_EAUTHFAILED, NULL, &st_code);
+  } else if (!(u = session_open(c->b, NULL, c)) || !(x = malloc(sizeof *x))) {
+    st_code = KT_GRPC_RESOURCE_EXHAUSTED;
+    m = "ketch-grpc: too many authenticated sessions at once";
+  } else {
+    *x = (struct authn){ref, u};
+    u->users++;
+    int err = ketch_authenticate_async(u->kc, name, password, on_authenticated, x);
+    if (err) {
+      m = kt_bridge_error(err == KETCH_EINVAL ? KETCH_EAUTHFAILED : err, NULL, &st_code);
+      u->users--;
+      free(x);
+    } else {
+      u->ksubmitted = true;
+    }
+  }
+  if (m && u)
+    u->dead = true;
+  explicit_bzero(password, strlen(password));
+  free(name);
+  free(password);
+  if (m)
+    on_call_done(ref, st_code, m, NULL, 0);
+}
+
+static void upstream_free(struct upstream *u) {
+  ev_io_stop(u->b->loop, &u->kio);
+  ev_timer_stop(u->b->loop, &u->ktimer);
+  ketch_close(u->kc); /* pending calls complete, finding their streams gone */
+  free(u->identity);
+  free(u->token);
+  free(u);
+}
+
+/* Every second: TLS handshakes past their deadline are cut; identities
+ * nobody used for a while lose their handles. */
+static void on_reap(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)revents;
+  struct bridge *b = w->data;
+  for (struct conn *c = b->conns, *next; c; c = next) {
+    next = c->next;
+    if (!c->up && ev_now(loop) - c->opened_at > KT_TLS_HANDSHAKE_MS / 1000.0) {
+      logf_(2, "connection %s: TLS handshake not done in %d s", c->peer,
+            KT_TLS_HANDSHAKE_MS / 1000);
+      conn_close(c);
+    }
+  }
+  for (struct upstream **pp = &b->up; *pp;) {
+    struct upstream *u = *pp;
+    double idle = ev_now(loop) - u->unused_since;
+    if ((u->identity || u->session) && !u->users && ketch_pending(u->kc) == 0 &&
+        (u->session ? u->dead || idle > TOKEN_IDLE_S : idle > UPSTREAM_IDLE_S)) {
+      *pp = u->next;
+      if (u->session)
+        b->n_tokens--;
+      else
+        b->n_identities--;
+      upstream_free(u);
+      continue;
+    }
+    pp = &u->next;
   }
 }
 
@@ -884,28 +1385,57 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents) {
 static void usage(FILE *f) {
   fprintf(f, "usage: ketch-grpc [--listen-addr HOST:PORT] [--endpoints LIST]\n"
              "                  [--max-request-bytes N] [--max-stream-queue-bytes N]\n"
-             "                  [--log-level debug|info|warn|error]\n"
+             "                  [--log-level debug|info|warn|error] [TLS flags]\n"
              "etcd's v3 gRPC API (KV, Watch, Lease, Cluster.MemberList, Maintenance, v3lock,\n"
              "v3election) in front of a ketch cluster.\n"
-             "  --listen-addr        gRPC (h2c) listen address (default 127.0.0.1:2379)\n"
-             "  --endpoints          ketch members, comma separated (default 127.0.0.1:2479)\n"
+             "  --listen-addr        gRPC listen address (default 127.0.0.1:2379): h2c, or TLS\n"
+             "                       with --cert-file/--key-file or --auto-tls\n"
+             "  --endpoints          ketch members, comma separated (default 127.0.0.1:2479);\n"
+             "                       https:// ones are dialled with TLS\n"
              "  --max-request-bytes  largest write request accepted (default 1572864)\n"
              "  --max-stream-queue-bytes  responses a stream may queue for a client that\n"
              "                       does not read; a watch or snapshot beyond it is\n"
              "                       cancelled\n"
              "                       (default 8388608)\n"
-             "  --log-level          debug, info, warn or error (default info)\n");
+             "  --log-level          debug, info, warn or error (default info)\n"
+             "TLS toward clients (etcd's flags):\n"
+             "  --cert-file, --key-file  the listener's certificate and key (PEM)\n"
+             "  --trusted-ca-file    CAs of client certificates (client certificates are then\n"
+             "                       required, as etcd)\n"
+             "  --client-cert-auth   require a verified client certificate\n"
+             "  --auto-tls           a self-signed certificate under --data-dir\n"
+             "  --data-dir           where --auto-tls keeps it (default default.proxy)\n"
+             "TLS toward the members (etcd's grpc-proxy flags):\n"
+             "  --cacert             CAs to verify the members with\n"
+             "  --cert, --key        the bridge's client certificate; with it, the Common\n"
+             "                       Name of each caller's verified certificate is passed\n"
+             "                       on to the member as the caller's identity\n"
+             "  --insecure-skip-tls-verify  do not verify the members (tests only)\n");
 }
 
 int main(int argc, char **argv) {
   const char *listen_addr = "127.0.0.1:2379", *endpoints = "127.0.0.1:2479";
+  const char *cert_file = NULL, *key_file = NULL, *ca_file = NULL, *data_dir = "default.proxy";
+  const char *up_ca = NULL, *up_cert = NULL, *up_key = NULL;
+  bool client_cert_auth = false, auto_tls = false, up_skip = false;
   size_t max_req = 1572864, max_queue = 8u << 20;
+  enum { O_CERT = 256, O_KEY, O_CA, O_CCA, O_AUTO, O_DIR, O_UCA, O_UCERT, O_UKEY, O_USKIP };
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
       {"endpoints", required_argument, 0, 'e'},
       {"max-request-bytes", required_argument, 0, 'm'},
       {"max-stream-queue-bytes", required_argument, 0, 'q'},
       {"log-level", required_argument, 0, 'v'},
+      {"cert-file", required_argument, 0, O_CERT},
+      {"key-file", required_argument, 0, O_KEY},
+      {"trusted-ca-file", required_argument, 0, O_CA},
+      {"client-cert-auth", no_argument, 0, O_CCA},
+      {"auto-tls", no_argument, 0, O_AUTO},
+      {"data-dir", required_argument, 0, O_DIR},
+      {"cacert", required_argument, 0, O_UCA},
+      {"cert", required_argument, 0, O_UCERT},
+      {"key", required_argument, 0, O_UKEY},
+      {"insecure-skip-tls-verify", no_argument, 0, O_USKIP},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -952,6 +1482,36 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
+    case O_CERT:
+      cert_file = *optarg ? optarg : NULL;
+      break;
+    case O_KEY:
+      key_file = *optarg ? optarg : NULL;
+      break;
+    case O_CA:
+      ca_file = *optarg ? optarg : NULL;
+      break;
+    case O_CCA:
+      client_cert_auth = true;
+      break;
+    case O_AUTO:
+      auto_tls = true;
+      break;
+    case O_DIR:
+      data_dir = optarg;
+      break;
+    case O_UCA:
+      up_ca = *optarg ? optarg : NULL;
+      break;
+    case O_UCERT:
+      up_cert = *optarg ? optarg : NULL;
+      break;
+    case O_UKEY:
+      up_key = *optarg ? optarg : NULL;
+      break;
+    case O_USKIP:
+      up_skip = true;
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -968,13 +1528,79 @@ int main(int argc, char **argv) {
 
   struct bridge b = {.max_request_bytes = max_req, .max_stream_queue_bytes = max_queue};
   b.loop = EV_DEFAULT;
-  ketch_options ko;
-  ketch_options_init(&ko);
-  ko.nonblocking_open = true;
-  ko.max_outstanding = 65536;
+  /* The listener's TLS: its files are read now; a problem stops the start. */
+  char auto_cert[4200], auto_key[4200];
+  if (!cert_file && auto_tls) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/fixtures/proxy", data_dir);
+    char host[256];
+    snprintf(host, sizeof host, "%s", listen_addr);
+    char *colon = strrchr(host, ':');
+    if (colon)
+      *colon = 0;
+    const char *h = host[0] == '[' ? host + 1 : host;
+    if (host[0] == '[' && host[strlen(host) - 1] == ']')
+      host[strlen(host) - 1] = 0;
+    struct kt_err e = {0};
+    if (kt_tls_selfcert(dir, &h, 1, &e)) {
+      fprintf(stderr, "ketch-grpc: --auto-tls: %s\n", e.msg);
+      return 1;
+    }
+    snprintf(auto_cert, sizeof auto_cert, "%s/cert.pem", dir);
+    snprintf(auto_key, sizeof auto_key, "%s/key.pem", dir);
+    cert_file = auto_cert, key_file = auto_key;
+  }
+  if (cert_file || key_file) {
+    struct kt_tls_config tc = {.server = true,
+                               .cert_file = cert_file,
+                               .key_file = key_file,
+                               .ca_file = ca_file,
+                               .verify_peer = client_cert_auth || ca_file,
+                               .alpn_h2 = true,
+                               .cert_flag = "--cert-file",
+                               .key_flag = "--key-file",
+                               .ca_flag = "--trusted-ca-file"};
+    struct kt_err e = {0};
+    if (kt_tls_ctx_new(&tc, &b.tls, &e)) {
+      fprintf(stderr, "ketch-grpc: %s\n", e.msg);
+      return 1;
+    }
+  } else if (ca_file || client_cert_auth) {
+    fprintf(stderr, "ketch-grpc: --trusted-ca-file/--client-cert-auth need --cert-file and "
+                    "--key-file (or --auto-tls)\n");
+    return 2;
+  }
+  ketch_options_init(&b.ko);
+  b.ko.nonblocking_open = true;
+  b.ko.max_outstanding = 65536;
+  b.ko.ca_file = up_ca;
+  b.ko.cert_file = up_cert;
+  b.ko.key_file = up_key;
+  b.ko.insecure_skip_verify = up_skip;
+  b.endpoints = endpoints;
+  b.forward_identity = up_cert != NULL;
+  if (b.tls && (client_cert_auth || ca_file) && !b.forward_identity)
+    logf_(2, "callers' certificate names are not passed on to the members: the bridge has no "
+             "client certificate toward them (--cert/--key)");
+  ev_check_init(&b.turn_w, on_turn);
+  b.turn_w.data = &b;
+  ev_check_start(b.loop, &b.turn_w);
+  ev_idle_init(&b.spin_w, on_spin);
+  b.spin_w.data = &b;
+  ev_timer_init(&b.hs_w, on_hs_timer, 0, 0);
+  b.hs_w.data = &b;
+  ev_timer_init(&b.reap_w, on_reap, 1, 1);
+  b.reap_w.data = &b;
+  ev_timer_start(b.loop, &b.reap_w);
   char err[512] = "";
-  if (ketch_open(&b.kc, endpoints, &ko, err, sizeof err) != 0) {
+  ketch_client *probe = NULL; /* the endpoints and TLS files are checked now, as before */
+  if (ketch_open(&probe, endpoints, &b.ko, err, sizeof err) != 0) {
     fprintf(stderr, "ketch-grpc: --endpoints %s: %s\n", endpoints, err);
+    return 2;
+  }
+  ketch_close(probe);
+  if (!upstream_for(&b, NULL)) {
+    fprintf(stderr, "ketch-grpc: --endpoints %s: cannot open a client\n", endpoints);
     return 2;
   }
   int lfd = listen_on(listen_addr);
@@ -989,10 +1615,6 @@ int main(int argc, char **argv) {
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, on_data_chunk);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_stream_close);
 
-  ev_io_init(&b.kio, on_ketch_io, -1, 0);
-  b.kio.data = &b;
-  ev_timer_init(&b.ktimer, on_ketch_timer, 0, 0);
-  b.ktimer.data = &b;
   ev_prepare_init(&b.prep, on_prepare);
   b.prep.data = &b;
   ev_prepare_start(b.loop, &b.prep);
@@ -1004,15 +1626,28 @@ int main(int argc, char **argv) {
   ev_signal_init(&sterm, on_signal, SIGTERM);
   ev_signal_start(b.loop, &sint);
   ev_signal_start(b.loop, &sterm);
-  ketch_run_once(&b);
-  logf_(1, "serving etcd v3 gRPC on %s, ketch members %s", listen_addr, endpoints);
+  kt_bridge_snap_setup(b.loop, endpoints, &b.ko);
+  static const char *const tls_name = "listener";
+  struct kt_tls_reloader *reloader = kt_tls_reloader_new(b.loop, &b.tls, &tls_name, 1);
+  logf_(1, "ketch-grpc %s serving etcd v3 gRPC (API %s) on %s (%s), ketch members %s", KT_VERSION,
+        KT_BRIDGE_ETCD_VERSION, listen_addr, b.tls ? "TLS, ALPN h2" : "h2c", endpoints);
   ev_run(b.loop, 0);
   logf_(1, "stopping");
   ev_io_stop(b.loop, &b.lio);
   close(lfd);
   while (b.conns) /* streams go first: their watches are cancelled */
     conn_close(b.conns);
-  ketch_close(b.kc); /* pending calls complete, finding their streams gone */
+  while (b.up) {
+    struct upstream *u = b.up;
+    b.up = u->next;
+    upstream_free(u);
+  }
+  kt_tls_reloader_free(reloader);
+  kt_tls_ctx_free(b.tls);
+  ev_check_stop(b.loop, &b.turn_w);
+  ev_idle_stop(b.loop, &b.spin_w);
+  ev_timer_stop(b.loop, &b.hs_w);
+  ev_timer_stop(b.loop, &b.reap_w);
   nghttp2_session_callbacks_del(callbacks);
   return 0;
 }

@@ -31,12 +31,10 @@
  * promises exactly one, last). */
 #include "bridge.h"
 
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../snap/snap.h"
 #include "../grpc/grpc_client.h"
 #include "kv.pb-c.h"
 #include "rpc.pb-c.h"
@@ -57,7 +55,7 @@ enum {
   S_LEADER,
   S_RESIGN,
   S_OBSERVE,
-  S_SNAPSHOT, /* Maintenance.Snapshot: server stream of the member's snapshot file */
+  S_SNAPSHOT, /* Maintenance.Snapshot: server stream of an etcd database (bridge_snap.c) */
 };
 
 static const char *const stream_methods[] = {
@@ -95,10 +93,9 @@ struct kt_bridge_stream {
   size_t pending;
   /* Lock / Election */
   struct rop *op;
-  /* Snapshot: the ketch file is sent in the etcd envelope (snap/snap.h) */
+  /* Snapshot (bridge_snap.c) */
   bool snapshot_started;
-  uint64_t snap_len, snap_sent; /* the ketch file's size, bytes sent */
-  crypto_hash_sha256_state snap_sha;
+  kt_bridge_snap *snap;
 };
 
 struct bwatch {
@@ -304,14 +301,12 @@ static void on_watch(void *arg, int err, const ketch_result *res) {
       if (w->cancel_requested) {
         send_ctrl(s, &h, w->id, false, true, 0, NULL);
       } else if (err == KETCH_ECOMPACTED || wr->compact_revision) {
-        /* etcd's compact_revision is where a new watch may start, and its
-         * clients resume there; ketch's is the compaction revision itself,
-         * at which it refuses to start (deletes there are gone): + 1. */
-        int64_t resume = wr->compact_revision > 0 ? wr->compact_revision + 1 : 0;
+        /* compact_revision: the compaction revision, where a new watch may
+         * start (as etcd: its clients resume there). */
         h.revision = 0; /* as etcd's compacted response */
         if (!w->created)
           send_ctrl(s, &last_hdr, w->id, true, false, 0, NULL);
-        send_ctrl(s, &h, w->id, false, true, resume, NULL);
+        send_ctrl(s, &h, w->id, false, true, wr->compact_revision, NULL);
       } else {
         int st;
         const char *m = kt_bridge_error(err ? err : KETCH_ECANCELED, res->message, &st);
@@ -1176,64 +1171,7 @@ static void recipe_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
     recipe_fail(s, err, ketch_errmsg(s->kc));
 }
 
-/* ---- Maintenance.Snapshot ----
- * One ketch_snapshot_async per call: each piece of the member's snapshot
- * file becomes a SnapshotResponse, and after the last one the etcd envelope's
- * tail (zeros, "KETCHENV", the file's length, SHA-256 of all before: etcdctl
- * 3.4 refuses a snapshot that is not 512*k + 32 bytes ending in a SHA-256);
- * remaining_bytes count the whole envelope, as etcd's count its file. libketch's
- * stream cannot be paused (one handle serves every client), so a piece that
- * does not fit the stream's queue (io->room: the client stops reading) ends
- * the call with RESOURCE_EXHAUSTED; the rest of the transfer is dropped as it
- * arrives, and the bridge's memory stays bounded. */
-
-static void on_snapshot(void *arg, int err, const ketch_result *res) {
-  kt_bridge_stream *s = arg;
-  bool last = err || res->snapshot.remaining_bytes == 0;
-  if (s->io && !s->finished) {
-    if (err) {
-      int st;
-      const char *m = kt_bridge_error(err, res->message, &st);
-      stream_finish(s, st, m);
-    } else if (!s->io->room(s->arg, res->snapshot.blob_len + 64)) {
-      stream_finish(s, KT_GRPC_RESOURCE_EXHAUSTED,
-                    "ketch-grpc: snapshot receiver too slow (its stream queue is full)");
-    } else {
-      if (s->snap_sent == 0)
-        s->snap_len = res->snapshot.blob_len + res->snapshot.remaining_bytes;
-      uint64_t total = kt_snap_env_size(s->snap_len);
-      Etcdserverpb__ResponseHeader h;
-      Etcdserverpb__SnapshotResponse r;
-      fill_header(&h, &res->header, s->kc);
-      etcdserverpb__snapshot_response__init(&r);
-      r.header = &h;
-      r.blob.data = (uint8_t *)res->snapshot.blob;
-      r.blob.len = res->snapshot.blob_len;
-      crypto_hash_sha256_update(&s->snap_sha, r.blob.data, r.blob.len);
-      s->snap_sent += r.blob.len;
-      r.remaining_bytes = total - s->snap_sent;
-      send_msg(s, &r);
-      if (last) {
-        uint8_t tail[512 + KT_SNAP_ENV_TAIL] = {0};
-        size_t pad = (size_t)(total - s->snap_len - KT_SNAP_ENV_TAIL);
-        memcpy(tail + pad, KT_SNAP_ENV_MAGIC, 8);
-        kt_put_u64be(tail + pad + 8, s->snap_len);
-        crypto_hash_sha256_update(&s->snap_sha, tail, pad + 16);
-        crypto_hash_sha256_final(&s->snap_sha, tail + pad + 16);
-        r.blob.data = tail;
-        r.blob.len = pad + KT_SNAP_ENV_TAIL;
-        r.remaining_bytes = 0;
-        send_msg(s, &r);
-        stream_finish(s, KT_GRPC_OK, "");
-      }
-    }
-  }
-  if (last) {
-    if (s->io)
-      s->io->pending(s->arg, -1);
-    stream_unref(s);
-  }
-}
+/* ---- Maintenance.Snapshot: bridge_snap.c ---- */
 
 static void snapshot_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
   Etcdserverpb__SnapshotRequest *r = etcdserverpb__snapshot_request__unpack(NULL, len, msg);
@@ -1244,17 +1182,17 @@ static void snapshot_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
   protobuf_c_message_free_unpacked(&r->base, NULL);
   if (s->snapshot_started)
     return; /* a server stream takes one request */
-  int err = ketch_snapshot_async(s->kc, on_snapshot, s);
-  if (err) {
-    int st;
-    const char *m = kt_bridge_error(err, ketch_errmsg(s->kc), &st);
-    stream_finish(s, st, m);
-    return;
-  }
   s->snapshot_started = true;
-  crypto_hash_sha256_init(&s->snap_sha);
-  s->refs++;
-  s->io->pending(s->arg, +1);
+  int st = 0;
+  const char *m = NULL;
+  s->snap = kt_bridge_snap_start(s->kc, s->io, s->arg, &st, &m);
+  if (!s->snap)
+    stream_finish(s, st, m);
+}
+
+void kt_bridge_stream_room(kt_bridge_stream *s) {
+  if (s && s->io && s->method == S_SNAPSHOT)
+    kt_bridge_snap_room(s->snap);
 }
 
 /* ---- the stream ---- */
@@ -1318,5 +1256,7 @@ void kt_bridge_stream_close(kt_bridge_stream *s) {
   }
   s->progress_waiting = 0;
   recipe_close(s);
+  kt_bridge_snap_close(s->snap);
+  s->snap = NULL;
   stream_unref(s);
 }

@@ -1,6 +1,8 @@
 /* tools/grpc/grpc_client.c — see grpc_client.h. */
 #include "grpc_client.h"
 
+#include "../../net/tls.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -37,6 +39,7 @@ struct slot {
 
 struct kt_grpc_client {
   int fd;
+  struct kt_io io; /* plain TCP (h2c) or TLS with ALPN h2 */
   bool dead;
   nghttp2_session *s;
   char authority[128];
@@ -225,6 +228,42 @@ static int on_close(nghttp2_session *s, int32_t id, uint32_t error_code, void *u
 
 int kt_grpc_open(kt_grpc_client **out, const char *host_port, int max_outstanding, int timeout_ms,
                  char *err, size_t err_len) {
+  return kt_grpc_open_tls(out, host_port, NULL, max_outstanding, timeout_ms, err, err_len);
+}
+
+/* The TLS handshake, blocking up to timeout_ms (a connection is opened
+ * before the measured run). */
+static int handshake(struct kt_io *io, const char *host_port, int timeout_ms, char *err,
+                     size_t err_len) {
+  struct kt_err e = {0};
+  uint64_t end = now_ms() + (uint64_t)timeout_ms;
+  for (;;) {
+    int r = kt_io_handshake(io, &e);
+    if (r == 1)
+      break;
+    if (r != KT_IO_AGAIN) {
+      snprintf(err, err_len, "%s: TLS: %s", host_port, e.msg);
+      return -1;
+    }
+    uint64_t now = now_ms();
+    int ev = kt_io_events(io, true, true);
+    struct pollfd p = {
+        io->fd, (short)((ev & KT_IO_READ ? POLLIN : 0) | (ev & KT_IO_WRITE ? POLLOUT : 0)), 0};
+    if (now >= end || poll(&p, 1, (int)(end - now)) == 0) {
+      snprintf(err, err_len, "%s: TLS handshake timed out", host_port);
+      return -1;
+    }
+  }
+  char alpn[16];
+  if (kt_io_alpn(io, alpn, sizeof alpn) && strcmp(alpn, "h2") != 0) {
+    snprintf(err, err_len, "%s: the server chose ALPN %s, not h2", host_port, alpn);
+    return -1;
+  }
+  return 0;
+}
+
+int kt_grpc_open_tls(kt_grpc_client **out, const char *host_port, struct kt_tls_ctx *tls,
+                     int max_outstanding, int timeout_ms, char *err, size_t err_len) {
   *out = NULL;
   char host[128];
   const char *colon = strrchr(host_port, ':');
@@ -267,11 +306,26 @@ int kt_grpc_open(kt_grpc_client **out, const char *host_port, int max_outstandin
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  struct kt_io io;
+  kt_io_init_plain(&io, fd);
+  if (tls) {
+    struct kt_err e = {0};
+    if (kt_io_init_tls(&io, fd, tls, host, &e)) {
+      snprintf(err, err_len, "%s: TLS: %s", host_port, e.msg);
+      close(fd);
+      return -1;
+    }
+    if (handshake(&io, host_port, timeout_ms, err, err_len)) {
+      kt_io_close(&io);
+      return -1;
+    }
+  }
 
   kt_grpc_client *c = calloc(1, sizeof *c);
   if (!c || max_outstanding < 1)
     goto oom;
   c->fd = fd;
+  c->io = io;
   snprintf(c->authority, sizeof c->authority, "%s", host_port);
   c->n_slots = max_outstanding;
   c->slots = calloc((size_t)max_outstanding, sizeof *c->slots);
@@ -305,7 +359,7 @@ oom:
     free(c->slots);
     free(c);
   }
-  close(fd);
+  kt_io_close(&io);
   return -1;
 }
 
@@ -333,7 +387,7 @@ void kt_grpc_close(kt_grpc_client *c) {
   }
   free(c->slots);
   free(c->out);
-  close(c->fd);
+  kt_io_close(&c->io);
   free(c);
 }
 
@@ -381,7 +435,7 @@ static int start(kt_grpc_client *c, const char *path, const uint8_t *msg, size_t
 #define NV(n, v)                                                                                   \
   {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_COPY_NAME}
   nghttp2_nv hdrs[] = {NV(":method", "POST"),
-                       NV(":scheme", "http"),
+                       NV(":scheme", kt_io_is_tls(&c->io) ? "https" : "http"),
                        NV(":path", path),
                        NV(":authority", c->authority),
                        NV("content-type", "application/grpc"),
@@ -464,16 +518,14 @@ int kt_grpc_fd(const kt_grpc_client *c) { return c->dead ? -1 : c->fd; }
 short kt_grpc_events(const kt_grpc_client *c) {
   if (c->dead)
     return 0;
-  short ev = POLLIN;
-  if (c->out_off < c->out_len || nghttp2_session_want_write(c->s))
-    ev |= POLLOUT;
-  return ev;
+  int ev = kt_io_events(&c->io, true, c->out_off < c->out_len || nghttp2_session_want_write(c->s));
+  return (short)((ev & KT_IO_READ ? POLLIN : 0) | (ev & KT_IO_WRITE ? POLLOUT : 0));
 }
 
 int kt_grpc_timeout_ms(const kt_grpc_client *c) {
   if (c->dead)
     return -1;
-  if (nghttp2_session_want_write(c->s))
+  if (nghttp2_session_want_write(c->s) || kt_io_pending(&c->io))
     return 0;
   if (!c->next_deadline_ms || !c->pending)
     return -1;
@@ -520,9 +572,12 @@ static int flush(kt_grpc_client *c) {
       if (!c->out_len)
         return 0;
     }
-    ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+    struct kt_err e = {0};
+    ssize_t w = kt_io_write(&c->io, c->out + c->out_off, c->out_len - c->out_off, &e);
+    if (w == KT_IO_AGAIN)
+      return 0;
     if (w < 0)
-      return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+      return -1;
     c->out_off += (size_t)w;
   }
 }
@@ -531,16 +586,18 @@ int kt_grpc_process(kt_grpc_client *c) {
   if (c->dead)
     return KT_GRPC_UNAVAILABLE;
   uint8_t buf[65536];
-  for (int round = 0; round < 16; round++) {
-    ssize_t n = read(c->fd, buf, sizeof buf);
+  bool tls = kt_io_is_tls(&c->io);
+  for (int round = 0; round < (tls ? 64 : 16); round++) {
+    struct kt_err e = {0};
+    ssize_t n = kt_io_read(&c->io, buf, sizeof buf, &e);
     if (n == 0) {
       conn_lost(c, "connection closed by server");
       return KT_GRPC_UNAVAILABLE;
     }
+    if (n == KT_IO_AGAIN)
+      break;
     if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-        break;
-      conn_lost(c, strerror(errno));
+      conn_lost(c, e.msg);
       return KT_GRPC_UNAVAILABLE;
     }
     ssize_t r = nghttp2_session_mem_recv(c->s, buf, (size_t)n);
@@ -548,8 +605,8 @@ int kt_grpc_process(kt_grpc_client *c) {
       conn_lost(c, nghttp2_strerror((int)r));
       return KT_GRPC_UNAVAILABLE;
     }
-    if ((size_t)n < sizeof buf)
-      break;
+    if (tls ? !kt_io_pending(&c->io) : (size_t)n < sizeof buf)
+      break; /* drained (TLS: one record per read; what it read ahead is pending) */
   }
   expire(c);
   if (flush(c)) {

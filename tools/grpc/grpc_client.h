@@ -1,5 +1,6 @@
 /* tools/grpc/grpc_client.h — a small gRPC client codec: unary and streaming
- * calls over one HTTP/2 connection (h2c, prior knowledge), many concurrent streams, driven by
+ * calls over one HTTP/2 connection (h2c with prior knowledge, or TLS with
+ * ALPN h2 through net/tls.h), many concurrent streams, driven by
  * the caller's poll loop. Shared by ketch-bench's etcd target and (for the
  * framing) the gRPC bridge.
  *
@@ -73,6 +74,12 @@ typedef void (*kt_grpc_cb)(void *arg, int status, const char *message, const uin
  * calls in flight. Returns 0 and *out, or -1 with err filled. */
 int kt_grpc_open(kt_grpc_client **out, const char *host_port, int max_outstanding, int timeout_ms,
                  char *err, size_t err_len);
+/* The same over TLS with a client context of net/tls.h (ALPN h2 offered; a
+ * server that picks another protocol is refused); the handshake completes
+ * here (blocking, within timeout_ms). tls NULL: kt_grpc_open. */
+struct kt_tls_ctx;
+int kt_grpc_open_tls(kt_grpc_client **out, const char *host_port, struct kt_tls_ctx *tls,
+                     int max_outstanding, int timeout_ms, char *err, size_t err_len);
 
 /* Fails every pending call with CANCELLED (callbacks run here), closes the
  * socket, frees everything. NULL is fine. Not from inside a callback. */

@@ -126,6 +126,40 @@ void ctl_print_lease_keepalive(const ketch_result *res);
  * ("progress notify: REV" first); canceled (the header and nothing else). */
 void ctl_print_watch(const ketch_result *res);
 
+/* ---- auth.c: user, role, auth (print.c prints) ---- */
+struct ctl_auth_out {
+  const ketch_result *res; /* type: the KETCH_OP_* that ran */
+  const char *name;        /* the user, or the role for role commands */
+  const char *role;        /* user grant-role / revoke-role */
+  const char *key;         /* role revoke-permission: the key as given */
+  const char *end;         /* and the range end sent (end_len bytes) */
+  size_t end_len;
+};
+void ctl_print_auth(const struct ctl_auth_out *o);
+void ctl_run_auth_enable(int argc, char **argv);
+void ctl_run_auth_disable(int argc, char **argv);
+void ctl_run_auth_status(int argc, char **argv);
+void ctl_run_user_add(int argc, char **argv);
+void ctl_run_user_delete(int argc, char **argv);
+void ctl_run_user_get(int argc, char **argv);
+void ctl_run_user_list(int argc, char **argv);
+void ctl_run_user_passwd(int argc, char **argv);
+void ctl_run_user_grant_role(int argc, char **argv);
+void ctl_run_user_revoke_role(int argc, char **argv);
+void ctl_run_role_add(int argc, char **argv);
+void ctl_run_role_delete(int argc, char **argv);
+void ctl_run_role_get(int argc, char **argv);
+void ctl_run_role_list(int argc, char **argv);
+void ctl_run_role_grant_permission(int argc, char **argv);
+void ctl_run_role_revoke_permission(int argc, char **argv);
+/* user add / passwd flags, role permission flags (main.c's tables) */
+extern bool ctl_user_interactive, ctl_user_no_password, ctl_user_detail;
+extern const char *ctl_user_new_password;
+extern bool ctl_perm_prefix, ctl_perm_from_key;
+/* A password as etcdctl's speakeasy reads it: prompt on stdout, echo off on
+ * a terminal, one line from stdin, a newline after. NULL on EOF/error. */
+char *ctl_ask_password(const char *prompt);
+
 /* Go's %q of a byte string (strconv.Quote) written to f. */
 void ctl_goquote(FILE *f, const char *s, size_t n);
 /* Go's time.Duration.String() of ns nanoseconds into buf (>= 32 bytes). */

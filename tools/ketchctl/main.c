@@ -91,8 +91,27 @@ const char *ctl_errtext(int err, const char *msg) {
   static char buf[512];
   const char *text = msg && *msg ? msg : ketch_strerror(err);
   switch (err) {
-  case KETCH_ETIMEOUT:
   case KETCH_EUNAVAILABLE:
+    /* Why no endpoint could be reached when TLS is the reason (another CA,
+     * an expired certificate, plaintext against TLS...), in the shape of
+     * etcdctl's clientv3 warning line, once; other reasons keep etcdctl's
+     * exact output. */
+    if (msg && strstr(msg, "TLS")) {
+      static bool said;
+      if (!said) {
+        said = true;
+        fputs("{\"level\":\"warn\",\"msg\":\"no endpoint available\",\"error\":\"", stderr);
+        for (const char *p = msg; *p; p++) {
+          if (*p == '"' || *p == '\\')
+            fputc('\\', stderr);
+          if ((unsigned char)*p >= 0x20)
+            fputc(*p, stderr);
+        }
+        fputs("\"}\n", stderr);
+      }
+    }
+    return "context deadline exceeded";
+  case KETCH_ETIMEOUT:
   case KETCH_ECLOSED:
   case KETCH_ECANCELED:
     return "context deadline exceeded"; /* what etcdctl's gRPC deadline says */
@@ -116,6 +135,10 @@ const char *ctl_errtext(int err, const char *msg) {
     break;
   case KETCH_ENOTFOUND:
     text = "key not found"; /* etcd's ErrKeyNotFound (put --ignore-value/--ignore-lease) */
+    break;
+  case KETCH_EPERMDENIED:
+    if (!strncmp(text, "auth: ", 6))
+      return text; /* etcd's maintenance calls: the auth store's own error */
     break;
   }
   snprintf(buf, sizeof buf, "etcdserver: %s", text);
@@ -225,14 +248,37 @@ static bool help_flag;
 static const char *g_endpoints = "127.0.0.1:2479", *g_write_out = "simple";
 static int64_t g_dial_ns, g_command_ns;
 static bool g_hex;
+static const char *g_user, *g_password;
+/* TLS, etcdctl's flags: endpoints written https:// use TLS, http:// never;
+ * endpoints without a scheme do when a file is given or
+ * --insecure-transport=false. */
+static const char *g_cacert = "", *g_cert = "", *g_key = "";
+static bool g_insecure_skip_verify, g_insecure_transport = true;
 
 static struct flag global_flags[] = {
     {"command-timeout", 0, FT_DUR, "5s",
      "timeout for short running command (excluding dial timeout)", &g_command_ns, false},
+    {"cacert", 0, FT_STR, "",
+     "verify certificates of TLS-enabled secure servers using this CA bundle", &g_cacert, false},
+    {"cert", 0, FT_STR, "", "identify secure client using this TLS certificate file", &g_cert,
+     false},
     {"dial-timeout", 0, FT_DUR, "2s", "dial timeout for client connections", &g_dial_ns, false},
     {"endpoints", 0, FT_LIST, "127.0.0.1:2479", "ketch endpoints (host:port, comma separated)",
      &g_endpoints, false},
     {"hex", 0, FT_BOOL, "false", "print byte strings as hex encoded strings", &g_hex, false},
+    {"password", 0, FT_STR, "",
+     "password for authentication (if this option is used, --user option shouldn't include "
+     "password)",
+     &g_password, false},
+    {"user", 0, FT_STR, "",
+     "username[:password] for authentication (prompt if password is not supplied)", &g_user, false},
+    {"insecure-skip-tls-verify", 0, FT_BOOL, "false",
+     "skip server certificate verification (CAUTION: this option should be enabled only for "
+     "testing purposes)",
+     &g_insecure_skip_verify, false},
+    {"insecure-transport", 0, FT_BOOL, "true", "disable transport security for client connections",
+     &g_insecure_transport, false},
+    {"key", 0, FT_STR, "", "identify secure client using this TLS key file", &g_key, false},
     {"write-out", 'w', FT_STR, "simple", "set the output format (fields, json, simple, table)",
      &g_write_out, false},
     {0},
@@ -253,6 +299,44 @@ static struct flag lock_flags[] = {
     {"ttl", 0, FT_INT, "10", "timeout for session", &ctl_lock_ttl_s, false}, {0}};
 static struct flag elect_flags[] = {
     {"listen", 'l', FT_BOOL, "false", "observation mode", &ctl_elect_listen, false}, {0}};
+
+/* user, role (auth.c) */
+static struct flag user_add_flags[] = {
+    {"interactive", 0, FT_BOOL, "true", "Read password from stdin instead of interactive terminal",
+     &ctl_user_interactive, false},
+    {"new-user-password", 0, FT_STR, "", "Supply password from the command line flag",
+     &ctl_user_new_password, false},
+    {"no-password", 0, FT_BOOL, "false", "Create a user without password (CN based auth only)",
+     &ctl_user_no_password, false},
+    {0},
+};
+static struct flag user_passwd_flags[] = {
+    {"interactive", 0, FT_BOOL, "true",
+     "If true, read password from stdin instead of interactive terminal", &ctl_user_interactive,
+     false},
+    {0},
+};
+static struct flag user_get_flags[] = {
+    {"detail", 0, FT_BOOL, "false", "Show permissions of roles granted to the user",
+     &ctl_user_detail, false},
+    {0},
+};
+static struct flag role_grant_flags[] = {
+    {"from-key", 0, FT_BOOL, "false",
+     "grant a permission of keys that are greater than or equal to the given key using byte "
+     "compare",
+     &ctl_perm_from_key, false},
+    {"prefix", 0, FT_BOOL, "false", "grant a prefix permission", &ctl_perm_prefix, false},
+    {0},
+};
+static struct flag role_revoke_flags[] = {
+    {"from-key", 0, FT_BOOL, "false",
+     "revoke a permission of keys that are greater than or equal to the given key using byte "
+     "compare",
+     &ctl_perm_from_key, false},
+    {"prefix", 0, FT_BOOL, "false", "revoke a prefix permission", &ctl_perm_prefix, false},
+    {0},
+};
 
 static struct flag help_flags[] = {{"help", 'h', FT_BOOL, "false", NULL, &help_flag, false}, {0}};
 
@@ -567,6 +651,10 @@ static const char put_long[] =
 static const struct cmd commands[] = {
     {"alarm disarm", "alarm disarm", "Disarms all alarms", NULL, NULL, ctl_run_alarm_disarm},
     {"alarm list", "alarm list", "Lists all alarms", NULL, NULL, ctl_run_alarm_list},
+    {"auth disable", "auth disable", "Disables authentication", NULL, NULL, ctl_run_auth_disable},
+    {"auth enable", "auth enable", "Enables authentication", NULL, NULL, ctl_run_auth_enable},
+    {"auth status", "auth status", "Returns authentication status", NULL, NULL,
+     ctl_run_auth_status},
     {"compaction", "compaction [options] <revision>", "Compacts the event history in ketch", NULL,
      compaction_flags, run_compaction},
     {"defrag", "defrag", "Defragments the storage of the ketch members with given endpoints",
@@ -617,6 +705,16 @@ static const struct cmd commands[] = {
      member_update_flags, run_member_update},
     {"move-leader", "move-leader <transferee-member-id>",
      "Transfers leadership to another ketch cluster member.", NULL, NULL, run_move_leader},
+    {"role add", "role add <role name>", "Adds a new role", NULL, NULL, ctl_run_role_add},
+    {"role delete", "role delete <role name>", "Deletes a role", NULL, NULL, ctl_run_role_delete},
+    {"role get", "role get <role name>", "Gets detailed information of a role", NULL, NULL,
+     ctl_run_role_get},
+    {"role grant-permission",
+     "role grant-permission [options] <role name> <permission type> <key> [endkey]",
+     "Grants a key to a role", NULL, role_grant_flags, ctl_run_role_grant_permission},
+    {"role list", "role list", "Lists all roles", NULL, NULL, ctl_run_role_list},
+    {"role revoke-permission", "role revoke-permission <role name> <key> [endkey]",
+     "Revokes a key from a role", NULL, role_revoke_flags, ctl_run_role_revoke_permission},
     {"snapshot save", "snapshot save <filename>",
      "Stores a ketch node backend snapshot to a given file",
      "The file is a ketch snapshot (snap/FORMAT.md): `ketchutl snapshot restore <filename> "
@@ -626,6 +724,18 @@ static const struct cmd commands[] = {
      "Puts the given key into the store", put_long, put_flags, run_put},
     {"txn", "txn [options]", "Txn processes all the requests in one transaction", NULL, txn_flags,
      run_txn},
+    {"user add", "user add <user name or user:password> [options]", "Adds a new user", NULL,
+     user_add_flags, ctl_run_user_add},
+    {"user delete", "user delete <user name>", "Deletes a user", NULL, NULL, ctl_run_user_delete},
+    {"user get", "user get <user name> [options]", "Gets detailed information of a user", NULL,
+     user_get_flags, ctl_run_user_get},
+    {"user grant-role", "user grant-role <user name> <role name>", "Grants a role to a user", NULL,
+     NULL, ctl_run_user_grant_role},
+    {"user list", "user list", "Lists all users", NULL, NULL, ctl_run_user_list},
+    {"user passwd", "user passwd <user name> [options]", "Changes password of user", NULL,
+     user_passwd_flags, ctl_run_user_passwd},
+    {"user revoke-role", "user revoke-role <user name> <role name>", "Revokes a role from a user",
+     NULL, NULL, ctl_run_user_revoke_role},
     {"version", "version", "Prints the version of ketchctl", NULL, NULL, run_version},
     {"watch", "watch [options] [key or prefix] [range_end] [--] [exec-command arg1 arg2 ...]",
      "Watches events stream on keys or prefixes", NULL, watch_flags, run_watch},
@@ -689,9 +799,9 @@ static void usage(const struct cmd *c) {
     printf("NAME:\n\tketchctl - A simple command line client for ketch.\n\n"
            "USAGE:\n\tketchctl [flags]\n\nVERSION:\n\t%s\n\nAPI VERSION:\n\t%s\n\n\nCOMMANDS:\n",
            ketch_version(), API_VERSION);
-    const char *cells[32], *texts[32];
+    const char *cells[64], *texts[64];
     int n = 0;
-    for (const struct cmd *k = commands; k->name; k++, n++)
+    for (const struct cmd *k = commands; k->name && n < 64; k++, n++)
       cells[n] = k->name, texts[n] = k->short_help;
     tab_block("\t", cells, texts, n);
     struct flag *sets[] = {global_flags, help_flags, NULL};
@@ -741,10 +851,10 @@ static void usage_group(const char *group, const char *what, struct flag *extra)
   printf("NAME:\n\t%s - %s\n\n"
          "USAGE:\n\tketchctl %s <subcommand> [flags]\n\nAPI VERSION:\n\t%s\n\n\nCOMMANDS:\n",
          group, what, group, API_VERSION);
-  const char *cells[8], *texts[8];
+  const char *cells[16], *texts[16];
   int n = 0;
   size_t gl = strlen(group);
-  for (const struct cmd *k = commands; k->name && n < 8; k++)
+  for (const struct cmd *k = commands; k->name && n < 16; k++)
     if (!strncmp(k->name, group, gl) && k->name[gl] == ' ') {
       int at = n++; /* cobra lists subcommands sorted by name */
       for (; at > 0 && strcmp(cells[at - 1], k->name + gl + 1) > 0; at--) {
@@ -769,7 +879,8 @@ static void usage_group(const char *group, const char *what, struct flag *extra)
 
 static bool is_group(const char *w) {
   return !strcmp(w, "endpoint") || !strcmp(w, "member") || !strcmp(w, "lease") ||
-         !strcmp(w, "alarm") || !strcmp(w, "snapshot");
+         !strcmp(w, "alarm") || !strcmp(w, "snapshot") || !strcmp(w, "auth") ||
+         !strcmp(w, "user") || !strcmp(w, "role");
 }
 
 /* group: "endpoint", "member", "lease" or NULL */
@@ -784,6 +895,12 @@ static void show_usage(const struct cmd *cmd, const char *group) {
     usage_group("alarm", "Alarm related commands", NULL);
   else if (group && !strcmp(group, "snapshot"))
     usage_group("snapshot", "Manages ketch node snapshots", NULL);
+  else if (group && !strcmp(group, "auth"))
+    usage_group("auth", "Enable or disable authentication", NULL);
+  else if (group && !strcmp(group, "user"))
+    usage_group("user", "User related commands", NULL);
+  else if (group && !strcmp(group, "role"))
+    usage_group("role", "Role related commands", NULL);
   else if (group)
     usage_group("member", "Membership related commands", NULL);
   else
@@ -838,6 +955,46 @@ static void init_display(void) {
   ctl_die(CTL_EXIT_BAD_FEATURE, "unsupported output format");
 }
 
+static void auth_cfg_read(const char **user, const char **password);
+/* etcdctl's authCfgFromCmd: --user name[:password], --password, or a
+ * prompt. NULL user: none. */
+static void auth_cfg(const char **user, const char **password) {
+  static bool done;
+  static const char *u_done, *p_done;
+  if (done) {
+    *user = u_done;
+    *password = p_done;
+    return;
+  }
+  done = true;
+  auth_cfg_read(user, password);
+  u_done = *user;
+  p_done = *password;
+}
+
+static void auth_cfg_read(const char **user, const char **password) {
+  *user = *password = NULL;
+  if (!g_user || !*g_user)
+    return;
+  if (g_password && *g_password) {
+    *user = g_user;
+    *password = g_password;
+    return;
+  }
+  char *u = ctl_alloc(strlen(g_user) + 1);
+  strcpy(u, g_user);
+  char *colon = strchr(u, ':');
+  *user = u;
+  if (colon) {
+    *colon = 0;
+    *password = colon + 1;
+  } else {
+    *password = ctl_ask_password("Password: ");
+    if (!*password)
+      ctl_die(CTL_EXIT_ERROR, "failed during password entry");
+  }
+}
+
 /* A client on `endpoints`, or NULL with the reason in msg. */
 static ketch_client *open_endpoints(const char *endpoints, char *msg, size_t msgcap) {
   ketch_options o;
@@ -847,6 +1004,12 @@ static ketch_client *open_endpoints(const char *endpoints, char *msg, size_t msg
   /* etcdctl dials lazily: an unreachable endpoint shows up as the request's
    * "context deadline exceeded" after --command-timeout. */
   o.nonblocking_open = true;
+  auth_cfg(&o.user, &o.password); /* every connection authenticates */
+  o.tls = !g_insecure_transport;
+  o.ca_file = *g_cacert ? g_cacert : NULL;
+  o.cert_file = *g_cert ? g_cert : NULL;
+  o.key_file = *g_key ? g_key : NULL;
+  o.insecure_skip_verify = g_insecure_skip_verify;
   ketch_client *c = NULL;
   msg[0] = 0;
   int err = ketch_open(&c, endpoints, &o, msg, msgcap);
@@ -855,12 +1018,25 @@ static ketch_client *open_endpoints(const char *endpoints, char *msg, size_t msg
   return err ? NULL : c;
 }
 
+/* As clientv3.New with credentials: authenticates before the first request
+ * (auth disabled on the cluster: carries on without). */
+static void authenticate(ketch_client *c) {
+  const char *user, *password;
+  auth_cfg(&user, &password);
+  if (!user)
+    return;
+  int err = ketch_authenticate(c, user, password);
+  if (err && err != KETCH_EAUTHNOTENABLED)
+    ctl_die(CTL_EXIT_BAD_CONNECTION, "%s", ctl_errtext(err, ketch_errmsg(c)));
+}
+
 static ketch_client *open_client(void) {
   char msg[512];
   init_display();
   the_client = open_endpoints(g_endpoints, msg, sizeof msg);
   if (!the_client)
     ctl_die(CTL_EXIT_BAD_CONNECTION, "%s", msg);
+  authenticate(the_client);
   return the_client;
 }
 

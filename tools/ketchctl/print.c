@@ -1075,3 +1075,176 @@ void ctl_print_watch(const ketch_result *res) {
   }
   fflush(stdout);
 }
+
+/* ---- user, role, auth (etcdctl's printer_simple / printer_fields / JSON of
+ * the pb responses; table refused; fields refused for user get / list) ---- */
+
+static void refuse(const char *format) {
+  ctl_die(CTL_EXIT_BAD_FEATURE, "%s not supported as output format", format);
+}
+
+static void jnames(const char *k, const char *const *v, size_t n) {
+  if (!n)
+    return; /* omitempty */
+  jopen(k, '[');
+  for (size_t i = 0; i < n; i++)
+    jstr(NULL, v[i], false);
+  jclose(']');
+}
+
+/* clientv3.GetPrefixRangeEnd(key) == end */
+static bool is_prefix_end(const char *key, size_t kn, const char *end, size_t en) {
+  size_t i = kn;
+  while (i > 0 && (unsigned char)key[i - 1] == 0xff)
+    i--;
+  if (i == 0) /* no prefix end: "\0" */
+    return en == 1 && end[0] == 0;
+  return en == i && !memcmp(key, end, i - 1) &&
+         (unsigned char)end[i - 1] == (unsigned char)key[i - 1] + 1;
+}
+
+static void perm_range(const ketch_auth_perm *p) {
+  if (!(p->range_end_len == 1 && p->range_end[0] == 0))
+    printf("\t[%.*s, %.*s)", (int)p->key_len, p->key, (int)p->range_end_len, p->range_end);
+  else
+    printf("\t[%.*s, <open ended>", (int)p->key_len, p->key);
+  if (is_prefix_end(p->key, p->key_len, p->range_end, p->range_end_len))
+    printf(" (prefix %.*s)", (int)p->key_len, p->key);
+  printf("\n");
+}
+
+static void role_get_simple(const char *role, const ketch_auth_result *a) {
+  printf("Role %s\nKV Read:\n", role);
+  for (int w = 0; w < 2; w++) {
+    if (w)
+      printf("KV Write:\n");
+    for (size_t i = 0; i < a->n_perms; i++) {
+      const ketch_auth_perm *p = &a->perms[i];
+      if (p->perm_type != (w ? KETCH_PERM_WRITE : KETCH_PERM_READ) &&
+          p->perm_type != KETCH_PERM_READWRITE)
+        continue;
+      if (!p->range_end_len)
+        printf("\t%.*s\n", (int)p->key_len, p->key);
+      else
+        perm_range(p);
+    }
+  }
+}
+
+void ctl_print_auth(const struct ctl_auth_out *o) {
+  static const char *const perm_names[] = {"READ", "WRITE", "READWRITE"};
+  const ketch_result *res = o->res;
+  const ketch_auth_result *a = &res->auth;
+  int op = res->type;
+  if (ctl_display.format == CTL_TABLE)
+    refuse("table");
+  if (ctl_display.format == CTL_FIELDS && (op == KETCH_OP_USER_GET || op == KETCH_OP_USER_LIST))
+    refuse("fields");
+  if (ctl_display.format == CTL_JSON) {
+    json_begin();
+    hdr(&res->header);
+    if (op == KETCH_OP_USER_GET || op == KETCH_OP_ROLE_LIST)
+      jnames("roles", a->roles, a->n_roles);
+    else if (op == KETCH_OP_USER_LIST)
+      jnames("users", a->users, a->n_users);
+    else if (op == KETCH_OP_AUTH_STATUS) {
+      jbool("enabled", a->enabled, true);
+      juint("authRevision", a->auth_revision);
+    } else if (op == KETCH_OP_ROLE_GET && a->n_perms) {
+      jopen("perm", '[');
+      for (size_t i = 0; i < a->n_perms; i++) {
+        jopen(NULL, '{');
+        jint("permType", a->perms[i].perm_type);
+        jbytes("key", a->perms[i].key, a->perms[i].key_len);
+        jbytes("range_end", a->perms[i].range_end, a->perms[i].range_end_len);
+        jclose('}');
+      }
+      jclose(']');
+    }
+    jclose('}');
+    putchar('\n');
+    return;
+  }
+  if (ctl_display.format == CTL_FIELDS) {
+    hdr(&res->header);
+    if (op == KETCH_OP_ROLE_GET) {
+      for (size_t i = 0; i < a->n_perms; i++) {
+        int t = a->perms[i].perm_type;
+        printf("\"PermType\" :  %s\n\"Key\" : ", t >= 0 && t <= 2 ? perm_names[t] : "READ");
+        ctl_goquote(stdout, a->perms[i].key, a->perms[i].key_len);
+        printf("\n\"RangeEnd\" : ");
+        ctl_goquote(stdout, a->perms[i].range_end, a->perms[i].range_end_len);
+        putchar('\n');
+      }
+    } else if (op == KETCH_OP_ROLE_LIST) {
+      printf("\"Roles\" :");
+      for (size_t i = 0; i < a->n_roles; i++) {
+        putchar(' ');
+        ctl_goquote(stdout, a->roles[i], strlen(a->roles[i]));
+      }
+      putchar('\n');
+    } else if (op == KETCH_OP_AUTH_STATUS) {
+      printf("\"Enabled\" : %s\n\"AuthRevision\" : %" PRIu64 "\n", a->enabled ? "true" : "false",
+             a->auth_revision);
+    }
+    return;
+  }
+  switch (op) {
+  case KETCH_OP_USER_ADD:
+    printf("User %s created\n", o->name);
+    break;
+  case KETCH_OP_USER_GET:
+    printf("User: %s\nRoles:", o->name);
+    for (size_t i = 0; i < a->n_roles; i++)
+      printf(" %s", a->roles[i]);
+    printf("\n");
+    break;
+  case KETCH_OP_USER_LIST:
+    for (size_t i = 0; i < a->n_users; i++)
+      printf("%s\n", a->users[i]);
+    break;
+  case KETCH_OP_USER_DELETE:
+    printf("User %s deleted\n", o->name);
+    break;
+  case KETCH_OP_USER_CHANGE_PASSWORD:
+    printf("Password updated\n");
+    break;
+  case KETCH_OP_USER_GRANT_ROLE:
+    printf("Role %s is granted to user %s\n", o->role, o->name);
+    break;
+  case KETCH_OP_USER_REVOKE_ROLE:
+    printf("Role %s is revoked from user %s\n", o->role, o->name);
+    break;
+  case KETCH_OP_ROLE_ADD:
+    printf("Role %s created\n", o->name);
+    break;
+  case KETCH_OP_ROLE_GET:
+    role_get_simple(o->name, a);
+    break;
+  case KETCH_OP_ROLE_LIST:
+    for (size_t i = 0; i < a->n_roles; i++)
+      printf("%s\n", a->roles[i]);
+    break;
+  case KETCH_OP_ROLE_DELETE:
+    printf("Role %s deleted\n", o->name);
+    break;
+  case KETCH_OP_ROLE_GRANT_PERMISSION:
+    printf("Role %s updated\n", o->name);
+    break;
+  case KETCH_OP_ROLE_REVOKE_PERMISSION:
+    if (!o->end_len)
+      printf("Permission of key %s is revoked from role %s\n", o->key, o->name);
+    else if (!(o->end_len == 1 && o->end[0] == 0))
+      printf("Permission of range [%s, %.*s) is revoked from role %s\n", o->key, (int)o->end_len,
+             o->end, o->name);
+    else
+      printf("Permission of range [%s, <open ended> is revoked from role %s\n", o->key, o->name);
+    break;
+  case KETCH_OP_AUTH_STATUS: /* etcdctl 3.5's (3.4 has no auth status) */
+    printf("Authentication Status: %s\nAuthRevision: %" PRIu64 "\n", a->enabled ? "true" : "false",
+           a->auth_revision);
+    break;
+  default:
+    break;
+  }
+}

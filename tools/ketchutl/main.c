@@ -1,4 +1,5 @@
-/* tools/ketchutl — the offline tool: WAL and snapshot inspection and repair.
+/* tools/ketchutl — the offline tool: WAL and snapshot inspection and repair,
+ * restore, and moving data from etcd and back (snapshot export, migrate).
  * Each command group lives in its own file; this only dispatches. */
 #include <stdio.h>
 #include <string.h>
@@ -8,7 +9,11 @@
 static int usage(void) {
   fprintf(stderr, "usage: ketchutl wal dump|verify|repair DIR\n"
                   "       ketchutl snapshot status FILE [-w simple|table|json]\n"
-                  "       ketchutl snapshot restore FILE --data-dir DIR\n"
+                  "       ketchutl snapshot restore FILE --data-dir DIR [--name NAME]\n"
+                  "         [--initial-cluster NAME=URL,...] [--initial-cluster-token TOKEN]\n"
+                  "         [--initial-advertise-peer-urls URL,...]\n"
+                  "       ketchutl snapshot export FILE --etcd OUT.db\n"
+                  "       ketchutl migrate from-etcd FILE --data-dir DIR [--name NAME ...]\n"
                   "       ketchutl version\n");
   return 2;
 }
@@ -24,5 +29,7 @@ int main(int argc, char **argv) {
     return ketchutl_wal(argc - 1, argv + 1);
   if (!strcmp(argv[1], "snapshot") && ketchutl_snapshot)
     return ketchutl_snapshot(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "migrate") && ketchutl_migrate)
+    return ketchutl_migrate(argc - 1, argv + 1);
   return usage();
 }

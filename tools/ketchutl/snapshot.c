@@ -1,4 +1,6 @@
-/* tools/ketchutl/snapshot.c — `ketchutl snapshot status FILE [-w simple|table|json]`.
+/* tools/ketchutl/snapshot.c — `ketchutl snapshot status FILE [-w simple|table|json]`,
+ * `snapshot restore FILE --data-dir DIR [member flags]`, `snapshot export FILE
+ * --etcd OUT.db`.
  *
  * Shaped like `etcdctl snapshot status` (3.4): the same columns (HASH,
  * REVISION, TOTAL KEYS, TOTAL SIZE), the same json field names (hash,
@@ -6,21 +8,38 @@
  * Differences: HASH is the first 4 bytes (big-endian) of the file's BLAKE2b
  * hash, and TOTAL KEYS counts live keys at the snapshot's revision (etcd
  * counts every revision row of its key bucket). The file is verified in
- * full first; a corrupt file prints "Error: <what>" and exits 1.
+ * full first; a corrupt file prints "Error: <what>" and exits 1. An etcd
+ * database (a bbolt file: `etcdctl snapshot save`'s, also through
+ * ketch-grpc, or a member/snap/db) gets etcd's own numbers, the ones
+ * `etcdctl snapshot status` prints (tools/etcddb/etcddb.h).
  *
  * `snapshot restore FILE --data-dir DIR` verifies FILE and lays out a new data
  * dir around it (member/snap/<term>-<index>.snap, an empty member/wal/): the
  * member started there recovers the snapshot and forms a new cluster from its
- * --initial-* flags, as `etcdutl snapshot restore` does. */
+ * --initial-* flags, as `etcdutl snapshot restore` does; with --name and
+ * --initial-cluster (etcdutl's flags) the member file is written now with
+ * those members instead (migrate.c). An etcd database is migrated
+ * (`migrate from-etcd`).
+ *
+ * `snapshot export FILE --etcd OUT.db` writes the ketch snapshot FILE as an
+ * etcd 3.4 database with etcd's SHA-256 trailer, as `etcdctl snapshot save`
+ * would have saved it: `etcdctl snapshot status|restore` take it. It is
+ * written to OUT.db.part, fsynced and renamed. */
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "../../snap/snap.h"
+#include "../etcddb/etcddb.h"
 #include "util.h"
 
 /* go-humanize's Bytes(): SI units, one decimal below 10. */
@@ -61,27 +80,66 @@ static void table_rule(const int width[4]) {
   putchar('\n');
 }
 
+/* Whether path starts like a bbolt file (an etcd database). */
+static bool is_bbolt(const char *path) {
+  uint8_t head[24];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  ssize_t n = read(fd, head, sizeof head);
+  close(fd);
+  return n == (ssize_t)sizeof head && kt_etcddb_is_bbolt(head, sizeof head);
+}
+
+/* etcd's numbers for an etcd database. */
+static int etcd_status(const char *path, struct kt_etcddb_status *st, struct kt_err *e) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) < 0) {
+    int rc = kt_err_set(e, KT_EIO, "%s: %s", path, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return rc;
+  }
+  void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED)
+    return kt_err_set(e, KT_EIO, "%s: mmap: %s", path, strerror(errno));
+  int rc = kt_etcddb_status(p, (size_t)sb.st_size, path, st, e);
+  munmap(p, (size_t)sb.st_size);
+  return rc;
+}
+
 static int status(const char *path, const char *format) {
-  struct kt_snap_meta m;
   struct kt_err err = {0};
-  int rc = kt_snap_verify(path, &m, &err);
-  kt_snap_meta_free(&m);
+  uint32_t hash;
+  int64_t revision;
+  uint64_t keys, size;
+  int rc;
+  if (is_bbolt(path)) {
+    struct kt_etcddb_status st;
+    rc = etcd_status(path, &st, &err);
+    hash = st.hash, revision = st.revision, keys = st.total_keys, size = st.total_size;
+  } else {
+    struct kt_snap_meta m;
+    rc = kt_snap_verify(path, &m, &err);
+    kt_snap_meta_free(&m);
+    hash = kt_snap_hash32(&m), revision = m.revision, keys = m.live_keys, size = m.file_bytes;
+  }
   if (rc) {
     fprintf(stderr, "Error: %s\n", err.msg);
     return 1;
   }
-  uint32_t hash = kt_snap_hash32(&m);
   if (!strcmp(format, "json")) {
     printf("{\"hash\":%u,\"revision\":%lld,\"totalKey\":%llu,\"totalSize\":%llu}\n", hash,
-           (long long)m.revision, (unsigned long long)m.live_keys,
-           (unsigned long long)m.file_bytes);
+           (long long)revision, (unsigned long long)keys, (unsigned long long)size);
     return 0;
   }
   char c0[16], c1[32], c2[32], c3[32];
   snprintf(c0, sizeof c0, "%x", hash);
-  snprintf(c1, sizeof c1, "%lld", (long long)m.revision);
-  snprintf(c2, sizeof c2, "%llu", (unsigned long long)m.live_keys);
-  human_bytes(m.file_bytes, c3, sizeof c3);
+  snprintf(c1, sizeof c1, "%lld", (long long)revision);
+  snprintf(c2, sizeof c2, "%llu", (unsigned long long)keys);
+  human_bytes(size, c3, sizeof c3);
   if (!strcmp(format, "simple")) {
     printf("%s, %s, %s, %s\n", c0, c1, c2, c3);
     return 0;
@@ -102,7 +160,11 @@ static int status(const char *path, const char *format) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: ketchutl snapshot status FILE [-w simple|table|json]\n");
+  fprintf(stderr, "usage: ketchutl snapshot status FILE [-w simple|table|json]\n"
+                  "       ketchutl snapshot restore FILE --data-dir DIR [--name NAME]\n"
+                  "         [--initial-cluster NAME=URL,...] [--initial-cluster-token TOKEN]\n"
+                  "         [--initial-advertise-peer-urls URL,...]\n"
+                  "       ketchutl snapshot export FILE --etcd OUT.db\n");
   return 2;
 }
 
@@ -139,41 +201,85 @@ static int copy_file(const char *from, const char *to, uint64_t len) {
 /* A new data dir that starts from a snapshot: <dir>/member/snap/<term>-<index>.snap
  * and an empty WAL. The member started on it takes its name, ids and peers
  * from its --initial-* flags (a new cluster, as `etcdutl snapshot restore`). */
-static int restore(const char *file, const char *dir) {
+static int restore(const char *file, const char *dir, struct ketchutl_members *mf) {
+  if (is_bbolt(file))
+    return ketchutl_from_etcd(file, dir, mf);
   struct kt_snap_meta meta = {0};
   struct kt_err e = {0};
-  if (kt_snap_verify(file, &meta, &e)) {
-    fprintf(stderr, "Error: %s\n", e.msg);
-    kt_snap_meta_free(&meta);
-    return 1;
-  }
+  struct kt_node_config *nc = NULL;
   struct stat st;
-  if (stat(dir, &st) == 0) {
-    fprintf(stderr, "Error: data-dir %s exists\n", dir);
-    kt_snap_meta_free(&meta);
-    return 1;
-  }
   char path[4096], name[64];
   const char *sub[] = {"", "/member", "/member/snap", "/member/wal"};
+  if (ketchutl_members_config(mf, dir, &nc, &e) || kt_snap_verify(file, &meta, &e))
+    goto fail;
+  if (stat(dir, &st) == 0) {
+    kt_err_set(&e, KT_EINVAL, "data-dir %s exists", dir);
+    goto fail;
+  }
   for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
     snprintf(path, sizeof path, "%s%s", dir, sub[i]);
     if (mkdir(path, 0700) < 0) {
-      fprintf(stderr, "Error: mkdir %s: %s\n", path, strerror(errno));
-      kt_snap_meta_free(&meta);
-      return 1;
+      kt_err_set(&e, KT_EIO, "mkdir %s: %s", path, strerror(errno));
+      goto fail;
     }
   }
   kt_snap_name(meta.term, meta.index, name, sizeof name);
   snprintf(path, sizeof path, "%s/member/snap/%s", dir, name);
   if (copy_file(file, path, meta.file_bytes) < 0) {
-    fprintf(stderr, "Error: copy to %s: %s\n", path, strerror(errno));
-    kt_snap_meta_free(&meta);
+    kt_err_set(&e, KT_EIO, "copy to %s: %s", path, strerror(errno));
+    goto fail;
+  }
+  snprintf(path, sizeof path, "%s/member", dir);
+  if (nc && kt_node_member_write_initial(nc, path, meta.index, &e))
+    goto fail;
+  printf("restored snapshot %s to %s (revision %lld, %llu keys); start a member with "
+         "--data-dir %s%s\n",
+         file, dir, (long long)meta.revision, (unsigned long long)meta.live_keys, dir,
+         nc ? "" : " and its --initial-cluster flags");
+  kt_snap_meta_free(&meta);
+  ketchutl_members_free(mf);
+  return 0;
+fail:
+  fprintf(stderr, "Error: %s\n", e.msg);
+  kt_snap_meta_free(&meta);
+  ketchutl_members_free(mf);
+  return 1;
+}
+
+/* OUT.part, fsynced, renamed to OUT, the directory fsynced. */
+static int export_etcd(const char *file, const char *out) {
+  char part[4200], dirbuf[4200];
+  snprintf(part, sizeof part, "%s.part", out);
+  snprintf(dirbuf, sizeof dirbuf, "%s", out);
+  const char *dir = dirname(dirbuf);
+  struct kt_err e = {0};
+  int fd = open(part, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    fprintf(stderr, "Error: %s: %s\n", part, strerror(errno));
     return 1;
   }
-  printf("restored snapshot %s to %s (revision %lld, %llu keys); start a member with "
-         "--data-dir %s and its --initial-cluster flags\n",
-         file, dir, (long long)meta.revision, (unsigned long long)meta.live_keys, dir);
-  kt_snap_meta_free(&meta);
+  struct kt_etcddb_stats st;
+  int rc = kt_etcddb_export(file, fd, part, dir, true, NULL, NULL, &st, &e);
+  if (!rc && fsync(fd) < 0)
+    rc = kt_err_set(&e, KT_EIO, "%s: fsync: %s", part, strerror(errno));
+  close(fd);
+  if (!rc && rename(part, out) < 0)
+    rc = kt_err_set(&e, KT_EIO, "rename %s: %s", part, strerror(errno));
+  if (rc) {
+    unlink(part);
+    fprintf(stderr, "Error: %s\n", e.msg);
+    return 1;
+  }
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  printf("exported snapshot %s to %s as an etcd 3.4 database: revision %lld, compacted at %lld, "
+         "%llu keys, %llu revisions, %llu leases, %llu bytes + SHA-256\n",
+         file, out, (long long)st.revision, (long long)st.compact_revision,
+         (unsigned long long)st.live_keys, (unsigned long long)st.revisions,
+         (unsigned long long)st.leases, (unsigned long long)st.bytes);
   return 0;
 }
 
@@ -204,7 +310,13 @@ int ketchutl_snapshot(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "restore")) {
     const char *file = NULL, *dir = NULL;
+    struct ketchutl_members mf = {0};
     for (int i = 2; i < argc; i++) {
+      int f = ketchutl_member_flag(argc, argv, &i, &mf);
+      if (f < 0)
+        return usage();
+      if (f)
+        continue;
       if (!strcmp(argv[i], "--data-dir") && i + 1 < argc)
         dir = argv[++i];
       else if (!strncmp(argv[i], "--data-dir=", 11))
@@ -218,7 +330,33 @@ int ketchutl_snapshot(int argc, char **argv) {
       fprintf(stderr, "Error: snapshot restore needs a snapshot file and --data-dir\n");
       return 1;
     }
-    return restore(file, dir);
+    if (sodium_init() < 0) {
+      fprintf(stderr, "Error: libsodium failed to initialise\n");
+      return 1;
+    }
+    return restore(file, dir, &mf);
+  }
+  if (!strcmp(argv[1], "export")) {
+    const char *file = NULL, *out = NULL;
+    for (int i = 2; i < argc; i++) {
+      if (!strcmp(argv[i], "--etcd") && i + 1 < argc)
+        out = argv[++i];
+      else if (!strncmp(argv[i], "--etcd=", 7))
+        out = argv[i] + 7;
+      else if (argv[i][0] == '-' || file)
+        return usage();
+      else
+        file = argv[i];
+    }
+    if (!file || !out) {
+      fprintf(stderr, "Error: snapshot export needs a snapshot file and --etcd OUT.db\n");
+      return 1;
+    }
+    if (sodium_init() < 0) {
+      fprintf(stderr, "Error: libsodium failed to initialise\n");
+      return 1;
+    }
+    return export_etcd(file, out);
   }
   return usage();
 }

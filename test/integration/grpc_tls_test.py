@@ -1,0 +1,295 @@
+"""ketch-grpc over TLS with real etcd clients and real certificates (openssl
+CLI, tlscerts.py): etcdctl 3.4 and python3-etcd3 with --cacert/--cert/--key
+through the bridge's TLS listener (client certificates required), the same
+commands against a real etcd 3.4 started with the same certificates, outputs
+compared (normalized as grpc_test.py does); the bridge reaches a ketch member
+over TLS with its own client certificate and passes each caller's verified
+Common Name on as the caller's identity (the member logs it); openssl
+s_client -alpn h2 shows TLS 1.3 and ALPN h2; clients refused on both sides
+(no certificate, an expired or revoked one, another CA, plaintext on the TLS
+listener), with the same etcdctl output as etcd gives and one line in the
+bridge's log; a plaintext bridge refuses a TLS client the same way."""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import tlscerts
+from grpc_test import ETCD, ETCDCTL, norm_text, wait_port
+from harness import BIN, free_port, run_tests
+
+TMP = tempfile.mkdtemp(prefix="ketch-grpc-tls-it-")
+C = tlscerts.make(TMP)
+
+
+class Env:
+    def __init__(self):
+        self.procs, self.logs = [], {}
+        self.member_port, peer = free_port(), free_port()
+        self.member = self.spawn("member", [
+            os.path.join(BIN, "ketch"), "--name", "m0", "--data-dir", os.path.join(TMP, "m0"),
+            "--listen-client-urls", "https://127.0.0.1:%d" % self.member_port,
+            "--listen-peer-urls", "http://127.0.0.1:%d" % peer,
+            "--cert-file", C["server"], "--key-file", C["server-key"],
+            "--trusted-ca-file", C["ca"], "--log-level", "debug"])
+        wait_port(self.member_port, self.member, "ketch")
+        self.grpc_port = free_port()
+        self.bridge = self.spawn("bridge", [
+            os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % self.grpc_port,
+            "--endpoints", "https://127.0.0.1:%d" % self.member_port,
+            "--cert-file", C["server"], "--key-file", C["server-key"],
+            "--trusted-ca-file", C["ca"], "--client-cert-auth",
+            "--cacert", C["ca"], "--cert", C["proxy"], "--key", C["proxy-key"],
+            "--log-level", "debug"])
+        wait_port(self.grpc_port, self.bridge, "ketch-grpc")
+        self.etcd_port, etcd_peer = free_port(), free_port()
+        peer_url = "http://127.0.0.1:%d" % etcd_peer
+        client_url = "https://127.0.0.1:%d" % self.etcd_port
+        self.etcd = self.spawn("etcd", [
+            ETCD, "--name", "e0", "--data-dir", os.path.join(TMP, "etcd"),
+            "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+            "--initial-cluster", "e0=" + peer_url, "--log-outputs", "stderr",
+            "--cert-file", C["server"], "--key-file", C["server-key"],
+            "--trusted-ca-file", C["ca"], "--client-cert-auth"])
+        wait_port(self.etcd_port, self.etcd, "etcd")
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            if self.ctl(self.etcd_port, ["endpoint", "health"])[0] == 0 and \
+                    self.ctl(self.grpc_port, ["endpoint", "health"])[0] == 0:
+                break
+            time.sleep(0.1)
+
+    def spawn(self, name, args):
+        path = os.path.join(TMP, name + ".log")
+        self.logs[name] = path
+        p = subprocess.Popen(args, stdout=open(path, "wb"), stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def log(self, name):
+        with open(self.logs[name], "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def ctl(self, port, args, tls=("ca", "client"), stdin=None, timeout=30):
+        flags = []
+        if tls:
+            ca, cert = tls
+            flags = ["--cacert", C[ca]] + (["--cert", C[cert], "--key", C[cert + "-key"]]
+                                           if cert else [])
+        env = dict(os.environ, ETCDCTL_API="3")
+        p = subprocess.run([ETCDCTL, "--endpoints", "127.0.0.1:%d" % port,
+                            "--dial-timeout", "2s", "--command-timeout", "3s"] + flags + args,
+                           input=stdin, capture_output=True, env=env, timeout=timeout)
+        return p.returncode, p.stdout, p.stderr
+
+    def close(self):
+        rc = None
+        if self.bridge.poll() is None:
+            self.bridge.terminate()
+            try:
+                rc = self.bridge.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        text = self.log("bridge")
+        if "Sanitizer" in text or "runtime error" in text or rc != 0:
+            raise AssertionError("ketch-grpc did not stop cleanly (%r): %s" % (rc, text[-3000:]))
+
+
+ENV = None
+
+
+def env():
+    global ENV
+    if ENV is None:
+        ENV = Env()
+    return ENV
+
+
+def compare(cmds, tls=("ca", "client")):
+    e = env()
+    diffs = []
+    for args in cmds:
+        want = e.ctl(e.etcd_port, args, tls)
+        assert b"USAGE:" not in want[2] + want[1], "etcdctl refused %r: fix the test" % args
+        got = e.ctl(e.grpc_port, args, tls)
+        w = (want[0], norm_text(want[1]), norm_text(want[2]))
+        g = (got[0], norm_text(got[1]), norm_text(got[2]))
+        if w != g:
+            diffs.append("etcdctl %s (tls %r):\n  etcd:  %r\n  ketch: %r" % (" ".join(args), tls,
+                                                                              w, g))
+    assert e.bridge.poll() is None, "ketch-grpc exited"
+    assert not diffs, "%d of %d differ:\n%s" % (len(diffs), len(cmds), "\n".join(diffs))
+
+
+TXN = 'value("t") = "1"\n\nput t 2\nget t\n\nput t 3\n\n'
+
+
+def test_etcdctl_over_tls_same_as_etcd():
+    compare([["put", "a", "1"], ["put", "ab", "2", "--prev-kv"], ["put", "t", "1"],
+             ["get", "a"], ["get", "a", "--prefix", "-w", "json"], ["get", "nope"]])
+    e = env()
+    outs = []
+    for port in (e.etcd_port, e.grpc_port):  # txn reads stdin
+        rc, out, err = e.ctl(port, ["txn", "-i"], stdin=TXN.encode())
+        outs.append((rc, out, norm_text(err)))
+    assert outs[0] == outs[1] and b"\nSUCCESS\n" in outs[0][1], outs
+    compare([["get", "t"], ["del", "ab", "--prev-kv"], ["get", "", "--prefix", "-w", "json"],
+             ["compaction", "2"], ["get", "a", "--rev", "1"], ["endpoint", "status", "-w", "json"],
+             ["alarm", "list"]])
+
+
+def test_watch_over_tls():
+    e = env()
+    outs = []
+    for port in (e.etcd_port, e.grpc_port):
+        w = subprocess.Popen([ETCDCTL, "--endpoints", "127.0.0.1:%d" % port, "--cacert", C["ca"],
+                              "--cert", C["client"], "--key", C["client-key"], "watch", "w/",
+                              "--prefix"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=dict(os.environ, ETCDCTL_API="3"))
+        time.sleep(0.5)
+        for k, v in (("w/1", "a"), ("w/2", "b")):
+            assert e.ctl(port, ["put", k, v])[0] == 0
+        time.sleep(0.5)
+        w.terminate()
+        out, _ = w.communicate(timeout=10)
+        outs.append(out)
+    assert outs[0] == outs[1] and outs[0].count(b"PUT") == 2, outs
+
+
+def test_python_etcd3_over_tls():
+    script = """
+import sys, etcd3
+ca, cert, key = sys.argv[2:5]
+c = etcd3.client(host="127.0.0.1", port=int(sys.argv[1]), ca_cert=ca, cert_cert=cert,
+                 cert_key=key, timeout=10)
+c.put("py/k", "v1")
+v, meta = c.get("py/k")
+ok, _ = c.transaction(compare=[c.transactions.value("py/k") == "v1"],
+                      success=[c.transactions.put("py/k", "v2")], failure=[])
+l = c.lease(30)
+c.put("py/l", "x", lease=l)
+print(v.decode(), meta.version, ok, c.get("py/k")[0].decode(), c.get("py/l")[0].decode(),
+      l.remaining_ttl > 0)
+"""
+    e = env()
+    outs = []
+    for port in (e.etcd_port, e.grpc_port):
+        p = subprocess.run(["/usr/bin/python3", "-c", script, str(port), C["ca"], C["client"],
+                            C["client-key"]], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr[-2000:]
+        outs.append(p.stdout)
+    assert outs[0] == outs[1] == "v1 1 True v2 x True\n", outs
+
+
+def s_client(port, *args):
+    p = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % port, "-CAfile",
+                        C["ca"], "-cert", C["client"], "-key", C["client-key"]] + list(args),
+                       input=b"", capture_output=True, timeout=10)
+    return (p.stdout + p.stderr).decode("utf-8", "replace")  # the server's SETTINGS are binary
+
+
+def test_s_client_sees_tls13_and_alpn_h2():
+    e = env()
+    out = s_client(e.grpc_port, "-alpn", "h2")
+    assert "ALPN protocol: h2" in out, out[-2000:]
+    assert re.search(r"New, TLSv1\.3, Cipher is", out), out[-2000:]
+    assert "Verify return code: 0 (ok)" in out, out[-2000:]
+    # a client that offers only another protocol is refused (gRPC needs h2)
+    out = s_client(e.grpc_port, "-alpn", "http/1.1")
+    assert "no application protocol" in out, out[-1500:]
+
+
+def test_callers_common_name_reaches_the_member():
+    e = env()
+    assert e.ctl(e.grpc_port, ["put", "who", "alice"])[0] == 0
+    log = e.log("member")
+    assert re.search(r"client hello peer=127\.0\.0\.1:\d+ tls=TLSv1\.3 cert-cn=ketch-grpc "
+                     r"identity=alice", log), log[-3000:]
+    # a member believes an identity only from a connection with a verified certificate
+    blog = e.log("bridge")
+    assert "upstream for identity alice" in blog, blog[-2000:]
+
+
+def test_refused_clients_same_as_etcd_and_logged():
+    e = env()
+    cases = [
+        (("ca", None), r"TLS handshake failed: the client presented no certificate"),
+        (("ca", "expired"), r"TLS handshake failed: client certificate rejected: certificate "
+                            r"has expired"),
+        (("ca", "revoked"), None),  # no CRL given: etcd and ketch both accept it
+        (("other-ca", "client"), r"TLS handshake failed: the client refused the TLS handshake: "
+                                 r"\S+ alert (unknown ca|bad certificate)"),
+        (None, r"a plaintext \(h2c\) client on the TLS listener"),
+    ]
+    since = len(e.log("bridge"))
+    runs = [(tls, port) for tls, _ in cases for port in (e.etcd_port, e.grpc_port)]
+    with ThreadPoolExecutor(len(runs)) as ex:  # each waits for its command timeout
+        res = list(ex.map(lambda r: e.ctl(r[1], ["get", "a"], r[0]), runs))
+    diffs = []
+    for i, (tls, _) in enumerate(cases):
+        w, g = res[2 * i], res[2 * i + 1]
+        w = (w[0], norm_text(w[1]), norm_text(w[2]))
+        g = (g[0], norm_text(g[1]), norm_text(g[2]))
+        if w != g:
+            diffs.append("tls %r:\n  etcd:  %r\n  ketch: %r" % (tls, w, g))
+    assert not diffs, "\n".join(diffs)
+    text = e.log("bridge")[since:]
+    missing = [says for _, says in cases if says and not re.search(says, text)]
+    assert not missing, "the bridge did not log %r: %s" % (missing, text[-3000:])
+    assert e.ctl(e.grpc_port, ["get", "a"])[0] == 0  # and it still serves
+
+
+def test_plaintext_bridge_refuses_tls_clients():
+    port, member_port = free_port(), env().member_port
+    log = os.path.join(TMP, "plainbridge.log")
+    b = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
+                          "--endpoints", "https://127.0.0.1:%d" % member_port,
+                          "--cacert", C["ca"], "--cert", C["proxy"], "--key", C["proxy-key"]],
+                         stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    try:
+        wait_port(port, b, "ketch-grpc")
+        rc, out, err = env().ctl(port, ["get", "a"])
+        assert rc != 0 and b"context deadline exceeded" in err, (rc, out, err)
+        text = open(log).read()
+        assert "a TLS handshake on the plaintext (h2c) listener" in text, text[-2000:]
+        rc, out, err = env().ctl(port, ["get", "a"], tls=None)  # h2c works
+        assert rc == 0, err
+    finally:
+        b.terminate()
+        b.wait(10)
+
+
+def teardown():
+    global ENV
+    if ENV is not None:
+        e, ENV = ENV, None
+        e.close()
+
+
+def test_shutdown_clean():
+    teardown()
+
+
+def cleanup():
+    try:
+        teardown()
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    import atexit
+    atexit.register(cleanup)
+    run_tests([test_etcdctl_over_tls_same_as_etcd, test_watch_over_tls, test_python_etcd3_over_tls,
+               test_s_client_sees_tls13_and_alpn_h2, test_callers_common_name_reaches_the_member,
+               test_refused_clients_same_as_etcd_and_logged,
+               test_plaintext_bridge_refuses_tls_clients, test_shutdown_clean])

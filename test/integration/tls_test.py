@@ -1,0 +1,637 @@
+"""Transport security with real processes and real certificates (made here by
+the openssl CLI, test/integration/tlscerts.py): one 3-member cluster, shared by
+the tests, with TLS on the peer links (mutual authentication, a CRL, an allowed
+CN) and on the client links (client certificates required), plaintext and TLS
+client URLs side by side; ketchctl and libketch (tls_client.c) over TLS; every
+refusal of a client and of a member, with what each side says; a member that
+joins over TLS and catches up by a snapshot streamed over the secured peer
+link; certificate and CA rotation on SIGHUP and on a file change while an old
+connection keeps working; auto-tls on both links.
+
+Every assertion is on what a person would see: ketchctl's and libketch's
+output, the members' logs, openssl s_client's report."""
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import msgpack
+
+import tlscerts
+from harness import BIN, HELLO, PUT, RANGE, STATUS, Conn, ServerError, free_port, run_tests
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TLS_CLIENT = os.path.join(ROOT, os.environ.get("O", "build"), "test", "integration", "tls_client")
+TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]
+TMP = tempfile.mkdtemp(prefix="ketch-tls-it-")
+C = tlscerts.make(TMP)
+
+
+class TlsConn(Conn):
+    """harness.Conn over TLS (Python's ssl), with a client certificate."""
+
+    def __init__(self, port, host="127.0.0.1", ca=None, cert="client", timeout=10.0, hello=True):
+        ctx = ssl.create_default_context(cafile=C[ca or "ca"])
+        if cert:
+            ctx.load_cert_chain(C[cert], C[cert + "-key"])
+        raw = socket.create_connection((host, port), timeout=timeout)
+        self.sock = ctx.wrap_socket(raw, server_hostname=host)
+        self.next_id = 1
+        self.buf = b""
+        if hello:
+            r = self.call(HELLO, {"version": 1, "client": "tls_test.py"})
+            assert r["version"] == 1
+
+
+class Proc:
+    """A ketch member started with exactly `args` (beyond --name/--data-dir)."""
+
+    def __init__(self, name, args, data_dir=None, wait_port=None, env=None):
+        self.name = name
+        self.data_dir = data_dir or os.path.join(TMP, "data-" + name)
+        self.log_path = os.path.join(TMP, name + ".log")
+        self.args = [os.path.join(BIN, "ketch"), "--name", name, "--data-dir", self.data_dir] + args
+        self.env = env
+        self.proc = None
+        self.start()
+        if wait_port:
+            self.wait_ready(wait_port)
+
+    def start(self):
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=self.env)
+
+    def wait_ready(self, port, timeout=15):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("%s exited %s: %s" % (self.name, self.proc.returncode,
+                                                         self.logtext()[-2000:]))
+            try:
+                TlsConn(port, timeout=2).close()
+                return
+            except (OSError, ssl.SSLError, ConnectionError):
+                time.sleep(0.05)
+        raise RuntimeError("%s not ready: %s" % (self.name, self.logtext()[-2000:]))
+
+    def logtext(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def wait_log(self, pattern, since=0, timeout=10):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            m = re.search(pattern, self.logtext()[since:])
+            if m:
+                return m.group(0)
+            time.sleep(0.05)
+        raise AssertionError("%s: no log line matching %r; log tail:\n%s" %
+                             (self.name, pattern, self.logtext()[-3000:]))
+
+    def run_to_exit(self, timeout=10):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        text = self.logtext()
+        if "Sanitizer" in text or "runtime error" in text:
+            raise AssertionError("sanitizer report in %s's log:\n%s" % (self.name, text[-4000:]))
+
+
+def tls_flags(i):
+    return ["--cert-file", C["server"], "--key-file", C["server-key"],
+            "--trusted-ca-file", C["ca"], "--client-crl-file", C["crl"],
+            "--peer-cert-file", C["member%d" % (i + 1)],
+            "--peer-key-file", C["member%d-key" % (i + 1)],
+            "--peer-trusted-ca-file", C["ca"], "--peer-client-cert-auth",
+            "--peer-crl-file", C["crl"], "--peer-cert-allowed-cn", "member"]
+
+
+class Cluster:
+    """n0: https://127.0.0.1:C0 and https://127.0.0.2:C0 (a name its certificate
+    does not carry), plus plaintext http://127.0.0.1:P0 on another port;
+    n1: http:// and https:// on one port; n2: https:// only. Peers: https://
+    with mutual authentication."""
+
+    def __init__(self):
+        self.client = [free_port() for _ in range(3)]
+        self.peer = [free_port() for _ in range(3)]
+        self.plain0 = free_port()
+        ic = ",".join("n%d=https://127.0.0.1:%d" % (i, self.peer[i]) for i in range(3))
+        listen = [
+            "https://127.0.0.1:%d,https://127.0.0.2:%d,http://127.0.0.1:%d" % (
+                self.client[0], self.client[0], self.plain0),
+            "https://127.0.0.1:%d,http://127.0.0.1:%d" % (self.client[1], self.client[1]),
+            "https://127.0.0.1:%d" % self.client[2],
+        ]
+        self.members = []
+        for i in range(3):
+            args = ["--listen-client-urls", listen[i],
+                    "--advertise-client-urls", "https://127.0.0.1:%d" % self.client[i],
+                    "--listen-peer-urls", "https://127.0.0.1:%d" % self.peer[i],
+                    "--initial-advertise-peer-urls", "https://127.0.0.1:%d" % self.peer[i],
+                    "--initial-cluster", ic, "--initial-cluster-token", "tls-it",
+                    "--snapshot-count", "200", "--experimental-snapshot-catchup-entries", "20",
+                    ] + TIMING + tls_flags(i)
+            self.members.append(Proc("n%d" % i, args))
+        for i, m in enumerate(self.members):
+            m.wait_ready(self.client[i])
+        self.leader_id = self.wait_leader()
+
+    def eps(self, idx=(0, 1, 2)):
+        return ",".join("https://127.0.0.1:%d" % self.client[i] for i in idx)
+
+    def wait_leader(self, timeout=15):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            leaders = set()
+            for i in range(3):
+                try:
+                    c = TlsConn(self.client[i], timeout=2)
+                    leaders.add(c.call(STATUS, {}).get("leader", 0))
+                    c.close()
+                except (OSError, ServerError, ConnectionError, ssl.SSLError):
+                    leaders.add(0)
+            if len(leaders) == 1 and 0 not in leaders:
+                return leaders.pop()
+            time.sleep(0.05)
+        raise AssertionError("no leader over TLS: " + self.members[0].logtext()[-2000:])
+
+    def terms(self):
+        return [TlsConn(p, timeout=2).call(STATUS, {})["header"][3] for p in self.client]
+
+    def close(self):
+        for m in self.members:
+            m.stop()
+
+
+CL = None
+
+
+def cluster():
+    global CL
+    if CL is None:
+        CL = Cluster()
+    return CL
+
+
+def ctl(args, eps=None, tls=True, check=True, timeout=30):
+    flags = ["--cacert", C["ca"], "--cert", C["client"], "--key", C["client-key"]] if tls else []
+    p = subprocess.run([os.path.join(BIN, "ketchctl"), "--endpoints", eps or cluster().eps()]
+                       + flags + ["--command-timeout", "3s"] + args,
+                       capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError("ketchctl %s: exit %d: %s%s" % (args, p.returncode, p.stdout,
+                                                              p.stderr))
+    return p
+
+
+def tls_client(eps, *args, ca="ca", cert="client", name="-", timeout=20):
+    p = subprocess.run([TLS_CLIENT, eps, C[ca] if ca else "-", C[cert] if cert else "-",
+                        C[cert + "-key"] if cert else "-", name] + list(args),
+                       capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+# ---- the cluster ----
+
+def test_three_members_over_tls_on_both_links():
+    cl = cluster()
+    for m in cl.members:
+        log = m.logtext()
+        assert re.search(r"connected to peer \w+ \(127\.0\.0\.1:\d+\) channel=raft", log), log[-2000:]
+        assert "tls=yes" in log
+    assert ctl(["put", "greeting", "hello over TLS"]).stdout.strip() == "OK"
+    for i in range(3):
+        out = ctl(["get", "greeting", "--consistency=s"], eps=cl.eps([i])).stdout
+        assert out.splitlines() == ["greeting", "hello over TLS"], out
+    rows = ctl(["member", "list"]).stdout.splitlines()
+    assert len(rows) == 3 and all("https://127.0.0.1:" in r for r in rows), rows
+    assert all(r.count("https://") == 2 for r in rows), rows  # peer and client URLs
+    health = ctl(["endpoint", "health", "--cluster"]).stderr  # etcdctl writes it there
+    assert health.count("is healthy") == 3 and health.count("https://127.0.0.1:") == 3, health
+
+
+def test_libketch_over_tls():
+    cl = cluster()
+    rc, out = tls_client(cl.eps([2]), "put", "lib/k", "v1")
+    assert rc == 0 and out.startswith("put "), out
+    rc, out = tls_client(cl.eps([1]), "get", "lib/k")
+    assert rc == 0 and out.strip() == "value v1", out
+    # endpoints without a scheme, verified against a name the certificate carries
+    rc, out = tls_client("127.0.0.1:%d" % cl.client[0], "get", "lib/k", name="localhost")
+    assert rc == 0 and out.strip() == "value v1", out
+    # the asynchronous form (ketch_fd / ketch_events / ketch_process) with a watch
+    w = subprocess.Popen([TLS_CLIENT, cl.eps([0]), C["ca"], C["client"], C["client-key"], "-",
+                          "watch", "lib/w", "2"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert w.stdout.readline().strip() == "created"
+        for v in ("a", "b"):
+            assert tls_client(cl.eps([1]), "put", "lib/w", v)[0] == 0
+        assert w.stdout.readline().strip() == "event PUT lib/w a"
+        assert w.stdout.readline().strip() == "event PUT lib/w b"
+        assert w.wait(10) == 0
+    finally:
+        if w.poll() is None:
+            w.kill()
+
+
+def test_plaintext_and_tls_side_by_side():
+    cl = cluster()
+    c = Conn(cl.plain0)  # n0's plaintext URL, another port
+    c.put("side", "plain")
+    c.close()
+    c = Conn(cl.client[1])  # n1: http:// and https:// on one port
+    assert c.call(STATUS, {})["header"][0]
+    c.close()
+    t = TlsConn(cl.client[1])
+    assert t.call(RANGE, {"key": b"side", "serializable": False})["kvs"][0][1] == b"plain"
+    t.close()
+    out = ctl(["get", "side"], eps="http://127.0.0.1:%d" % cl.client[1], tls=False).stdout
+    assert out.splitlines() == ["side", "plain"], out
+
+
+def expect_client_error(args, eps, want, tls_flags=None):
+    flags = tls_flags if tls_flags is not None else [
+        "--cacert", C["ca"], "--cert", C["client"], "--key", C["client-key"]]
+    p = subprocess.run([os.path.join(BIN, "ketchctl"), "--endpoints", eps] + flags +
+                       ["--command-timeout", "2s"] + args, capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode != 0, p.stdout
+    assert want in p.stderr, "want %r in ketchctl's stderr: %s" % (want, p.stderr)
+    return p.stderr
+
+
+def test_client_refusals_say_why_on_both_sides():
+    cl = cluster()
+    n0, n2 = cl.members[0], cl.members[2]
+    keep = TlsConn(cl.client[0])  # a client that must not notice any of this
+    keep.put("keep", "1")
+    cases = [
+        # (what, endpoint, flags, client says, member, member says)
+        ("plaintext client on a TLS port", "127.0.0.1:%d" % cl.client[2], [],
+         "this client URL serves TLS only", n2, r"a plaintext client on a TLS-only port"),
+        ("TLS client on a plaintext port", "https://127.0.0.1:%d" % cl.plain0, None,
+         "the server closed the connection during the TLS handshake (is it a plaintext http:// "
+         "port?)", n0, r"a TLS handshake on a plaintext port"),
+        ("wrong CA", "https://127.0.0.1:%d" % cl.client[2],
+         ["--cacert", C["other-ca"], "--cert", C["client"], "--key", C["client-key"]],
+         "server certificate rejected: self-signed certificate in certificate chain: not signed "
+         "by a CA in --cacert", n2, r"the client refused the TLS handshake: \S+ alert unknown ca"),
+        ("expired client certificate", "https://127.0.0.1:%d" % cl.client[2],
+         ["--cacert", C["ca"], "--cert", C["expired"], "--key", C["expired-key"]],
+         "the server refused the TLS handshake: sslv3 alert certificate expired (our certificate "
+         "has expired)", n2, r"client certificate rejected: certificate has expired \(subject "
+         r"CN = member"),
+        ("revoked client certificate", "https://127.0.0.1:%d" % cl.client[2],
+         ["--cacert", C["ca"], "--cert", C["revoked"], "--key", C["revoked-key"]],
+         "sslv3 alert certificate revoked (our certificate is revoked)", n2,
+         r"client certificate rejected: certificate revoked"),
+        ("no client certificate", "https://127.0.0.1:%d" % cl.client[2], ["--cacert", C["ca"]],
+         "alert certificate required (it requires a client certificate)", n2,
+         r"the client presented no certificate"),
+        ("hostname mismatch", "https://127.0.0.2:%d" % cl.client[0], None,
+         "server certificate rejected: IP address mismatch: it is not valid for the address "
+         "dialled (subject CN = server", n0, r"the client refused the TLS handshake: \S+ alert "
+         r"bad certificate"),
+    ]
+    since = {m.name: len(m.logtext()) for m in cl.members}
+
+    def one(case):
+        what, ep, flags, client_says, member, member_says = case
+        try:
+            expect_client_error(["get", "keep"], ep, client_says, flags)
+            member.wait_log(member_says, since[member.name], timeout=5)
+        except AssertionError as e:
+            return "%s: %s" % (what, e)
+        return None
+
+    with ThreadPoolExecutor(len(cases)) as ex:  # each waits for its command timeout
+        fails = [f for f in ex.map(one, cases) if f]
+    assert not fails, "\n".join(fails)
+    # the raw plaintext client gets one native ERROR frame naming the problem
+    c = Conn(cl.client[2], hello=False)
+    c.send(HELLO, {"version": 1, "client": "plain"})
+    t, rid, p = c.recv()
+    assert t == 127 and rid == 0 and "serves TLS only" in p["message"], (t, rid, p)
+    assert c.recv() is None  # then closed
+    assert keep.get_value("keep") == b"1"  # undisturbed
+    keep.close()
+
+
+def test_member_refuses_to_start_naming_the_file():
+    port, peer = free_port(), free_port()
+    bad = os.path.join(TMP, "not-a-key.pem")
+    with open(bad, "w") as f:
+        f.write("-----BEGIN PRIVATE KEY-----\nnot base64 at all\n-----END PRIVATE KEY-----\n")
+    base = ["--listen-client-urls", "https://127.0.0.1:%d" % port,
+            "--listen-peer-urls", "http://127.0.0.1:%d" % peer]
+    cases = [
+        (["--cert-file", C["server"], "--key-file", os.path.join(TMP, "missing.pem")],
+         "cannot start: --key-file %s: cannot read: No such file or directory"
+         % os.path.join(TMP, "missing.pem")),
+        (["--cert-file", C["server"], "--key-file", bad],
+         "cannot start: --key-file %s: not a usable PEM private key" % bad),
+        (["--cert-file", C["server"], "--key-file", C["client-key"]],
+         "cannot start: --key-file %s does not match the certificate in --cert-file %s"
+         % (C["client-key"], C["server"])),
+        (["--cert-file", C["server"], "--key-file", C["server-key"], "--trusted-ca-file",
+          os.path.join(TMP, "no-ca.pem")],
+         "cannot start: --trusted-ca-file %s: cannot read" % os.path.join(TMP, "no-ca.pem")),
+        (["--cert-file", C["server"], "--key-file", C["server-key"], "--peer-cert-file",
+          C["member1"], "--peer-key-file", os.path.join(TMP, "gone.pem")],
+         "cannot start: --peer-key-file %s: cannot read" % os.path.join(TMP, "gone.pem")),
+        (["--cert-file", C["server"], "--key-file", C["server-key"],
+          "--cipher-suites", "TLS_NOT_A_SUITE"],
+         'cannot start: unexpected TLS cipher suite "TLS_NOT_A_SUITE"'),
+    ]
+    for i, (flags, want) in enumerate(cases):
+        p = Proc("badstart%d" % i, base + flags)
+        rc = p.run_to_exit(10)
+        log = p.logtext()
+        assert rc == 1 and want in log, (flags, rc, log[-1500:])
+        assert not os.path.exists(os.path.join(p.data_dir, "member")), "data dir touched"
+    # an https:// URL without a certificate: etcd's message, exit status 2 (a config error)
+    p = Proc("badstart-nocert", base)
+    assert p.run_to_exit(10) == 2
+    assert "TLS key/cert (--cert-file, --key-file) must be provided for client url https://" \
+        in p.logtext(), p.logtext()
+
+
+def intruder(cl, cert, name):
+    port, peer = free_port(), free_port()
+    ic = ",".join("n%d=https://127.0.0.1:%d" % (i, cl.peer[i]) for i in range(3))
+    ic += ",%s=https://127.0.0.1:%d" % (name, peer)
+    return Proc(name, ["--listen-client-urls", "http://127.0.0.1:%d" % port,
+                       "--listen-peer-urls", "https://127.0.0.1:%d" % peer,
+                       "--initial-cluster", ic, "--initial-cluster-token", "tls-it",
+                       "--peer-cert-file", C[cert], "--peer-key-file", C[cert + "-key"],
+                       "--peer-trusted-ca-file", C["ca"]] + TIMING)
+
+
+def test_peer_refusals_say_who_and_why():
+    cl = cluster()
+    terms = cl.terms()
+    cases = [
+        ("foreign", "the server refused the TLS handshake: tlsv1 alert unknown ca",
+         r"refused peer connection from 127\.0\.0\.1:\d+: TLS: client certificate rejected: "
+         r"unable to get local issuer certificate: not signed by a CA in --peer-trusted-ca-file "
+         r"\(subject CN = member, issuer CN = unrelated CA\)"),
+        ("expired", "sslv3 alert certificate expired (our certificate has expired)",
+         r"refused peer connection from 127\.0\.0\.1:\d+: TLS: client certificate rejected: "
+         r"certificate has expired \(subject CN = member"),
+        ("revoked", "sslv3 alert certificate revoked",
+         r"refused peer connection from 127\.0\.0\.1:\d+: TLS: client certificate rejected: "
+         r"certificate revoked"),
+        ("intruder-cn", "the server refused the TLS handshake: sslv3 alert handshake failure",
+         r'refused peer connection from 127\.0\.0\.1:\d+: TLS: client certificate rejected: its '
+         r'CN "intruder" is not the allowed CN "member"'),
+    ]
+    fails = []
+    for cert, intruder_says, member_says in cases:
+        since = [len(m.logtext()) for m in cl.members]
+        x = intruder(cl, cert, "x-" + cert)
+        try:
+            x.wait_log(r"warn peer \S+ peer \w+ \(https://127\.0\.0\.1:\d+\): (raft|snapshot) "
+                       r"connection: .*" + re.escape(intruder_says), timeout=8)
+            deadline = time.time() + 8
+            while not any(re.search(member_says, m.logtext()[s:])
+                          for m, s in zip(cl.members, since)):
+                assert time.time() < deadline, "no member logged %r" % member_says
+                time.sleep(0.1)
+        except AssertionError as e:
+            fails.append("%s: %s" % (cert, e))
+        finally:
+            x.kill()
+    # a member dialing http:// to a TLS peer port
+    since = len(cl.members[0].logtext())
+    port, peer = free_port(), free_port()
+    ic = "n0=http://127.0.0.1:%d,xp=http://127.0.0.1:%d" % (cl.peer[0], peer)
+    x = Proc("xp", ["--listen-client-urls", "http://127.0.0.1:%d" % port,
+                         "--listen-peer-urls", "http://127.0.0.1:%d" % peer,
+                         "--initial-cluster", ic] + TIMING)
+    try:
+        cl.members[0].wait_log(r"refused peer connection from 127\.0\.0\.1:\d+: TLS: plaintext on "
+                               r"a TLS peer port", since, timeout=8)
+        x.wait_log(r"closed by the remote before its ACK \(if it serves TLS on its peer port, "
+                   r"this peer URL must be https://\)", timeout=8)
+    except AssertionError as e:
+        fails.append("plaintext peer: %s" % e)
+    finally:
+        x.kill()
+    assert not fails, "\n".join(fails)
+    assert cl.terms() == terms, "an election happened: %r -> %r" % (terms, cl.terms())
+    assert ctl(["put", "after-intruders", "ok"]).stdout.strip() == "OK"
+
+
+def test_member_joins_over_tls_and_catches_up_by_snapshot():
+    cl = cluster()
+    c = TlsConn(cl.client[0], timeout=30)
+    for b in range(0, 3500, 500):  # past snapshots far enough for the log to be compacted
+        for i in range(b, b + 500):
+            c.send(PUT, {"key": b"snap/%04d" % i, "value": b"x" * 100})
+        for _ in range(500):
+            assert c.recv()[0] == PUT
+    c.close()
+    port, peer = free_port(), free_port()
+    add = ctl(["member", "add", "n3", "--peer-urls=https://127.0.0.1:%d" % peer, "--learner"])
+    env = dict(re.findall(r'^(KETCH_[A-Z_]+)="(.*)"$', add.stdout, re.M))
+    assert env["KETCH_INITIAL_CLUSTER_STATE"] == "existing" and \
+        env["KETCH_INITIAL_CLUSTER"].count("=https://") == 4, add.stdout
+    new_id = add.stdout.split()[1]
+    menv = dict(os.environ, **{k: v for k, v in env.items() if k != "KETCH_NAME"})
+    n3 = Proc("n3", ["--listen-client-urls", "https://127.0.0.1:%d" % port,
+                     "--listen-peer-urls", "https://127.0.0.1:%d" % peer,
+                     "--snapshot-count", "200", "--experimental-snapshot-catchup-entries", "20"]
+              + TIMING + tls_flags(3), env=menv)
+    try:
+        n3.wait_ready(port)
+        n3.wait_log(r"joined cluster \w+ as member 0*%s via https://" % new_id, timeout=10)
+        n3.wait_log(r"installed snapshot", timeout=20)
+        deadline = time.time() + 20
+        while True:
+            kvs = TlsConn(port).call(RANGE, {"key": b"snap/3499", "serializable": True}).get("kvs")
+            if kvs:
+                break
+            assert time.time() < deadline, "the learner did not catch up"
+            time.sleep(0.1)
+        assert kvs[0][1] == b"x" * 100
+    finally:
+        try:
+            ctl(["member", "remove", new_id], check=False)
+        finally:
+            n3.kill()
+
+
+# ---- a member of its own: rotation ----
+
+def copy(src, dst):
+    tmp = dst + ".tmp"
+    shutil.copyfile(src, tmp)
+    os.rename(tmp, dst)
+
+
+def test_reload_rotates_certificate_and_ca_keeping_connections():
+    live = os.path.join(TMP, "live")
+    os.makedirs(live, exist_ok=True)
+    files = {"cert": os.path.join(live, "server.pem"), "key": os.path.join(live, "server-key.pem"),
+             "ca": os.path.join(live, "ca.pem")}
+
+    def install(cert, key, ca):
+        copy(C[key], files["key"])
+        copy(C[cert], files["cert"])
+        copy(C[ca], files["ca"])
+
+    install("server", "server-key", "ca")
+    port, peer = free_port(), free_port()
+    m = Proc("rot", ["--listen-client-urls", "https://127.0.0.1:%d" % port,
+                     "--listen-peer-urls", "http://127.0.0.1:%d" % peer,
+                     "--cert-file", files["cert"], "--key-file", files["key"],
+                     "--trusted-ca-file", files["ca"]], wait_port=port)
+    ep = "https://127.0.0.1:%d" % port
+    watch = subprocess.Popen([TLS_CLIENT, ep, C["ca"], C["client"], C["client-key"], "-",
+                              "watch", "rot/k", "1"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert watch.stdout.readline().strip() == "created"
+        # rotation 1: a new CA and a server certificate it signed; SIGHUP
+        install("server2", "server2-key", "ca2")
+        since = len(m.logtext())
+        m.proc.send_signal(signal.SIGHUP)
+        m.wait_log(r"reloaded the client certificates \(SIGHUP\) generation=2", since)
+        rc, out = tls_client(ep, "put", "rot/k", "new", ca="ca2", cert="client2")
+        assert rc == 0, out
+        rc, out = tls_client(ep, "get", "rot/k")  # the old CA no longer verifies it
+        assert rc == 2 and "server certificate rejected" in out, out
+        rc, out = tls_client(ep, "get", "rot/k", ca="ca2")  # old client certificate, new CA
+        assert rc == 2 and "alert unknown ca" in out, out
+        # the connection opened before the rotation still works (its watch sees the put)
+        assert watch.stdout.readline().strip() == "event PUT rot/k new"
+        assert watch.wait(10) == 0
+        # rotation 2, back, with no signal: the changed files are noticed
+        since = len(m.logtext())
+        install("server", "server-key", "ca")
+        m.wait_log(r"reloaded the client certificates \(files changed\) generation=3", since,
+                   timeout=10)
+        rc, out = tls_client(ep, "get", "rot/k")
+        assert rc == 0 and out.strip() == "value new", out
+        # a broken rotation (a key that does not match) keeps the working certificates
+        since = len(m.logtext())
+        copy(C["client-key"], files["key"])
+        m.proc.send_signal(signal.SIGHUP)
+        m.wait_log(r"reload of the client certificates failed \(SIGHUP\); keeping the previous "
+                   r"ones: --key-file \S+ does not match the certificate", since)
+        rc, out = tls_client(ep, "get", "rot/k")
+        assert rc == 0, out
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+        m.stop()
+
+
+# ---- auto-tls ----
+
+def test_auto_tls_on_both_links():
+    cp = [free_port() for _ in range(2)]
+    pp = [free_port() for _ in range(2)]
+    ic = ",".join("a%d=https://127.0.0.1:%d" % (i, pp[i]) for i in range(2))
+    ms = [Proc("a%d" % i, ["--listen-client-urls", "https://127.0.0.1:%d" % cp[i],
+                           "--listen-peer-urls", "https://127.0.0.1:%d" % pp[i],
+                           "--initial-cluster", ic, "--auto-tls", "--peer-auto-tls"] + TIMING +
+               (["--tls-min-version", "TLS1.3"] if i == 0 else []))
+          for i in range(2)]
+    try:
+        eps = ",".join("https://127.0.0.1:%d" % p for p in cp)
+        deadline = time.time() + 15
+        while True:
+            p = subprocess.run([os.path.join(BIN, "ketchctl"), "--endpoints", eps,
+                                "--insecure-skip-tls-verify", "--command-timeout", "2s",
+                                "put", "auto", "tls"], capture_output=True, text=True)
+            if p.returncode == 0:
+                break
+            assert time.time() < deadline, p.stderr + ms[0].logtext()[-2000:]
+            time.sleep(0.2)
+        for m in ms:
+            for kind in ("client", "peer"):
+                for f in ("cert.pem", "key.pem"):
+                    assert os.path.exists(os.path.join(m.data_dir, "fixtures", kind, f))
+            assert re.search(r"connected to peer \w+ \(127\.0\.0\.1:\d+\) channel=raft",
+                             m.logtext())
+        p = subprocess.run([os.path.join(BIN, "ketchctl"), "--endpoints",
+                            "https://127.0.0.1:%d" % cp[1], "--insecure-skip-tls-verify",
+                            "get", "auto"], capture_output=True, text=True)
+        assert p.stdout.splitlines() == ["auto", "tls"], p.stdout + p.stderr
+        # without --insecure-skip-tls-verify the self-signed certificate is refused
+        p = subprocess.run([os.path.join(BIN, "ketchctl"), "--endpoints",
+                            "https://127.0.0.1:%d" % cp[0], "--command-timeout", "2s",
+                            "get", "auto"], capture_output=True, text=True)
+        assert p.returncode != 0 and "server certificate rejected" in p.stderr, p.stderr
+        s = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % cp[0]],
+                           input="", capture_output=True, text=True, timeout=10)
+        assert re.search(r"New, TLSv1\.3, Cipher is", s.stdout), s.stdout[-1500:]
+        assert "O = ketch" in s.stdout, s.stdout[-1500:]
+        # --tls-min-version TLS1.3 (a0): a TLS 1.2-only client is refused, and both sides say so
+        s = subprocess.run(["openssl", "s_client", "-tls1_2", "-connect",
+                            "127.0.0.1:%d" % cp[0]], input="", capture_output=True, text=True,
+                           timeout=10)
+        assert "alert protocol version" in s.stdout + s.stderr, s.stdout[-800:] + s.stderr[-800:]
+        ms[0].wait_log(r"no TLS version or cipher suite in common with the client")
+    finally:
+        for m in ms:
+            m.stop()
+
+
+def teardown():
+    global CL
+    if CL is not None:
+        c, CL = CL, None
+        c.close()
+
+
+def test_cluster_stops_cleanly():
+    if CL is not None:
+        assert all(m.proc.poll() is None for m in CL.members)
+    teardown()
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+def cleanup():
+    try:
+        teardown()
+    finally:
+        if not os.environ.get("KT_KEEP_TMP"):
+            shutil.rmtree(TMP, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    import atexit
+    atexit.register(cleanup)
+    run_tests([test_three_members_over_tls_on_both_links, test_libketch_over_tls,
+               test_plaintext_and_tls_side_by_side, test_client_refusals_say_why_on_both_sides,
+               test_member_refuses_to_start_naming_the_file, test_peer_refusals_say_who_and_why,
+               test_member_joins_over_tls_and_catches_up_by_snapshot,
+               test_reload_rotates_certificate_and_ca_keeping_connections,
+               test_auto_tls_on_both_links, test_cluster_stops_cleanly])
