@@ -133,8 +133,11 @@ int kt_node_auth_init(struct kt_node *n, struct kt_err *e) {
                              .priv_key = n->cfg.auth_token_priv_key,
                              .pub_key = n->cfg.auth_token_pub_key};
   int rc = kt_tokens_new(&to, &as->tokens, e);
-  if (rc)
-    return rc;
+  if (rc) {
+    char why[sizeof e->msg];
+    snprintf(why, sizeof why, "%s", e->msg);
+    return kt_err_set(e, rc, "--auth-token: %s", why);
+  }
   struct kt_pwhash_opts po = {.threads = n->cfg.auth_hash_threads,
                               .opslimit = n->cfg.auth_hash_opslimit,
                               .memlimit = n->cfg.auth_hash_memlimit,
@@ -698,12 +701,12 @@ void kt_node_auth_request(struct kt_node *n, struct kt_conn *c, const struct kt_
     }
     /* fall through */
   case KT_MSG_USER_CHANGE_PASSWORD:
-    if (!r->password.n) {
-      kt_conn_send_error(c, req->id, KT_EINVAL, "password is empty");
+    if (req->type == KT_MSG_USER_CHANGE_PASSWORD && !kt_auth_user_exists(n->auth, r->name)) {
+      kt_conn_send_error(c, req->id, KT_EUSERNOTFOUND, NULL); /* etcd's order */
       return;
     }
-    if (req->type == KT_MSG_USER_CHANGE_PASSWORD && !kt_auth_user_exists(n->auth, r->name)) {
-      kt_conn_send_error(c, req->id, KT_EUSERNOTFOUND, NULL);
+    if (!r->password.n) {
+      kt_conn_send_error(c, req->id, KT_EINVAL, "password is empty");
       return;
     }
     submit(n, c, req, kt_auth_enabled(n->auth) ? &id : NULL, NULL);

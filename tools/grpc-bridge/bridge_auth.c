@@ -45,22 +45,7 @@ int kt_bridge_auth_method(const char *path) {
   return -1;
 }
 
-static void fail(kt_bridge_done done, void *arg, int err, const char *detail) {
-  int st;
-  const char *m = kt_bridge_error(err, detail, &st);
-  done(arg, st, m, NULL, 0);
-}
-
-static void finish(kt_bridge_done done, void *arg, const ProtobufCMessage *m) {
-  size_t n;
-  uint8_t *buf = kt_bridge_frame(m, &n);
-  if (!buf)
-    done(arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
-  else
-    done(arg, KT_GRPC_OK, "", buf, n);
-}
-
-static void header(Etcdserverpb__ResponseHeader *o, const ketch_header *h) {
+static void auth_header(Etcdserverpb__ResponseHeader *o, const ketch_header *h) {
   etcdserverpb__response_header__init(o);
   o->cluster_id = h->cluster_id;
   o->member_id = h->member_id;
@@ -116,18 +101,18 @@ static void on_auth_result(void *arg, int err, const ketch_result *res) {
   void *darg = ac->arg;
   free(ac);
   if (err) {
-    fail(done, darg, err, res->message);
+    kt_bridge_fail(done, darg, err, res->message);
     return;
   }
   Etcdserverpb__ResponseHeader h;
-  header(&h, &res->header);
+  auth_header(&h, &res->header);
   const ketch_auth_result *a = &res->auth;
   const ProtobufCMessageDescriptor *d = header_only_desc(res->type);
   if (d) {
     Etcdserverpb__AuthEnableResponse o;
     protobuf_c_message_init(d, &o);
     o.header = &h;
-    finish(done, darg, &o.base);
+    kt_bridge_finish(done, darg, &o.base);
     return;
   }
   switch (res->type) {
@@ -136,7 +121,7 @@ static void on_auth_result(void *arg, int err, const ketch_result *res) {
     o.header = &h;
     o.enabled = a->enabled;
     o.authrevision = a->auth_revision;
-    finish(done, darg, &o.base);
+    kt_bridge_finish(done, darg, &o.base);
     return;
   }
   case KETCH_OP_USER_GET:
@@ -146,7 +131,7 @@ static void on_auth_result(void *arg, int err, const ketch_result *res) {
     o.header = l.header = &h;
     o.roles = l.roles = (char **)a->roles;
     o.n_roles = l.n_roles = a->n_roles;
-    finish(done, darg, res->type == KETCH_OP_USER_GET ? &o.base : &l.base);
+    kt_bridge_finish(done, darg, res->type == KETCH_OP_USER_GET ? &o.base : &l.base);
     return;
   }
   case KETCH_OP_USER_LIST: {
@@ -154,7 +139,7 @@ static void on_auth_result(void *arg, int err, const ketch_result *res) {
     o.header = &h;
     o.users = (char **)a->users;
     o.n_users = a->n_users;
-    finish(done, darg, &o.base);
+    kt_bridge_finish(done, darg, &o.base);
     return;
   }
   case KETCH_OP_ROLE_GET: {
@@ -179,7 +164,7 @@ static void on_auth_result(void *arg, int err, const ketch_result *res) {
     o.header = &h;
     o.perm = v;
     o.n_perm = n;
-    finish(done, darg, &o.base);
+    kt_bridge_finish(done, darg, &o.base);
     free(p);
     free(v);
     return;
@@ -335,7 +320,7 @@ void kt_bridge_auth_call(ketch_client *kc, int op, const uint8_t *msg, size_t le
   if (keep)
     protobuf_c_message_free_unpacked(keep, NULL);
   if (err)
-    fail(done, arg, err, why);
+    kt_bridge_fail(done, arg, err, why);
 }
 
 /* ---- Authenticate (bridge_main.c runs it on a handle of its own) ---- */
@@ -357,13 +342,13 @@ int kt_bridge_authenticate_decode(const uint8_t *msg, size_t len, char **name, c
 
 void kt_bridge_authenticate_done(const ketch_result *res, kt_bridge_done done, void *arg) {
   if (res->err) {
-    fail(done, arg, res->err, res->message);
+    kt_bridge_fail(done, arg, res->err, res->message);
     return;
   }
   Etcdserverpb__ResponseHeader h;
-  header(&h, &res->header);
+  auth_header(&h, &res->header);
   Etcdserverpb__AuthenticateResponse o = ETCDSERVERPB__AUTHENTICATE_RESPONSE__INIT;
   o.header = &h;
   o.token = (char *)(res->auth.token ? res->auth.token : "");
-  finish(done, arg, &o.base);
+  kt_bridge_finish(done, arg, &o.base);
 }
