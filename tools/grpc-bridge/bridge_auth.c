@@ -296,6 +296,56 @@ static int convert(int op, const uint8_t *msg, size_t len, ketch_auth_req *q,
   return 0;
 }
 
+static bool varint(const uint8_t *p, size_t n, size_t *i, uint64_t *v) {
+  *v = 0;
+  for (unsigned shift = 0; *i < n && shift < 64; shift += 7) {
+    uint8_t b = p[(*i)++];
+    *v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      return true;
+  }
+  return false;
+}
+
+/* True when a top-level `string` field of the message holds a NUL byte:
+ * protobuf-c hands strings over NUL-terminated, so "bad\0name" would reach
+ * the member as "bad". Walks the wire bytes (malformed: false; unpacking
+ * them has already failed or will). */
+static bool string_has_nul(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint64_t tag, v;
+    if (!varint(p, n, &i, &tag))
+      return false;
+    switch (tag & 7) {
+    case 0:
+      if (!varint(p, n, &i, &v))
+        return false;
+      break;
+    case 1:
+    case 5:
+      if (n - i < ((tag & 7) == 1 ? 8u : 4u))
+        return false;
+      i += (tag & 7) == 1 ? 8 : 4;
+      break;
+    case 2: {
+      if (!varint(p, n, &i, &v) || v > n - i)
+        return false;
+      const ProtobufCFieldDescriptor *f =
+          tag >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
+                                 : NULL;
+      if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, v))
+        return true;
+      i += v;
+      break;
+    }
+    default:
+      return false;
+    }
+  }
+  return false;
+}
+
 void kt_bridge_auth_call(ketch_client *kc, int op, const uint8_t *msg, size_t len,
                          kt_bridge_done done, void *arg) {
   ketch_auth_req q;
@@ -305,6 +355,10 @@ void kt_bridge_auth_call(ketch_client *kc, int op, const uint8_t *msg, size_t le
   if (!err && !keep) {
     done(arg, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf", NULL, 0);
     return;
+  }
+  if (!err && string_has_nul(keep->descriptor, msg, len)) {
+    err = KETCH_EINVAL;
+    why = "ketch-grpc: a name or password holds a NUL byte";
   }
   struct auth_call *ac = err ? NULL : malloc(sizeof *ac);
   if (!err && !ac)
@@ -329,6 +383,17 @@ int kt_bridge_authenticate_decode(const uint8_t *msg, size_t len, char **name, c
   Etcdserverpb__AuthenticateRequest *r = etcdserverpb__authenticate_request__unpack(NULL, len, msg);
   if (!r)
     return -1;
+  if (string_has_nul(r->base.descriptor, msg, len)) { /* no such user can exist */
+    *name = strdup("");
+    *password = strdup("");
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    if (!*name || !*password) {
+      free(*name);
+      free(*password);
+      return -1;
+    }
+    return 0;
+  }
   *name = strdup(r->name);
   *password = strdup(r->password);
   protobuf_c_message_free_unpacked(&r->base, NULL);
