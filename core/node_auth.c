@@ -256,6 +256,10 @@ static int need_root(struct kt_node *n, const struct kt_node_ident *id, const ch
                      struct kt_err *e) {
   if (kt_auth_is_root(n->auth, ident_user(id)))
     return 0;
+  if (!kt_auth_user_exists(n->auth, ident_user(id))) { /* a CN naming nobody: etcd's answer */
+    audit_deny(id, op, (struct kt_bytes){0}, (struct kt_bytes){0}, KT_EUSERNOTFOUND);
+    return kt_err_set(e, KT_EUSERNOTFOUND, "%s", kt_strerror(KT_EUSERNOTFOUND));
+  }
   return deny(id, op, (struct kt_bytes){0}, (struct kt_bytes){0}, e);
 }
 
