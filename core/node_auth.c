@@ -194,7 +194,6 @@ static struct kt_bytes ident_user(const struct kt_node_ident *id) {
   return (struct kt_bytes){(const uint8_t *)id->user, id->user_len};
 }
 
-/* Who sends on c (auth enabled): 0 and *id, or the error to answer. */
 /* The connection's token still lives: a simple one is in the table (each
  * request is a use, renewing it; unused for its TTL it is gone), a signed
  * one has not expired. A connection bound without a token has none. */
@@ -215,6 +214,7 @@ static void bind_conn(struct kt_conn *c, struct kt_bytes user, uint64_t rev, str
   kt_conn_set_token(c, info->expires_ms ? (struct kt_bytes){0} : token, info->expires_ms);
 }
 
+/* Who sends on c (auth enabled): 0 and *id, or the error to answer. */
 static int ident_of(struct kt_node *n, struct kt_conn *c, struct kt_node_ident *id,
                     struct kt_err *e) {
   struct kt_bytes user;
