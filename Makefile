@@ -23,7 +23,7 @@ endif
 
 CC ?= cc
 VERSION := 0.1.0
-PKGS := msgpack libsodium liblz4 yaml-0.1 openssl
+PKGS := msgpack libsodium liblz4 yaml-0.1 openssl libcares
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wimplicit-fallthrough
 CFLAGS ?= -O2 -g
 ifeq ($(SAN),1)
@@ -119,7 +119,7 @@ $(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BINDIR)/ketchctl: $(call obj,$(KETCHCTL_SRCS)) $(LIBDIR)/libketch.a
+$(BINDIR)/ketchctl: $(call obj,$(KETCHCTL_SRCS) net/srv.c) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -21,6 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <ev.h>
+
+#include "../../net/srv.h"
 #include "ctl.h"
 
 #define API_VERSION "3.4"
@@ -255,6 +258,11 @@ static const char *g_user, *g_password;
 static const char *g_cacert = "", *g_cert = "", *g_key = "";
 static bool g_insecure_skip_verify, g_insecure_transport = true;
 
+/* --discovery-srv: the endpoints are the targets of _ketch-client[-ssl]._tcp
+ * records of the domain (net/srv.h), resolved with c-ares; --dns-servers is
+ * ketch's (a resolver other than /etc/resolv.conf). */
+static const char *g_discovery_srv = "", *g_discovery_srv_name = "", *g_dns_servers = "";
+
 static struct flag global_flags[] = {
     {"command-timeout", 0, FT_DUR, "5s",
      "timeout for short running command (excluding dial timeout)", &g_command_ns, false},
@@ -262,6 +270,12 @@ static struct flag global_flags[] = {
      "verify certificates of TLS-enabled secure servers using this CA bundle", &g_cacert, false},
     {"cert", 0, FT_STR, "", "identify secure client using this TLS certificate file", &g_cert,
      false},
+    {"discovery-srv", 'd', FT_STR, "",
+     "domain name to query for SRV records describing cluster endpoints", &g_discovery_srv, false},
+    {"discovery-srv-name", 0, FT_STR, "", "service name to query when using DNS discovery",
+     &g_discovery_srv_name, false},
+    {"dns-servers", 0, FT_STR, "", "DNS servers (host:port,...) for --discovery-srv",
+     &g_dns_servers, false},
     {"dial-timeout", 0, FT_DUR, "2s", "dial timeout for client connections", &g_dial_ns, false},
     {"endpoints", 0, FT_LIST, "127.0.0.1:2479", "ketch endpoints (host:port, comma separated)",
      &g_endpoints, false},
@@ -1855,6 +1869,51 @@ static bool global_takes_value(const char *a) {
   return f && f->type != FT_BOOL;
 }
 
+/* --discovery-srv: replaces --endpoints with the client records' targets,
+ * "https://ADDRESS:port" for -ssl records, "http://..." otherwise, in record
+ * order (priority, then as served). Dies when none is found. */
+static void endpoints_from_srv(void) {
+  char names[2][300];
+  bool ssl[2];
+  kt_srv_names(g_discovery_srv, g_discovery_srv_name, true, false, names, ssl);
+  const char *np[2] = {names[0], names[1]};
+  struct kt_srv_req req = {.dns_servers = *g_dns_servers ? g_dns_servers : NULL,
+                           .names = np,
+                           .ssl = ssl,
+                           .n_names = 2,
+                           .timeout_ms = g_dial_ns > 0 ? (int)(g_dial_ns / 1000000) + 3000 : 5000};
+  struct kt_srv_result *res = ctl_keep(malloc(sizeof *res));
+  struct kt_err e = {0};
+  struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+  int rc = kt_srv_lookup(loop, &req, res, &e);
+  ev_loop_destroy(loop);
+  if (rc)
+    ctl_die(CTL_EXIT_ERROR, "%s", e.msg);
+  char *list = ctl_keep(calloc(1, KT_SRV_MAX_RECORDS * 100 + 1));
+  size_t len = 0;
+  for (int prio = 0; prio <= 65535; prio++) {
+    int next = 65536;
+    for (size_t i = 0; i < res->n_recs; i++) {
+      const struct kt_srv_rec *r = &res->recs[i];
+      if (r->priority > prio && r->priority < next)
+        next = r->priority;
+      if (r->priority != prio || !r->n_addr)
+        continue;
+      bool v6 = strchr(r->addr[0], ':') != NULL;
+      len += (size_t)snprintf(list + len, KT_SRV_MAX_RECORDS * 100 + 1 - len, "%s%s://%s%s%s:%u",
+                              len ? "," : "", r->ssl ? "https" : "http", v6 ? "[" : "", r->addr[0],
+                              v6 ? "]" : "", r->port);
+    }
+    if (next == 65536)
+      break;
+    prio = next - 1;
+  }
+  if (!len)
+    ctl_die(CTL_EXIT_ERROR, "cannot find any client endpoint in SRV records of %s (%s, %s)",
+            g_discovery_srv, names[0], names[1]);
+  g_endpoints = list;
+}
+
 int main(int argc, char **argv) {
   atexit(free_kept);
   flags_reset(global_flags);
@@ -1937,6 +1996,8 @@ int main(int argc, char **argv) {
     show_usage(cmd, group);
     return 0;
   }
+  if (*g_discovery_srv)
+    endpoints_from_srv();
   cmd->run(npos, pos);
   fflush(stdout);
   return ferror(stdout) ? CTL_EXIT_ERROR : 0;
