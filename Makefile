@@ -115,7 +115,7 @@ $(LIBDIR)/ketch.pc: Makefile
 	@mkdir -p $(dir $@)
 	printf 'libdir=%s\nincludedir=%s\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium openssl\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(abspath $(LIBDIR))" "$(CURDIR)/client" > $@
 
-$(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT)
+$(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -33,6 +33,7 @@
 
 #include "../core/node.h"
 #include "config.h"
+#include "discovery.h"
 #include "srv.h"
 #include "tls.h"
 #include "tls_reload.h"
@@ -262,10 +263,30 @@ int main(int argc, char **argv) {
              "\"%s\"",
              node_name, cfg.name);
   }
+  static struct kt_discovery_peer disc_peers[KT_NODE_MAX_MEMBERS * 4];
+  const char *cluster_token = cfg.initial_cluster_token;
+  if (cfg.discovery_endpoints && !has_wal(cfg.data_dir)) {
+    size_t n_disc = 0;
+    kt_log(KT_LOG_INFO, "main", "bootstrapping through the discovery service %s",
+           cfg.discovery_endpoints);
+    if (kt_discovery_bootstrap(&cfg, disc_peers, KT_ARRAY_LEN(disc_peers), &n_disc, &e)) {
+      kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
+      fprintf(stderr, "ketch: %s\n", e.msg);
+      kt_config_free(&cfg);
+      return 1;
+    }
+    n_initial = 0;
+    for (size_t i = 0; i < n_disc; i++) {
+      initial[n_initial++] = (struct kt_node_peer){disc_peers[i].name, disc_peers[i].url};
+      kt_log(KT_LOG_INFO, "main", "initial cluster from discovery: %s=%s", disc_peers[i].name,
+             disc_peers[i].url);
+    }
+    cluster_token = cfg.discovery_token; /* member ids are hashes of token and name */
+  }
   struct kt_node_config nc = {
       .name = node_name,
       .data_dir = cfg.data_dir,
-      .cluster_token = cfg.initial_cluster_token,
+      .cluster_token = cluster_token,
       .peer_urls = cfg.initial_advertise_peer_urls.raw,
       .client_urls = cfg.advertise_client_urls.raw,
       .snapshot_count = cfg.snapshot_count,

@@ -20,7 +20,21 @@ Cases (one SRV cluster shared):
   srv_restart         a restarted member uses its data dir (the DNS server is
                       stopped by then)
 
-Bounded: every process has a timeout; the file takes ~15 s.
+and through a discovery service (--discovery-endpoints, --discovery-token):
+a 1-member ketch is the service.
+
+  disc_three_members  `ketchctl discovery new --size 3` prints a token; 3
+                      members started with it form one cluster (member list
+                      shows 3, endpoint health --cluster all healthy)
+  disc_cluster_full   a 4th member with the token exits non-zero with
+                      "discovery: cluster is full"
+  disc_size_missing   a token without a size key: "discovery: size key not found"
+  disc_duplicate_id   a second member with a registered name (the same id)
+                      and another URL: "discovery: found duplicate id"
+  disc_service_down   the service is stopped when a member starts and back
+                      3 s later: the member retries and starts
+
+Bounded: every process has a timeout; the file takes ~25 s.
 Env: KETCH_BIN = the bin dir. Prints "ok NAME" / "FAIL NAME: why" per case.
 """
 import os
@@ -191,6 +205,110 @@ def test_srv_restart():
     assert rc == 0 and out.split() == ["k", "v"], (rc, out, err)
 
 
+DISC = {}
+
+
+def disc_member(name, token, **kw):
+    svc = DISC["svc"]
+    return Member(name=name, wait=False,
+                  extra=["--discovery-endpoints", svc.endpoint, "--discovery-token", token,
+                         "--heartbeat-interval", "50", "--election-timeout", "500"], **kw)
+
+
+def new_token(size):
+    rc, out, err = ketchctl("--endpoints", DISC["svc"].endpoint, "discovery", "new", "--size",
+                            str(size))
+    assert rc == 0 and len(out.strip()) == 32, (rc, out, err)
+    return out.strip()
+
+
+def test_disc_three_members():
+    DISC["svc"] = Member(name="svc", peer_port=free_port())
+    token = new_token(3)
+    rc, out, err = ketchctl("--endpoints", DISC["svc"].endpoint, "get",
+                            "/_ketch/registry/%s/_config/size" % token)
+    assert rc == 0 and out.split()[1] == "3", (rc, out, err)
+    ms = [disc_member("d%d" % i, token) for i in range(3)]
+    DISC["members"] = ms
+    DISC["token"] = token
+    for m in ms:
+        m.wait_ready(20)
+    rc, out, err = ketchctl("--endpoints", ms[0].endpoint, "member", "list")
+    assert rc == 0 and len(out.strip().splitlines()) == 3, (rc, out, err)
+    for m in ms:
+        assert ", %s, " % m.name in out, out
+    deadline = time.time() + 15
+    while True:
+        rc, out, err = ketchctl("--endpoints", ms[1].endpoint, "endpoint", "health", "--cluster")
+        if (rc == 0 and out.count("is healthy") + err.count("is healthy") == 3) or \
+                time.time() > deadline:
+            break
+        time.sleep(0.3)
+    assert rc == 0 and (out + err).count("is healthy") == 3, (rc, out, err)
+    rc, out, err = ketchctl("--endpoints", DISC["svc"].endpoint, "get", "--prefix",
+                            "/_ketch/registry/%s/members/" % token)
+    assert rc == 0 and len(out.strip().splitlines()) == 6, (rc, out, err)
+    assert "initial cluster from discovery" in ms[0].logtext()
+
+
+def test_disc_cluster_full():
+    m = disc_member("d3", DISC["token"])
+    try:
+        rc, log = m.run_to_exit(15)
+        assert rc not in (0, None) and "discovery: cluster is full" in log, (rc, log[-1500:])
+    finally:
+        m.cleanup()
+
+
+def test_disc_size_missing():
+    m = disc_member("x0", "no-such-token")
+    try:
+        rc, log = m.run_to_exit(15)
+        assert rc not in (0, None) and "discovery: size key not found" in log, (rc, log[-1500:])
+    finally:
+        m.cleanup()
+
+
+def test_disc_duplicate_id():
+    token = new_token(2)
+    a = disc_member("same", token)
+    b = None
+    try:
+        deadline = time.time() + 10
+        while "registered" not in a.logtext() and time.time() < deadline:
+            time.sleep(0.1)
+        assert "1 of 2 members registered; waiting" in a.logtext(), a.logtext()[-1500:]
+        b = disc_member("same", token)
+        rc, log = b.run_to_exit(15)
+        assert rc not in (0, None) and "discovery: found duplicate id" in log, (rc, log[-1500:])
+        assert a.proc.poll() is None  # still waiting for its second member
+    finally:
+        a.cleanup()
+        if b:
+            b.cleanup()
+
+
+def test_disc_service_down():
+    token = new_token(1)
+    svc = DISC["svc"]
+    svc.stop()
+    m = disc_member("late", token)
+    try:
+        time.sleep(3)
+        assert m.proc.poll() is None, m.logtext()[-1500:]
+        assert "cannot reach the discovery service" in m.logtext(), m.logtext()[-1500:]
+        svc.start()
+        m.wait_ready(20)
+        rc, out, err = ketchctl("--endpoints", m.endpoint, "put", "x", "y")
+        deadline = time.time() + 10
+        while rc != 0 and time.time() < deadline:
+            time.sleep(0.2)
+            rc, out, err = ketchctl("--endpoints", m.endpoint, "put", "x", "y")
+        assert rc == 0, (rc, out, err)
+    finally:
+        m.cleanup()
+
+
 def main():
     try:
         setup()
@@ -202,9 +320,11 @@ def main():
         raise
     try:
         run_tests([test_srv_three_members, test_srv_not_in_records, test_srv_ketchctl,
-                   test_srv_etcd_names, test_srv_restart])
+                   test_srv_etcd_names, test_srv_restart, test_disc_three_members,
+                   test_disc_cluster_full, test_disc_size_missing, test_disc_duplicate_id,
+                   test_disc_service_down])
     finally:
-        for m in ENV["members"]:
+        for m in ENV["members"] + DISC.get("members", []) + ([DISC["svc"]] if "svc" in DISC else []):
             m.cleanup()
         ENV["dns"].stop()
 

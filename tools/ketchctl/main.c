@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -536,6 +537,16 @@ static void run_lease_timetolive(int argc, char **argv);
 static void run_lease_list(int argc, char **argv);
 static void run_lease_keepalive(int argc, char **argv);
 static void run_watch(int argc, char **argv);
+static void run_discovery_new(int argc, char **argv);
+
+/* discovery new (net/discovery.h: the registry of a discovery token) */
+static int64_t disc_size;
+static const char *disc_token = "";
+static struct flag discovery_new_flags[] = {
+    {"size", 0, FT_INT, "3", "number of members of the new cluster", &disc_size, false},
+    {"token", 0, FT_STR, "", "use this token instead of a random one", &disc_token, false},
+    {0},
+};
 
 /* put */
 static const char *put_lease;
@@ -678,6 +689,11 @@ static const struct cmd commands[] = {
      defrag_flags, ctl_run_defrag},
     {"del", "del [options] <key> [range_end]",
      "Removes the specified key or range of keys [key, range_end)", NULL, del_flags, run_del},
+    {"discovery new", "discovery new [--size N] [--token T]",
+     "Creates a discovery token on this cluster and prints it",
+     "Sets /_ketch/registry/<token>/_config/size for members started with --discovery-endpoints\n"
+     "(these endpoints) and --discovery-token <token>. Fails if the token exists.\n",
+     discovery_new_flags, run_discovery_new},
     {"elect", "elect <election-name> [proposal]", "Observes and participates in leader election",
      NULL, elect_flags, ctl_run_elect},
     {"endpoint health", "endpoint health",
@@ -894,7 +910,7 @@ static void usage_group(const char *group, const char *what, struct flag *extra)
 static bool is_group(const char *w) {
   return !strcmp(w, "endpoint") || !strcmp(w, "member") || !strcmp(w, "lease") ||
          !strcmp(w, "alarm") || !strcmp(w, "snapshot") || !strcmp(w, "auth") ||
-         !strcmp(w, "user") || !strcmp(w, "role");
+         !strcmp(w, "user") || !strcmp(w, "role") || !strcmp(w, "discovery");
 }
 
 /* group: "endpoint", "member", "lease" or NULL */
@@ -1239,6 +1255,39 @@ int ctl_parse_op(int argc, char **argv, ketch_op *op) {
 }
 
 /* ---- the commands ---- */
+
+static void run_discovery_new(int argc, char **argv) {
+  (void)argv;
+  if (argc != 0)
+    ctl_die(CTL_EXIT_BAD_ARGS, "discovery new takes no arguments");
+  if (disc_size < 1 || disc_size > 16)
+    ctl_die(CTL_EXIT_BAD_ARGS, "--size must be from 1 to 16");
+  char token[40];
+  if (*disc_token) {
+    snprintf(token, sizeof token, "%.32s", disc_token);
+  } else {
+    uint8_t r[16];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+      ctl_die(CTL_EXIT_ERROR, "cannot read random bytes");
+    for (int i = 0; i < 16; i++)
+      snprintf(token + 2 * i, 3, "%02x", r[i]);
+  }
+  char key[128], val[24];
+  snprintf(key, sizeof key, "/_ketch/registry/%s/_config/size", token);
+  snprintf(val, sizeof val, "%lld", (long long)disc_size);
+  ketch_compare cmp = {
+      .result = KETCH_CMP_EQUAL, .target = KETCH_CMP_CREATE, .key = key, .key_len = strlen(key)};
+  ketch_op put = ketch_op_put(
+      (ketch_put_req){.key = key, .key_len = strlen(key), .value = val, .value_len = strlen(val)});
+  ketch_txn_req t = {.compare = &cmp, .n_compare = 1, .success = &put, .n_success = 1};
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  int err = ketch_txn(c, &t, &res);
+  check(c, err, res);
+  if (!res->txn.succeeded)
+    ctl_die(CTL_EXIT_ERROR, "discovery token %s already exists", token);
+  printf("%s\n", token);
+}
 
 static void run_put(int argc, char **argv) {
   ketch_put_req req;
