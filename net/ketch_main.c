@@ -34,6 +34,7 @@
 #include "../core/node.h"
 #include "config.h"
 #include "discovery.h"
+#include "gateway.h"
 #include "srv.h"
 #include "tls.h"
 #include "tls_reload.h"
@@ -190,6 +191,10 @@ int main(int argc, char **argv) {
   struct kt_config cfg;
   struct kt_err e = {0};
   kt_log_set_sink(log_sink);
+  if (argc > 1 && strcmp(argv[1], "gateway") == 0) { /* ketch gateway start ... (net/gateway.h) */
+    snprintf(member_name, sizeof member_name, "gateway");
+    return kt_gateway_main(argc - 1, argv + 1);
+  }
   if (kt_config_load(&cfg, argc, argv, environ, &e)) {
     fprintf(stderr, "ketch: %s\n", e.msg);
     kt_config_free(&cfg);

@@ -17,6 +17,7 @@ Cases (one SRV cluster shared):
                       (_ketch-client._tcp) and endpoint health is healthy
   srv_etcd_names      a member reads etcd's names (_etcd-server._tcp) with
                       --discovery-srv-etcd-names and starts
+  srv_gateway         ketch gateway --discovery-srv proxies to the client records
   srv_restart         a restarted member uses its data dir (the DNS server is
                       stopped by then)
 
@@ -189,6 +190,33 @@ def test_srv_etcd_names():
         m.cleanup()
 
 
+def test_srv_gateway():
+    """ketch gateway --discovery-srv reads _ketch-client._tcp and proxies to it."""
+    dns = ENV["dns"]
+    port = free_port()
+    log_path = os.path.join(tempfile.gettempdir(), "ketch-dgw-%d.log" % os.getpid())
+    log = open(log_path, "wb")
+    gw = subprocess.Popen([os.path.join(BIN, "ketch"), "gateway", "start", "--listen-addr",
+                           "127.0.0.1:%d" % port, "--discovery-srv", "ketch.test",
+                           "--dns-servers", dns.server], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 10
+        while True:
+            rc, out, err = ketchctl("--endpoints", "127.0.0.1:%d" % port, "get", "k")
+            if rc == 0 or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        assert rc == 0 and out.split() == ["k", "v"], (rc, out, err)
+        text = open(log_path).read()
+        for n, cp in zip(NAMES, ENV["clients"]):
+            assert "endpoint %s:%d (127.0.0.1) from SRV" % (n, cp) in text, text
+    finally:
+        gw.terminate()
+        gw.wait(10)
+        log.close()
+        os.unlink(log_path)
+
+
 def test_srv_restart():
     ENV["dns"].stop()
     m = ENV["members"][1]
@@ -320,7 +348,7 @@ def main():
         raise
     try:
         run_tests([test_srv_three_members, test_srv_not_in_records, test_srv_ketchctl,
-                   test_srv_etcd_names, test_srv_restart, test_disc_three_members,
+                   test_srv_etcd_names, test_srv_gateway, test_srv_restart, test_disc_three_members,
                    test_disc_cluster_full, test_disc_size_missing, test_disc_duplicate_id,
                    test_disc_service_down])
     finally:

@@ -1,0 +1,734 @@
+/* net/gateway.c — the L4 gateway. See net/gateway.h for the data flow.
+ *
+ * A connection has two fds (client c, upstream u) with one ev_io each whose
+ * mask is recomputed after every event from the state (update()):
+ *   read c   while c is open for reading and c2u has room
+ *   write u  while connecting (completion) or c2u has bytes
+ *   read u   once connected, while u is open for reading and u2c has room
+ *   write c  while u2c has bytes
+ * When a side's reading ended (EOF) and its buffer has drained, the other
+ * side's writing is shut; when both directions are done, or on any error,
+ * both fds close. Buffers never grow: cap bytes each, allocated with the
+ * connection. */
+#include "gateway.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ev.h>
+
+#include "config.h"
+#include "sock.h"
+#include "srv.h"
+
+struct gw_ep {
+  char label[80]; /* host:port as given or resolved */
+  struct sockaddr_storage sa;
+  socklen_t salen;
+  bool failed;
+  double retry_at;
+  uint64_t conns, fails, up_bytes, down_bytes;
+  int active;
+};
+
+struct gw {
+  struct ev_loop *loop;
+  int lfd;
+  ev_io accept_w;
+  ev_timer accept_pause, stats;
+  ev_signal sigterm, sigint;
+  struct gw_ep eps[KT_GW_MAX_ENDPOINTS];
+  size_t n_eps, next;
+  double retry_delay_s, connect_timeout_s;
+  size_t buf_cap;
+  size_t n_conns, max_conns;
+  struct gw_conn *conns; /* list of live connections (for shutdown) */
+};
+
+struct gw_buf {
+  char *p;
+  size_t off, len;
+};
+
+struct gw_conn {
+  struct gw *g;
+  struct gw_conn *prev, *next;
+  int cfd, ufd;
+  int ep;         /* index into g->eps, -1 before the first pick */
+  size_t tried;   /* endpoints tried for this client */
+  bool connected; /* upstream connect completed */
+  bool c_eof, u_eof;
+  bool u_wshut, c_wshut;
+  ev_io cw, uw;
+  ev_timer ct;
+  struct gw_buf c2u, u2c;
+  char peer[64];
+};
+
+static void conn_update(struct gw_conn *k);
+static void try_connect(struct gw_conn *k);
+
+static void set_io(struct ev_loop *loop, ev_io *w, int events) {
+  if ((w->events & (EV_READ | EV_WRITE)) == events && ev_is_active(w))
+    return;
+  ev_io_stop(loop, w);
+  if (events) {
+    ev_io_set(w, w->fd, events);
+    ev_io_start(loop, w);
+  }
+}
+
+static void conn_close(struct gw_conn *k, const char *why) {
+  struct gw *g = k->g;
+  if (k->ep >= 0 && k->connected)
+    g->eps[k->ep].active--;
+  kt_log(KT_LOG_DEBUG, "gateway", "close client=%s endpoint=%s: %s", k->peer,
+         k->ep >= 0 ? g->eps[k->ep].label : "-", why);
+  ev_io_stop(g->loop, &k->cw);
+  ev_io_stop(g->loop, &k->uw);
+  ev_timer_stop(g->loop, &k->ct);
+  close(k->cfd);
+  if (k->ufd >= 0)
+    close(k->ufd);
+  if (k->prev)
+    k->prev->next = k->next;
+  else
+    g->conns = k->next;
+  if (k->next)
+    k->next->prev = k->prev;
+  free(k->c2u.p);
+  free(k->u2c.p);
+  free(k);
+  g->n_conns--;
+}
+
+/* Reads from fd into b while it has room. Returns 1 on EOF, -1 on error. */
+static int fill(int fd, struct gw_buf *b, size_t cap, uint64_t *count) {
+  if (b->off && b->off + b->len == cap) {
+    memmove(b->p, b->p + b->off, b->len);
+    b->off = 0;
+  }
+  size_t room = cap - b->off - b->len;
+  if (!room)
+    return 0;
+  ssize_t r = read(fd, b->p + b->off + b->len, room);
+  if (r > 0) {
+    b->len += (size_t)r;
+    *count += (uint64_t)r;
+    return 0;
+  }
+  if (r == 0)
+    return 1;
+  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+}
+
+/* Writes b's bytes to fd. Returns -1 on error. */
+static int drain(int fd, struct gw_buf *b) {
+  if (!b->len)
+    return 0;
+  ssize_t w = send(fd, b->p + b->off, b->len, MSG_NOSIGNAL);
+  if (w < 0)
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+  b->off += (size_t)w;
+  b->len -= (size_t)w;
+  if (!b->len)
+    b->off = 0;
+  return 0;
+}
+
+static void mark_failed(struct gw *g, int i, const char *why) {
+  struct gw_ep *ep = &g->eps[i];
+  ep->fails++;
+  double now = ev_now(g->loop);
+  if (!ep->failed)
+    kt_log(KT_LOG_WARN, "gateway", "endpoint %s failed (%s); retrying it after %.0f ms", ep->label,
+           why, g->retry_delay_s * 1000);
+  ep->failed = true;
+  ep->retry_at = now + g->retry_delay_s;
+}
+
+static void on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  struct gw_conn *k = w->data;
+  mark_failed(k->g, k->ep, "connect timed out");
+  try_connect(k);
+}
+
+/* Picks the next usable endpoint (round robin) and starts connecting; with
+ * none left the client is closed. */
+static void try_connect(struct gw_conn *k) {
+  struct gw *g = k->g;
+  ev_timer_stop(g->loop, &k->ct);
+  if (k->ufd >= 0) {
+    ev_io_stop(g->loop, &k->uw);
+    close(k->ufd);
+    k->ufd = -1;
+  }
+  double now = ev_now(g->loop);
+  while (k->tried < g->n_eps) {
+    size_t i = g->next++ % g->n_eps;
+    struct gw_ep *ep = &g->eps[i];
+    k->tried++;
+    if (ep->failed && now < ep->retry_at)
+      continue;
+    int fd = socket(ep->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      conn_close(k, "socket() failed");
+      return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    k->ep = (int)i;
+    if (connect(fd, (struct sockaddr *)&ep->sa, ep->salen) < 0 && errno != EINPROGRESS) {
+      char why[96];
+      snprintf(why, sizeof why, "connect: %s", strerror(errno));
+      close(fd);
+      mark_failed(g, (int)i, why);
+      continue;
+    }
+    k->ufd = fd;
+    ev_io_set(&k->uw, fd, EV_WRITE);
+    ev_timer_set(&k->ct, g->connect_timeout_s, 0.);
+    ev_timer_start(g->loop, &k->ct);
+    conn_update(k);
+    return;
+  }
+  conn_close(k, "no endpoint available");
+}
+
+static void connected(struct gw_conn *k) {
+  struct gw *g = k->g;
+  struct gw_ep *ep = &g->eps[k->ep];
+  ev_timer_stop(g->loop, &k->ct);
+  k->connected = true;
+  ep->conns++;
+  ep->active++;
+  if (ep->failed) {
+    ep->failed = false;
+    kt_log(KT_LOG_INFO, "gateway", "endpoint %s is back", ep->label);
+  }
+  kt_log(KT_LOG_DEBUG, "gateway", "client=%s endpoint=%s connected", k->peer, ep->label);
+}
+
+static void conn_update(struct gw_conn *k) {
+  struct gw *g = k->g;
+  size_t cap = g->buf_cap;
+  /* half-closes: a side that ended and whose bytes were all passed on */
+  if (k->c_eof && !k->c2u.len && k->connected && !k->u_wshut) {
+    shutdown(k->ufd, SHUT_WR);
+    k->u_wshut = true;
+  }
+  if (k->u_eof && !k->u2c.len && !k->c_wshut) {
+    shutdown(k->cfd, SHUT_WR);
+    k->c_wshut = true;
+  }
+  if (k->u_wshut && k->c_wshut) {
+    conn_close(k, "both sides closed");
+    return;
+  }
+  int c_ev = 0, u_ev = 0;
+  if (!k->c_eof && k->c2u.len < cap)
+    c_ev |= EV_READ;
+  if (k->u2c.len)
+    c_ev |= EV_WRITE;
+  if (k->ufd >= 0) {
+    if (!k->connected || k->c2u.len)
+      u_ev |= EV_WRITE;
+    if (k->connected && !k->u_eof && k->u2c.len < cap)
+      u_ev |= EV_READ;
+    set_io(g->loop, &k->uw, u_ev);
+  }
+  set_io(g->loop, &k->cw, c_ev);
+}
+
+static void on_client(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)loop;
+  struct gw_conn *k = w->data;
+  struct gw *g = k->g;
+  uint64_t dummy = 0;
+  uint64_t *up = k->ep >= 0 ? &g->eps[k->ep].up_bytes : &dummy;
+  if (revents & EV_READ) {
+    int r = fill(k->cfd, &k->c2u, g->buf_cap, up);
+    if (r < 0) {
+      conn_close(k, "client read error");
+      return;
+    }
+    k->c_eof |= r == 1;
+  }
+  if ((revents & EV_WRITE) && drain(k->cfd, &k->u2c) < 0) {
+    conn_close(k, "client write error");
+    return;
+  }
+  if (k->connected && k->c2u.len && drain(k->ufd, &k->c2u) < 0) { /* pass on at once */
+    conn_close(k, "endpoint write error");
+    return;
+  }
+  conn_update(k);
+}
+
+static void on_upstream(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)loop;
+  struct gw_conn *k = w->data;
+  struct gw *g = k->g;
+  if (!k->connected) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(k->ufd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+      err = errno;
+    if (err) {
+      char why[96];
+      snprintf(why, sizeof why, "connect: %s", strerror(err));
+      mark_failed(g, k->ep, why);
+      try_connect(k);
+      return;
+    }
+    connected(k);
+  }
+  struct gw_ep *ep = &g->eps[k->ep];
+  if ((revents & EV_WRITE) && drain(k->ufd, &k->c2u) < 0) {
+    conn_close(k, "endpoint write error");
+    return;
+  }
+  if (revents & EV_READ) {
+    int r = fill(k->ufd, &k->u2c, g->buf_cap, &ep->down_bytes);
+    if (r < 0) {
+      conn_close(k, "endpoint read error");
+      return;
+    }
+    k->u_eof |= r == 1;
+  }
+  if (k->u2c.len && drain(k->cfd, &k->u2c) < 0) {
+    conn_close(k, "client write error");
+    return;
+  }
+  conn_update(k);
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)revents;
+  struct gw *g = w->data;
+  for (int n = 0; n < 64; n++) {
+    char peer[64];
+    int fd = kt_sock_accept(g->lfd, peer, sizeof peer);
+    if (fd == -1)
+      return;
+    if (fd == -2) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        kt_log(KT_LOG_WARN, "gateway", "accept: %s; pausing accepts for 100 ms", strerror(errno));
+        ev_io_stop(loop, &g->accept_w);
+        ev_timer_start(loop, &g->accept_pause);
+      }
+      return;
+    }
+    if (g->n_conns >= g->max_conns) {
+      kt_log(KT_LOG_WARN, "gateway", "refusing %s: %zu connections (--max-conns)", peer,
+             g->n_conns);
+      close(fd);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct gw_conn *k = calloc(1, sizeof *k);
+    char *b1 = malloc(g->buf_cap), *b2 = malloc(g->buf_cap);
+    if (!k || !b1 || !b2) {
+      free(k), free(b1), free(b2);
+      close(fd);
+      continue;
+    }
+    k->g = g;
+    k->cfd = fd;
+    k->ufd = -1;
+    k->ep = -1;
+    k->c2u.p = b1;
+    k->u2c.p = b2;
+    snprintf(k->peer, sizeof k->peer, "%s", peer);
+    ev_io_init(&k->cw, on_client, fd, 0);
+    k->cw.data = k;
+    ev_io_init(&k->uw, on_upstream, -1, 0);
+    k->uw.data = k;
+    ev_init(&k->ct, on_connect_timeout);
+    k->ct.data = k;
+    k->next = g->conns;
+    if (g->conns)
+      g->conns->prev = k;
+    g->conns = k;
+    g->n_conns++;
+    try_connect(k);
+  }
+}
+
+static void on_accept_pause(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)revents;
+  struct gw *g = w->data;
+  ev_io_start(loop, &g->accept_w);
+}
+
+static void log_stats(struct gw *g) {
+  for (size_t i = 0; i < g->n_eps; i++) {
+    const struct gw_ep *ep = &g->eps[i];
+    kt_log(KT_LOG_INFO, "gateway",
+           "endpoint %s conns=%llu active=%d failures=%llu up_bytes=%llu down_bytes=%llu%s",
+           ep->label, (unsigned long long)ep->conns, ep->active, (unsigned long long)ep->fails,
+           (unsigned long long)ep->up_bytes, (unsigned long long)ep->down_bytes,
+           ep->failed ? " failed" : "");
+  }
+}
+
+static void on_stats(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  log_stats(w->data);
+}
+
+static void on_signal(struct ev_loop *loop, ev_signal *w, int revents) {
+  (void)revents;
+  kt_log(KT_LOG_INFO, "gateway", "received signal %d, shutting down", w->signum);
+  ev_break(loop, EVBREAK_ALL);
+}
+
+/* ---- flags ---- */
+
+struct gw_flags {
+  const char *listen_addr, *endpoints, *discovery_srv, *discovery_srv_name, *dns_servers;
+  const char *retry_delay, *connect_timeout, *stats_interval, *log_level;
+  const char *trusted_ca_file;
+  const char *max_buffer, *max_conns;
+  bool insecure_discovery, help;
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "Usage: ketch gateway start [flags]\n"
+             "An L4 TCP proxy to the client endpoints of a ketch cluster.\n\n"
+             "  --listen-addr HOST:PORT      address to listen on (127.0.0.1:23790)\n"
+             "  --endpoints HOST:PORT,...    ketch client endpoints (127.0.0.1:2479)\n"
+             "  --discovery-srv DOMAIN       endpoints from _ketch-client[-ssl]._tcp.DOMAIN\n"
+             "  --discovery-srv-name SUFFIX  suffix of the SRV names\n"
+             "  --dns-servers HOST:PORT,...  DNS servers instead of /etc/resolv.conf\n"
+             "  --insecure-discovery         accept SRV targets without TLS checks (default true)\n"
+             "  --trusted-ca-file PATH       accepted for etcd compatibility (TLS is end to end)\n"
+             "  --retry-delay DURATION       how long a failed endpoint is skipped (1m)\n"
+             "  --connect-timeout DURATION   connect timeout per endpoint (1s)\n"
+             "  --max-buffer BYTES           buffer per direction per connection (65536)\n"
+             "  --max-conns N                client connections at most (10000)\n"
+             "  --stats-interval DURATION    per-endpoint counters in the log (1m)\n"
+             "  --log-level LEVEL            debug|info|warn|error (info)\n");
+}
+
+static int parse_flags(int argc, char **argv, struct gw_flags *f) {
+  struct {
+    const char *name;
+    const char **dst;
+    bool *bdst;
+  } t[] = {
+      {"listen-addr", &f->listen_addr, NULL},
+      {"endpoints", &f->endpoints, NULL},
+      {"discovery-srv", &f->discovery_srv, NULL},
+      {"discovery-srv-name", &f->discovery_srv_name, NULL},
+      {"dns-servers", &f->dns_servers, NULL},
+      {"retry-delay", &f->retry_delay, NULL},
+      {"connect-timeout", &f->connect_timeout, NULL},
+      {"stats-interval", &f->stats_interval, NULL},
+      {"log-level", &f->log_level, NULL},
+      {"trusted-ca-file", &f->trusted_ca_file, NULL},
+      {"max-buffer", &f->max_buffer, NULL},
+      {"max-conns", &f->max_conns, NULL},
+      {"insecure-discovery", NULL, &f->insecure_discovery},
+      {"help", NULL, &f->help},
+  };
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h")) {
+      f->help = true;
+      continue;
+    }
+    if (a[0] != '-') {
+      fprintf(stderr, "ketch gateway: unexpected argument \"%s\"\n", a);
+      return -1;
+    }
+    a += a[1] == '-' ? 2 : 1;
+    const char *eq = strchr(a, '=');
+    size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+    size_t k = 0;
+    while (k < KT_ARRAY_LEN(t) && (strlen(t[k].name) != nl || strncmp(t[k].name, a, nl)))
+      k++;
+    if (k == KT_ARRAY_LEN(t)) {
+      fprintf(stderr, "ketch gateway: unknown flag: %s\n", argv[i]);
+      return -1;
+    }
+    if (t[k].bdst) {
+      *t[k].bdst = !eq || !strcmp(eq + 1, "true") || !strcmp(eq + 1, "1");
+      continue;
+    }
+    const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+    if (!v) {
+      fprintf(stderr, "ketch gateway: flag needs an argument: --%s\n", t[k].name);
+      return -1;
+    }
+    *t[k].dst = v;
+  }
+  return 0;
+}
+
+/* "host:port", "[v6]:port", "http://host:port/" -> host, port. */
+static int split_hostport(const char *s, char *host, size_t cap, int *port) {
+  const char *p = strstr(s, "://");
+  p = p ? p + 3 : s;
+  char tmp[300];
+  snprintf(tmp, sizeof tmp, "%s", p);
+  size_t l = strlen(tmp);
+  if (l && tmp[l - 1] == '/')
+    tmp[--l] = 0;
+  char *colon = strrchr(tmp, ':');
+  if (!colon || colon == tmp)
+    return -1;
+  *colon = 0;
+  char *end;
+  long v = strtol(colon + 1, &end, 10);
+  if (*end || v <= 0 || v > 65535)
+    return -1;
+  *port = (int)v;
+  char *h = tmp;
+  if (h[0] == '[') {
+    size_t hl = strlen(h);
+    if (hl < 3 || h[hl - 1] != ']')
+      return -1;
+    h[hl - 1] = 0;
+    h++;
+  }
+  if (!*h || strlen(h) >= cap)
+    return -1;
+  snprintf(host, cap, "%s", h);
+  return 0;
+}
+
+static int add_ep(struct gw *g, const char *addr, int port, const char *label) {
+  if (g->n_eps == KT_GW_MAX_ENDPOINTS)
+    return -1;
+  struct gw_ep *ep = &g->eps[g->n_eps];
+  memset(ep, 0, sizeof *ep);
+  struct sockaddr_in *s4 = (struct sockaddr_in *)&ep->sa;
+  struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ep->sa;
+  if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons((uint16_t)port);
+    ep->salen = sizeof *s4;
+  } else if (inet_pton(AF_INET6, addr, &s6->sin6_addr) == 1) {
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons((uint16_t)port);
+    ep->salen = sizeof *s6;
+  } else {
+    return -1;
+  }
+  snprintf(ep->label, sizeof ep->label, "%s", label);
+  g->n_eps++;
+  return 0;
+}
+
+static int cmp_prio(const void *a, const void *b) {
+  const struct kt_srv_rec *x = a, *y = b;
+  if (x->priority != y->priority)
+    return x->priority < y->priority ? -1 : 1;
+  return x->weight > y->weight ? -1 : x->weight < y->weight;
+}
+
+/* Fills g->eps from the flags, resolving names with c-ares before serving. */
+static int endpoints(struct gw *g, const struct gw_flags *f) {
+  struct kt_srv_result *res = calloc(1, sizeof *res);
+  kt_assert(res);
+  struct kt_err e = {0};
+  int rc = -1;
+  if (f->discovery_srv) {
+    char names[2][300];
+    bool ssl[2];
+    kt_srv_names(f->discovery_srv, f->discovery_srv_name, true, false, names, ssl);
+    const char *np[2] = {names[0], names[1]};
+    struct kt_srv_req req = {.dns_servers = f->dns_servers, .names = np, .ssl = ssl, .n_names = 2};
+    if (kt_srv_lookup(g->loop, &req, res, &e)) {
+      fprintf(stderr, "ketch gateway: %s\n", e.msg);
+      goto out;
+    }
+    qsort(res->recs, res->n_recs, sizeof res->recs[0], cmp_prio);
+    for (size_t i = 0; i < res->n_recs; i++) {
+      const struct kt_srv_rec *r = &res->recs[i];
+      char label[80];
+      snprintf(label, sizeof label, "%.40s:%u", r->target, r->port);
+      if (r->n_addr && add_ep(g, r->addr[0], r->port, label) == 0)
+        kt_log(KT_LOG_INFO, "gateway", "endpoint %s (%s) from SRV priority=%u weight=%u", label,
+               r->addr[0], r->priority, r->weight);
+    }
+    if (!g->n_eps) {
+      fprintf(stderr, "ketch gateway: no client endpoint in SRV records of %s\n", f->discovery_srv);
+      goto out;
+    }
+    rc = 0;
+    goto out;
+  }
+  const char *hosts[KT_SRV_MAX_HOSTS];
+  char hbuf[KT_SRV_MAX_HOSTS][256], labels[KT_SRV_MAX_HOSTS][300];
+  int ports[KT_SRV_MAX_HOSTS];
+  size_t n = 0;
+  char list[4096];
+  snprintf(list, sizeof list, "%s", f->endpoints);
+  char *save = NULL;
+  for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    if (n == KT_SRV_MAX_HOSTS) {
+      fprintf(stderr, "ketch gateway: --endpoints: more than %d\n", KT_SRV_MAX_HOSTS);
+      goto out;
+    }
+    if (split_hostport(tok, hbuf[n], sizeof hbuf[n], &ports[n])) {
+      fprintf(stderr, "ketch gateway: --endpoints: invalid endpoint \"%s\" (want host:port)\n",
+              tok);
+      goto out;
+    }
+    snprintf(labels[n], sizeof labels[n], "%s", tok);
+    hosts[n] = hbuf[n];
+    n++;
+  }
+  if (!n) {
+    fprintf(stderr, "ketch gateway: --endpoints: empty\n");
+    goto out;
+  }
+  struct kt_srv_req req = {.dns_servers = f->dns_servers, .hosts = hosts, .n_hosts = n};
+  if (kt_srv_lookup(g->loop, &req, res, &e)) {
+    fprintf(stderr, "ketch gateway: %s\n", e.msg);
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (!res->hosts[i].n_addr) {
+      fprintf(stderr, "ketch gateway: --endpoints: cannot resolve \"%s\"\n", hosts[i]);
+      goto out;
+    }
+    char label[80];
+    snprintf(label, sizeof label, "%.79s", labels[i]);
+    if (add_ep(g, res->hosts[i].addr[0], ports[i], label)) {
+      fprintf(stderr, "ketch gateway: --endpoints: bad address for \"%s\"\n", hosts[i]);
+      goto out;
+    }
+  }
+  rc = 0;
+out:
+  free(res);
+  return rc;
+}
+
+static int duration_s(const char *flag, const char *v, double *out) {
+  uint64_t ms;
+  if (kt_duration_parse_ms(v, &ms) || ms == 0) {
+    fprintf(stderr, "ketch gateway: --%s: invalid duration \"%s\"\n", flag, v);
+    return -1;
+  }
+  *out = (double)ms / 1000.0;
+  return 0;
+}
+
+int kt_gateway_main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "start") != 0) {
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+      usage(stdout);
+      return 0;
+    }
+    usage(stderr);
+    return 2;
+  }
+  struct gw_flags f = {.listen_addr = "127.0.0.1:23790",
+                       .endpoints = "127.0.0.1:2479",
+                       .retry_delay = "1m",
+                       .connect_timeout = "1s",
+                       .stats_interval = "1m",
+                       .log_level = "info",
+                       .max_buffer = "65536",
+                       .max_conns = "10000",
+                       .insecure_discovery = true};
+  if (parse_flags(argc - 2, argv + 2, &f))
+    return 2;
+  if (f.help) {
+    usage(stdout);
+    return 0;
+  }
+  static struct gw g;
+  memset(&g, 0, sizeof g);
+  double stats_s;
+  if (duration_s("retry-delay", f.retry_delay, &g.retry_delay_s) ||
+      duration_s("connect-timeout", f.connect_timeout, &g.connect_timeout_s) ||
+      duration_s("stats-interval", f.stats_interval, &stats_s))
+    return 2;
+  char *end;
+  long mb = strtol(f.max_buffer, &end, 10), mc;
+  if (*end || mb < 1024 || mb > (64l << 20)) {
+    fprintf(stderr, "ketch gateway: --max-buffer: want 1024 to 67108864 bytes\n");
+    return 2;
+  }
+  mc = strtol(f.max_conns, &end, 10);
+  if (*end || mc < 1 || mc > 1000000) {
+    fprintf(stderr, "ketch gateway: --max-conns: want 1 to 1000000\n");
+    return 2;
+  }
+  g.buf_cap = (size_t)mb;
+  g.max_conns = (size_t)mc;
+  static const char *const lv[] = {"debug", "info", "warn", "error"};
+  static const int lvn[] = {KT_LOG_DEBUG, KT_LOG_INFO, KT_LOG_WARN, KT_LOG_ERROR};
+  for (size_t i = 0; i < KT_ARRAY_LEN(lv); i++)
+    if (!strcmp(f.log_level, lv[i]))
+      kt_log_level = lvn[i];
+  signal(SIGPIPE, SIG_IGN);
+  struct rlimit rl;
+  if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  g.loop = ev_default_loop(EVFLAG_AUTO);
+  if (endpoints(&g, &f))
+    return 1;
+  char host[256];
+  int port;
+  if (split_hostport(f.listen_addr, host, sizeof host, &port)) {
+    fprintf(stderr, "ketch gateway: --listen-addr: invalid \"%s\" (want host:port)\n",
+            f.listen_addr);
+    return 2;
+  }
+  struct kt_err e = {0};
+  g.lfd = kt_sock_listen(host, port, 1024, &e);
+  if (g.lfd < 0) {
+    fprintf(stderr, "ketch gateway: %s\n", e.msg);
+    return 1;
+  }
+  ev_io_init(&g.accept_w, on_accept, g.lfd, EV_READ);
+  g.accept_w.data = &g;
+  ev_io_start(g.loop, &g.accept_w);
+  ev_timer_init(&g.accept_pause, on_accept_pause, 0.1, 0.);
+  g.accept_pause.data = &g;
+  ev_timer_init(&g.stats, on_stats, stats_s, stats_s);
+  g.stats.data = &g;
+  ev_timer_start(g.loop, &g.stats);
+  ev_signal_init(&g.sigterm, on_signal, SIGTERM);
+  ev_signal_init(&g.sigint, on_signal, SIGINT);
+  ev_signal_start(g.loop, &g.sigterm);
+  ev_signal_start(g.loop, &g.sigint);
+  char eps[1024] = "";
+  size_t l = 0;
+  for (size_t i = 0; i < g.n_eps && l < sizeof eps; i++)
+    l += (size_t)snprintf(eps + l, sizeof eps - l, "%s%s", i ? "," : "", g.eps[i].label);
+  kt_log(KT_LOG_INFO, "gateway",
+         "ready to proxy client requests listen=%s endpoints=%s retry-delay=%.0fms "
+         "connect-timeout=%.0fms max-buffer=%zu",
+         f.listen_addr, eps, g.retry_delay_s * 1000, g.connect_timeout_s * 1000, g.buf_cap);
+  ev_run(g.loop, 0);
+  ev_io_stop(g.loop, &g.accept_w);
+  close(g.lfd);
+  while (g.conns)
+    conn_close(g.conns, "gateway stopping");
+  log_stats(&g);
+  kt_log(KT_LOG_INFO, "gateway", "stopped");
+  return 0;
+}

@@ -1,0 +1,32 @@
+/* net/gateway.h — `ketch gateway start`: an L4 TCP proxy for clients that can
+ * reach only one address (etcd's gateway, its flags).
+ *
+ * Data flow (one libev loop, one thread):
+ *   accept on --listen-addr
+ *   -> pick an endpoint: round robin over --endpoints (or the targets of
+ *      _ketch-client[-ssl][-SUFFIX]._tcp.DOMAIN with --discovery-srv, ordered
+ *      by SRV priority, then weight), skipping those marked failed until
+ *      their --retry-delay has passed
+ *   -> non-blocking connect with --connect-timeout (etcd's dial has none);
+ *      refused or timed out: the endpoint is marked failed and the next one
+ *      is tried, each at most once per client; none left: the client is closed
+ *   -> copy bytes both ways through two bounded buffers (--max-buffer each);
+ *      a full buffer stops reading from its source (backpressure), so a client
+ *      that stops reading costs at most 2 buffers, however much the member
+ *      sends; half-closes are passed on (shutdown SHUT_WR)
+ *   -> per-endpoint counters (connections, active, failures, bytes each way)
+ *      logged every --stats-interval and at exit.
+ * Names in --endpoints are resolved once at start with c-ares (net/srv.h),
+ * before the loop serves; the loop never calls getaddrinfo.
+ * Limits: at most --max-conns client connections (more are accepted and
+ * closed at once), KT_GW_MAX_ENDPOINTS endpoints.
+ */
+#ifndef KT_GATEWAY_H
+#define KT_GATEWAY_H
+
+#define KT_GW_MAX_ENDPOINTS 64
+
+/* argv[0] is "gateway"; argv[1] must be "start". Returns the exit code. */
+int kt_gateway_main(int argc, char **argv);
+
+#endif
