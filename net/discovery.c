@@ -114,14 +114,22 @@ static long find_self(const ketch_result *res, const struct disc *d) {
   return -1;
 }
 
+/* One watch's state. It outlives wait_change when the watch is still open
+ * then: the library's last delivery for a watch is the canceled one (after
+ * ketch_watch_cancel, or from ketch_close), and that delivery frees it. */
 struct wait_state {
   bool event, ended;
+  bool waiting; /* wait_change still looks at it */
   int err;
 };
 
 static void on_watch(void *arg, int err, const ketch_result *res) {
   struct wait_state *w = arg;
   if (err || res->watch.canceled) {
+    if (!w->waiting) {
+      free(w);
+      return;
+    }
     w->ended = true;
     w->err = err ? err : KETCH_ECANCELED;
     return;
@@ -132,21 +140,29 @@ static void on_watch(void *arg, int err, const ketch_result *res) {
 
 /* Blocks until a change under the prefix after revision rev. */
 static int wait_change(ketch_client *c, struct disc *d, int64_t rev, struct kt_err *e) {
-  struct wait_state w = {0};
+  struct wait_state *w = calloc(1, sizeof *w);
+  kt_assert(w);
+  w->waiting = true;
   ketch_watch_req wr = {
       .key = d->prefix, .key_len = strlen(d->prefix), .prefix = true, .start_revision = rev + 1};
   uint64_t id = 0;
-  int rc = ketch_watch(c, &wr, on_watch, &w, &id);
-  if (rc)
+  int rc = ketch_watch(c, &wr, on_watch, w, &id);
+  if (rc) {
+    free(w); /* not accepted: no callback will run */
     return fail_req(c, rc, "watching the registered members", e);
-  while (!w.event && !w.ended) {
+  }
+  while (!w->event && !w->ended) {
     struct pollfd p = {ketch_fd(c), ketch_events(c), 0};
     int t = ketch_timeout_ms(c);
     poll(&p, p.fd >= 0, t < 0 || t > 1000 ? 1000 : t);
     ketch_process(c);
   }
-  if (w.ended)
-    return fail_req(c, w.err, "watching the registered members", e);
+  if (w->ended) { /* its last delivery came: nothing refers to it any more */
+    int err = w->err;
+    free(w);
+    return fail_req(c, err, "watching the registered members", e);
+  }
+  w->waiting = false; /* freed by its canceled delivery */
   ketch_watch_cancel(c, id);
   return 0;
 }
