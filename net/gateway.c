@@ -36,6 +36,7 @@ struct gw_ep {
   struct sockaddr_storage sa;
   socklen_t salen;
   bool failed;
+  bool gone; /* no longer in the SRV records: not picked (its connections go on) */
   double retry_at;
   uint64_t conns, fails, up_bytes, down_bytes;
   int active;
@@ -53,6 +54,13 @@ struct gw {
   size_t buf_cap;
   size_t n_conns, max_conns;
   struct gw_conn *conns; /* list of live connections (for shutdown) */
+  /* --discovery-srv: the records are looked up again when the shortest
+   * address TTL among them has passed (clamped to 1 s .. 5 min; c-ares 1.18
+   * does not expose the SRV records' own TTL), asynchronously on the loop. */
+  const char *srv_domain, *srv_suffix, *dns_servers;
+  ev_timer refresh;
+  bool resolving;
+  struct kt_srv_result *srv_res;
 };
 
 struct gw_buf {
@@ -180,7 +188,7 @@ static void try_connect(struct gw_conn *k) {
     size_t i = g->next++ % g->n_eps;
     struct gw_ep *ep = &g->eps[i];
     k->tried++;
-    if (ep->failed && now < ep->retry_at)
+    if (ep->gone || (ep->failed && now < ep->retry_at))
       continue;
     int fd = socket(ep->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -512,24 +520,31 @@ static int split_hostport(const char *s, char *host, size_t cap, int *port) {
   return 0;
 }
 
+static int fill_sa(const char *addr, int port, struct sockaddr_storage *sa, socklen_t *salen) {
+  memset(sa, 0, sizeof *sa);
+  struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
+  struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)sa;
+  if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons((uint16_t)port);
+    *salen = sizeof *s4;
+  } else if (inet_pton(AF_INET6, addr, &s6->sin6_addr) == 1) {
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons((uint16_t)port);
+    *salen = sizeof *s6;
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
 static int add_ep(struct gw *g, const char *addr, int port, const char *label) {
   if (g->n_eps == KT_GW_MAX_ENDPOINTS)
     return -1;
   struct gw_ep *ep = &g->eps[g->n_eps];
   memset(ep, 0, sizeof *ep);
-  struct sockaddr_in *s4 = (struct sockaddr_in *)&ep->sa;
-  struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ep->sa;
-  if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
-    s4->sin_family = AF_INET;
-    s4->sin_port = htons((uint16_t)port);
-    ep->salen = sizeof *s4;
-  } else if (inet_pton(AF_INET6, addr, &s6->sin6_addr) == 1) {
-    s6->sin6_family = AF_INET6;
-    s6->sin6_port = htons((uint16_t)port);
-    ep->salen = sizeof *s6;
-  } else {
+  if (fill_sa(addr, port, &ep->sa, &ep->salen))
     return -1;
-  }
   snprintf(ep->label, sizeof ep->label, "%s", label);
   g->n_eps++;
   return 0;
@@ -540,6 +555,106 @@ static int cmp_prio(const void *a, const void *b) {
   if (x->priority != y->priority)
     return x->priority < y->priority ? -1 : 1;
   return x->weight > y->weight ? -1 : x->weight < y->weight;
+}
+
+static void start_refresh(struct gw *g);
+
+/* Makes the endpoint list what the SRV records say: a known target keeps its
+ * slot and counters (its address updated), a new one is added, one no longer
+ * listed is marked gone. Slots are never reused, so connections keep their
+ * index. Returns the usable endpoints; with none the list is left as it was.
+ * Then schedules the next lookup. */
+static size_t apply_srv(struct gw *g, struct kt_srv_result *res) {
+  qsort(res->recs, res->n_recs, sizeof res->recs[0], cmp_prio);
+  char labels[KT_SRV_MAX_RECORDS][80];
+  size_t usable = 0;
+  uint32_t ttl = 300;
+  for (size_t i = 0; i < res->n_recs; i++) {
+    const struct kt_srv_rec *r = &res->recs[i];
+    snprintf(labels[i], sizeof labels[i], "%.40s:%u", r->target, r->port);
+    if (r->n_addr) {
+      usable++;
+      ttl = r->ttl < ttl ? r->ttl : ttl;
+    }
+  }
+  if (usable) {
+    for (size_t k = 0; k < g->n_eps; k++) {
+      bool listed = false;
+      for (size_t i = 0; i < res->n_recs && !listed; i++)
+        listed = res->recs[i].n_addr && !strcmp(labels[i], g->eps[k].label);
+      if (!listed && !g->eps[k].gone)
+        kt_log(KT_LOG_INFO, "gateway", "endpoint %s removed (not in the SRV records)",
+               g->eps[k].label);
+      g->eps[k].gone = !listed;
+    }
+    for (size_t i = 0; i < res->n_recs; i++) {
+      const struct kt_srv_rec *r = &res->recs[i];
+      if (!r->n_addr)
+        continue;
+      size_t k = 0;
+      while (k < g->n_eps && strcmp(g->eps[k].label, labels[i]))
+        k++;
+      if (k < g->n_eps) {
+        struct sockaddr_storage sa;
+        socklen_t salen;
+        if (!fill_sa(r->addr[0], r->port, &sa, &salen) &&
+            (salen != g->eps[k].salen || memcmp(&sa, &g->eps[k].sa, salen))) {
+          g->eps[k].sa = sa;
+          g->eps[k].salen = salen;
+          kt_log(KT_LOG_INFO, "gateway", "endpoint %s now at %s", labels[i], r->addr[0]);
+        }
+      } else if (add_ep(g, r->addr[0], r->port, labels[i]) == 0) {
+        kt_log(KT_LOG_INFO, "gateway", "endpoint %s (%s) added from SRV priority=%u weight=%u",
+               labels[i], r->addr[0], r->priority, r->weight);
+      } else {
+        kt_log(KT_LOG_WARN, "gateway", "endpoint %s from SRV not added (%d endpoints at most)",
+               labels[i], KT_GW_MAX_ENDPOINTS);
+      }
+    }
+  } else {
+    kt_log(KT_LOG_WARN, "gateway", "no usable SRV records for %s; keeping the endpoints",
+           g->srv_domain);
+    ttl = 5;
+  }
+  double after = ttl < 1 ? 1. : (double)ttl;
+  ev_timer_stop(g->loop, &g->refresh);
+  ev_timer_set(&g->refresh, after, 0.);
+  ev_timer_start(g->loop, &g->refresh);
+  return usable;
+}
+
+static void on_srv_done(void *arg, int rc, const struct kt_err *e, struct kt_srv_result *res) {
+  struct gw *g = arg;
+  g->resolving = false;
+  if (rc) {
+    kt_log(KT_LOG_WARN, "gateway", "SRV lookup failed: %s; keeping the endpoints", e->msg);
+    res->n_recs = 0;
+  }
+  apply_srv(g, res);
+}
+
+static void on_refresh(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  start_refresh(w->data);
+}
+
+static void start_refresh(struct gw *g) {
+  if (g->resolving)
+    return;
+  char names[2][300];
+  bool ssl[2];
+  kt_srv_names(g->srv_domain, g->srv_suffix, true, false, names, ssl);
+  const char *np[2] = {names[0], names[1]};
+  struct kt_srv_req req = {.dns_servers = g->dns_servers, .names = np, .ssl = ssl, .n_names = 2};
+  struct kt_err e = {0};
+  if (kt_srv_lookup_start(g->loop, &req, g->srv_res, on_srv_done, g, &e)) {
+    kt_log(KT_LOG_WARN, "gateway", "SRV lookup not started: %s", e.msg);
+    ev_timer_set(&g->refresh, 5., 0.);
+    ev_timer_start(g->loop, &g->refresh);
+    return;
+  }
+  g->resolving = true;
 }
 
 /* Fills g->eps from the flags, resolving names with c-ares before serving. */
@@ -558,15 +673,14 @@ static int endpoints(struct gw *g, const struct gw_flags *f) {
       fprintf(stderr, "ketch gateway: %s\n", e.msg);
       goto out;
     }
-    qsort(res->recs, res->n_recs, sizeof res->recs[0], cmp_prio);
-    for (size_t i = 0; i < res->n_recs; i++) {
-      const struct kt_srv_rec *r = &res->recs[i];
-      char label[80];
-      snprintf(label, sizeof label, "%.40s:%u", r->target, r->port);
-      if (r->n_addr && add_ep(g, r->addr[0], r->port, label) == 0)
-        kt_log(KT_LOG_INFO, "gateway", "endpoint %s (%s) from SRV priority=%u weight=%u", label,
-               r->addr[0], r->priority, r->weight);
-    }
+    g->srv_domain = f->discovery_srv;
+    g->srv_suffix = f->discovery_srv_name;
+    g->dns_servers = f->dns_servers;
+    g->srv_res = calloc(1, sizeof *g->srv_res);
+    kt_assert(g->srv_res);
+    ev_init(&g->refresh, on_refresh);
+    g->refresh.data = g;
+    apply_srv(g, res);
     if (!g->n_eps) {
       fprintf(stderr, "ketch gateway: no client endpoint in SRV records of %s\n", f->discovery_srv);
       goto out;

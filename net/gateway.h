@@ -17,7 +17,9 @@
  *   -> per-endpoint counters (connections, active, failures, bytes each way)
  *      logged every --stats-interval and at exit.
  * Names in --endpoints are resolved once at start with c-ares (net/srv.h),
- * before the loop serves; the loop never calls getaddrinfo.
+ * before the loop serves; the loop never calls getaddrinfo. SRV records are
+ * looked up again asynchronously (kt_srv_lookup_start) when the targets'
+ * address TTL passes: new targets are added, vanished ones marked gone.
  * Limits: at most --max-conns client connections (more are accepted and
  * closed at once), KT_GW_MAX_ENDPOINTS endpoints.
  */

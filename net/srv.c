@@ -29,44 +29,47 @@ struct sockw {
   int fd; /* -1: free */
 };
 
-struct lookup {
+struct kt_srv_lookup {
   struct ev_loop *loop;
   ares_channel ch;
   struct sockw socks[MAX_SOCKS];
-  ev_timer retrans, deadline;
+  ev_timer retrans, deadline, finish;
   int pending;
-  bool timed_out;
+  bool timed_out, finishing, has_names;
+  char first_name[300]; /* for the timeout message */
+  kt_srv_done_cb cb;
+  void *cb_arg;
   int first_status; /* first resolver failure other than "no such name" */
   char first_what[300];
   struct kt_srv_result *out;
 };
 
 struct host_job {
-  struct lookup *lk;
+  struct kt_srv_lookup *lk;
   char *addr_dst; /* addr[KT_SRV_MAX_ADDRS][64] */
   size_t *n_dst;
   uint32_t *ttl_dst; /* may be NULL */
 };
 
 struct srv_job {
-  struct lookup *lk;
+  struct kt_srv_lookup *lk;
   bool ssl;
   char name[300];
 };
 
-static void done_one(struct lookup *lk) {
-  if (--lk->pending == 0)
-    ev_break(lk->loop, EVBREAK_ONE);
+static void done_one(struct kt_srv_lookup *lk) {
+  if (--lk->pending == 0 && !lk->finishing)
+    ev_timer_start(lk->loop, &lk->finish); /* not from inside c-ares: see on_finish */
 }
 
-static void note_failure(struct lookup *lk, int status, const char *what) {
+static void note_failure(struct kt_srv_lookup *lk, int status, const char *what) {
   if (status == ARES_ENOTFOUND || status == ARES_ENODATA || lk->first_status)
     return;
   lk->first_status = status;
   snprintf(lk->first_what, sizeof lk->first_what, "%s", what);
 }
 
-static void rearm_retrans(struct lookup *lk) {
+static void rearm_retrans(struct kt_srv_lookup *lk) {
   struct timeval tv, *t = ares_timeout(lk->ch, NULL, &tv);
   ev_timer_stop(lk->loop, &lk->retrans);
   if (t) {
@@ -77,7 +80,7 @@ static void rearm_retrans(struct lookup *lk) {
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents) {
   (void)loop;
-  struct lookup *lk = w->data;
+  struct kt_srv_lookup *lk = w->data;
   ares_process_fd(lk->ch, (revents & EV_READ) ? w->fd : ARES_SOCKET_BAD,
                   (revents & EV_WRITE) ? w->fd : ARES_SOCKET_BAD);
   if (lk->pending)
@@ -87,7 +90,7 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents) {
 static void on_retrans(struct ev_loop *loop, ev_timer *w, int revents) {
   (void)loop;
   (void)revents;
-  struct lookup *lk = w->data;
+  struct kt_srv_lookup *lk = w->data;
   ares_process_fd(lk->ch, ARES_SOCKET_BAD, ARES_SOCKET_BAD);
   if (lk->pending)
     rearm_retrans(lk);
@@ -95,13 +98,13 @@ static void on_retrans(struct ev_loop *loop, ev_timer *w, int revents) {
 
 static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents) {
   (void)revents;
-  struct lookup *lk = w->data;
+  struct kt_srv_lookup *lk = w->data;
   lk->timed_out = true;
-  ev_break(loop, EVBREAK_ONE);
+  ev_timer_start(loop, &lk->finish);
 }
 
 static void on_sock_state(void *data, ares_socket_t fd, int readable, int writable) {
-  struct lookup *lk = data;
+  struct kt_srv_lookup *lk = data;
   struct sockw *s = NULL, *free_s = NULL;
   for (int i = 0; i < MAX_SOCKS; i++) {
     if (lk->socks[i].fd == fd)
@@ -130,7 +133,7 @@ static void on_sock_state(void *data, ares_socket_t fd, int readable, int writab
 static void on_addrinfo(void *arg, int status, int timeouts, struct ares_addrinfo *ai) {
   (void)timeouts;
   struct host_job *hj = arg;
-  struct lookup *lk = hj->lk;
+  struct kt_srv_lookup *lk = hj->lk;
   if (status == ARES_SUCCESS && ai) {
     for (struct ares_addrinfo_node *n = ai->nodes; n && *hj->n_dst < KT_SRV_MAX_ADDRS;
          n = n->ai_next) {
@@ -160,7 +163,7 @@ static void on_addrinfo(void *arg, int status, int timeouts, struct ares_addrinf
   done_one(lk);
 }
 
-static void resolve_into(struct lookup *lk, const char *host, char *addr_dst, size_t *n_dst,
+static void resolve_into(struct kt_srv_lookup *lk, const char *host, char *addr_dst, size_t *n_dst,
                          uint32_t *ttl_dst) {
   struct host_job *hj = calloc(1, sizeof *hj);
   kt_assert(hj);
@@ -173,7 +176,7 @@ static void resolve_into(struct lookup *lk, const char *host, char *addr_dst, si
 static void on_srv(void *arg, int status, int timeouts, unsigned char *abuf, int alen) {
   (void)timeouts;
   struct srv_job *sj = arg;
-  struct lookup *lk = sj->lk;
+  struct kt_srv_lookup *lk = sj->lk;
   struct ares_srv_reply *srv = NULL;
   if (status == ARES_SUCCESS)
     status = ares_parse_srv_reply(abuf, alen, &srv);
@@ -217,8 +220,43 @@ void kt_srv_names(const char *domain, const char *suffix, bool client, bool etcd
   }
 }
 
-int kt_srv_lookup(struct ev_loop *loop, const struct kt_srv_req *req, struct kt_srv_result *out,
-                  struct kt_err *e) {
+/* Ends a lookup from the loop (never from inside a c-ares callback, where
+ * the channel must not be destroyed): result, cleanup, then the callback. */
+static void on_finish(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)revents;
+  struct kt_srv_lookup *lk = w->data;
+  lk->finishing = true;
+  ev_timer_stop(loop, &lk->deadline);
+  ev_timer_stop(loop, &lk->retrans);
+  ev_timer_stop(loop, &lk->finish);
+  bool timed_out = lk->timed_out && lk->pending > 0;
+  /* ares_destroy completes what is still outstanding (ARES_EDESTRUCTION),
+   * which frees those jobs; their sockets are closed through on_sock_state. */
+  ares_destroy(lk->ch);
+  for (int i = 0; i < MAX_SOCKS; i++)
+    if (lk->socks[i].fd >= 0)
+      ev_io_stop(loop, &lk->socks[i].io);
+  struct kt_err e = {0};
+  int rc = 0;
+  if (timed_out) {
+    rc = kt_err_set(&e, KT_ETIMEOUT, "dns: lookup timed out (%s)", lk->first_name);
+  } else {
+    bool any = false;
+    for (size_t i = 0; i < lk->out->n_recs; i++)
+      any |= lk->out->recs[i].n_addr > 0;
+    if (lk->first_status && !any && lk->has_names)
+      rc = kt_err_set(&e, KT_EIO, "dns: %.200s: %s", lk->first_what,
+                      ares_strerror(lk->first_status));
+  }
+  kt_srv_done_cb cb = lk->cb;
+  void *arg = lk->cb_arg;
+  struct kt_srv_result *out = lk->out;
+  free(lk);
+  cb(arg, rc, &e, out);
+}
+
+int kt_srv_lookup_start(struct ev_loop *loop, const struct kt_srv_req *req,
+                        struct kt_srv_result *out, kt_srv_done_cb cb, void *arg, struct kt_err *e) {
   static bool lib_ok;
   if (!lib_ok) {
     if (ares_library_init(ARES_LIB_INIT_ALL) != ARES_SUCCESS)
@@ -228,10 +266,17 @@ int kt_srv_lookup(struct ev_loop *loop, const struct kt_srv_req *req, struct kt_
   if (req->n_hosts > KT_SRV_MAX_HOSTS)
     return kt_err_set(e, KT_EINVAL, "dns: more than %d hosts to resolve", KT_SRV_MAX_HOSTS);
   memset(out, 0, sizeof *out);
-  struct lookup *lk = calloc(1, sizeof *lk);
+  struct kt_srv_lookup *lk = calloc(1, sizeof *lk);
   kt_assert(lk);
   lk->loop = loop;
   lk->out = out;
+  lk->cb = cb;
+  lk->cb_arg = arg;
+  lk->has_names = req->n_names > 0;
+  snprintf(lk->first_name, sizeof lk->first_name, "%s",
+           req->n_names   ? req->names[0]
+           : req->n_hosts ? req->hosts[0]
+                          : "-");
   for (int i = 0; i < MAX_SOCKS; i++)
     lk->socks[i].fd = -1;
   struct ares_options o = {
@@ -251,12 +296,14 @@ int kt_srv_lookup(struct ev_loop *loop, const struct kt_srv_req *req, struct kt_
   }
   ev_init(&lk->retrans, on_retrans);
   lk->retrans.data = lk;
+  ev_timer_init(&lk->finish, on_finish, 0., 0.);
+  lk->finish.data = lk;
   ev_timer_init(&lk->deadline, on_deadline, (req->timeout_ms > 0 ? req->timeout_ms : 5000) / 1000.0,
                 0.);
   lk->deadline.data = lk;
   ev_timer_start(loop, &lk->deadline);
 
-  lk->pending = 1; /* held while starting, so an early answer cannot end the run */
+  lk->pending = 1; /* held while starting, so an early answer cannot end it */
   for (size_t i = 0; i < req->n_names; i++) {
     struct srv_job *sj = calloc(1, sizeof *sj);
     kt_assert(sj);
@@ -272,32 +319,39 @@ int kt_srv_lookup(struct ev_loop *loop, const struct kt_srv_req *req, struct kt_
     snprintf(h->host, sizeof h->host, "%s", req->hosts[i]);
     resolve_into(lk, h->host, &h->addr[0][0], &h->n_addr, NULL);
   }
-  if (--lk->pending > 0) {
+  done_one(lk);
+  if (lk->pending > 0)
     rearm_retrans(lk);
-    ev_run(loop, 0);
-  }
-  ev_timer_stop(loop, &lk->deadline);
-  ev_timer_stop(loop, &lk->retrans);
-  bool timed_out = lk->timed_out && lk->pending > 0;
-  /* ares_destroy completes what is still outstanding (ARES_EDESTRUCTION),
-   * which frees those jobs; their sockets are closed through on_sock_state. */
-  ares_destroy(lk->ch);
-  for (int i = 0; i < MAX_SOCKS; i++)
-    if (lk->socks[i].fd >= 0)
-      ev_io_stop(loop, &lk->socks[i].io);
-  int status = lk->first_status;
-  char what[300];
-  snprintf(what, sizeof what, "%s", lk->first_what);
-  free(lk);
-  if (timed_out)
-    return kt_err_set(e, KT_ETIMEOUT, "dns: lookup timed out (%s)",
-                      req->n_names ? req->names[0] : req->hosts[0]);
-  bool any = false;
-  for (size_t i = 0; i < out->n_recs; i++)
-    any |= out->recs[i].n_addr > 0;
-  if (status && !any && req->n_names)
-    return kt_err_set(e, KT_EIO, "dns: %.200s: %s", what, ares_strerror(status));
   return 0;
+}
+
+struct sync_wait {
+  bool done;
+  int rc;
+  struct kt_err e;
+  struct ev_loop *loop;
+};
+
+static void sync_done(void *arg, int rc, const struct kt_err *e, struct kt_srv_result *out) {
+  (void)out;
+  struct sync_wait *w = arg;
+  w->done = true;
+  w->rc = rc;
+  w->e = *e;
+  ev_break(w->loop, EVBREAK_ONE);
+}
+
+int kt_srv_lookup(struct ev_loop *loop, const struct kt_srv_req *req, struct kt_srv_result *out,
+                  struct kt_err *e) {
+  struct sync_wait w = {.loop = loop};
+  int rc = kt_srv_lookup_start(loop, req, out, sync_done, &w, e);
+  if (rc)
+    return rc;
+  while (!w.done)
+    ev_run(loop, 0);
+  if (w.rc && e)
+    *e = w.e;
+  return w.rc;
 }
 
 /* ---- the initial cluster (pure) ---- */

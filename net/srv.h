@@ -72,13 +72,22 @@ struct kt_srv_result {
 
 /* Runs the lookups of req on loop (ev_run until they finish or the deadline
  * passes; the loop must have nothing else to run: use it before the node
- * starts, or a loop of its own). A name that does not exist yields no
- * records; a target that does not resolve yields n_addr 0.
- * Errors: KT_EINVAL (bad dns_servers), KT_ETIMEOUT (deadline passed),
- * KT_EIO (the resolver failed for every name: message names the first
- * failure, e.g. "connection refused"). *out is filled on success. */
+ * starts, or a loop of its own; kt_srv_lookup_start below on a running loop). A name that does not
+ * exist yields no records; a target that does not resolve yields n_addr 0. Errors: KT_EINVAL (bad
+ * dns_servers), KT_ETIMEOUT (deadline passed), KT_EIO (the resolver failed for every name: message
+ * names the first failure, e.g. "connection refused"). *out is filled on success. */
 int kt_srv_lookup(struct ev_loop *loop, const struct kt_srv_req *req, struct kt_srv_result *out,
                   struct kt_err *e);
+
+/* The same without blocking: starts the lookups on loop and returns; cb
+ * runs once from the loop (never from inside this call) with 0 or the error
+ * (e valid during the call) and out filled. out must stay valid until then.
+ * Errors returned here (cb will not run): KT_EINVAL (bad dns_servers), KT_EIO. */
+struct kt_srv_lookup;
+typedef void (*kt_srv_done_cb)(void *arg, int rc, const struct kt_err *e,
+                               struct kt_srv_result *out);
+int kt_srv_lookup_start(struct ev_loop *loop, const struct kt_srv_req *req,
+                        struct kt_srv_result *out, kt_srv_done_cb cb, void *arg, struct kt_err *e);
 
 /* SRV record names for a domain: servers ("_ketch-server-ssl[-SUFFIX]._tcp.D",
  * then "_ketch-server..."), or clients ("_ketch-client-ssl...",

@@ -18,6 +18,8 @@ Cases (one SRV cluster shared):
   srv_etcd_names      a member reads etcd's names (_etcd-server._tcp) with
                       --discovery-srv-etcd-names and starts
   srv_gateway         ketch gateway --discovery-srv proxies to the client records
+  srv_gateway_refresh the gateway looks the records up again when their TTL
+                      passes: new targets are used, removed ones no longer
   srv_restart         a restarted member uses its data dir (the DNS server is
                       stopped by then)
 
@@ -39,6 +41,7 @@ Bounded: every process has a timeout; the file takes ~25 s.
 Env: KETCH_BIN = the bin dir. Prints "ok NAME" / "FAIL NAME: why" per case.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,13 +57,13 @@ DNSMASQ = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
 class Dns:
     """dnsmasq in the foreground with the given --srv-host / --host-record."""
 
-    def __init__(self, records):
-        self.port = free_port()
+    def __init__(self, records, port=None):
+        self.port = port or free_port()
         self.log_path = os.path.join(tempfile.gettempdir(), "ketch-dns-%d-%d.log" %
                                      (os.getpid(), self.port))
         args = [DNSMASQ, "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv",
                 "--no-hosts", "--listen-address=127.0.0.1", "--bind-interfaces",
-                "--port=%d" % self.port, "--local=/ketch.test/", "--local=/etcd.test/",
+                "--port=%d" % self.port, "--local=/ketch.test/", "--local=/etcd.test/", "--local=/gw.test/",
                 "--log-queries", "--log-facility=-", "--user=root", "--group=root",
                 "--pid-file="] + records
         self.log = open(self.log_path, "ab")
@@ -209,12 +212,58 @@ def test_srv_gateway():
         assert rc == 0 and out.split() == ["k", "v"], (rc, out, err)
         text = open(log_path).read()
         for n, cp in zip(NAMES, ENV["clients"]):
-            assert "endpoint %s:%d (127.0.0.1) from SRV" % (n, cp) in text, text
+            assert "endpoint %s:%d (127.0.0.1) added from SRV" % (n, cp) in text, text
     finally:
         gw.terminate()
         gw.wait(10)
         log.close()
         os.unlink(log_path)
+
+
+def test_srv_gateway_refresh():
+    """The gateway looks the records up again (here every second: dnsmasq's
+    local TTL is 0) and uses targets that appear; removed ones are not picked."""
+    one = ["--host-record=m1.ketch.test,127.0.0.1",
+           "--srv-host=_ketch-client._tcp.gw.test,m1.ketch.test,%d,0,10" % ENV["clients"][0]]
+    dns2 = Dns(one)
+    port = free_port()
+    log_path = os.path.join(tempfile.gettempdir(), "ketch-dgw2-%d.log" % os.getpid())
+    log = open(log_path, "wb")
+    gw = subprocess.Popen([os.path.join(BIN, "ketch"), "gateway", "start", "--listen-addr",
+                           "127.0.0.1:%d" % port, "--discovery-srv", "gw.test",
+                           "--dns-servers", dns2.server, "--log-level", "debug"],
+                          stdout=log, stderr=subprocess.STDOUT)
+    ep = ["m%d.ketch.test:%d" % (i + 1, cp) for i, cp in enumerate(ENV["clients"])]
+    try:
+        time.sleep(0.5)
+        text = open(log_path).read()
+        assert "endpoint %s (127.0.0.1) added" % ep[0] in text and ep[1] not in text, text
+        dns2.stop()
+        recs = []
+        for n, cp in zip(NAMES[1:], ENV["clients"][1:]):
+            recs += ["--host-record=%s,127.0.0.1" % n,
+                     "--srv-host=_ketch-client._tcp.gw.test,%s,%d,0,10" % (n, cp)]
+        dns2 = Dns(recs, port=dns2.port)
+        deadline = time.time() + 10
+        while "endpoint %s removed" % ep[0] not in open(log_path).read():
+            assert time.time() < deadline, open(log_path).read()[-2000:]
+            time.sleep(0.2)
+        text = open(log_path).read()
+        assert "endpoint %s (127.0.0.1) added" % ep[1] in text, text
+        assert "endpoint %s (127.0.0.1) added" % ep[2] in text, text
+        mark = len(text)
+        for _ in range(4):
+            rc, out, err = ketchctl("--endpoints", "127.0.0.1:%d" % port, "get", "k")
+            assert rc == 0 and out.split() == ["k", "v"], (rc, out, err)
+        used = set(re.findall(r"endpoint=(\S+) connected", open(log_path).read()[mark:]))
+        assert used == {"127.0.0.1:%d" % cp for cp in ENV["clients"][1:]} or \
+            used == set(ep[1:]), used
+    finally:
+        gw.terminate()
+        gw.wait(10)
+        log.close()
+        os.unlink(log_path)
+        dns2.stop()
 
 
 def test_srv_restart():
@@ -348,7 +397,8 @@ def main():
         raise
     try:
         run_tests([test_srv_three_members, test_srv_not_in_records, test_srv_ketchctl,
-                   test_srv_etcd_names, test_srv_gateway, test_srv_restart, test_disc_three_members,
+                   test_srv_etcd_names, test_srv_gateway, test_srv_gateway_refresh,
+                   test_srv_restart, test_disc_three_members,
                    test_disc_cluster_full, test_disc_size_missing, test_disc_duplicate_id,
                    test_disc_service_down])
     finally:
