@@ -36,7 +36,9 @@ struct gw_ep {
   struct sockaddr_storage sa;
   socklen_t salen;
   bool failed;
-  bool gone; /* no longer in the SRV records: not picked (its connections go on) */
+  bool gone;                 /* no longer in the SRV records: not picked (its connections go on) */
+  uint16_t priority, weight; /* SRV's; --endpoints: 0, 0 */
+  int64_t current;           /* smooth weighted round robin state */
   double retry_at;
   uint64_t conns, fails, up_bytes, down_bytes;
   int active;
@@ -49,7 +51,7 @@ struct gw {
   ev_timer accept_pause, stats;
   ev_signal sigterm, sigint;
   struct gw_ep eps[KT_GW_MAX_ENDPOINTS];
-  size_t n_eps, next;
+  size_t n_eps;
   double retry_delay_s, connect_timeout_s;
   size_t buf_cap;
   size_t n_conns, max_conns;
@@ -73,7 +75,7 @@ struct gw_conn {
   struct gw_conn *prev, *next;
   int cfd, ufd;
   int ep;         /* index into g->eps, -1 before the first pick */
-  size_t tried;   /* endpoints tried for this client */
+  uint64_t tried; /* bit i: endpoint i tried for this client */
   bool connected; /* upstream connect completed */
   bool c_eof, u_eof;
   bool u_wshut, c_wshut;
@@ -173,8 +175,42 @@ static void on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
   try_connect(k);
 }
 
-/* Picks the next usable endpoint (round robin) and starts connecting; with
- * none left the client is closed. */
+/* The endpoint for a new upstream connection: among those usable (not gone,
+ * not failed within --retry-delay) and not yet tried for this client, the
+ * lowest SRV priority, and among those smooth weighted round robin (nginx's:
+ * each gains its weight, the largest is picked and loses the sum; weight 0
+ * counts as 1, so equal weights are plain round robin). -1: none. */
+static int pick(struct gw *g, uint64_t tried, double now) {
+  int best = -1;
+  for (size_t i = 0; i < g->n_eps; i++) {
+    const struct gw_ep *ep = &g->eps[i];
+    if (ep->gone || (ep->failed && now < ep->retry_at) || (tried >> i & 1))
+      continue;
+    if (best < 0 || ep->priority < g->eps[best].priority)
+      best = (int)i;
+  }
+  if (best < 0)
+    return -1;
+  uint16_t prio = g->eps[best].priority;
+  int64_t total = 0;
+  best = -1;
+  for (size_t i = 0; i < g->n_eps; i++) {
+    struct gw_ep *ep = &g->eps[i];
+    if (ep->gone || (ep->failed && now < ep->retry_at) || (tried >> i & 1) || ep->priority != prio)
+      continue;
+    int64_t w = ep->weight ? ep->weight : 1;
+    ep->current += w;
+    total += w;
+    if (best < 0 || ep->current > g->eps[best].current)
+      best = (int)i;
+  }
+  g->eps[best].current -= total;
+  return best;
+}
+
+/* Picks an endpoint (pick()) and starts connecting; one that refuses at once
+ * is marked failed and the next is picked; with none left the client is
+ * closed. */
 static void try_connect(struct gw_conn *k) {
   struct gw *g = k->g;
   ev_timer_stop(g->loop, &k->ct);
@@ -184,12 +220,9 @@ static void try_connect(struct gw_conn *k) {
     k->ufd = -1;
   }
   double now = ev_now(g->loop);
-  while (k->tried < g->n_eps) {
-    size_t i = g->next++ % g->n_eps;
+  for (int i; (i = pick(g, k->tried, now)) >= 0;) {
     struct gw_ep *ep = &g->eps[i];
-    k->tried++;
-    if (ep->gone || (ep->failed && now < ep->retry_at))
-      continue;
+    k->tried |= 1ull << i;
     int fd = socket(ep->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       conn_close(k, "socket() failed");
@@ -197,12 +230,12 @@ static void try_connect(struct gw_conn *k) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    k->ep = (int)i;
+    k->ep = i;
     if (connect(fd, (struct sockaddr *)&ep->sa, ep->salen) < 0 && errno != EINPROGRESS) {
       char why[96];
       snprintf(why, sizeof why, "connect: %s", strerror(errno));
       close(fd);
-      mark_failed(g, (int)i, why);
+      mark_failed(g, i, why);
       continue;
     }
     k->ufd = fd;
@@ -595,6 +628,8 @@ static size_t apply_srv(struct gw *g, struct kt_srv_result *res) {
       while (k < g->n_eps && strcmp(g->eps[k].label, labels[i]))
         k++;
       if (k < g->n_eps) {
+        g->eps[k].priority = r->priority;
+        g->eps[k].weight = r->weight;
         struct sockaddr_storage sa;
         socklen_t salen;
         if (!fill_sa(r->addr[0], r->port, &sa, &salen) &&
@@ -604,6 +639,8 @@ static size_t apply_srv(struct gw *g, struct kt_srv_result *res) {
           kt_log(KT_LOG_INFO, "gateway", "endpoint %s now at %s", labels[i], r->addr[0]);
         }
       } else if (add_ep(g, r->addr[0], r->port, labels[i]) == 0) {
+        g->eps[k].priority = r->priority;
+        g->eps[k].weight = r->weight;
         kt_log(KT_LOG_INFO, "gateway", "endpoint %s (%s) added from SRV priority=%u weight=%u",
                labels[i], r->addr[0], r->priority, r->weight);
       } else {

@@ -3,10 +3,11 @@
  *
  * Data flow (one libev loop, one thread):
  *   accept on --listen-addr
- *   -> pick an endpoint: round robin over --endpoints (or the targets of
- *      _ketch-client[-ssl][-SUFFIX]._tcp.DOMAIN with --discovery-srv, ordered
- *      by SRV priority, then weight), skipping those marked failed until
- *      their --retry-delay has passed
+ *   -> pick an endpoint among --endpoints (or the targets of
+ *      _ketch-client[-ssl][-SUFFIX]._tcp.DOMAIN with --discovery-srv): the
+ *      lowest SRV priority among the usable ones, smooth weighted round robin
+ *      by SRV weight within it (plain round robin for --endpoints), skipping
+ *      those marked failed until their --retry-delay has passed
  *   -> non-blocking connect with --connect-timeout (etcd's dial has none);
  *      refused or timed out: the endpoint is marked failed and the next one
  *      is tried, each at most once per client; none left: the client is closed

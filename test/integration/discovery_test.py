@@ -18,6 +18,8 @@ Cases (one SRV cluster shared):
   srv_etcd_names      a member reads etcd's names (_etcd-server._tcp) with
                       --discovery-srv-etcd-names and starts
   srv_gateway         ketch gateway --discovery-srv proxies to the client records
+  srv_gateway_priority the gateway uses the lowest SRV priority, weighted
+                      round robin within it, and a higher one when it fails
   srv_gateway_refresh the gateway looks the records up again when their TTL
                       passes: new targets are used, removed ones no longer
   srv_restart         a restarted member uses its data dir (the DNS server is
@@ -64,6 +66,7 @@ class Dns:
         args = [DNSMASQ, "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv",
                 "--no-hosts", "--listen-address=127.0.0.1", "--bind-interfaces",
                 "--port=%d" % self.port, "--local=/ketch.test/", "--local=/etcd.test/", "--local=/gw.test/",
+                "--local=/prio.test/", "--local=/fb.test/",
                 "--log-queries", "--log-facility=-", "--user=root", "--group=root",
                 "--pid-file="] + records
         self.log = open(self.log_path, "ab")
@@ -106,6 +109,13 @@ def setup():
         recs += ["--host-record=%s,127.0.0.1" % n,
                  "--srv-host=_ketch-server._tcp.ketch.test,%s,%d,0,10" % (n, pp),
                  "--srv-host=_ketch-client._tcp.ketch.test,%s,%d,0,10" % (n, cp)]
+    # prio.test: m1 at priority 10, m2 and m3 at 0 weighted 30:10;
+    # fb.test: priority 0 is a port nothing listens on, priority 10 is m1.
+    recs += ["--srv-host=_ketch-client._tcp.prio.test,m1.ketch.test,%d,10,10" % clients[0],
+             "--srv-host=_ketch-client._tcp.prio.test,m2.ketch.test,%d,0,30" % clients[1],
+             "--srv-host=_ketch-client._tcp.prio.test,m3.ketch.test,%d,0,10" % clients[2],
+             "--srv-host=_ketch-client._tcp.fb.test,m2.ketch.test,%d,0,10" % free_port(),
+             "--srv-host=_ketch-client._tcp.fb.test,m1.ketch.test,%d,10,10" % clients[0]]
     recs += ["--host-record=e1.etcd.test,127.0.0.1",
              "--srv-host=_etcd-server._tcp.etcd.test,e1.etcd.test,%d,0,10" % e1_peer]
     dns = Dns(recs)
@@ -217,6 +227,46 @@ def test_srv_gateway():
         gw.terminate()
         gw.wait(10)
         log.close()
+        os.unlink(log_path)
+
+
+def gateway(domain, dns, log_path):
+    port = free_port()
+    log = open(log_path, "wb")
+    p = subprocess.Popen([os.path.join(BIN, "ketch"), "gateway", "start", "--listen-addr",
+                          "127.0.0.1:%d" % port, "--discovery-srv", domain,
+                          "--dns-servers", dns.server, "--log-level", "debug"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    return p, port
+
+
+def test_srv_gateway_priority():
+    """Lowest SRV priority first, weighted within it; higher ones only when
+    the lower ones fail."""
+    dns = ENV["dns"]
+    log_path = os.path.join(tempfile.gettempdir(), "ketch-dgw3-%d.log" % os.getpid())
+    gw, port = gateway("prio.test", dns, log_path)
+    c = ENV["clients"]
+    try:
+        for _ in range(8):
+            rc, out, err = ketchctl("--endpoints", "127.0.0.1:%d" % port, "get", "k")
+            assert rc == 0 and out.split() == ["k", "v"], (rc, out, err)
+        used = re.findall(r"endpoint=m(\d)\.ketch\.test:\d+ connected", open(log_path).read())
+        assert used.count("2") == 6 and used.count("3") == 2 and "1" not in used, used
+    finally:
+        gw.terminate()
+        gw.wait(10)
+    gw, port = gateway("fb.test", dns, log_path)
+    try:
+        rc, out, err = ketchctl("--endpoints", "127.0.0.1:%d" % port, "get", "k")
+        assert rc == 0 and out.split() == ["k", "v"], (rc, out, err)
+        text = open(log_path).read()
+        assert re.search(r"endpoint m2\.ketch\.test:\d+ failed", text), text
+        assert "endpoint=m1.ketch.test:%d connected" % c[0] in text, text
+    finally:
+        gw.terminate()
+        gw.wait(10)
         os.unlink(log_path)
 
 
@@ -397,7 +447,8 @@ def main():
         raise
     try:
         run_tests([test_srv_three_members, test_srv_not_in_records, test_srv_ketchctl,
-                   test_srv_etcd_names, test_srv_gateway, test_srv_gateway_refresh,
+                   test_srv_etcd_names, test_srv_gateway, test_srv_gateway_priority,
+                   test_srv_gateway_refresh,
                    test_srv_restart, test_disc_three_members,
                    test_disc_cluster_full, test_disc_size_missing, test_disc_duplicate_id,
                    test_disc_service_down])
