@@ -26,7 +26,9 @@
 #include <unistd.h>
 
 #include <ev.h>
+#include <poll.h>
 
+#include "../client/ketch.h"
 #include "config.h"
 #include "sock.h"
 #include "srv.h"
@@ -39,6 +41,8 @@ struct gw_ep {
   bool gone;                 /* no longer in the SRV records: not picked (its connections go on) */
   uint16_t priority, weight; /* SRV's; --endpoints: 0, 0 */
   int64_t current;           /* smooth weighted round robin state */
+  bool unhealthy;            /* --health-check native: the last probe failed */
+  struct gw_probe *probe;    /* its health probe, or NULL */
   double retry_at;
   uint64_t conns, fails, up_bytes, down_bytes;
   int active;
@@ -63,6 +67,23 @@ struct gw {
   ev_timer refresh;
   bool resolving;
   struct kt_srv_result *srv_res;
+  /* --health-check native: every --health-interval a STATUS request on a
+   * libketch handle per endpoint; an error, a timeout or no known leader
+   * makes it unhealthy (not picked) until a probe succeeds. */
+  bool health_native, stopping;
+  double health_interval_s;
+  ev_timer health;
+};
+
+/* One endpoint's probe: a non-blocking libketch handle driven by the loop
+ * (its fd, wanted events and deadline re-read after every ketch_process). */
+struct gw_probe {
+  struct gw *g;
+  int idx;
+  ketch_client *c;
+  ev_io io;
+  ev_timer tm;
+  bool in_flight;
 };
 
 struct gw_buf {
@@ -180,11 +201,15 @@ static void on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
  * lowest SRV priority, and among those smooth weighted round robin (nginx's:
  * each gains its weight, the largest is picked and loses the sum; weight 0
  * counts as 1, so equal weights are plain round robin). -1: none. */
+static bool usable(const struct gw_ep *ep, size_t i, uint64_t tried, double now) {
+  return !ep->gone && !ep->unhealthy && !(ep->failed && now < ep->retry_at) && !(tried >> i & 1);
+}
+
 static int pick(struct gw *g, uint64_t tried, double now) {
   int best = -1;
   for (size_t i = 0; i < g->n_eps; i++) {
     const struct gw_ep *ep = &g->eps[i];
-    if (ep->gone || (ep->failed && now < ep->retry_at) || (tried >> i & 1))
+    if (!usable(ep, i, tried, now))
       continue;
     if (best < 0 || ep->priority < g->eps[best].priority)
       best = (int)i;
@@ -196,7 +221,7 @@ static int pick(struct gw *g, uint64_t tried, double now) {
   best = -1;
   for (size_t i = 0; i < g->n_eps; i++) {
     struct gw_ep *ep = &g->eps[i];
-    if (ep->gone || (ep->failed && now < ep->retry_at) || (tried >> i & 1) || ep->priority != prio)
+    if (!usable(ep, i, tried, now) || ep->priority != prio)
       continue;
     int64_t w = ep->weight ? ep->weight : 1;
     ep->current += w;
@@ -438,6 +463,137 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents) {
   ev_break(loop, EVBREAK_ALL);
 }
 
+/* ---- health probes (--health-check native) ---- */
+
+static void probe_arm(struct gw_probe *p) {
+  struct ev_loop *loop = p->g->loop;
+  ev_io_stop(loop, &p->io);
+  ev_timer_stop(loop, &p->tm);
+  int fd = ketch_fd(p->c);
+  short want = ketch_events(p->c);
+  int ev = (want & POLLIN ? EV_READ : 0) | (want & POLLOUT ? EV_WRITE : 0);
+  if (fd >= 0 && ev) {
+    ev_io_set(&p->io, fd, ev);
+    ev_io_start(loop, &p->io);
+  }
+  int t = ketch_timeout_ms(p->c);
+  if (t >= 0) {
+    ev_timer_set(&p->tm, t / 1000.0, 0.);
+    ev_timer_start(loop, &p->tm);
+  }
+}
+
+/* The watcher is stopped before ketch_process, which may close its fd. */
+static void probe_run(struct gw_probe *p) {
+  ev_io_stop(p->g->loop, &p->io);
+  ketch_process(p->c);
+  probe_arm(p);
+}
+
+static void on_probe_io(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)loop;
+  (void)revents;
+  probe_run(w->data);
+}
+
+static void on_probe_timer(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  probe_run(w->data);
+}
+
+static void set_health(struct gw *g, int idx, bool ok, const char *why) {
+  struct gw_ep *ep = &g->eps[idx];
+  if (ok && ep->unhealthy)
+    kt_log(KT_LOG_INFO, "gateway", "endpoint %s healthy again", ep->label);
+  else if (!ok && !ep->unhealthy)
+    kt_log(KT_LOG_WARN, "gateway", "endpoint %s unhealthy: %s", ep->label, why);
+  ep->unhealthy = !ok;
+}
+
+static void on_probe_status(void *arg, int err, const ketch_result *res) {
+  struct gw_probe *p = arg;
+  p->in_flight = false;
+  if (p->g->stopping)
+    return;
+  if (err)
+    set_health(p->g, p->idx, false, ketch_errmsg(p->c)[0] ? ketch_errmsg(p->c) : "status failed");
+  else
+    set_health(p->g, p->idx, res->status.leader != 0, "no leader");
+}
+
+static struct gw_probe *probe_new(struct gw *g, int idx) {
+  const struct gw_ep *ep = &g->eps[idx];
+  char host[64], endpoint[96];
+  int port;
+  if (ep->sa.ss_family == AF_INET) {
+    const struct sockaddr_in *s4 = (const struct sockaddr_in *)&ep->sa;
+    inet_ntop(AF_INET, &s4->sin_addr, host, sizeof host);
+    port = ntohs(s4->sin_port);
+    snprintf(endpoint, sizeof endpoint, "%s:%d", host, port);
+  } else {
+    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&ep->sa;
+    inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof host);
+    port = ntohs(s6->sin6_port);
+    snprintf(endpoint, sizeof endpoint, "[%s]:%d", host, port);
+  }
+  ketch_options o;
+  ketch_options_init(&o);
+  o.nonblocking_open = true;
+  o.dial_timeout_ms = (int)(g->connect_timeout_s * 1000);
+  o.request_timeout_ms = (int)(g->health_interval_s * 1000);
+  struct gw_probe *p = calloc(1, sizeof *p);
+  kt_assert(p);
+  char msg[256];
+  if (ketch_open(&p->c, endpoint, &o, msg, sizeof msg)) {
+    kt_log(KT_LOG_WARN, "gateway", "no health probe for %s: %s", ep->label, msg);
+    free(p);
+    return NULL;
+  }
+  p->g = g;
+  p->idx = idx;
+  ev_init(&p->io, on_probe_io);
+  p->io.data = p;
+  ev_init(&p->tm, on_probe_timer);
+  p->tm.data = p;
+  return p;
+}
+
+static void on_health(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  struct gw *g = w->data;
+  for (size_t i = 0; i < g->n_eps; i++) {
+    struct gw_ep *ep = &g->eps[i];
+    if (ep->gone)
+      continue;
+    if (!ep->probe && !(ep->probe = probe_new(g, (int)i)))
+      continue;
+    struct gw_probe *p = ep->probe;
+    if (p->in_flight)
+      continue; /* the previous one still runs: its deadline decides */
+    if (ketch_status_async(p->c, on_probe_status, p) == 0)
+      p->in_flight = true;
+    else
+      set_health(g, (int)i, false, "status not submitted");
+    probe_run(p);
+  }
+}
+
+static void probes_free(struct gw *g) {
+  g->stopping = true;
+  for (size_t i = 0; i < g->n_eps; i++) {
+    struct gw_probe *p = g->eps[i].probe;
+    if (!p)
+      continue;
+    ev_io_stop(g->loop, &p->io);
+    ev_timer_stop(g->loop, &p->tm);
+    ketch_close(p->c);
+    free(p);
+    g->eps[i].probe = NULL;
+  }
+}
+
 /* ---- flags ---- */
 
 struct gw_flags {
@@ -445,6 +601,7 @@ struct gw_flags {
   const char *retry_delay, *connect_timeout, *stats_interval, *log_level;
   const char *trusted_ca_file;
   const char *max_buffer, *max_conns;
+  const char *health_check, *health_interval;
   bool insecure_discovery, help;
 };
 
@@ -462,6 +619,10 @@ static void usage(FILE *f) {
              "  --connect-timeout DURATION   connect timeout per endpoint (1s)\n"
              "  --max-buffer BYTES           buffer per direction per connection (65536)\n"
              "  --max-conns N                client connections at most (10000)\n"
+             "  --health-check tcp|native    tcp: an endpoint is judged by its connects (etcd's);\n"
+             "                               native: also a STATUS request every interval, an\n"
+             "                               error or no leader makes it unhealthy (tcp)\n"
+             "  --health-interval DURATION   between native health checks (5s)\n"
              "  --stats-interval DURATION    per-endpoint counters in the log (1m)\n"
              "  --log-level LEVEL            debug|info|warn|error (info)\n");
 }
@@ -484,6 +645,8 @@ static int parse_flags(int argc, char **argv, struct gw_flags *f) {
       {"trusted-ca-file", &f->trusted_ca_file, NULL},
       {"max-buffer", &f->max_buffer, NULL},
       {"max-conns", &f->max_conns, NULL},
+      {"health-check", &f->health_check, NULL},
+      {"health-interval", &f->health_interval, NULL},
       {"insecure-discovery", NULL, &f->insecure_discovery},
       {"help", NULL, &f->help},
   };
@@ -800,6 +963,8 @@ int kt_gateway_main(int argc, char **argv) {
                        .log_level = "info",
                        .max_buffer = "65536",
                        .max_conns = "10000",
+                       .health_check = "tcp",
+                       .health_interval = "5s",
                        .insecure_discovery = true};
   if (parse_flags(argc - 2, argv + 2, &f))
     return 2;
@@ -812,8 +977,14 @@ int kt_gateway_main(int argc, char **argv) {
   double stats_s;
   if (duration_s("retry-delay", f.retry_delay, &g.retry_delay_s) ||
       duration_s("connect-timeout", f.connect_timeout, &g.connect_timeout_s) ||
-      duration_s("stats-interval", f.stats_interval, &stats_s))
+      duration_s("stats-interval", f.stats_interval, &stats_s) ||
+      duration_s("health-interval", f.health_interval, &g.health_interval_s))
     return 2;
+  if (strcmp(f.health_check, "tcp") && strcmp(f.health_check, "native")) {
+    fprintf(stderr, "ketch gateway: --health-check: want tcp or native\n");
+    return 2;
+  }
+  g.health_native = !strcmp(f.health_check, "native");
   char *end;
   long mb = strtol(f.max_buffer, &end, 10), mc;
   if (*end || mb < 1024 || mb > (64l << 20)) {
@@ -862,6 +1033,11 @@ int kt_gateway_main(int argc, char **argv) {
   ev_timer_init(&g.stats, on_stats, stats_s, stats_s);
   g.stats.data = &g;
   ev_timer_start(g.loop, &g.stats);
+  if (g.health_native) {
+    ev_timer_init(&g.health, on_health, 0., g.health_interval_s);
+    g.health.data = &g;
+    ev_timer_start(g.loop, &g.health);
+  }
   ev_signal_init(&g.sigterm, on_signal, SIGTERM);
   ev_signal_init(&g.sigint, on_signal, SIGINT);
   ev_signal_start(g.loop, &g.sigterm);
@@ -879,6 +1055,7 @@ int kt_gateway_main(int argc, char **argv) {
   close(g.lfd);
   while (g.conns)
     conn_close(g.conns, "gateway stopping");
+  probes_free(&g);
   log_stats(&g);
   kt_log(KT_LOG_INFO, "gateway", "stopped");
   return 0;

@@ -15,6 +15,11 @@
  *      a full buffer stops reading from its source (backpressure), so a client
  *      that stops reading costs at most 2 buffers, however much the member
  *      sends; half-closes are passed on (shutdown SHUT_WR)
+ *   -> with --health-check native, every --health-interval a STATUS request
+ *      to each endpoint on a non-blocking libketch handle driven by the loop;
+ *      an error, a timeout or no known leader makes the endpoint unhealthy
+ *      (not picked) until a probe succeeds (a paused member still accepts
+ *      TCP connections: only a request finds it out)
  *   -> per-endpoint counters (connections, active, failures, bytes each way)
  *      logged every --stats-interval and at exit.
  * Names in --endpoints are resolved once at start with c-ares (net/srv.h),

@@ -11,6 +11,9 @@ in front of a real 3-member cluster (and of ketch-grpc for etcdctl).
                      value through the cluster gateway, others still served
   gw_1000_conns      1,000 connections open at once through the gateway, each
                      completes a HELLO and a read
+  gw_health_native   with --health-check native a paused member (SIGSTOP: its
+                     kernel still accepts connections) is found unhealthy and
+                     not used; after SIGCONT it is healthy again
   gw_member_killed   the member a client's connection went to is killed: that
                      connection ends, new connections go to the survivors at
                      once, the dead endpoint is skipped (failures=1 in the
@@ -266,6 +269,40 @@ def test_gw_1000_conns():
             c.close()
 
 
+def test_gw_health_native():
+    """--health-check native finds a paused member (its kernel still accepts
+    connections) and stops using it; it is used again once it answers."""
+    ms = ENV["members"]
+    gw = Gateway(",".join(m.endpoint for m in ms),
+                 ["--health-check", "native", "--health-interval", "300ms",
+                  "--connect-timeout", "500ms", "--log-level", "debug"])
+    paused = ms[2]
+    try:
+        paused.proc.send_signal(signal.SIGSTOP)
+        deadline = time.time() + 10
+        while "endpoint %s unhealthy" % paused.endpoint not in gw.logtext():
+            assert time.time() < deadline, gw.logtext()[-2000:]
+            time.sleep(0.1)
+        mark = len(gw.logtext())
+        ok = 0
+        deadline = time.time() + 15
+        while ok < 4 and time.time() < deadline:
+            rc, out, err = ketchctl("--endpoints", gw.endpoint, "--dial-timeout", "2s", "get", "foo")
+            ok += rc == 0 and out.split() == ["foo", "bar"]
+        assert ok == 4, (rc, out, err, gw.logtext()[-2000:])
+        used = set(re.findall(r"endpoint=(127\.0\.0\.1:\d+) connected", gw.logtext()[mark:]))
+        assert used and paused.endpoint not in used, used
+    finally:
+        paused.proc.send_signal(signal.SIGCONT)
+    try:
+        deadline = time.time() + 10
+        while "endpoint %s healthy again" % paused.endpoint not in gw.logtext():
+            assert time.time() < deadline, gw.logtext()[-2000:]
+            time.sleep(0.1)
+    finally:
+        gw.stop()
+
+
 def stats(gw, ep):
     """The newest counters line of endpoint ep."""
     lines = [ln for ln in gw.logtext().splitlines() if "endpoint %s conns=" % ep in ln]
@@ -326,7 +363,7 @@ def main():
         raise
     try:
         run_tests([test_gw_ketchctl, test_gw_etcdctl, test_gw_slow_reader, test_gw_1000_conns,
-                   test_gw_member_killed])
+                   test_gw_health_native, test_gw_member_killed])
     finally:
         try:
             ENV["gw"].stop()
