@@ -15,6 +15,8 @@ Cases (one SRV cluster shared):
                       non-zero with "cannot find local member in SRV records"
   srv_ketchctl        ketchctl --discovery-srv finds the client endpoints
                       (_ketch-client._tcp) and endpoint health is healthy
+  srv_libketch        ketch_srv_endpoints / ketch_open_srv (srv_client.c):
+                      the list by priority then weight, a get, ENOTFOUND
   srv_etcd_names      a member reads etcd's names (_etcd-server._tcp) with
                       --discovery-srv-etcd-names and starts
   srv_gateway         ketch gateway --discovery-srv proxies to the client records
@@ -174,6 +176,29 @@ def test_srv_ketchctl():
     # A domain with no client records: a clear error, non-zero.
     rc, out, err = ketchctl("--discovery-srv", "etcd.test", "--dns-servers", dns.server, "get", "k")
     assert rc != 0 and "cannot find any client endpoint in SRV records" in err, (rc, out, err)
+
+
+SRV_CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                          os.environ.get("O", "build"), "test", "integration", "srv_client")
+
+
+def test_srv_libketch():
+    """libketch's ketch_srv_endpoints / ketch_open_srv (srv_client.c)."""
+    dns = ENV["dns"]
+    run = lambda *a: subprocess.run([SRV_CLIENT] + list(a), capture_output=True, text=True,  # noqa
+                                    timeout=15)
+    p = run("ketch.test", dns.server, "endpoints")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    got = p.stdout.split()[1].split(",")
+    assert sorted(got) == sorted("http://127.0.0.1:%d" % cp for cp in ENV["clients"]), got
+    p = run("prio.test", dns.server, "endpoints")  # priority 0 by weight, then priority 10
+    c = ENV["clients"]
+    assert p.stdout.split()[1].split(",") == ["http://127.0.0.1:%d" % x for x in
+                                              (c[1], c[2], c[0])], p.stdout
+    p = run("ketch.test", dns.server, "get", "k")
+    assert p.returncode == 0 and p.stdout.strip() == "value v", (p.stdout, p.stderr)
+    p = run("etcd.test", dns.server, "get", "k")
+    assert p.returncode == 2 and p.stdout.startswith("error ENOTFOUND"), p.stdout
 
 
 def test_srv_etcd_names():
@@ -447,7 +472,7 @@ def main():
         raise
     try:
         run_tests([test_srv_three_members, test_srv_not_in_records, test_srv_ketchctl,
-                   test_srv_etcd_names, test_srv_gateway, test_srv_gateway_priority,
+                   test_srv_libketch, test_srv_etcd_names, test_srv_gateway, test_srv_gateway_priority,
                    test_srv_gateway_refresh,
                    test_srv_restart, test_disc_three_members,
                    test_disc_cluster_full, test_disc_size_missing, test_disc_duplicate_id,

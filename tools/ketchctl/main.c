@@ -22,9 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ev.h>
-
-#include "../../net/srv.h"
 #include "ctl.h"
 
 #define API_VERSION "3.4"
@@ -1918,48 +1915,21 @@ static bool global_takes_value(const char *a) {
   return f && f->type != FT_BOOL;
 }
 
-/* --discovery-srv: replaces --endpoints with the client records' targets,
- * "https://ADDRESS:port" for -ssl records, "http://..." otherwise, in record
- * order (priority, then as served). Dies when none is found. */
+/* --discovery-srv: replaces --endpoints with the client records' targets
+ * (libketch's ketch_srv_endpoints: "https://ADDRESS:port" for -ssl records,
+ * "http://..." otherwise, by priority then weight). Dies when none is found. */
 static void endpoints_from_srv(void) {
-  char names[2][300];
-  bool ssl[2];
-  kt_srv_names(g_discovery_srv, g_discovery_srv_name, true, false, names, ssl);
-  const char *np[2] = {names[0], names[1]};
-  struct kt_srv_req req = {.dns_servers = *g_dns_servers ? g_dns_servers : NULL,
-                           .names = np,
-                           .ssl = ssl,
-                           .n_names = 2,
-                           .timeout_ms = g_dial_ns > 0 ? (int)(g_dial_ns / 1000000) + 3000 : 5000};
-  struct kt_srv_result *res = ctl_keep(malloc(sizeof *res));
-  struct kt_err e = {0};
-  struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-  int rc = kt_srv_lookup(loop, &req, res, &e);
-  ev_loop_destroy(loop);
-  if (rc)
-    ctl_die(CTL_EXIT_ERROR, "%s", e.msg);
-  char *list = ctl_keep(calloc(1, KT_SRV_MAX_RECORDS * 100 + 1));
-  size_t len = 0;
-  for (int prio = 0; prio <= 65535; prio++) {
-    int next = 65536;
-    for (size_t i = 0; i < res->n_recs; i++) {
-      const struct kt_srv_rec *r = &res->recs[i];
-      if (r->priority > prio && r->priority < next)
-        next = r->priority;
-      if (r->priority != prio || !r->n_addr)
-        continue;
-      bool v6 = strchr(r->addr[0], ':') != NULL;
-      len += (size_t)snprintf(list + len, KT_SRV_MAX_RECORDS * 100 + 1 - len, "%s%s://%s%s%s:%u",
-                              len ? "," : "", r->ssl ? "https" : "http", v6 ? "[" : "", r->addr[0],
-                              v6 ? "]" : "", r->port);
-    }
-    if (next == 65536)
-      break;
-    prio = next - 1;
-  }
-  if (!len)
-    ctl_die(CTL_EXIT_ERROR, "cannot find any client endpoint in SRV records of %s (%s, %s)",
-            g_discovery_srv, names[0], names[1]);
+  size_t cap = 64 * 80;
+  char *list = ctl_keep(calloc(1, cap)), msg[512];
+  int timeout_ms = g_dial_ns > 0 ? (int)(g_dial_ns / 1000000) + 3000 : 5000;
+  int err = ketch_srv_endpoints(g_discovery_srv, g_discovery_srv_name,
+                                *g_dns_servers ? g_dns_servers : NULL, timeout_ms, list, cap, msg,
+                                sizeof msg);
+  if (err == KETCH_ENOTFOUND)
+    ctl_die(CTL_EXIT_ERROR, "cannot find any client endpoint in SRV records of %s (%s)",
+            g_discovery_srv, msg);
+  if (err)
+    ctl_die(CTL_EXIT_ERROR, "%s", msg);
   g_endpoints = list;
 }
 
