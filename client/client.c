@@ -2898,8 +2898,9 @@ int ketch_auth(ketch_client *c, int op, const ketch_auth_req *req, ketch_result 
 
 int ketch_authenticate_async(ketch_client *c, const char *user, const char *password, ketch_cb cb,
                              void *arg) {
-  if (!user || !*user || strlen(user) > 256 || (password && strlen(password) > 1024)) {
-    set_errmsg(c, "%s", "user name empty or too long, or password too long");
+  /* an empty name goes to the member: it answers "not enabled" or "failed" */
+  if (!user || strlen(user) > 256 || (password && strlen(password) > 1024)) {
+    set_errmsg(c, "%s", "user name too long, or password too long");
     return KETCH_EINVAL;
   }
   if (c->pend_user)

@@ -205,6 +205,8 @@ static int need_name(struct kt_bytes name, int empty_code, struct kt_err *e) {
     return kt_err_set(e, empty_code, "%s", kt_strerror(empty_code));
   if (name.n > KT_AUTH_NAME_MAX)
     return kt_err_set(e, KT_EINVAL, "name longer than %d bytes", KT_AUTH_NAME_MAX);
+  if (memchr(name.p, 0, name.n)) /* names travel as C strings (tokens, logs) */
+    return kt_err_set(e, KT_EINVAL, "name contains a NUL byte");
   return 0;
 }
 

@@ -9,7 +9,10 @@
  * password not changed, auth not enabled again since; else EINVALIDTOKEN
  * and the client authenticates again, as clientv3 does), else the verified client
  * certificate's Common Name (kt_conn_identity), else EUSEREMPTY ("user name
- * is empty", etcd's answer to a request without a token).
+ * is empty", etcd's answer to a request without a token). The binding also
+ * lives only as long as the token it came with (token_alive): a simple
+ * token is renewed by each request on the connection and ends unused for
+ * its TTL; a signed one ends at its expiry.
  *
  * What it may do: kt_node_authorize, the ONE check every request kind goes
  * through, at the member that takes the request and again when a write
@@ -133,8 +136,11 @@ int kt_node_auth_init(struct kt_node *n, struct kt_err *e) {
                              .priv_key = n->cfg.auth_token_priv_key,
                              .pub_key = n->cfg.auth_token_pub_key};
   int rc = kt_tokens_new(&to, &as->tokens, e);
-  if (rc)
-    return rc;
+  if (rc) {
+    char why[sizeof e->msg];
+    snprintf(why, sizeof why, "%s", e->msg);
+    return kt_err_set(e, rc, "--auth-token: %s", why);
+  }
   struct kt_pwhash_opts po = {.threads = n->cfg.auth_hash_threads,
                               .opslimit = n->cfg.auth_hash_opslimit,
                               .memlimit = n->cfg.auth_hash_memlimit,
@@ -189,6 +195,26 @@ static struct kt_bytes ident_user(const struct kt_node_ident *id) {
 }
 
 /* Who sends on c (auth enabled): 0 and *id, or the error to answer. */
+/* The connection's token still lives: a simple one is in the table (each
+ * request is a use, renewing it; unused for its TTL it is gone), a signed
+ * one has not expired. A connection bound without a token has none. */
+static bool token_alive(struct kt_node *n, struct kt_conn *c) {
+  struct kt_bytes tok;
+  int64_t exp;
+  kt_conn_token(c, &tok, &exp);
+  struct kt_token_info info;
+  if (tok.n && kt_tokens_check(n->as->tokens, tok, wall_ms(), &info))
+    return false;
+  return !exp || wall_ms() < exp;
+}
+
+/* Binds c to user for the token it authenticated with (its lifetime). */
+static void bind_conn(struct kt_conn *c, struct kt_bytes user, uint64_t rev, struct kt_bytes token,
+                      const struct kt_token_info *info) {
+  kt_conn_set_user(c, user, rev);
+  kt_conn_set_token(c, info->expires_ms ? (struct kt_bytes){0} : token, info->expires_ms);
+}
+
 static int ident_of(struct kt_node *n, struct kt_conn *c, struct kt_node_ident *id,
                     struct kt_err *e) {
   struct kt_bytes user;
@@ -197,7 +223,7 @@ static int ident_of(struct kt_node *n, struct kt_conn *c, struct kt_node_ident *
     /* checked now, at the store's revision (as etcd's simple tokens): a
      * write applied after a later auth change is refused there */
     ident_set(id, user, kt_auth_revision(n->auth));
-    if (!kt_auth_bound_valid(n->auth, user, rev))
+    if (!kt_auth_bound_valid(n->auth, user, rev) || !token_alive(n, c))
       return kt_err_set(e, KT_EINVALIDTOKEN, "%s", kt_strerror(KT_EINVALIDTOKEN));
     return 0;
   }
@@ -230,6 +256,10 @@ static int need_root(struct kt_node *n, const struct kt_node_ident *id, const ch
                      struct kt_err *e) {
   if (kt_auth_is_root(n->auth, ident_user(id)))
     return 0;
+  if (!kt_auth_user_exists(n->auth, ident_user(id))) { /* a CN naming nobody: etcd's answer */
+    audit_deny(id, op, (struct kt_bytes){0}, (struct kt_bytes){0}, KT_EUSERNOTFOUND);
+    return kt_err_set(e, KT_EUSERNOTFOUND, "%s", kt_strerror(KT_EUSERNOTFOUND));
+  }
   return deny(id, op, (struct kt_bytes){0}, (struct kt_bytes){0}, e);
 }
 
@@ -591,8 +621,10 @@ static void on_pw_done(struct ev_loop *loop, ev_async *w, int revents) {
         } else if (rc) {
           kt_conn_send_error(x->conn, x->req_id, rc, "cannot issue a token on this member");
         } else {
-          kt_conn_set_user(x->conn, name, rev);
           r.token = (struct kt_bytes){(const uint8_t *)tok, (uint32_t)strlen(tok)};
+          struct kt_token_info info = {0};
+          (void)kt_tokens_check(n->as->tokens, r.token, wall_ms(), &info);
+          bind_conn(x->conn, name, rev, r.token, &info);
           kt_log(KT_LOG_INFO, "audit", "decision=allow user=\"%s\" op=authenticate",
                  shown(name, u, sizeof u));
           reply_auth(n, x->conn, x->req_id, KT_MSG_AUTHENTICATE, &r);
@@ -633,7 +665,7 @@ static void authenticate(struct kt_node *n, struct kt_conn *c, const struct kt_r
       return;
     }
     struct kt_bytes user = {(const uint8_t *)info.user, (uint32_t)strlen(info.user)};
-    kt_conn_set_user(c, user, info.auth_revision);
+    bind_conn(c, user, info.auth_revision, r->token, &info);
     struct kt_auth_resp resp = {.token = r->token};
     reply_auth(n, c, req->id, KT_MSG_AUTHENTICATE, &resp);
     return;
@@ -698,12 +730,12 @@ void kt_node_auth_request(struct kt_node *n, struct kt_conn *c, const struct kt_
     }
     /* fall through */
   case KT_MSG_USER_CHANGE_PASSWORD:
-    if (!r->password.n) {
-      kt_conn_send_error(c, req->id, KT_EINVAL, "password is empty");
+    if (req->type == KT_MSG_USER_CHANGE_PASSWORD && !kt_auth_user_exists(n->auth, r->name)) {
+      kt_conn_send_error(c, req->id, KT_EUSERNOTFOUND, NULL); /* etcd's order */
       return;
     }
-    if (req->type == KT_MSG_USER_CHANGE_PASSWORD && !kt_auth_user_exists(n->auth, r->name)) {
-      kt_conn_send_error(c, req->id, KT_EUSERNOTFOUND, NULL);
+    if (!r->password.n) {
+      kt_conn_send_error(c, req->id, KT_EINVAL, "password is empty");
       return;
     }
     submit(n, c, req, kt_auth_enabled(n->auth) ? &id : NULL, NULL);

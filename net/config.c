@@ -29,6 +29,7 @@ enum opt_kind {
   K_DURATION,  /* Go duration ("10m", "300ms"), stored as uint64 ms */
   K_FILE,      /* a file path; empty means none (NULL) */
   K_TLSVER,    /* TLS1.2|TLS1.3, stored as 12 / 13 */
+  K_AUTHTOKEN, /* simple | signed,priv-key=F,pub-key=F,ttl=D (also etcd's jwt,...) */
 };
 
 enum {
@@ -54,6 +55,11 @@ enum {
   O_CATCHUP,
   O_LISTEN_METRICS,
   O_LOG_LEVEL,
+  O_AUTH_TOKEN,
+  O_AUTH_TOKEN_TTL,
+  O_AUTH_HASH_OPS,
+  O_AUTH_HASH_MEM,
+  O_AUTH_HASH_THREADS,
   O_CERT_FILE,
   O_KEY_FILE,
   O_CLIENT_CERT_AUTH,
@@ -174,6 +180,19 @@ static const struct opt opts[O_COUNT] = {
     [O_LISTEN_METRICS] = {"listen-metrics-urls", K_URLS, OFF(listen_metrics_urls), "", 0, 0,
                           OPT_EMPTY, "URLS",
                           "List of URLs to listen on for the metrics and health endpoints."},
+    [O_AUTH_TOKEN] = {"auth-token", K_AUTHTOKEN, OFF(auth_token), "simple", 0, 0, 0, "SPEC",
+                      "Auth token type: simple (valid on the issuing member), or "
+                      "signed,priv-key=PEM,pub-key=PEM[,ttl=5m] (Ed25519; every member holding "
+                      "the public key verifies them; etcd's jwt,... is read the same way)."},
+    [O_AUTH_TOKEN_TTL] = {"auth-token-ttl", K_U32, OFF(auth_token_ttl_s), "300", 1, 31536000, 0,
+                          "SECONDS", "Seconds a simple token lives without being used."},
+    [O_AUTH_HASH_OPS] = {"auth-hash-opslimit", K_U64, OFF(auth_hash_opslimit), "2", 1, UINT32_MAX,
+                         0, "N", "Argon2id passes per password hash (libsodium's opslimit)."},
+    [O_AUTH_HASH_MEM] = {"auth-hash-memlimit", K_U64, OFF(auth_hash_memlimit), "67108864", 8192,
+                         1ull << 32, 0, "BYTES",
+                         "Argon2id memory per password hash (libsodium's memlimit)."},
+    [O_AUTH_HASH_THREADS] = {"auth-hash-threads", K_U32, OFF(auth_hash_threads), "1", 1, 64, 0, "N",
+                             "Threads hashing passwords off the state thread."},
     [O_LOG_LEVEL] = {"log-level", K_LEVEL, OFF(log_level), "info", 0, 0, 0, "debug|info|warn|error",
                      "Log level."},
     [O_CERT_FILE] = {"cert-file", K_FILE, OFF(client_tls.cert_file), "", 0, 0, OPT_EMPTY, "PATH",
@@ -580,6 +599,62 @@ static int bad_value(struct kt_err *e, const char *where, const char *v, const c
   return kt_err_set(e, KT_EINVAL, "%s: invalid value " VAL_FMT " (want %s)", where, v, want);
 }
 
+/* --auth-token: "simple", or "signed" (or etcd's "jwt") with comma-separated
+ * priv-key=, pub-key=, ttl= (a Go duration) and sign-method= (EdDSA only:
+ * ketch signs with Ed25519). */
+static int parse_auth_token(struct kt_config *c, const char *where, const char *v,
+                            struct kt_err *e) {
+  c->auth_token = adup(&c->arena, v, strlen(v));
+  c->auth_token_signed = false;
+  c->auth_token_priv_key = c->auth_token_pub_key = NULL;
+  c->auth_token_signed_ttl_s = 300;
+  if (strcmp(v, "simple") == 0)
+    return 0;
+  const char *comma = strchr(v, ',');
+  size_t kl = comma ? (size_t)(comma - v) : strlen(v);
+  if (!((kl == 6 && memcmp(v, "signed", 6) == 0) || (kl == 3 && memcmp(v, "jwt", 3) == 0)))
+    return bad_value(e, where, v, "simple, or signed,priv-key=FILE,pub-key=FILE[,ttl=DURATION]");
+  c->auth_token_signed = true;
+  for (const char *p = comma; p && *p;) {
+    p++;
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    const char *eq = memchr(p, '=', n);
+    if (!eq || eq == p + n - 1)
+      return kt_err_set(e, KT_EINVAL, "%s: option \"%.*s\" is not name=value", where,
+                        (int)(n > 60 ? 60 : n), p);
+    size_t nl = (size_t)(eq - p), vl = n - nl - 1;
+    char *val = adup(&c->arena, eq + 1, vl);
+    if (nl == 8 && memcmp(p, "priv-key", 8) == 0) {
+      c->auth_token_priv_key = val;
+    } else if (nl == 7 && memcmp(p, "pub-key", 7) == 0) {
+      c->auth_token_pub_key = val;
+    } else if (nl == 3 && memcmp(p, "ttl", 3) == 0) {
+      uint64_t ms;
+      if (kt_duration_parse_ms(val, &ms) || ms < 1000 || ms / 1000 > UINT32_MAX)
+        return kt_err_set(e, KT_EINVAL, "%s: ttl " VAL_FMT " is not a duration of 1s or more",
+                          where, val);
+      c->auth_token_signed_ttl_s = (uint32_t)(ms / 1000);
+    } else if (nl == 11 && memcmp(p, "sign-method", 11) == 0) {
+      if (strcmp(val, "EdDSA") != 0)
+        return kt_err_set(e, KT_EINVAL,
+                          "%s: sign-method " VAL_FMT " is not supported (ketch signs tokens "
+                          "with Ed25519: EdDSA)",
+                          where, val);
+    } else {
+      return kt_err_set(e, KT_EINVAL,
+                        "%s: unknown option \"%.*s\" (want priv-key, pub-key, ttl or "
+                        "sign-method)",
+                        where, (int)(nl > 40 ? 40 : nl), p);
+    }
+    p = end;
+  }
+  if (!c->auth_token_priv_key && !c->auth_token_pub_key)
+    return kt_err_set(e, KT_EINVAL, "%s: signed tokens need priv-key=FILE and/or pub-key=FILE",
+                      where);
+  return 0;
+}
+
 static int opt_set(struct loader *l, const struct opt *o, const char *where, const char *v,
                    struct kt_err *e) {
   struct kt_config *c = l->c;
@@ -592,6 +667,9 @@ static int opt_set(struct loader *l, const struct opt *o, const char *where, con
   switch (o->kind) {
   case K_FILE:
     *(const char **)field = *v ? adup(&c->arena, v, vlen) : NULL;
+    break;
+  case K_AUTHTOKEN:
+    rc = parse_auth_token(c, where, v, e);
     break;
   case K_TLSVER:
     if (strcmp(v, "TLS1.2") == 0)

@@ -125,6 +125,15 @@ struct kt_config {
   struct kt_config_tls client_tls, peer_tls;
   const char *cipher_suites;            /* --cipher-suites, NULL: OpenSSL's */
   int tls_min_version, tls_max_version; /* 12 or 13 (TLS1.2 / TLS1.3) */
+  const char *auth_token;               /* --auth-token raw, "simple" */
+  bool auth_token_signed;               /* signed (or jwt) */
+  const char *auth_token_priv_key;      /* signed: priv-key=, NULL: verify only */
+  const char *auth_token_pub_key;       /* signed: pub-key=, NULL: from priv-key */
+  uint32_t auth_token_signed_ttl_s;     /* signed: ttl=, 300 */
+  uint32_t auth_token_ttl_s;            /* --auth-token-ttl (simple), 300 */
+  uint64_t auth_hash_opslimit;          /* --auth-hash-opslimit, 2 */
+  uint64_t auth_hash_memlimit;          /* --auth-hash-memlimit, 64 MiB */
+  uint32_t auth_hash_threads;           /* --auth-hash-threads, 1 */
   int log_level;                        /* KT_LOG_DEBUG..KT_LOG_ERROR, default KT_LOG_INFO */
   const char *config_file;              /* the file used, or NULL */
   /* Bootstrap by DNS SRV or by a discovery service (NULL when not given);

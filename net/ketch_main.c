@@ -312,6 +312,14 @@ int main(int argc, char **argv) {
       .auto_compaction_retention_revs = cfg.auto_compaction_retention_revs,
       .peer_tls_server = tls[TLS_PEER_IN],
       .peer_tls_client = tls[TLS_PEER_OUT],
+      .auth_token_signed = cfg.auth_token_signed,
+      .auth_token_priv_key = cfg.auth_token_priv_key,
+      .auth_token_pub_key = cfg.auth_token_pub_key,
+      .auth_token_ttl_s =
+          cfg.auth_token_signed ? cfg.auth_token_signed_ttl_s : cfg.auth_token_ttl_s,
+      .auth_hash_opslimit = cfg.auth_hash_opslimit,
+      .auth_hash_memlimit = (size_t)cfg.auth_hash_memlimit,
+      .auth_hash_threads = (int)cfg.auth_hash_threads,
   };
   if (kt_node_open(loop, &nc, &the_node, &e)) {
     kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);

@@ -45,6 +45,9 @@ struct kt_conn {
   char user[KT_CONN_USER_MAX + 1];
   uint32_t user_len;
   uint64_t user_rev;
+  char token[KT_CONN_TOKEN_MAX]; /* kt_conn_set_token */
+  uint32_t token_len;
+  int64_t token_expires_ms;
 };
 
 struct kt_listener {
@@ -221,6 +224,20 @@ void kt_conn_set_user(struct kt_conn *c, struct kt_bytes user, uint64_t auth_rev
     memcpy(c->user, user.p, c->user_len);
   c->user[c->user_len] = 0;
   c->user_rev = auth_revision;
+  c->token_len = 0;
+  c->token_expires_ms = 0;
+}
+
+void kt_conn_set_token(struct kt_conn *c, struct kt_bytes simple, int64_t expires_ms) {
+  c->token_len = simple.n <= KT_CONN_TOKEN_MAX ? simple.n : 0;
+  if (c->token_len)
+    memcpy(c->token, simple.p, c->token_len);
+  c->token_expires_ms = expires_ms;
+}
+
+void kt_conn_token(const struct kt_conn *c, struct kt_bytes *simple, int64_t *expires_ms) {
+  *simple = (struct kt_bytes){(const uint8_t *)c->token, c->token_len};
+  *expires_ms = c->token_expires_ms;
 }
 
 bool kt_conn_user(const struct kt_conn *c, struct kt_bytes *user, uint64_t *auth_revision) {

@@ -121,6 +121,12 @@ void kt_conn_want_drain(struct kt_conn *c);
 #define KT_CONN_USER_MAX 256
 void kt_conn_set_user(struct kt_conn *c, struct kt_bytes user, uint64_t auth_revision);
 bool kt_conn_user(const struct kt_conn *c, struct kt_bytes *user, uint64_t *auth_revision);
+/* The token that binding came with, for its lifetime (core/node_auth.c
+ * checks it on each request): a simple token's text (renewed by each use,
+ * ended by its TTL unused), or a signed token's expiry (unix ms). */
+#define KT_CONN_TOKEN_MAX 32
+void kt_conn_set_token(struct kt_conn *c, struct kt_bytes simple, int64_t expires_ms);
+void kt_conn_token(const struct kt_conn *c, struct kt_bytes *simple, int64_t *expires_ms);
 /* The caller's identity: the Common Name of the verified client certificate,
  * or the identity a proxy with such a certificate named in its HELLO; NULL
  * when there is none. Valid while the connection is referenced. */

@@ -225,6 +225,7 @@ static int check_simple(struct kt_tokens *t, struct kt_bytes token, int64_t now_
   memcpy(info->user, x->user.p, x->user.n);
   info->user[x->user.n] = 0;
   info->auth_revision = x->auth_revision;
+  info->expires_ms = 0;
   return 0;
 }
 
@@ -248,6 +249,7 @@ static int check_signed(struct kt_tokens *t, struct kt_bytes token, int64_t now_
   if ((int64_t)kt_get_u64be(payload + 8) <= now_ms / 1000)
     return KT_EINVALIDTOKEN; /* expired */
   info->auth_revision = kt_get_u64be(payload);
+  info->expires_ms = (int64_t)kt_get_u64be(payload + 8) * 1000;
   memcpy(info->user, payload + 16, plen - 16);
   info->user[plen - 16] = 0;
   return 0;

@@ -38,6 +38,7 @@ struct kt_token_opts {
 struct kt_token_info {
   char user[257];
   uint64_t auth_revision;
+  int64_t expires_ms; /* signed: its expiry (unix ms); simple: 0 (see the TTL) */
 };
 
 struct kt_tokens;

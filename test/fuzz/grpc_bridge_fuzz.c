@@ -4,7 +4,8 @@
  * converted into a libketch request that is queued on a handle that never
  * connects; closing the handle completes each call exactly once.
  * First byte 0xd0..0xdf: (byte & 15) % 4 picks Cluster's MemberAdd,
- * MemberRemove, MemberUpdate or MemberPromote.
+ * MemberRemove, MemberUpdate or MemberPromote; 0xc0..0xcf one of the 16 Auth
+ * methods the bridge forwards; 0xbf Authenticate's decoder.
  * Streams (first byte 0xe0..0xef: (byte & 15) % 10 picks Watch, LeaseKeepAlive,
  * Lock, Unlock, Campaign, Proclaim, Leader, Resign, Observe or Snapshot): the rest
  * is a sequence of request messages, each a 1-byte length and its bytes, fed
@@ -15,9 +16,11 @@
 #include <string.h>
 
 #include "../../tools/etcddb/etcddb.c"
+#include "../../tools/grpc-bridge/bridge_auth.c"
 #include "../../tools/grpc-bridge/bridge_kv.c"
 #include "../../tools/grpc-bridge/bridge_snap.c"
 #include "../../tools/grpc-bridge/bridge_stream.c"
+#include "auth.pb-c.c"
 #include "kv.pb-c.c"
 #include "lease.pb-c.c"
 #include "rpc.pb-c.c"
@@ -142,9 +145,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const char *const member_paths_fuzz[] = {
       "/etcdserverpb.Cluster/MemberAdd", "/etcdserverpb.Cluster/MemberRemove",
       "/etcdserverpb.Cluster/MemberUpdate", "/etcdserverpb.Cluster/MemberPromote"};
+  static const char *const auth_paths_fuzz[] = {"/etcdserverpb.Auth/AuthEnable",
+                                                "/etcdserverpb.Auth/AuthDisable",
+                                                "/etcdserverpb.Auth/AuthStatus",
+                                                "/etcdserverpb.Auth/UserAdd",
+                                                "/etcdserverpb.Auth/UserGet",
+                                                "/etcdserverpb.Auth/UserList",
+                                                "/etcdserverpb.Auth/UserDelete",
+                                                "/etcdserverpb.Auth/UserChangePassword",
+                                                "/etcdserverpb.Auth/UserGrantRole",
+                                                "/etcdserverpb.Auth/UserRevokeRole",
+                                                "/etcdserverpb.Auth/RoleAdd",
+                                                "/etcdserverpb.Auth/RoleGet",
+                                                "/etcdserverpb.Auth/RoleList",
+                                                "/etcdserverpb.Auth/RoleDelete",
+                                                "/etcdserverpb.Auth/RoleGrantPermission",
+                                                "/etcdserverpb.Auth/RoleRevokePermission"};
+  if (sel == 0xbf) { /* Authenticate's decoder (the bridge answers it itself) */
+    char *name = NULL, *password = NULL;
+    if (kt_bridge_authenticate_decode(buf + 1, size - 1, &name, &password) == 0) {
+      if (!name || !password)
+        abort();
+      free(name);
+      free(password);
+    }
+    ketch_close(c);
+    free(buf);
+    return 0;
+  }
   calls_done = 0;
-  kt_bridge_call(c, sel >= 0xd0 ? member_paths_fuzz[(sel & 15) % 4] : paths[sel % 20], buf + 1,
-                 size - 1, 1 << 20, done, NULL);
+  if (sel >= 0xc0 && sel < 0xd0)
+    kt_bridge_call(c, auth_paths_fuzz[sel & 15], buf + 1, size - 1, 1 << 20, done, NULL);
+  else
+    kt_bridge_call(c, sel >= 0xd0 ? member_paths_fuzz[(sel & 15) % 4] : paths[sel % 20], buf + 1,
+                   size - 1, 1 << 20, done, NULL);
   ketch_close(c);
   if (calls_done != 1)
     abort();

@@ -367,24 +367,27 @@ def run_watch_cases():
     compare("watch-range-allowed", "bob", ["watch", "/z", "/zzz", "--rev", "5"], timeout=2)
 
 
+def same_refusal(name, user, password=None):
+    """A refusal at login: etcdctl's exit code and Error line from etcd, and
+    the same from ketchctl and from etcdctl through ketch-grpc."""
+    er = E.run(["get", "/a/1"], user, password=password)
+    want = (er[0], E.norm(err_lines(er[2])))
+    for what, side in (("ketchctl", K), ("ketch-grpc", G)):
+        r = side.run(["get", "/a/1"], user, password=password)
+        got = (r[0], side.norm(err_lines(r[2])))
+        if got != want or want[0] == 0:
+            return report(name, "etcd %r, %s %r" % (want, what, got))
+    report(name)
+
+
 def run_credential_cases():
-    (erc, _, eerr), (krc, _, kerr) = (E.run(["get", "/a/1"], "alice", password="nope"),
-                                      K.run(["get", "/a/1"], "alice", password="nope"))
-    ee, ke = E.norm(err_lines(eerr)), K.norm(err_lines(kerr))
-    if (erc, ee) != (krc, ke):
-        report("wrong-password", "etcd %s %r, ketch %s %r" % (erc, ee, krc, ke))
-    else:
-        report("wrong-password")
+    same_refusal("wrong-password", "alice", "nope")
     compare("no-such-user", None, ["--user", "nobody:x", "get", "/a/1"])
     compare("no-user-at-all", None, ["get", "/a/1"])
     # a password change and a deletion end the old credentials at once
     compare("passwd-alice-by-root", "root", ["user", "passwd", "alice", "--interactive=false"],
             stdin="alicepw2\n")
-    (erc, _, eerr), (krc, _, kerr) = (E.run(["get", "/a/1"], "alice"), K.run(["get", "/a/1"], "alice"))
-    if erc != krc or erc != 2 or E.norm(err_lines(eerr)) != K.norm(err_lines(kerr)):
-        report("old-password-refused", "etcd %s %r, ketch %s %r" % (erc, eerr, krc, kerr))
-    else:
-        report("old-password-refused")
+    same_refusal("old-password-refused", "alice")
     PW["alice"] = "alicepw2"
     compare("new-password-works", "alice", ["get", "/a/1"])
     compare("delete-carol", "root", ["user", "delete", "carol"])
@@ -458,7 +461,14 @@ def native_persistence():
     report("restart-keeps-auth")
     # m2 falls behind by more than the catch-up window: it gets a snapshot
     K.stop(2)
-    compare_out = K.run(["role", "grant-permission", "rb", "read", "/a/1"], "root", eps=[K.eps[0]])
+    # granting twice changes nothing: tried again when a leader change made
+    # the outcome unknown (a loaded machine)
+    for _ in range(5):
+        compare_out = K.run(["role", "grant-permission", "rb", "read", "/a/1"], "root",
+                            eps=[K.eps[0]])
+        if "outcome unknown" not in compare_out[2]:
+            break
+        time.sleep(0.5)
     for n in range(120):
         K.run(["put", "/a/n%d" % n, "x"], "root", eps=[K.eps[n % 2]])
     K.start(2, "existing")

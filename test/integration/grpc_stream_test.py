@@ -331,7 +331,7 @@ def pb():
     if _PB is None:
         out = tempfile.mkdtemp(prefix="ketch-pb-")
         subprocess.run(["protoc", "--proto_path", os.path.join(ROOT, "tools/grpc/proto"),
-                        "--python_out", out, "kv.proto", "rpc.proto", "v3lock.proto",
+                        "--python_out", out, "kv.proto", "auth.proto", "rpc.proto", "v3lock.proto",
                         "v3election.proto"], check=True)
         sys.path.insert(0, out)
         import rpc_pb2  # noqa

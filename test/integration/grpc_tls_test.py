@@ -219,6 +219,37 @@ def test_callers_common_name_reaches_the_member():
     assert "upstream for identity alice" in blog, blog[-2000:]
 
 
+def test_common_name_is_the_user_with_auth_on_same_as_etcd():
+    """With auth on and no --user, a client certificate's Common Name is the
+    user (etcd's CN auth): alice's certificate gets alice's permissions
+    through ketch-grpc (the bridge names her to the member) as from etcd; a
+    certificate naming no user is denied. Auth is off again afterwards."""
+    compare([["user", "add", "root", "--new-user-password", "rootpw"],
+             ["user", "grant-role", "root", "root"],
+             ["role", "add", "cnr"],
+             ["role", "grant-permission", "cnr", "read", "/cn/", "--prefix"],
+             ["user", "add", "alice", "--new-user-password", "alicepw"],
+             ["user", "grant-role", "alice", "cnr"],
+             ["put", "/cn/1", "v"], ["put", "/cx/1", "v"],
+             ["auth", "enable"],
+             ["get", "/cn/1"], ["get", "/cx/1"], ["put", "/cn/2", "x"], ["get", "/c", "--prefix"],
+             ["user", "list"], ["user", "get", "alice"]])
+    compare([["get", "/cn/1"], ["user", "list"]], tls=("ca", "proxy"))  # CN ketch-grpc: no user
+    e = env()  # natively: ketchctl with the same certificates straight to the member
+    for cert in ("client", "proxy"):
+        for args in (["get", "/cn/1"], ["get", "/cx/1"], ["put", "/cn/2", "x"], ["user", "list"]):
+            want = e.ctl(e.etcd_port, args, ("ca", cert))
+            p = subprocess.run([os.path.join(BIN, "ketchctl"), "--endpoints",
+                                "127.0.0.1:%d" % e.member_port, "--cacert", C["ca"], "--cert",
+                                C[cert], "--key", C[cert + "-key"]] + args,
+                               capture_output=True, timeout=30)
+            errs = [ln for ln in want[2].decode().splitlines() if ln.startswith("Error:")]
+            got = (p.returncode, p.stdout.decode(), p.stderr.decode().splitlines())
+            assert got == (want[0], want[1].decode(), errs), (cert, args, want, got)
+    compare([["--user", "root:rootpw", "auth", "disable"], ["user", "delete", "alice"],
+             ["user", "delete", "root"], ["role", "delete", "cnr"], ["del", "/c", "--prefix"]])
+
+
 def test_refused_clients_same_as_etcd_and_logged():
     e = env()
     cases = [
@@ -291,5 +322,6 @@ if __name__ == "__main__":
     atexit.register(cleanup)
     run_tests([test_etcdctl_over_tls_same_as_etcd, test_watch_over_tls, test_python_etcd3_over_tls,
                test_s_client_sees_tls13_and_alpn_h2, test_callers_common_name_reaches_the_member,
+               test_common_name_is_the_user_with_auth_on_same_as_etcd,
                test_refused_clients_same_as_etcd_and_logged,
                test_plaintext_bridge_refuses_tls_clients, test_shutdown_clean])

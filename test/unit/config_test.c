@@ -838,6 +838,54 @@ TEST(config_retention) {
   kt_config_free(&c);
 }
 
+TEST(config_auth_token) {
+  struct kt_config c;
+  struct kt_err e;
+  CHECK_EQ(load_v(&c, &e, NULL, NOARGS), 0);
+  CHECK(!c.auth_token_signed);
+  CHECK_EQ(c.auth_token_ttl_s, 300);
+  CHECK_EQ(c.auth_hash_opslimit, 2);
+  CHECK_EQ(c.auth_hash_memlimit, 64ull << 20);
+  CHECK_EQ(c.auth_hash_threads, 1);
+  kt_config_free(&c);
+  CHECK_EQ(load_v(&c, &e, NULL,
+                  ARGS("--auth-token", "signed,priv-key=/k/a.pem,pub-key=/k/b.pem,ttl=10m")),
+           0);
+  CHECK(c.auth_token_signed);
+  CHECK_STR(c.auth_token_priv_key, "/k/a.pem");
+  CHECK_STR(c.auth_token_pub_key, "/k/b.pem");
+  CHECK_EQ(c.auth_token_signed_ttl_s, 600);
+  kt_config_free(&c);
+  /* etcd's spelling; a verify-only member */
+  CHECK_EQ(load_v(&c, &e, NULL, ARGS("--auth-token=jwt,pub-key=/k/b.pem,sign-method=EdDSA")), 0);
+  CHECK(c.auth_token_signed && !c.auth_token_priv_key);
+  CHECK_EQ(c.auth_token_signed_ttl_s, 300);
+  kt_config_free(&c);
+  static const struct {
+    const char *v, *msg;
+  } bad[] = {
+      {"bcrypt", "--auth-token: invalid value \"bcrypt\" (want simple, or "
+                 "signed,priv-key=FILE,pub-key=FILE[,ttl=DURATION])"},
+      {"signed", "--auth-token: signed tokens need priv-key=FILE and/or pub-key=FILE"},
+      {"jwt,priv-key=a,sign-method=RS256",
+       "--auth-token: sign-method \"RS256\" is not supported (ketch signs tokens with Ed25519: "
+       "EdDSA)"},
+      {"signed,priv-key=a,ttl=1ms", "--auth-token: ttl \"1ms\" is not a duration of 1s or more"},
+      {"signed,priv-key=a,colour=red",
+       "--auth-token: unknown option \"colour\" (want priv-key, pub-key, ttl or sign-method)"},
+      {"signed,priv-key", "--auth-token: option \"priv-key\" is not name=value"},
+  };
+  for (size_t i = 0; i < KT_ARRAY_LEN(bad); i++) {
+    CHECK_EQ(load_v(&c, &e, NULL, ARGS("--auth-token", bad[i].v)), KT_EINVAL);
+    CHECK_STR(e.msg, bad[i].msg);
+    kt_config_free(&c);
+  }
+  CHECK_EQ(load_v(&c, &e, ENV("KETCH_AUTH_HASH_MEMLIMIT=100"), NOARGS), KT_EINVAL);
+  CHECK_STR(e.msg, "KETCH_AUTH_HASH_MEMLIMIT: invalid value \"100\" (want an integer from 8192 "
+                   "to 4294967296)");
+  kt_config_free(&c);
+}
+
 /* ---- help, version, usage ---- */
 
 TEST(config_help_version) {

@@ -120,6 +120,12 @@ struct bench_tls {
   bool skip_verify;
 };
 extern struct bench_tls bench_tls;
+/* --user NAME:PASSWORD (etcd benchmark's flag): every connection of either
+ * target authenticates as this user; NULL: none. */
+struct bench_auth {
+  const char *user, *password;
+};
+extern struct bench_auth bench_auth;
 /* The etcd target's TLS client context from bench_tls (made on first use;
  * ALPN h2), or NULL with err filled. */
 struct kt_tls_ctx *bench_etcd_tls(char *err, size_t err_len);

@@ -9,6 +9,7 @@
 #include "bench.h"
 
 struct bench_tls bench_tls;
+struct bench_auth bench_auth;
 
 void cfg_defaults(struct bench_cfg *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -52,6 +53,8 @@ void usage(int status) {
       "  --cacert F  --cert F  --key F  --insecure-skip-tls-verify\n"
       "                     TLS for both targets: https:// endpoints, or endpoints without a\n"
       "                     scheme when a file is given (as etcdctl)\n"
+      "  --user NAME:PASSWORD  authenticate every connection (etcd: Auth/Authenticate, then\n"
+      "                     its token on every call; ketch: libketch's login)\n"
       "  --storm N  --storm-after S  N new TLS clients connect at once S s (1) into the run,\n"
       "                     from a child process that reports how long they took (ketch)\n"
       "commands:\n"
@@ -118,6 +121,7 @@ enum {
   O_SKIP_VERIFY,
   O_STORM,
   O_STORM_AFTER,
+  O_USER,
 };
 
 static const struct option opts[] = {{"endpoints", 1, 0, O_EP},
@@ -156,6 +160,7 @@ static const struct option opts[] = {{"endpoints", 1, 0, O_EP},
                                      {"insecure-skip-tls-verify", 0, 0, O_SKIP_VERIFY},
                                      {"storm", 1, 0, O_STORM},
                                      {"storm-after", 1, 0, O_STORM_AFTER},
+                                     {"user", 1, 0, O_USER},
                                      {0, 0, 0, 0}};
 
 static long num(const char *flag, const char *s, long lo, long hi) {
@@ -200,6 +205,16 @@ static int apply(struct bench_cfg *c, int o, const char *arg) {
   case O_SKIP_VERIFY:
     bench_tls.skip_verify = true;
     break;
+  case O_USER: {
+    const char *colon = strchr(arg, ':');
+    if (!colon || colon == arg) {
+      fprintf(stderr, "ketch-bench: --user %s: expected NAME:PASSWORD\n", arg);
+      exit(2);
+    }
+    bench_auth.user = strndup(arg, (size_t)(colon - arg));
+    bench_auth.password = colon + 1;
+    break;
+  }
   case O_STORM:
     c->storm = (int)num("storm", arg, 1, 100000);
     break;

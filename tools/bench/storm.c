@@ -16,6 +16,11 @@
  * servers' certificates (the servers still verify its client certificate:
  * their side of the handshake is whole) and runs at nice 10. Only the ketch
  * target (its native HELLO).
+ *
+ * With --user the storm is one of logins: each client sends AUTHENTICATE
+ * right behind its HELLO and counts as answered when the login's answer
+ * came back (a refusal counts as failed, "login refused"); TLS only when
+ * an endpoint is https:// or a TLS file is given (the targets' rule).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -42,8 +47,8 @@ struct sconn {
   struct kt_io io;
   int state;
   uint64_t t0, t1;
-  size_t sent, got;
-  uint8_t in[256];
+  size_t sent, got, frames;
+  uint8_t in[1024];
   const char *why;
 };
 
@@ -68,9 +73,11 @@ static void storm_child(const char *endpoints, int n, double after_s) {
                              .cert_flag = "--cert",
                              .key_flag = "--key",
                              .ca_flag = "--cacert"};
-  struct kt_tls_ctx *ctx;
+  struct kt_tls_ctx *ctx = NULL;
   struct kt_err e = {0};
-  if (kt_tls_ctx_new(&tc, &ctx, &e)) {
+  bool any_tls =
+      bench_tls.cacert || bench_tls.cert || bench_tls.key || strstr(endpoints, "https://");
+  if (any_tls && kt_tls_ctx_new(&tc, &ctx, &e)) {
     fprintf(stderr, "storm: %s\n", e.msg);
     _exit(1);
   }
@@ -85,6 +92,16 @@ static void storm_child(const char *endpoints, int n, double after_s) {
   req.u.hello.version = KT_PROTO_VERSION;
   req.u.hello.client = (struct kt_bytes){(const uint8_t *)"ketch-bench-storm", 17};
   kt_proto_encode_req(&hello, &req);
+  size_t frames = 1;
+  if (bench_auth.user) { /* a login right behind the HELLO */
+    struct kt_req a = {.type = KT_MSG_AUTHENTICATE, .id = 1};
+    a.u.auth.name =
+        (struct kt_bytes){(const uint8_t *)bench_auth.user, (uint32_t)strlen(bench_auth.user)};
+    a.u.auth.password = (struct kt_bytes){(const uint8_t *)bench_auth.password,
+                                          (uint32_t)strlen(bench_auth.password)};
+    kt_proto_encode_req(&hello, &a);
+    frames = 2;
+  }
   struct sconn *cs = calloc((size_t)n, sizeof *cs);
   struct pollfd *pf = calloc((size_t)n, sizeof *pf);
   uint64_t start = bench_now_ns();
@@ -117,7 +134,7 @@ static void storm_child(const char *endpoints, int n, double after_s) {
       c->state = C_FAILED, c->why = "connect";
       continue;
     }
-    if (kt_io_init_tls(&c->io, fd, ctx, host, &e)) {
+    if (ctx && kt_io_init_tls(&c->io, fd, ctx, host, &e)) {
       c->state = C_FAILED, c->why = "TLS setup";
       continue;
     }
@@ -147,7 +164,7 @@ static void storm_child(const char *endpoints, int n, double after_s) {
         int err = 0;
         socklen_t sl = sizeof err;
         getsockopt(c->io.fd, SOL_SOCKET, SO_ERROR, &err, &sl);
-        c->state = err ? C_FAILED : C_TLS;
+        c->state = err ? C_FAILED : ctx ? C_TLS : C_HELLO;
         c->why = err ? "connect refused" : NULL;
       }
       if (c->state == C_TLS) {
@@ -178,9 +195,16 @@ static void storm_child(const char *endpoints, int n, double after_s) {
         const uint8_t *body;
         uint32_t blen;
         size_t used;
-        if (kt_frame_next(c->in, c->got, sizeof c->in, &body, &blen, &used) == 1) {
-          c->state = C_DONE;
-          c->t1 = bench_now_ns();
+        while (c->state == C_HELLO &&
+               kt_frame_next(c->in, c->got, sizeof c->in, &body, &blen, &used) == 1) {
+          uint8_t type = 0;
+          uint64_t id = 0;
+          if (kt_proto_peek_id(body, blen, &type, &id) == 1 && type == KT_MSG_ERROR)
+            c->state = C_FAILED, c->why = id ? "login refused" : "HELLO refused";
+          else if (++c->frames == frames)
+            c->state = C_DONE, c->t1 = bench_now_ns();
+          memmove(c->in, c->in + used, c->got - used);
+          c->got -= used;
         }
       }
       if (c->state >= C_DONE)
@@ -199,11 +223,12 @@ static void storm_child(const char *endpoints, int n, double after_s) {
   }
   qsort(lat, (size_t)ok, sizeof *lat, cmp_u64);
   fprintf(stderr,
-          "storm: %d TLS clients at once: %d answered HELLO within %.2f s (per client p50 %.1f "
+          "storm: %d %s at once: %d answered %s within %.2f s (per client p50 %.1f "
           "ms, p99 %.1f ms, max %.1f ms), %d failed%s%s\n",
-          n, ok, (double)(end - start) / 1e9, ok ? lat[ok / 2] / 1e6 : 0,
-          ok ? lat[(size_t)ok * 99 / 100] / 1e6 : 0, ok ? lat[ok - 1] / 1e6 : 0, failed,
-          failed ? ": " : "", failed ? why : "");
+          n, bench_auth.user ? "logins" : "TLS clients", ok,
+          bench_auth.user ? "their login" : "HELLO", (double)(end - start) / 1e9,
+          ok ? lat[ok / 2] / 1e6 : 0, ok ? lat[(size_t)ok * 99 / 100] / 1e6 : 0,
+          ok ? lat[ok - 1] / 1e6 : 0, failed, failed ? ": " : "", failed ? why : "");
   /* keep them open until told to stop */
   for (;;)
     pause();

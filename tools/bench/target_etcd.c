@@ -9,6 +9,8 @@
  * keep-alive; one request in flight per stream, so the answer is the next
  * message); the watches of a connection share one Watch stream, and the n-th
  * `created` response names the n-th watch created on it. */
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +79,62 @@ struct kt_tls_ctx *bench_etcd_tls(char *err, size_t err_len) {
   return ctx; /* kept for the process */
 }
 
+/* --user: Auth/Authenticate on the new connection (blocking, before the
+ * run), then its token on every call, as clientv3 does. */
+struct login {
+  int status;
+  char msg[200];
+  char token[512];
+};
+
+static void on_login(void *arg, int status, const char *message, const uint8_t *msg,
+                     size_t msg_len) {
+  struct login *l = arg;
+  l->status = status;
+  snprintf(l->msg, sizeof l->msg, "%s", message);
+  if (status != KT_GRPC_OK)
+    return;
+  Etcdserverpb__AuthenticateResponse *r =
+      etcdserverpb__authenticate_response__unpack(NULL, msg_len, msg);
+  if (!r) {
+    l->status = KT_GRPC_INTERNAL;
+    snprintf(l->msg, sizeof l->msg, "malformed AuthenticateResponse");
+    return;
+  }
+  snprintf(l->token, sizeof l->token, "%s", r->token ? r->token : "");
+  etcdserverpb__authenticate_response__free_unpacked(r, NULL);
+}
+
+static int e_login(kt_grpc_client *g, int timeout_ms, char *err, size_t err_len) {
+  Etcdserverpb__AuthenticateRequest q = ETCDSERVERPB__AUTHENTICATE_REQUEST__INIT;
+  q.name = (char *)bench_auth.user;
+  q.password = (char *)bench_auth.password;
+  uint8_t buf[2048];
+  size_t n = etcdserverpb__authenticate_request__get_packed_size(&q);
+  if (n > sizeof buf) {
+    snprintf(err, err_len, "--user: name or password too long");
+    return -1;
+  }
+  etcdserverpb__authenticate_request__pack(&q, buf);
+  struct login l = {.status = -1};
+  if (kt_grpc_call(g, "/etcdserverpb.Auth/Authenticate", buf, n, timeout_ms, on_login, &l)) {
+    snprintf(err, err_len, "cannot start Auth/Authenticate");
+    return -1;
+  }
+  while (l.status < 0) {
+    struct pollfd p = {kt_grpc_fd(g), kt_grpc_events(g), 0};
+    if (poll(&p, 1, kt_grpc_timeout_ms(g)) < 0 && errno != EINTR)
+      break;
+    kt_grpc_process(g);
+  }
+  if (l.status != KT_GRPC_OK || kt_grpc_set_token(g, l.token)) {
+    snprintf(err, err_len, "authenticate as %s: %s: %s", bench_auth.user,
+             kt_grpc_status_name(l.status), l.msg);
+    return -1;
+  }
+  return 0;
+}
+
 static int e_open(void **conn, const char *endpoints, int max_outstanding, int timeout_ms,
                   char *err, size_t err_len) {
   static unsigned next; /* round robin over the list, one endpoint per connection */
@@ -120,8 +178,11 @@ static int e_open(void **conn, const char *endpoints, int max_outstanding, int t
   }
   unsigned k = next++ % (unsigned)n;
   struct kt_tls_ctx *ctx = tls[k] ? bench_etcd_tls(err, err_len) : NULL;
-  if ((tls[k] && !ctx) || kt_grpc_open_tls(&c->g, eps[k], ctx, max_outstanding,
-                                           timeout_ms < 5000 ? timeout_ms : 5000, err, err_len)) {
+  if ((tls[k] && !ctx) ||
+      kt_grpc_open_tls(&c->g, eps[k], ctx, max_outstanding, timeout_ms < 5000 ? timeout_ms : 5000,
+                       err, err_len) ||
+      (bench_auth.user && e_login(c->g, timeout_ms, err, err_len))) {
+    kt_grpc_close(c->g);
     free(c->ks);
     free(c->ctx);
     free(c);

@@ -35,6 +35,8 @@ static int k_open(void **conn, const char *endpoints, int max_outstanding, int t
   o.cert_file = bench_tls.cert;
   o.key_file = bench_tls.key;
   o.insecure_skip_verify = bench_tls.skip_verify;
+  o.user = bench_auth.user;
+  o.password = bench_auth.password;
   ketch_client *c;
   if (ketch_open(&c, list, &o, err, err_len))
     return -1;

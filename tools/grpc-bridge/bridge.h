@@ -160,9 +160,12 @@ void kt_bridge_snap_room(kt_bridge_snap *sn);
 /* The stream is gone: no io call after this; the job frees itself. */
 void kt_bridge_snap_close(kt_bridge_snap *sn);
 
-/* Internal to bridge_kv.c/bridge_stream.c: a ResponseHeader filled from a
- * ketch header; frame a message. */
+/* Internal to the bridge's services: frame a message; answer a call with a
+ * framed message, or with the error (code and etcd's message) for a ketch
+ * error code. */
 uint8_t *kt_bridge_frame(const void *protobuf_c_message, size_t *len);
+void kt_bridge_finish(kt_bridge_done done, void *arg, const void *protobuf_c_message);
+void kt_bridge_fail(kt_bridge_done done, void *arg, int err, const char *detail);
 
 /* The gRPC code and etcd's message for a ketch error code (the one table).
  * `detail` (may be NULL) is used for errors etcd has no fixed message for. */

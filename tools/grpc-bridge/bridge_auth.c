@@ -45,22 +45,7 @@ int kt_bridge_auth_method(const char *path) {
   return -1;
 }
 
-static void fail(kt_bridge_done done, void *arg, int err, const char *detail) {
-  int st;
-  const char *m = kt_bridge_error(err, detail, &st);
-  done(arg, st, m, NULL, 0);
-}
-
-static void finish(kt_bridge_done done, void *arg, const ProtobufCMessage *m) {
-  size_t n;
-  uint8_t *buf = kt_bridge_frame(m, &n);
-  if (!buf)
-    done(arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
-  else
-    done(arg, KT_GRPC_OK, "", buf, n);
-}
-
-static void header(Etcdserverpb__ResponseHeader *o, const ketch_header *h) {
+static void auth_header(Etcdserverpb__ResponseHeader *o, const ketch_header *h) {
   etcdserverpb__response_header__init(o);
   o->cluster_id = h->cluster_id;
   o->member_id = h->member_id;
@@ -116,18 +101,18 @@ static void on_auth_result(void *arg, int err, const ketch_result *res) {
   void *darg = ac->arg;
   free(ac);
   if (err) {
-    fail(done, darg, err, res->message);
+    kt_bridge_fail(done, darg, err, res->message);
     return;
   }
   Etcdserverpb__ResponseHeader h;
-  header(&h, &res->header);
+  auth_header(&h, &res->header);
   const ketch_auth_result *a = &res->auth;
   const ProtobufCMessageDescriptor *d = header_only_desc(res->type);
   if (d) {
     Etcdserverpb__AuthEnableResponse o;
     protobuf_c_message_init(d, &o);
     o.header = &h;
-    finish(done, darg, &o.base);
+    kt_bridge_finish(done, darg, &o.base);
     return;
   }
   switch (res->type) {
@@ -136,7 +121,7 @@ static void on_auth_result(void *arg, int err, const ketch_result *res) {
     o.header = &h;
     o.enabled = a->enabled;
     o.authrevision = a->auth_revision;
-    finish(done, darg, &o.base);
+    kt_bridge_finish(done, darg, &o.base);
     return;
   }
   case KETCH_OP_USER_GET:
@@ -146,7 +131,7 @@ static void on_auth_result(void *arg, int err, const ketch_result *res) {
     o.header = l.header = &h;
     o.roles = l.roles = (char **)a->roles;
     o.n_roles = l.n_roles = a->n_roles;
-    finish(done, darg, res->type == KETCH_OP_USER_GET ? &o.base : &l.base);
+    kt_bridge_finish(done, darg, res->type == KETCH_OP_USER_GET ? &o.base : &l.base);
     return;
   }
   case KETCH_OP_USER_LIST: {
@@ -154,7 +139,7 @@ static void on_auth_result(void *arg, int err, const ketch_result *res) {
     o.header = &h;
     o.users = (char **)a->users;
     o.n_users = a->n_users;
-    finish(done, darg, &o.base);
+    kt_bridge_finish(done, darg, &o.base);
     return;
   }
   case KETCH_OP_ROLE_GET: {
@@ -179,7 +164,7 @@ static void on_auth_result(void *arg, int err, const ketch_result *res) {
     o.header = &h;
     o.perm = v;
     o.n_perm = n;
-    finish(done, darg, &o.base);
+    kt_bridge_finish(done, darg, &o.base);
     free(p);
     free(v);
     return;
@@ -311,6 +296,56 @@ static int convert(int op, const uint8_t *msg, size_t len, ketch_auth_req *q,
   return 0;
 }
 
+static bool varint(const uint8_t *p, size_t n, size_t *i, uint64_t *v) {
+  *v = 0;
+  for (unsigned shift = 0; *i < n && shift < 64; shift += 7) {
+    uint8_t b = p[(*i)++];
+    *v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      return true;
+  }
+  return false;
+}
+
+/* True when a top-level `string` field of the message holds a NUL byte:
+ * protobuf-c hands strings over NUL-terminated, so "bad\0name" would reach
+ * the member as "bad". Walks the wire bytes (malformed: false; unpacking
+ * them has already failed or will). */
+static bool string_has_nul(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint64_t tag, v;
+    if (!varint(p, n, &i, &tag))
+      return false;
+    switch (tag & 7) {
+    case 0:
+      if (!varint(p, n, &i, &v))
+        return false;
+      break;
+    case 1:
+    case 5:
+      if (n - i < ((tag & 7) == 1 ? 8u : 4u))
+        return false;
+      i += (tag & 7) == 1 ? 8 : 4;
+      break;
+    case 2: {
+      if (!varint(p, n, &i, &v) || v > n - i)
+        return false;
+      const ProtobufCFieldDescriptor *f =
+          tag >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
+                                 : NULL;
+      if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, v))
+        return true;
+      i += v;
+      break;
+    }
+    default:
+      return false;
+    }
+  }
+  return false;
+}
+
 void kt_bridge_auth_call(ketch_client *kc, int op, const uint8_t *msg, size_t len,
                          kt_bridge_done done, void *arg) {
   ketch_auth_req q;
@@ -320,6 +355,10 @@ void kt_bridge_auth_call(ketch_client *kc, int op, const uint8_t *msg, size_t le
   if (!err && !keep) {
     done(arg, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf", NULL, 0);
     return;
+  }
+  if (!err && string_has_nul(keep->descriptor, msg, len)) {
+    err = KETCH_EINVAL;
+    why = "ketch-grpc: a name or password holds a NUL byte";
   }
   struct auth_call *ac = err ? NULL : malloc(sizeof *ac);
   if (!err && !ac)
@@ -335,7 +374,7 @@ void kt_bridge_auth_call(ketch_client *kc, int op, const uint8_t *msg, size_t le
   if (keep)
     protobuf_c_message_free_unpacked(keep, NULL);
   if (err)
-    fail(done, arg, err, why);
+    kt_bridge_fail(done, arg, err, why);
 }
 
 /* ---- Authenticate (bridge_main.c runs it on a handle of its own) ---- */
@@ -344,6 +383,17 @@ int kt_bridge_authenticate_decode(const uint8_t *msg, size_t len, char **name, c
   Etcdserverpb__AuthenticateRequest *r = etcdserverpb__authenticate_request__unpack(NULL, len, msg);
   if (!r)
     return -1;
+  if (string_has_nul(r->base.descriptor, msg, len)) { /* no such user can exist */
+    *name = strdup("");
+    *password = strdup("");
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    if (!*name || !*password) {
+      free(*name);
+      free(*password);
+      return -1;
+    }
+    return 0;
+  }
   *name = strdup(r->name);
   *password = strdup(r->password);
   protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -357,13 +407,13 @@ int kt_bridge_authenticate_decode(const uint8_t *msg, size_t len, char **name, c
 
 void kt_bridge_authenticate_done(const ketch_result *res, kt_bridge_done done, void *arg) {
   if (res->err) {
-    fail(done, arg, res->err, res->message);
+    kt_bridge_fail(done, arg, res->err, res->message);
     return;
   }
   Etcdserverpb__ResponseHeader h;
-  header(&h, &res->header);
+  auth_header(&h, &res->header);
   Etcdserverpb__AuthenticateResponse o = ETCDSERVERPB__AUTHENTICATE_RESPONSE__INIT;
   o.header = &h;
   o.token = (char *)(res->auth.token ? res->auth.token : "");
-  finish(done, arg, &o.base);
+  kt_bridge_finish(done, arg, &o.base);
 }

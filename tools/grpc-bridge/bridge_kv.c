@@ -619,7 +619,7 @@ uint8_t *kt_bridge_frame(const void *msg, size_t *len) {
   return buf;
 }
 
-static void finish_msg(kt_bridge_done done, void *arg, const ProtobufCMessage *m) {
+void kt_bridge_finish(kt_bridge_done done, void *arg, const void *m) {
   size_t n;
   uint8_t *buf = kt_bridge_frame(m, &n);
   if (!buf) {
@@ -693,7 +693,7 @@ mk_members(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_member_
   return o;
 }
 
-static void fail(kt_bridge_done done, void *arg, int err, const char *detail) {
+void kt_bridge_fail(kt_bridge_done done, void *arg, int err, const char *detail) {
   int st;
   const char *m = kt_bridge_error(err, detail, &st);
   done(arg, st, m, NULL, 0);
@@ -732,7 +732,7 @@ static void on_member_result(void *arg, int err, const ketch_result *res) {
   int method = mc->method;
   free(mc);
   if (err) {
-    fail(done, darg, err, res->message);
+    kt_bridge_fail(done, darg, err, res->message);
     return;
   }
   struct arena a = {0};
@@ -778,7 +778,7 @@ static void on_member_result(void *arg, int err, const ketch_result *res) {
   if (!m || !h || !v || a.oom)
     done(darg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
   else
-    finish_msg(done, darg, m);
+    kt_bridge_finish(done, darg, m);
   ar_free(&a);
 }
 
@@ -843,7 +843,7 @@ static void member_call(ketch_client *kc, int method, const uint8_t *msg, size_t
   if (!req)
     done(arg, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf", NULL, 0);
   else if (err)
-    fail(done, arg, err, NULL);
+    kt_bridge_fail(done, arg, err, NULL);
 }
 
 static void on_result(void *arg, int err, const ketch_result *res) {
@@ -860,7 +860,7 @@ static void on_result(void *arg, int err, const ketch_result *res) {
   }
   free(c);
   if (err && !nf.cluster_id) {
-    fail(done, darg, err, res->message);
+    kt_bridge_fail(done, darg, err, res->message);
     return;
   }
   struct arena a = {0};
@@ -1028,7 +1028,7 @@ static void on_result(void *arg, int err, const ketch_result *res) {
   if (!m || a.oom)
     done(darg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
   else
-    finish_msg(done, darg, m);
+    kt_bridge_finish(done, darg, m);
   ar_free(&a);
 }
 
@@ -1071,7 +1071,7 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
   /* etcd holds what it proposes (writes) to --max-request-bytes; reads
    * only to the gRPC receive limit (that + 512 KiB, bridge_main.c) */
   if ((method == M_PUT || method == M_DELETE) && len > max_request_bytes) {
-    fail(done, arg, KETCH_ETOOLARGE, NULL);
+    kt_bridge_fail(done, arg, KETCH_ETOOLARGE, NULL);
     return;
   }
   struct call *c = malloc(sizeof *c);
@@ -1242,6 +1242,6 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
     if (detail && strncmp(detail, "etcdserver: ", 12) == 0)
       done(arg, KT_GRPC_INVALID_ARGUMENT, detail, NULL, 0);
     else
-      fail(done, arg, err, detail);
+      kt_bridge_fail(done, arg, err, detail);
   }
 }

@@ -1278,9 +1278,7 @@ static void authenticate(struct stream *st, const uint8_t *msg, size_t len, stru
   const char *m = NULL;
   struct upstream *u = NULL;
   struct authn *x = NULL;
-  if (!*name) { /* etcd: no such user */
-    m = kt_bridge_error(KETCH_EAUTHFAILED, NULL, &st_code);
-  } else if (!(u = session_open(c->b, NULL, c)) || !(x = malloc(sizeof *x))) {
+  if (!(u = session_open(c->b, NULL, c)) || !(x = malloc(sizeof *x))) {
     st_code = KT_GRPC_RESOURCE_EXHAUSTED;
     m = "ketch-grpc: too many authenticated sessions at once";
   } else {

@@ -43,6 +43,7 @@ struct kt_grpc_client {
   bool dead;
   nghttp2_session *s;
   char authority[128];
+  char token[512]; /* kt_grpc_set_token: sent as `token` metadata; "" none */
   struct slot *slots;
   int n_slots, free_head;
   size_t pending;
@@ -441,12 +442,16 @@ static int start(kt_grpc_client *c, const char *path, const uint8_t *msg, size_t
                        NV("content-type", "application/grpc"),
                        NV("te", "trailers"),
                        NV("user-agent", "ketch-bench"),
-                       NV("grpc-timeout", tmo)};
+                       NV("grpc-timeout", tmo),
+                       NV("token", c->token)};
 #undef NV
+  const nghttp2_nv tmo_nv = hdrs[7], token_nv = hdrs[8];
+  if (c->token[0])
+    hdrs[nh++] = token_nv;
   if (timeout_ms > 0) {
     snprintf(tmo, sizeof tmo, "%dm", timeout_ms);
-    hdrs[7].valuelen = strlen(tmo);
-    nh = 8;
+    hdrs[nh] = tmo_nv;
+    hdrs[nh++].valuelen = strlen(tmo);
     sl->deadline_ms = now_ms() + (uint64_t)timeout_ms;
     if (!c->next_deadline_ms || sl->deadline_ms < c->next_deadline_ms)
       c->next_deadline_ms = sl->deadline_ms;
@@ -462,6 +467,13 @@ static int start(kt_grpc_client *c, const char *path, const uint8_t *msg, size_t
   c->free_head = sl->next_free;
   c->pending++;
   return (int)(sl - c->slots);
+}
+
+int kt_grpc_set_token(kt_grpc_client *c, const char *token) {
+  if (strlen(token) >= sizeof c->token)
+    return -1;
+  snprintf(c->token, sizeof c->token, "%s", token);
+  return 0;
 }
 
 int kt_grpc_call(kt_grpc_client *c, const char *path, const uint8_t *msg, size_t len,

@@ -85,6 +85,10 @@ int kt_grpc_open_tls(kt_grpc_client **out, const char *host_port, struct kt_tls_
  * socket, frees everything. NULL is fine. Not from inside a callback. */
 void kt_grpc_close(kt_grpc_client *c);
 
+/* Every later call carries `token` as its `token` metadata (etcd's auth
+ * token after Auth/Authenticate); "" stops it. -1 if longer than 511 bytes. */
+int kt_grpc_set_token(kt_grpc_client *c, const char *token);
+
 /* Starts a unary call of `path` (e.g. /etcdserverpb.KV/Put) with the
  * serialized request msg[0..len) (copied). timeout_ms > 0 sets a deadline
  * (sent as grpc-timeout too). Returns 0 (cb will run) or a KT_GRPC_* code

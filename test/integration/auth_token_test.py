@@ -1,0 +1,377 @@
+"""test/integration/auth_token_test.py — auth tokens as etcd clients hold them
+(issue 16): python3-etcd3 and raw gRPC stubs through ketch-grpc, one bridge in
+front of each member of a real 3-member cluster whose members were started
+with different --auth-token settings:
+
+  m0  signed,priv-key=,pub-key=   (Ed25519 keys made here with openssl)
+  m1  simple, --auth-token-ttl 2
+  m2  signed,pub-key=             (verifies, cannot issue)
+
+A token issued by m0 is good on m2 without a login there (and refused on m1,
+whose tokens are its own), a forged one is refused everywhere, a simple token
+dies after its TTL unused, a password change ends a signed token at once,
+and the permission checks hold on every path an etcd client reaches through
+the bridge: ranges, puts with prev_kv, nested txns, watches. Bad input to the
+Auth service gets a clear error and the member keeps serving.
+
+Bounded: every call has a timeout; ~15 s.
+"""
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import etcd3
+import etcd3.etcdrpc as rpc
+import etcd3.etcdrpc.auth_pb2 as authpb
+import grpc
+
+from harness import BIN, Member, free_port, run_tests
+
+T = 10  # seconds per call
+KETCHCTL = os.path.join(BIN, "ketchctl")
+
+
+class Env:
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="auth-token-it-")
+        self.priv, self.pub = os.path.join(self.tmp, "priv.pem"), os.path.join(self.tmp, "pub.pem")
+        subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", self.priv],
+                       check=True, capture_output=True)
+        subprocess.run(["openssl", "pkey", "-in", self.priv, "-pubout", "-out", self.pub],
+                       check=True, capture_output=True)
+        modes = [["--auth-token", "signed,priv-key=%s,pub-key=%s,ttl=1m" % (self.priv, self.pub)],
+                 ["--auth-token", "simple", "--auth-token-ttl", "2"],
+                 ["--auth-token", "signed,pub-key=%s" % self.pub]]
+        peers = [free_port() for _ in modes]
+        ic = ",".join("m%d=http://127.0.0.1:%d" % (i, p) for i, p in enumerate(peers))
+        self.members, self.bridges, self.ports = [], [], []
+        self.pw = {"root": "rootpw", "alice": "alicepw"}
+        try:
+            for i, extra in enumerate(modes):
+                self.members.append(Member(
+                    data_dir=os.path.join(self.tmp, "m%d" % i), name="m%d" % i,
+                    peer_port=peers[i], wait=False,
+                    extra=["--initial-cluster", ic, "--initial-cluster-token", "tok",
+                           "--heartbeat-interval", "50", "--election-timeout", "500",
+                           "--auth-hash-opslimit", "1", "--auth-hash-memlimit", "8192"] + extra))
+            for m in self.members:
+                m.wait_ready()
+            for m in self.members:
+                port = free_port()
+                log = open(os.path.join(self.tmp, "bridge-%s.log" % m.name), "ab")
+                self.bridges.append((subprocess.Popen(
+                    [os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
+                     "--endpoints", m.endpoint], stdout=log, stderr=subprocess.STDOUT), log))
+                self.ports.append(port)
+            self.eps = ",".join(m.endpoint for m in self.members)
+            self.wait_healthy()
+            for args in (["user", "add", "root", "--new-user-password", "rootpw"],
+                         ["user", "grant-role", "root", "root"],
+                         ["role", "add", "ra"],
+                         ["role", "grant-permission", "ra", "read", "/a/", "--prefix"],
+                         ["role", "grant-permission", "ra", "write", "/w/", "--prefix"],
+                         ["user", "add", "alice", "--new-user-password", "alicepw"],
+                         ["user", "grant-role", "alice", "ra"],
+                         ["put", "/a/1", "a1"], ["put", "/b/1", "b1"], ["put", "/w/1", "w1"],
+                         ["auth", "enable"]):
+                self.ctl(args)
+        except BaseException:
+            self.close()
+            raise
+
+    def ctl(self, args):
+        p = subprocess.run([KETCHCTL, "--endpoints", self.members[0].endpoint] + args,
+                           capture_output=True, timeout=T)
+        assert p.returncode == 0, (args, p.stdout, p.stderr)
+        return p
+
+    def wait_healthy(self, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            p = subprocess.run([KETCHCTL, "--endpoints", self.eps, "endpoint", "health"],
+                               capture_output=True, timeout=T)
+            if p.returncode == 0:
+                return
+            time.sleep(0.1)
+        raise RuntimeError("cluster not healthy: %r" % p.stderr)
+
+    def channel(self, i):
+        return grpc.insecure_channel("127.0.0.1:%d" % self.ports[i])
+
+    def login(self, i, user="alice", password=None):
+        """Authenticate through bridge i: the token."""
+        with self.channel(i) as ch:
+            return rpc.AuthStub(ch).Authenticate(
+                rpc.AuthenticateRequest(name=user, password=password or self.pw[user]),
+                timeout=T).token
+
+    def close(self):
+        for p, log in self.bridges:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            log.close()
+        for m in self.members:
+            m.cleanup()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+_env = None
+
+
+def env():
+    global _env
+    if _env is None:
+        _env = Env()
+    return _env
+
+
+def call(i, token, method, req):
+    """One unary KV call through bridge i with `token` in the metadata: the
+    response, or (code name, details)."""
+    e = env()
+    with e.channel(i) as ch:
+        stub = rpc.KVStub(ch)
+        try:
+            return getattr(stub, method)(req, timeout=T, metadata=(("token", token),))
+        except grpc.RpcError as err:
+            return (err.code().name, err.details())
+
+
+def get(i, token, key):
+    r = call(i, token, "Range", rpc.RangeRequest(key=key))
+    return r if isinstance(r, tuple) else [kv.value for kv in r.kvs]
+
+
+DENIED = ("PERMISSION_DENIED", "etcdserver: permission denied")
+INVALID = ("UNAUTHENTICATED", "etcdserver: invalid auth token")
+
+
+def test_signed_token_is_good_on_every_member_with_the_public_key():
+    e = env()
+    tok = e.login(0)
+    assert tok.startswith("kt1."), tok
+    assert get(0, tok, b"/a/1") == [b"a1"]
+    assert get(2, tok, b"/a/1") == [b"a1"]  # verify-only member: no login there
+    assert get(1, tok, b"/a/1") == INVALID  # m1's tokens are its own
+    # python3-etcd3 with the same token (its call credentials need TLS: metadata instead)
+    c = etcd3.client(host="127.0.0.1", port=e.ports[2], timeout=T)
+    try:
+        c.metadata = (("token", tok),)
+        c.watcher._metadata = c.metadata  # noqa (its watcher copies it at creation)
+        assert c.get("/a/1")[0] == b"a1"
+    finally:
+        c.close()
+
+
+def test_forged_and_foreign_tokens_are_refused():
+    e = env()
+    tok = e.login(0)
+    head, payload, sig = tok.split(".")
+    flipped = sig[:-2] + ("A" if sig[-2] != "A" else "B") + sig[-1]
+    other_user = payload[:-2] + ("A" if payload[-2] != "A" else "B") + payload[-1]
+    for bad in (".".join([head, payload, flipped]), ".".join([head, other_user, sig]),
+                "kt1.x.y", "0" * 32, "x" * 600):
+        for i in (0, 2):
+            assert get(i, bad, b"/a/1") == INVALID, (i, bad[:40], get(i, bad, b"/a/1"))
+    # an empty token is no token (etcd's answer)
+    assert get(0, "", b"/a/1") == ("INVALID_ARGUMENT", "etcdserver: user name is empty")
+    # a token made by another key pair (a second member set, same user names)
+    d = tempfile.mkdtemp(prefix="auth-token-other-")
+    try:
+        priv = os.path.join(d, "p.pem")
+        subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", priv], check=True,
+                       capture_output=True)
+        m = Member(data_dir=d, name="x0", extra=["--auth-token", "signed,priv-key=" + priv])
+        try:
+            for args in (["user", "add", "alice", "--new-user-password", "alicepw"],
+                         ["user", "add", "root", "--new-user-password", "rootpw"],
+                         ["user", "grant-role", "root", "root"], ["auth", "enable"]):
+                p = subprocess.run([KETCHCTL, "--endpoints", m.endpoint] + args,
+                                   capture_output=True, timeout=T)
+                assert p.returncode == 0, p.stderr
+            port = free_port()
+            b = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr",
+                                  "127.0.0.1:%d" % port, "--endpoints", m.endpoint],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                deadline = time.time() + 10
+                while True:
+                    try:
+                        with grpc.insecure_channel("127.0.0.1:%d" % port) as ch:
+                            foreign = rpc.AuthStub(ch).Authenticate(
+                                rpc.AuthenticateRequest(name="alice", password="alicepw"),
+                                timeout=T).token
+                        break
+                    except grpc.RpcError:
+                        if time.time() > deadline:
+                            raise
+                        time.sleep(0.1)
+            finally:
+                b.terminate()
+                b.wait(10)
+        finally:
+            m.cleanup()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    assert foreign.startswith("kt1.")
+    assert get(0, foreign, b"/a/1") == INVALID and get(2, foreign, b"/a/1") == INVALID
+
+
+def test_verify_only_member_says_it_cannot_issue():
+    e = env()
+    with e.channel(2) as ch:
+        try:
+            rpc.AuthStub(ch).Authenticate(rpc.AuthenticateRequest(name="alice", password="alicepw"),
+                                          timeout=T)
+            raise AssertionError("a verify-only member issued a token")
+        except grpc.RpcError as err:
+            assert err.code() != grpc.StatusCode.OK and "token" in err.details(), err.details()
+    assert get(2, e.login(0), b"/a/1") == [b"a1"]  # and goes on serving
+
+
+def test_simple_token_lives_on_its_member_until_unused_for_its_ttl():
+    e = env()
+    tok = e.login(1)
+    assert len(tok) == 32 and not tok.startswith("kt1."), tok
+    assert get(1, tok, b"/a/1") == [b"a1"]
+    assert get(0, tok, b"/a/1") == INVALID
+    time.sleep(1.2)
+    assert get(1, tok, b"/a/1") == [b"a1"]  # each use renews it
+    time.sleep(2.6)
+    assert get(1, tok, b"/a/1") == INVALID
+
+
+def test_permissions_on_every_path_through_the_bridge():
+    e = env()
+    tok = e.login(0)
+    for i in (0, 2):
+        assert get(i, tok, b"/b/1") == DENIED
+        # a range straddling the permitted prefix
+        assert call(i, tok, "Range", rpc.RangeRequest(key=b"/a/", range_end=b"/c")) == DENIED
+        assert call(i, tok, "Put", rpc.PutRequest(key=b"/a/1", value=b"x")) == DENIED
+        r = call(i, tok, "Put", rpc.PutRequest(key=b"/w/%d" % i, value=b"x"))
+        assert not isinstance(r, tuple), r
+        # prev_kv needs read on the key: alice may write /w/ but not read it
+        assert call(i, tok, "Put", rpc.PutRequest(key=b"/w/1", value=b"x", prev_kv=True)) == DENIED
+        assert call(i, tok, "DeleteRange", rpc.DeleteRangeRequest(key=b"/w/1", prev_kv=True)) == \
+            DENIED
+
+        def nested(op):
+            inner = rpc.TxnRequest(success=[op])
+            return rpc.TxnRequest(success=[rpc.RequestOp(request_txn=inner)])
+        assert call(i, tok, "Txn", nested(rpc.RequestOp(
+            request_range=rpc.RangeRequest(key=b"/b/1")))) == DENIED
+        assert call(i, tok, "Txn", nested(rpc.RequestOp(
+            request_put=rpc.PutRequest(key=b"/a/9", value=b"x")))) == DENIED
+        # the branch not taken is checked too (etcd does)
+        t = rpc.TxnRequest(compare=[rpc.Compare(key=b"/a/1", target=rpc.Compare.VALUE,
+                                                result=rpc.Compare.EQUAL, value=b"a1")],
+                           success=[rpc.RequestOp(request_range=rpc.RangeRequest(key=b"/a/1"))],
+                           failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=b"/b/1"))])
+        assert call(i, tok, "Txn", t) == DENIED
+        r = call(i, tok, "Txn", nested(rpc.RequestOp(request_range=rpc.RangeRequest(key=b"/a/1"))))
+        assert not isinstance(r, tuple), r
+        assert r.responses[0].response_txn.responses[0].response_range.kvs[0].value == b"a1"
+        # a watch on a key without read permission is cancelled with etcd's reason
+        with e.channel(i) as ch:
+            reqs = iter([rpc.WatchRequest(create_request=rpc.WatchCreateRequest(key=b"/b/1"))])
+            stream = rpc.WatchStub(ch).Watch(reqs, timeout=T, metadata=(("token", tok),))
+            first = next(stream)
+            assert first.created and first.canceled and \
+                "permission denied" in first.cancel_reason, first
+            stream.cancel()
+
+
+def test_password_change_ends_signed_tokens_and_revoke_acts_at_once():
+    e = env()
+    tok = e.login(0)
+    assert get(2, tok, b"/a/1") == [b"a1"]
+    with e.channel(0) as ch:
+        root = e.login(0, "root")
+        rpc.AuthStub(ch).UserChangePassword(
+            rpc.AuthUserChangePasswordRequest(name="alice", password="alicepw2"), timeout=T,
+            metadata=(("token", root),))
+    deadline = time.time() + 5
+    while get(2, tok, b"/a/1") != INVALID and time.time() < deadline:
+        time.sleep(0.05)  # m2 applies the change a moment after m0
+    assert get(2, tok, b"/a/1") == INVALID and get(0, tok, b"/a/1") == INVALID
+    e.pw["alice"] = "alicepw2"
+    tok2 = e.login(0)
+    assert get(2, tok2, b"/a/1") == [b"a1"]
+    with e.channel(0) as ch:
+        rpc.AuthStub(ch).RoleRevokePermission(
+            rpc.AuthRoleRevokePermissionRequest(role="ra", key=b"/a/", range_end=b"/a0"),
+            timeout=T, metadata=(("token", root),))
+    assert get(0, tok2, b"/a/1") == DENIED  # the member that applied it: at once
+    deadline = time.time() + 5
+    while get(2, tok2, b"/a/1") != DENIED and time.time() < deadline:
+        time.sleep(0.05)
+    assert get(2, tok2, b"/a/1") == DENIED
+    with e.channel(0) as ch:
+        rpc.AuthStub(ch).RoleGrantPermission(
+            rpc.AuthRoleGrantPermissionRequest(
+                name="ra", perm=authpb.Permission(permType=authpb.Permission.READ, key=b"/a/",
+                                                  range_end=b"/a0")),
+            timeout=T, metadata=(("token", root),))
+
+
+def test_bad_input_to_the_auth_service():
+    e = env()
+    root = e.login(0, "root")
+    cases = [("UserAdd", rpc.AuthUserAddRequest(name="", password="x"),
+              ("INVALID_ARGUMENT", "etcdserver: user name is empty")),
+             ("UserAdd", rpc.AuthUserAddRequest(name="u" * 300, password="x"), None),
+             ("UserAdd", rpc.AuthUserAddRequest(name="bad\x00name", password="x"), None),
+             ("UserAdd", rpc.AuthUserAddRequest(name="emptypw", password=""), None),
+             ("UserAdd", rpc.AuthUserAddRequest(name="bigpw", password="p" * 100000), None),
+             ("RoleAdd", rpc.AuthRoleAddRequest(name=""),
+              ("INVALID_ARGUMENT", "etcdserver: role name is empty")),
+             ("RoleGrantPermission", rpc.AuthRoleGrantPermissionRequest(name="ra"), None),
+             ("RoleGrantPermission", rpc.AuthRoleGrantPermissionRequest(
+                 name="ra", perm=authpb.Permission(permType=7, key=b"/a/")), None),
+             ("UserGrantRole", rpc.AuthUserGrantRoleRequest(user="alice", role="nope"),
+              ("FAILED_PRECONDITION", "etcdserver: role name not found"))]
+    with e.channel(0) as ch:
+        stub = rpc.AuthStub(ch)
+        for method, req, want in cases:
+            try:
+                getattr(stub, method)(req, timeout=T, metadata=(("token", root),))
+                raise AssertionError("%s %r was accepted" % (method, str(req)[:60]))
+            except grpc.RpcError as err:
+                got = (err.code().name, err.details())
+                if want:
+                    assert got == want, (method, got)
+                else:
+                    assert err.code() in (grpc.StatusCode.INVALID_ARGUMENT,
+                                          grpc.StatusCode.FAILED_PRECONDITION,
+                                          grpc.StatusCode.RESOURCE_EXHAUSTED), (method, got)
+                    assert err.details() and "etcdserver: " in err.details() or \
+                        len(err.details()) > 10, (method, got)
+        names = stub.UserList(rpc.AuthUserListRequest(), timeout=T,
+                              metadata=(("token", root),)).users
+    assert sorted(names) == ["alice", "root"], names  # nothing half-made
+    assert get(2, e.login(0), b"/a/1") == [b"a1"]  # still serving
+
+
+def teardown():
+    if _env:
+        _env.close()
+
+
+if __name__ == "__main__":
+    try:
+        run_tests([test_signed_token_is_good_on_every_member_with_the_public_key,
+                   test_forged_and_foreign_tokens_are_refused,
+                   test_verify_only_member_says_it_cannot_issue,
+                   test_simple_token_lives_on_its_member_until_unused_for_its_ttl,
+                   test_permissions_on_every_path_through_the_bridge,
+                   test_password_change_ends_signed_tokens_and_revoke_acts_at_once,
+                   test_bad_input_to_the_auth_service])
+    finally:
+        teardown()
