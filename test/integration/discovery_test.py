@@ -40,6 +40,9 @@ a 1-member ketch is the service.
                       and another URL: "discovery: found duplicate id"
   disc_service_down   the service is stopped when a member starts and back
                       3 s later: the member retries and starts
+  disc_tls_auth       the service over TLS with client certificates and auth
+                      enabled: a wrong --discovery-password fails with
+                      "authentication failed", the right one bootstraps
 
 Bounded: every process has a timeout; the file takes ~25 s.
 Env: KETCH_BIN = the bin dir. Prints "ok NAME" / "FAIL NAME: why" per case.
@@ -461,6 +464,54 @@ def test_disc_service_down():
         m.cleanup()
 
 
+def test_disc_tls_auth():
+    """The discovery service over TLS with client certificates and auth on:
+    members pass --discovery-cacert/-cert/-key and --discovery-user/-password."""
+    import tlscerts
+    tmp = tempfile.mkdtemp(prefix="ketch-disc-tls-")
+    certs = tlscerts.make(tmp)
+    cport = free_port()
+    url = "https://127.0.0.1:%d" % cport
+    svc = Member(name="tsvc", port=cport, wait=False,
+                 extra=["--listen-client-urls", url, "--advertise-client-urls", url,
+                        "--cert-file", certs["server"], "--key-file", certs["server-key"],
+                        "--client-cert-auth", "--trusted-ca-file", certs["ca"]])
+    tls = ["--cacert", certs["ca"], "--cert", certs["client"], "--key", certs["client-key"],
+           "--endpoints", url]
+    m = None
+    try:
+        deadline = time.time() + 15
+        while ketchctl(*tls, "user", "add", "root:rootpw")[0] != 0:
+            assert time.time() < deadline and svc.proc.poll() is None, svc.logtext()[-1500:]
+            time.sleep(0.2)
+        rc, out, err = ketchctl(*tls, "auth", "enable")
+        assert rc == 0, (rc, out, err)
+        rc, out, err = ketchctl(*tls, "--user", "root:rootpw", "discovery", "new", "--size", "1")
+        assert rc == 0, (rc, out, err)
+        token = out.strip()
+        base = ["--discovery-endpoints", url, "--discovery-token", token,
+                "--discovery-cacert", certs["ca"], "--discovery-cert", certs["client"],
+                "--discovery-key", certs["client-key"]]
+        # Without the password the service refuses: a clear error, not a retry loop.
+        bad = Member(name="t1", wait=False, extra=base + ["--discovery-user", "root",
+                                                          "--discovery-password", "wrong"])
+        try:
+            rc, log = bad.run_to_exit(15)
+            assert rc not in (0, None) and "authentication failed" in log, (rc, log[-1500:])
+        finally:
+            bad.cleanup()
+        m = Member(name="t1", wait=False, extra=base + ["--discovery-user", "root",
+                                                        "--discovery-password", "rootpw"])
+        m.wait_ready(20)
+        rc, out, err = ketchctl("--endpoints", m.endpoint, "member", "list")
+        assert rc == 0 and ", t1, " in out, (rc, out, err)
+    finally:
+        if m:
+            m.cleanup()
+        svc.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     try:
         setup()
@@ -476,7 +527,7 @@ def main():
                    test_srv_gateway_refresh,
                    test_srv_restart, test_disc_three_members,
                    test_disc_cluster_full, test_disc_size_missing, test_disc_duplicate_id,
-                   test_disc_service_down])
+                   test_disc_service_down, test_disc_tls_auth])
     finally:
         for m in ENV["members"] + DISC.get("members", []) + ([DISC["svc"]] if "svc" in DISC else []):
             m.cleanup()
