@@ -68,7 +68,12 @@ class Gateway:
             [os.path.join(BIN, "ketch"), "gateway", "start", "--listen-addr",
              "127.0.0.1:%d" % self.port, "--endpoints", endpoints] + list(extra),
             stdout=self.log, stderr=subprocess.STDOUT)
-        wait_port(self.port, self.proc, "ketch gateway")
+        try:
+            wait_port(self.port, self.proc, "ketch gateway")
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+            raise
 
     @property
     def endpoint(self):
@@ -278,23 +283,24 @@ def test_gw_health_native():
                   "--connect-timeout", "500ms", "--log-level", "debug"])
     paused = ms[2]
     try:
-        paused.proc.send_signal(signal.SIGSTOP)
-        deadline = time.time() + 10
-        while "endpoint %s unhealthy" % paused.endpoint not in gw.logtext():
-            assert time.time() < deadline, gw.logtext()[-2000:]
-            time.sleep(0.1)
-        mark = len(gw.logtext())
-        ok = 0
-        deadline = time.time() + 15
-        while ok < 4 and time.time() < deadline:
-            rc, out, err = ketchctl("--endpoints", gw.endpoint, "--dial-timeout", "2s", "get", "foo")
-            ok += rc == 0 and out.split() == ["foo", "bar"]
-        assert ok == 4, (rc, out, err, gw.logtext()[-2000:])
-        used = set(re.findall(r"endpoint=(127\.0\.0\.1:\d+) connected", gw.logtext()[mark:]))
-        assert used and paused.endpoint not in used, used
-    finally:
-        paused.proc.send_signal(signal.SIGCONT)
-    try:
+        try:
+            paused.proc.send_signal(signal.SIGSTOP)
+            deadline = time.time() + 10
+            while "endpoint %s unhealthy" % paused.endpoint not in gw.logtext():
+                assert time.time() < deadline, gw.logtext()[-2000:]
+                time.sleep(0.1)
+            mark = len(gw.logtext())
+            ok = 0
+            deadline = time.time() + 15
+            while ok < 4 and time.time() < deadline:
+                rc, out, err = ketchctl("--endpoints", gw.endpoint, "--dial-timeout", "2s", "get",
+                                        "foo")
+                ok += rc == 0 and out.split() == ["foo", "bar"]
+            assert ok == 4, (rc, out, err, gw.logtext()[-2000:])
+            used = set(re.findall(r"endpoint=(127\.0\.0\.1:\d+) connected", gw.logtext()[mark:]))
+            assert used and paused.endpoint not in used, used
+        finally:
+            paused.proc.send_signal(signal.SIGCONT)
         deadline = time.time() + 10
         while "endpoint %s healthy again" % paused.endpoint not in gw.logtext():
             assert time.time() < deadline, gw.logtext()[-2000:]
