@@ -23,7 +23,7 @@ endif
 
 CC ?= cc
 VERSION := 0.1.0
-PKGS := msgpack libsodium liblz4 yaml-0.1 openssl
+PKGS := msgpack libsodium liblz4 yaml-0.1 openssl libcares
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wimplicit-fallthrough
 CFLAGS ?= -O2 -g
 ifeq ($(SAN),1)
@@ -109,13 +109,13 @@ $(LIBDIR)/libketch.a: $(CLIENT_OBJS)
 $(LIBDIR)/libketch.so: $(CLIENT_OBJS) client/ketch.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,--version-script=client/ketch.map -o $@ $(CLIENT_OBJS) $(LDFLAGS) \
-	  $(shell pkg-config --libs msgpack libsodium openssl 2>/dev/null) -lpthread
+	  $(shell pkg-config --libs msgpack libsodium openssl libcares 2>/dev/null) -lpthread
 
 $(LIBDIR)/ketch.pc: Makefile
 	@mkdir -p $(dir $@)
-	printf 'libdir=%s\nincludedir=%s\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium openssl\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(abspath $(LIBDIR))" "$(CURDIR)/client" > $@
+	printf 'libdir=%s\nincludedir=%s\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium openssl libcares\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(abspath $(LIBDIR))" "$(CURDIR)/client" > $@
 
-$(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT)
+$(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -611,6 +611,27 @@ void ketch_options_init(ketch_options *opts);
 int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *opts, char *errmsg,
                size_t errmsg_len);
 
+/* DNS SRV discovery of the endpoints (etcdctl --discovery-srv, clientv3's
+ * srv.GetClient): the targets of _ketch-client-ssl[-SUFFIX]._tcp.DOMAIN
+ * (written "https://ADDRESS:port") and _ketch-client[-SUFFIX]._tcp.DOMAIN
+ * ("http://ADDRESS:port"), resolved with c-ares and ordered by SRV priority,
+ * then weight (highest first). suffix may be NULL; dns_servers
+ * ("host:port,...") NULL uses /etc/resolv.conf. Blocks for at most
+ * timeout_ms (0 = 5000). Writes the comma-separated list into buf (buf_len
+ * bytes). For TLS, the certificate is checked against ADDRESS unless
+ * ketch_options.server_name is set.
+ * Returns 0, or KETCH_ENOTFOUND (no record with a resolvable target),
+ * KETCH_ETIMEOUT, KETCH_EUNAVAILABLE (the resolver failed), KETCH_EINVAL
+ * (bad argument or dns_servers, buf too small); errmsg gets the reason. Not
+ * thread-safe on its first call (c-ares' library init). */
+int ketch_srv_endpoints(const char *domain, const char *suffix, const char *dns_servers,
+                        int timeout_ms, char *buf, size_t buf_len, char *errmsg, size_t errmsg_len);
+
+/* ketch_srv_endpoints, then ketch_open on the list (errors of either). */
+int ketch_open_srv(ketch_client **out, const char *domain, const char *suffix,
+                   const char *dns_servers, const ketch_options *opts, char *errmsg,
+                   size_t errmsg_len);
+
 /* Closes the connection and frees the handle. Pending asynchronous requests
  * complete first, from inside this call, with KETCH_ECANCELED (writes among
  * them may have been applied). Results returned earlier by synchronous calls

@@ -123,6 +123,10 @@ struct kt_node_config {
   int auth_hash_threads;
 };
 
+/* The id a new cluster gives the member `name` (a hash of the cluster
+ * token and the name; net/discovery.c registers under it). */
+uint64_t kt_node_member_id_of(const char *cluster_token, const char *name);
+
 /* ---- for tools that make or read a member's files (ketchutl, ketch-grpc) ---- */
 
 struct kt_lease_mgr;

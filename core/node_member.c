@@ -817,6 +817,10 @@ static uint64_t hash_id(const char *a, const char *b, const char *c) {
   return v ? v : 1;
 }
 
+uint64_t kt_node_member_id_of(const char *cluster_token, const char *name) {
+  return hash_id("member", cluster_token, name);
+}
+
 static int write_meta(struct kt_node *n, const char *path, const struct kt_node_member *list,
                       size_t cnt, struct kt_err *e) {
   struct node_member_state *ms = n->mem;

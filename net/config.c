@@ -79,10 +79,25 @@ enum {
   O_TLS_MIN_VERSION,
   O_TLS_MAX_VERSION,
   O_CONFIG_FILE,
+  O_DISCOVERY_SRV,
+  O_DISCOVERY_SRV_NAME,
+  O_DISCOVERY_SRV_ETCD,
+  O_DNS_SERVERS,
+  O_DISCOVERY_ENDPOINTS,
+  O_DISCOVERY_TOKEN,
+  O_DISCOVERY_CACERT,
+  O_DISCOVERY_CERT,
+  O_DISCOVERY_KEY,
+  O_DISCOVERY_USER,
+  O_DISCOVERY_PASSWORD,
+  O_DISCOVERY_DIAL_TIMEOUT,
+  O_DISCOVERY_REQUEST_TIMEOUT,
+  O_DISCOVERY_FALLBACK,
   O_VERSION,
   O_HELP,
   O_COUNT
 };
+_Static_assert(O_COUNT <= 64, "loader.set is a 64-bit mask of the options");
 
 #define OPT_NOFILE 1u /* not a YAML key */
 #define OPT_EMPTY 2u  /* an empty value is allowed (URL list) */
@@ -229,6 +244,40 @@ static const struct opt opts[O_COUNT] = {
     [O_CONFIG_FILE] = {"config-file", K_PATH, OFF(config_file), NULL, 0, 0, OPT_NOFILE, "PATH",
                        "Path to the YAML configuration file. If given, other flags and "
                        "environment variables are ignored."},
+    /* Bootstrap by DNS SRV (net/srv.h) or by a discovery service (net/discovery.h). */
+    [O_DISCOVERY_SRV] = {"discovery-srv", K_STR, OFF(discovery_srv), "", 0, 0, OPT_EMPTY, "DOMAIN",
+                         "DNS domain whose SRV records bootstrap the cluster."},
+    [O_DISCOVERY_SRV_NAME] = {"discovery-srv-name", K_STR, OFF(discovery_srv_name), "", 0, 0,
+                              OPT_EMPTY, "SUFFIX",
+                              "Suffix of the SRV names (_ketch-server-SUFFIX._tcp.DOMAIN)."},
+    [O_DISCOVERY_SRV_ETCD] = {"discovery-srv-etcd-names", K_BOOL, OFF(discovery_srv_etcd_names),
+                              "false", 0, 0, 0, "",
+                              "Read etcd's SRV names (_etcd-server...) instead of ketch's."},
+    [O_DNS_SERVERS] = {"dns-servers", K_STR, OFF(dns_servers), "", 0, 0, OPT_EMPTY, "HOST:PORT,...",
+                       "DNS servers for --discovery-srv instead of /etc/resolv.conf."},
+    [O_DISCOVERY_ENDPOINTS] = {"discovery-endpoints", K_STR, OFF(discovery_endpoints), "", 0, 0,
+                               OPT_EMPTY, "ENDPOINTS",
+                               "Client endpoints of the ketch cluster serving as discovery."},
+    [O_DISCOVERY_TOKEN] = {"discovery-token", K_STR, OFF(discovery_token), "", 0, 0, OPT_EMPTY,
+                           "TOKEN", "Discovery token of the cluster to bootstrap."},
+    [O_DISCOVERY_CACERT] = {"discovery-cacert", K_FILE, OFF(discovery_cacert), "", 0, 0, OPT_EMPTY,
+                            "PATH", "CA bundle verifying the discovery service."},
+    [O_DISCOVERY_CERT] = {"discovery-cert", K_FILE, OFF(discovery_cert), "", 0, 0, OPT_EMPTY,
+                          "PATH", "Client certificate for the discovery service."},
+    [O_DISCOVERY_KEY] = {"discovery-key", K_FILE, OFF(discovery_key), "", 0, 0, OPT_EMPTY, "PATH",
+                         "Client key for the discovery service."},
+    [O_DISCOVERY_USER] = {"discovery-user", K_STR, OFF(discovery_user), "", 0, 0, OPT_EMPTY, "NAME",
+                          "User for the discovery service."},
+    [O_DISCOVERY_PASSWORD] = {"discovery-password", K_STR, OFF(discovery_password), "", 0, 0,
+                              OPT_EMPTY, "PASSWORD", "Password for the discovery service."},
+    [O_DISCOVERY_DIAL_TIMEOUT] = {"discovery-dial-timeout", K_DURATION,
+                                  OFF(discovery_dial_timeout_ms), "2s", 0, 0, 0, "DURATION",
+                                  "Dial timeout to the discovery service."},
+    [O_DISCOVERY_REQUEST_TIMEOUT] = {"discovery-request-timeout", K_DURATION,
+                                     OFF(discovery_request_timeout_ms), "5s", 0, 0, 0, "DURATION",
+                                     "Request timeout on the discovery service."},
+    [O_DISCOVERY_FALLBACK] = {"discovery-fallback", K_STR, OFF(discovery_fallback), "exit", 0, 0, 0,
+                              "exit", "What to do when discovery fails: exit (the only choice)."},
     [O_VERSION] = {"version", K_BOOL, OFF(show_version), "false", 0, 0, OPT_NOFILE, "",
                    "Print the version and exit."},
     [O_HELP] = {"help", K_BOOL, OFF(show_help), "false", 0, 0, OPT_NOFILE | OPT_NOENV, "",
@@ -770,6 +819,26 @@ static int finish(struct loader *l, struct kt_err *e) {
                         c->listen_peer_urls.raw);
     c->initial_advertise_peer_urls = c->listen_peer_urls;
   }
+  /* Bootstrap by discovery: the initial cluster is found at start, so the
+   * checks of --initial-cluster below do not apply (etcd refuses both). */
+  bool by_srv = c->discovery_srv != NULL, by_service = c->discovery_endpoints != NULL;
+  if (by_srv || by_service || c->discovery_token) {
+    if (by_srv && by_service)
+      return kt_err_set(e, KT_EINVAL,
+                        "--discovery-srv and --discovery-endpoints cannot both be given");
+    if (is_set(l, O_INITIAL_CLUSTER))
+      return kt_err_set(e, KT_EINVAL,
+                        "--initial-cluster cannot be given with --discovery-srv or "
+                        "--discovery-endpoints");
+    if (by_service != (c->discovery_token != NULL))
+      return kt_err_set(e, KT_EINVAL, "--discovery-endpoints and --discovery-token go together");
+    if (strcmp(c->discovery_fallback, "exit") != 0)
+      return kt_err_set(e, KT_EINVAL, "--discovery-fallback: invalid value \"%.80s\" (want exit)",
+                        c->discovery_fallback);
+    c->initial_cluster = "";
+    c->initial_cluster_n = 0;
+    goto tls_checks;
+  }
   if (!is_set(l, O_INITIAL_CLUSTER)) {
     struct kt_buf b = {0};
     const struct kt_url_list *ap = &c->initial_advertise_peer_urls;
@@ -823,6 +892,7 @@ static int finish(struct loader *l, struct kt_err *e) {
                         ap->v[j].raw, c->initial_cluster);
   }
 
+tls_checks:
   /* TLS: an https:// URL needs a certificate for its link (etcd's message);
    * certificate and key go together. */
   struct {

@@ -136,8 +136,17 @@ struct kt_config {
   uint32_t auth_hash_threads;           /* --auth-hash-threads, 1 */
   int log_level;                        /* KT_LOG_DEBUG..KT_LOG_ERROR, default KT_LOG_INFO */
   const char *config_file;              /* the file used, or NULL */
-  bool show_help;                       /* --help / -h given: print kt_config_usage, exit 0 */
-  bool show_version;                    /* --version given */
+  /* Bootstrap by DNS SRV or by a discovery service (NULL when not given);
+   * with either, initial_cluster is "" and filled at start. */
+  const char *discovery_srv, *discovery_srv_name, *dns_servers;
+  bool discovery_srv_etcd_names;
+  const char *discovery_endpoints, *discovery_token;
+  const char *discovery_cacert, *discovery_cert, *discovery_key;
+  const char *discovery_user, *discovery_password;
+  uint64_t discovery_dial_timeout_ms, discovery_request_timeout_ms; /* 2s, 5s */
+  const char *discovery_fallback;                                   /* "exit" */
+  bool show_help;    /* --help / -h given: print kt_config_usage, exit 0 */
+  bool show_version; /* --version given */
 
   struct kt_arena arena; /* owns every string and array above */
 };

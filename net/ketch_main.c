@@ -19,6 +19,7 @@
  *   peer-out dialing https:// peer URLs (the same files; the peer URL's host
  *            is what the remote certificate must be valid for; not verified
  *            with --peer-auto-tls, as etcd) */
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,9 @@
 
 #include "../core/node.h"
 #include "config.h"
+#include "discovery.h"
+#include "gateway.h"
+#include "srv.h"
 #include "tls.h"
 #include "tls_reload.h"
 
@@ -166,10 +170,31 @@ static int make_tls(const struct kt_config *cfg, struct kt_tls_ctx *out[TLS_N], 
   return 0;
 }
 
+/* A member that has written its log before restarts from it and ignores
+ * --discovery-srv / --discovery-endpoints (etcd's rule). */
+static bool has_wal(const char *data_dir) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/member/wal", data_dir);
+  DIR *d = opendir(path);
+  if (!d)
+    return false;
+  bool found = false;
+  for (struct dirent *de; !found && (de = readdir(d));) {
+    size_t l = strlen(de->d_name);
+    found = l > 4 && strcmp(de->d_name + l - 4, ".wal") == 0;
+  }
+  closedir(d);
+  return found;
+}
+
 int main(int argc, char **argv) {
   struct kt_config cfg;
   struct kt_err e = {0};
   kt_log_set_sink(log_sink);
+  if (argc > 1 && strcmp(argv[1], "gateway") == 0) { /* ketch gateway start ... (net/gateway.h) */
+    snprintf(member_name, sizeof member_name, "gateway");
+    return kt_gateway_main(argc - 1, argv + 1);
+  }
   if (kt_config_load(&cfg, argc, argv, environ, &e)) {
     fprintf(stderr, "ketch: %s\n", e.msg);
     kt_config_free(&cfg);
@@ -218,10 +243,55 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < cfg.initial_cluster_n && n_initial < KT_ARRAY_LEN(initial); i++)
     initial[n_initial++] = (struct kt_node_peer){cfg.initial_cluster_peers[i].name,
                                                  cfg.initial_cluster_peers[i].url.raw};
+  const char *node_name = cfg.name;
+  static struct kt_srv_member srv_members[KT_NODE_MAX_MEMBERS];
+  bool discovering = cfg.discovery_srv || cfg.discovery_endpoints;
+  if (discovering && has_wal(cfg.data_dir)) {
+    kt_log(KT_LOG_INFO, "main", "data dir %s has a log: ignoring discovery", cfg.data_dir);
+  } else if (cfg.discovery_srv) {
+    size_t n_srv = 0, self = 0;
+    if (kt_srv_bootstrap(loop, &cfg, srv_members, KT_ARRAY_LEN(srv_members), &n_srv, &self, &e)) {
+      kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
+      kt_config_free(&cfg);
+      return 1;
+    }
+    n_initial = 0;
+    for (size_t i = 0; i < n_srv; i++) {
+      initial[n_initial++] = (struct kt_node_peer){srv_members[i].name, srv_members[i].url};
+      kt_log(KT_LOG_INFO, "main", "initial cluster from SRV: %s=%s%s", srv_members[i].name,
+             srv_members[i].url, i == self ? " (this member)" : "");
+    }
+    node_name = srv_members[self].name;
+    if (strcmp(node_name, cfg.name) != 0)
+      kt_log(KT_LOG_WARN, "main",
+             "with --discovery-srv this member is named \"%s\" (its SRV target), not --name "
+             "\"%s\"",
+             node_name, cfg.name);
+  }
+  static struct kt_discovery_peer disc_peers[KT_NODE_MAX_MEMBERS * 4];
+  const char *cluster_token = cfg.initial_cluster_token;
+  if (cfg.discovery_endpoints && !has_wal(cfg.data_dir)) {
+    size_t n_disc = 0;
+    kt_log(KT_LOG_INFO, "main", "bootstrapping through the discovery service %s",
+           cfg.discovery_endpoints);
+    if (kt_discovery_bootstrap(&cfg, disc_peers, KT_ARRAY_LEN(disc_peers), &n_disc, &e)) {
+      kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
+      fprintf(stderr, "ketch: %s\n", e.msg);
+      kt_config_free(&cfg);
+      return 1;
+    }
+    n_initial = 0;
+    for (size_t i = 0; i < n_disc; i++) {
+      initial[n_initial++] = (struct kt_node_peer){disc_peers[i].name, disc_peers[i].url};
+      kt_log(KT_LOG_INFO, "main", "initial cluster from discovery: %s=%s", disc_peers[i].name,
+             disc_peers[i].url);
+    }
+    cluster_token = cfg.discovery_token; /* member ids are hashes of token and name */
+  }
   struct kt_node_config nc = {
-      .name = cfg.name,
+      .name = node_name,
       .data_dir = cfg.data_dir,
-      .cluster_token = cfg.initial_cluster_token,
+      .cluster_token = cluster_token,
       .peer_urls = cfg.initial_advertise_peer_urls.raw,
       .client_urls = cfg.advertise_client_urls.raw,
       .snapshot_count = cfg.snapshot_count,

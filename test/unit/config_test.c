@@ -953,3 +953,52 @@ TEST(config_usage_lists_every_flag) {
   }
   free(text);
 }
+
+/* ---- bootstrap by discovery (--discovery-srv, --discovery-endpoints) ---- */
+
+TEST(config_discovery_flags) {
+  struct kt_config c;
+  struct kt_err e;
+  CHECK_EQ(load_v(&c, &e, NULL, NOARGS), 0);
+  CHECK(c.discovery_srv == NULL && c.discovery_endpoints == NULL && c.dns_servers == NULL);
+  CHECK_EQ(c.discovery_dial_timeout_ms, 2000);
+  CHECK_EQ(c.discovery_request_timeout_ms, 5000);
+  kt_config_free(&c);
+  CHECK_EQ(load_v(&c, &e, ENV("KETCH_DNS_SERVERS=127.0.0.1:5353"),
+                  ARGS("--name", "m1", "--discovery-srv", "example.com", "--discovery-srv-name",
+                       "prod", "--discovery-srv-etcd-names")),
+           0);
+  CHECK_STR(c.discovery_srv, "example.com");
+  CHECK_STR(c.discovery_srv_name, "prod");
+  CHECK_STR(c.dns_servers, "127.0.0.1:5353");
+  CHECK(c.discovery_srv_etcd_names);
+  CHECK_EQ(c.initial_cluster_n, 0); /* found at start */
+  kt_config_free(&c);
+  CHECK_EQ(load_v(&c, &e, NULL,
+                  ARGS("--discovery-endpoints", "127.0.0.1:2479", "--discovery-token", "t1",
+                       "--discovery-dial-timeout", "1s")),
+           0);
+  CHECK_STR(c.discovery_token, "t1");
+  CHECK_EQ(c.discovery_dial_timeout_ms, 1000);
+  kt_config_free(&c);
+  CHECK_EQ(load_v(&c, &e, NULL,
+                  ARGS("--discovery-srv", "example.com", "--initial-cluster",
+                       "default=http://127.0.0.1:2480")),
+           KT_EINVAL);
+  CHECK_STR(e.msg,
+            "--initial-cluster cannot be given with --discovery-srv or --discovery-endpoints");
+  kt_config_free(&c);
+  CHECK_EQ(load_v(&c, &e, NULL, ARGS("--discovery-endpoints", "127.0.0.1:2479")), KT_EINVAL);
+  CHECK_STR(e.msg, "--discovery-endpoints and --discovery-token go together");
+  kt_config_free(&c);
+  CHECK_EQ(load_v(&c, &e, NULL,
+                  ARGS("--discovery-srv", "a", "--discovery-endpoints", "x:1", "--discovery-token",
+                       "t")),
+           KT_EINVAL);
+  CHECK_STR(e.msg, "--discovery-srv and --discovery-endpoints cannot both be given");
+  kt_config_free(&c);
+  CHECK_EQ(load_v(&c, &e, NULL, ARGS("--discovery-srv", "a", "--discovery-fallback", "proxy")),
+           KT_EINVAL);
+  CHECK_STR(e.msg, "--discovery-fallback: invalid value \"proxy\" (want exit)");
+  kt_config_free(&c);
+}

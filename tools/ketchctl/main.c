@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -255,6 +256,11 @@ static const char *g_user, *g_password;
 static const char *g_cacert = "", *g_cert = "", *g_key = "";
 static bool g_insecure_skip_verify, g_insecure_transport = true;
 
+/* --discovery-srv: the endpoints are the targets of _ketch-client[-ssl]._tcp
+ * records of the domain (net/srv.h), resolved with c-ares; --dns-servers is
+ * ketch's (a resolver other than /etc/resolv.conf). */
+static const char *g_discovery_srv = "", *g_discovery_srv_name = "", *g_dns_servers = "";
+
 static struct flag global_flags[] = {
     {"command-timeout", 0, FT_DUR, "5s",
      "timeout for short running command (excluding dial timeout)", &g_command_ns, false},
@@ -262,6 +268,12 @@ static struct flag global_flags[] = {
      "verify certificates of TLS-enabled secure servers using this CA bundle", &g_cacert, false},
     {"cert", 0, FT_STR, "", "identify secure client using this TLS certificate file", &g_cert,
      false},
+    {"discovery-srv", 'd', FT_STR, "",
+     "domain name to query for SRV records describing cluster endpoints", &g_discovery_srv, false},
+    {"discovery-srv-name", 0, FT_STR, "", "service name to query when using DNS discovery",
+     &g_discovery_srv_name, false},
+    {"dns-servers", 0, FT_STR, "", "DNS servers (host:port,...) for --discovery-srv",
+     &g_dns_servers, false},
     {"dial-timeout", 0, FT_DUR, "2s", "dial timeout for client connections", &g_dial_ns, false},
     {"endpoints", 0, FT_LIST, "127.0.0.1:2479", "ketch endpoints (host:port, comma separated)",
      &g_endpoints, false},
@@ -522,6 +534,16 @@ static void run_lease_timetolive(int argc, char **argv);
 static void run_lease_list(int argc, char **argv);
 static void run_lease_keepalive(int argc, char **argv);
 static void run_watch(int argc, char **argv);
+static void run_discovery_new(int argc, char **argv);
+
+/* discovery new (net/discovery.h: the registry of a discovery token) */
+static int64_t disc_size;
+static const char *disc_token = "";
+static struct flag discovery_new_flags[] = {
+    {"size", 0, FT_INT, "3", "number of members of the new cluster", &disc_size, false},
+    {"token", 0, FT_STR, "", "use this token instead of a random one", &disc_token, false},
+    {0},
+};
 
 /* put */
 static const char *put_lease;
@@ -664,6 +686,11 @@ static const struct cmd commands[] = {
      defrag_flags, ctl_run_defrag},
     {"del", "del [options] <key> [range_end]",
      "Removes the specified key or range of keys [key, range_end)", NULL, del_flags, run_del},
+    {"discovery new", "discovery new [--size N] [--token T]",
+     "Creates a discovery token on this cluster and prints it",
+     "Sets /_ketch/registry/<token>/_config/size for members started with --discovery-endpoints\n"
+     "(these endpoints) and --discovery-token <token>. Fails if the token exists.\n",
+     discovery_new_flags, run_discovery_new},
     {"elect", "elect <election-name> [proposal]", "Observes and participates in leader election",
      NULL, elect_flags, ctl_run_elect},
     {"endpoint health", "endpoint health",
@@ -880,7 +907,7 @@ static void usage_group(const char *group, const char *what, struct flag *extra)
 static bool is_group(const char *w) {
   return !strcmp(w, "endpoint") || !strcmp(w, "member") || !strcmp(w, "lease") ||
          !strcmp(w, "alarm") || !strcmp(w, "snapshot") || !strcmp(w, "auth") ||
-         !strcmp(w, "user") || !strcmp(w, "role");
+         !strcmp(w, "user") || !strcmp(w, "role") || !strcmp(w, "discovery");
 }
 
 /* group: "endpoint", "member", "lease" or NULL */
@@ -1225,6 +1252,39 @@ int ctl_parse_op(int argc, char **argv, ketch_op *op) {
 }
 
 /* ---- the commands ---- */
+
+static void run_discovery_new(int argc, char **argv) {
+  (void)argv;
+  if (argc != 0)
+    ctl_die(CTL_EXIT_BAD_ARGS, "discovery new takes no arguments");
+  if (disc_size < 1 || disc_size > 16)
+    ctl_die(CTL_EXIT_BAD_ARGS, "--size must be from 1 to 16");
+  char token[40];
+  if (*disc_token) {
+    snprintf(token, sizeof token, "%.32s", disc_token);
+  } else {
+    uint8_t r[16];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+      ctl_die(CTL_EXIT_ERROR, "cannot read random bytes");
+    for (int i = 0; i < 16; i++)
+      snprintf(token + 2 * i, 3, "%02x", r[i]);
+  }
+  char key[128], val[24];
+  snprintf(key, sizeof key, "/_ketch/registry/%s/_config/size", token);
+  snprintf(val, sizeof val, "%lld", (long long)disc_size);
+  ketch_compare cmp = {
+      .result = KETCH_CMP_EQUAL, .target = KETCH_CMP_CREATE, .key = key, .key_len = strlen(key)};
+  ketch_op put = ketch_op_put(
+      (ketch_put_req){.key = key, .key_len = strlen(key), .value = val, .value_len = strlen(val)});
+  ketch_txn_req t = {.compare = &cmp, .n_compare = 1, .success = &put, .n_success = 1};
+  ketch_client *c = open_client();
+  ketch_result *res = NULL;
+  int err = ketch_txn(c, &t, &res);
+  check(c, err, res);
+  if (!res->txn.succeeded)
+    ctl_die(CTL_EXIT_ERROR, "discovery token %s already exists", token);
+  printf("%s\n", token);
+}
 
 static void run_put(int argc, char **argv) {
   ketch_put_req req;
@@ -1855,6 +1915,24 @@ static bool global_takes_value(const char *a) {
   return f && f->type != FT_BOOL;
 }
 
+/* --discovery-srv: replaces --endpoints with the client records' targets
+ * (libketch's ketch_srv_endpoints: "https://ADDRESS:port" for -ssl records,
+ * "http://..." otherwise, by priority then weight). Dies when none is found. */
+static void endpoints_from_srv(void) {
+  size_t cap = 64 * 80;
+  char *list = ctl_keep(calloc(1, cap)), msg[512];
+  int timeout_ms = g_dial_ns > 0 ? (int)(g_dial_ns / 1000000) + 3000 : 5000;
+  int err = ketch_srv_endpoints(g_discovery_srv, g_discovery_srv_name,
+                                *g_dns_servers ? g_dns_servers : NULL, timeout_ms, list, cap, msg,
+                                sizeof msg);
+  if (err == KETCH_ENOTFOUND)
+    ctl_die(CTL_EXIT_ERROR, "cannot find any client endpoint in SRV records of %s (%s)",
+            g_discovery_srv, msg);
+  if (err)
+    ctl_die(CTL_EXIT_ERROR, "%s", msg);
+  g_endpoints = list;
+}
+
 int main(int argc, char **argv) {
   atexit(free_kept);
   flags_reset(global_flags);
@@ -1937,6 +2015,8 @@ int main(int argc, char **argv) {
     show_usage(cmd, group);
     return 0;
   }
+  if (*g_discovery_srv)
+    endpoints_from_srv();
   cmd->run(npos, pos);
   fflush(stdout);
   return ferror(stdout) ? CTL_EXIT_ERROR : 0;
