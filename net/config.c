@@ -97,7 +97,13 @@ enum {
   O_HELP,
   O_COUNT
 };
-_Static_assert(O_COUNT <= 64, "loader.set is a 64-bit mask of the options");
+/* A set of options (one bit each): which were given, which a file named. */
+struct optset {
+  uint64_t w[2];
+};
+_Static_assert(O_COUNT <= 128, "struct optset holds 128 options");
+static bool optset_has(const struct optset *s, size_t i) { return s->w[i / 64] >> (i % 64) & 1; }
+static void optset_add(struct optset *s, size_t i) { s->w[i / 64] |= 1ull << (i % 64); }
 
 #define OPT_NOFILE 1u /* not a YAML key */
 #define OPT_EMPTY 2u  /* an empty value is allowed (URL list) */
@@ -289,7 +295,7 @@ static const struct opt opts[O_COUNT] = {
  * retention value came from (it is checked once the mode is known). */
 struct loader {
   struct kt_config *c;
-  uint64_t set;
+  struct optset set;
   char retention_where[160];
 };
 
@@ -767,7 +773,7 @@ static int opt_set(struct loader *l, const struct opt *o, const char *where, con
   if (rc)
     return rc;
   if (strcmp(where, "default") != 0)
-    l->set |= 1ull << (o - opts);
+    optset_add(&l->set, (size_t)(o - opts));
   return 0;
 }
 
@@ -780,7 +786,7 @@ static void set_defaults(struct loader *l) {
 
 /* ---- derived defaults and cross checks ---- */
 
-static bool is_set(const struct loader *l, int id) { return l->set & (1ull << id); }
+static bool is_set(const struct loader *l, int id) { return optset_has(&l->set, (size_t)id); }
 
 static bool url_eq(const struct kt_url *a, const struct kt_url *b) {
   return a->scheme == b->scheme && a->port == b->port && strcmp(a->host, b->host) == 0;
@@ -984,7 +990,7 @@ static const char *yaml_text(yaml_node_t *n) {
  * client-cert-auth, trusted-ca-file and auto-tls: each sets the flag of that
  * name (peer-*, for the peer map). */
 static int apply_yaml_security(struct loader *l, const char *label, yaml_document_t *doc,
-                               yaml_node_t *map, bool peer, uint64_t *seen, struct kt_err *e) {
+                               yaml_node_t *map, bool peer, struct optset *seen, struct kt_err *e) {
   static const char *const keys[] = {"cert-file", "key-file", "client-cert-auth", "trusted-ca-file",
                                      "auto-tls"};
   for (yaml_node_pair_t *pr = map->data.mapping.pairs.start; pr < map->data.mapping.pairs.top;
@@ -1011,11 +1017,10 @@ static int apply_yaml_security(struct loader *l, const char *label, yaml_documen
     char where[160];
     snprintf(where, sizeof where, "%.80s: %s.%s", label,
              peer ? "peer-transport-security" : "client-transport-security", keys[i]);
-    uint64_t bit = 1ull << (o - opts);
-    if (*seen & bit)
+    if (optset_has(seen, (size_t)(o - opts)))
       return kt_err_set(e, KT_EINVAL, "%s: line %zu: key defined twice", where,
                         k->start_mark.line + 1);
-    *seen |= bit;
+    optset_add(seen, (size_t)(o - opts));
     if (v->type != YAML_SCALAR_NODE)
       return kt_err_set(e, KT_EINVAL, "%s: line %zu: want a single value", where,
                         v->start_mark.line + 1);
@@ -1045,7 +1050,7 @@ static int apply_yaml(struct loader *l, const char *label, const char *buf, size
     return rc;
   }
   int rc = 0;
-  uint64_t seen = 0;
+  struct optset seen = {{0}};
   yaml_node_t *root = yaml_document_get_root_node(&doc);
   if (!root)
     goto out; /* empty file: defaults */
@@ -1077,13 +1082,12 @@ static int apply_yaml(struct loader *l, const char *label, const char *buf, size
     }
     char where[160];
     snprintf(where, sizeof where, "%.100s: %s", label, o->name);
-    uint64_t bit = 1ull << (o - opts);
-    if (seen & bit) {
+    if (optset_has(&seen, (size_t)(o - opts))) {
       rc = kt_err_set(e, KT_EINVAL, "%s: line %zu: key defined twice", where,
                       k->start_mark.line + 1);
       goto out;
     }
-    seen |= bit;
+    optset_add(&seen, (size_t)(o - opts));
     if (v->type == YAML_SCALAR_NODE) {
       const char *text = yaml_text(v);
       if (!text)
