@@ -23,7 +23,7 @@ endif
 
 CC ?= cc
 VERSION := 0.1.0
-PKGS := msgpack libsodium liblz4 yaml-0.1 openssl
+PKGS := msgpack libsodium liblz4 yaml-0.1 openssl libmicrohttpd
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wimplicit-fallthrough
 CFLAGS ?= -O2 -g
 ifeq ($(SAN),1)

@@ -20,6 +20,7 @@
 #include "node.h"
 #include "raft.h"
 #include "reads.h"
+#include "stats.h"
 #include "watch.h"
 
 /* WAL record types written by the node (the record's index is the entry's). */
@@ -155,8 +156,25 @@ struct waiter { /* a physical compaction waiting for its slices */
   uint64_t req_id;
 };
 
+/* Counters for /metrics (core/node_metrics.c): plain fields of the state
+ * thread, incremented where the event happens, read only when scraped. */
+struct kt_node_stats {
+  uint64_t leader_changes;      /* a new non-zero leader seen */
+  uint64_t proposals_failed;    /* our proposals failed (lost, timed out, no space) */
+  uint64_t slow_applies;        /* an apply batch over 100 ms (etcd's warn threshold) */
+  uint64_t heartbeat_fails;     /* heartbeats the transport refused */
+  uint64_t puts, deletes, txns; /* applied (every member) */
+  uint64_t ranges;              /* served by this member */
+  uint64_t leases_granted;      /* applied */
+  struct kt_hist apply_batch_s; /* seconds to apply one batch of committed entries */
+  struct kt_hist snapshot_s;    /* seconds from a snapshot's start to its file on disk */
+  struct kt_hist wal_batch;     /* entries per WAL sync (group commit) */
+  double snap_started;          /* ev_now() when the snapshot in progress started */
+};
+
 struct kt_node {
   struct ev_loop *loop;
+  struct kt_node_stats stats;
   struct kt_node_config cfg;
   char member_dir[4096], wal_dir[4200], snap_dir[4200];
   uint64_t cluster_id, member_id;
@@ -443,7 +461,8 @@ void kt_node_maint_alarms_adopt(struct kt_node *n, const struct kt_node_alarms *
 size_t kt_node_maint_alarm_texts(struct kt_node *n, char (*out)[64], size_t cap);
 void kt_node_maint_snap_done(struct kt_node *n, bool ok); /* a snapshot finished or failed */
 void kt_node_maint_drained(struct kt_node *n, struct kt_conn *c);
-bool kt_node_maint_busy(const struct kt_node *n); /* slices pending */
+bool kt_node_maint_busy(const struct kt_node *n);                    /* slices pending */
+bool kt_node_maint_has_alarm(const struct kt_node *n, uint8_t type); /* any member's */
 void kt_node_maint_step(struct kt_node *n);
 void kt_node_maint_tick(struct kt_node *n);
 

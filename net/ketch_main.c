@@ -32,6 +32,7 @@
 
 #include "../core/node.h"
 #include "config.h"
+#include "http.h"
 #include "tls.h"
 #include "tls_reload.h"
 
@@ -280,6 +281,25 @@ int main(int argc, char **argv) {
            : plain_here ? "yes, and plaintext"
                         : "yes");
   }
+  /* --listen-metrics-urls: /metrics, /health, /livez, /readyz (net/http.h) */
+  struct kt_http *http = NULL;
+  for (size_t i = 0; i < cfg.listen_metrics_urls.n; i++) {
+    const struct kt_url *u = &cfg.listen_metrics_urls.v[i];
+    if (u->scheme != KT_URL_HTTP) {
+      kt_log(KT_LOG_FATAL, "main", "cannot listen on %s: metrics URLs are served over http:// only",
+             u->raw);
+      return 1;
+    }
+    if (!http && !(http = kt_http_new(loop, the_node, &e))) {
+      kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
+      return 1;
+    }
+    if (kt_http_listen(http, u->host, u->port, &e)) {
+      kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
+      return 1;
+    }
+    kt_log(KT_LOG_INFO, "main", "serving metrics and health url=%s", u->raw);
+  }
   static const char *const tls_names[TLS_N] = {"client", "peer listener", "peer dialer"};
   struct kt_tls_reloader *reloader = kt_tls_reloader_new(loop, tls, tls_names, TLS_N);
   ev_signal sigterm, sigint;
@@ -297,6 +317,7 @@ int main(int argc, char **argv) {
   ev_ref(loop);
   ev_signal_stop(loop, &sigterm);
   ev_signal_stop(loop, &sigint);
+  kt_http_free(http);
   kt_node_free(the_node);
   kt_tls_reloader_free(reloader);
   for (int i = 0; i < TLS_N; i++)

@@ -78,6 +78,7 @@ struct kt_server {
     unsigned repeats;
   } warned[32];
   struct kt_arena arena;
+  uint64_t bytes_in, bytes_out; /* client bytes (after TLS), for /metrics */
   bool accepting;
 };
 
@@ -262,6 +263,7 @@ static bool conn_flush(struct kt_conn *c) {
     ssize_t w = kt_io_write(&c->io, c->out.p, c->out.len, &e);
     if (w > 0) {
       kt_buf_consume(&c->out, (size_t)w);
+      c->srv->bytes_out += (size_t)w;
       c->last_progress = ev_now(c->srv->loop);
       continue;
     }
@@ -532,6 +534,7 @@ static void conn_read(struct kt_conn *c) {
   }
   if (got == 0)
     return;
+  c->srv->bytes_in += got;
   if (c->skip) { /* the rest of an oversized request: dropped unread */
     size_t drop = c->in.len < c->skip ? c->in.len : (size_t)c->skip;
     kt_buf_consume(&c->in, drop);
@@ -896,4 +899,9 @@ void kt_server_free(struct kt_server *s) {
   ev_timer_stop(s->loop, &s->stall_w);
   kt_arena_free(&s->arena);
   free(s);
+}
+
+void kt_server_bytes(const struct kt_server *s, uint64_t *in, uint64_t *out) {
+  *in = s->bytes_in;
+  *out = s->bytes_out;
 }

@@ -101,6 +101,8 @@ void kt_server_stop_accepting(struct kt_server *s);
 size_t kt_server_unsent(const struct kt_server *s);
 void kt_server_free(struct kt_server *s);
 size_t kt_server_conn_count(const struct kt_server *s);
+/* Client bytes received and sent since start (after TLS), for /metrics. */
+void kt_server_bytes(const struct kt_server *s, uint64_t *in, uint64_t *out);
 
 void kt_conn_ref(struct kt_conn *c);
 void kt_conn_unref(struct kt_conn *c);

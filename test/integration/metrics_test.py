@@ -1,0 +1,340 @@
+"""/metrics, /health, /livez, /readyz on --listen-metrics-urls (net/http.h),
+scraped by a real Prometheus (Debian's `prometheus`, started here on loopback
+with a generated config and a 1 s scrape interval) from a 3-member cluster:
+what Prometheus' HTTP API then says about leaders, puts, fsyncs and leader
+changes; `promtool check metrics` on each member's scrape; hostile HTTP
+clients (a 1 MB header, a slow-loris, garbage, too many connections) are cut
+while native clients and other scrapes keep being served; /health and
+/readyz answer 503 on a member that lost quorum. One cluster for all cases,
+in order (the last ones kill members)."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from cluster_test import put_retry, status, wait_leader
+from harness import Conn, Member, free_port, run_tests
+
+TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]
+DEADLINE_S = 5  # KT_HTTP_DEADLINE_S in net/http.h
+
+# etcd's own metric names that end in _total on a gauge: promtool's lint
+# warns about them, and ketch keeps them as etcd has them (dashboards match
+# on the names).
+ETCD_TOTAL_GAUGES = {
+    "etcd_server_proposals_committed_total", "etcd_server_proposals_applied_total",
+    "etcd_debugging_mvcc_keys_total", "etcd_debugging_mvcc_watcher_total",
+    "etcd_debugging_mvcc_slow_watcher_total",
+}
+
+S = {}  # the shared cluster and Prometheus
+
+
+def http(port, path, timeout=3):
+    """(status, body text) of GET http://127.0.0.1:port/path."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def setup():
+    n = 3
+    ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
+    names = ["n%d" % i for i in range(n)]
+    ic = ",".join("%s=http://127.0.0.1:%d" % (names[i], ports[i][1]) for i in range(n))
+    ms = []
+    for i in range(n):
+        m = Member(name=names[i], port=ports[i][0], peer_port=ports[i][1], wait=False,
+                   extra=["--initial-cluster", ic, "--initial-cluster-token", "metrics",
+                          "--listen-metrics-urls", "http://127.0.0.1:%d" % ports[i][2]] + TIMING)
+        m.mport = ports[i][2]
+        ms.append(m)
+    S["ms"] = ms
+    for m in ms:
+        m.wait_ready()
+    wait_leader(ms)
+    # Prometheus on loopback, scraping the three members every second.
+    d = tempfile.mkdtemp(prefix="ketch-prom-")
+    S["promdir"] = d
+    cfg = os.path.join(d, "prometheus.yml")
+    with open(cfg, "w") as f:
+        f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
+                "scrape_configs:\n  - job_name: ketch\n    static_configs:\n"
+                "      - targets: [%s]\n" % ", ".join("'127.0.0.1:%d'" % m.mport for m in ms))
+    pport = free_port()
+    S["pport"] = pport
+    S["prom_log"] = open(os.path.join(d, "log"), "wb")
+    S["prom"] = subprocess.Popen(
+        ["prometheus", "--config.file", cfg, "--storage.tsdb.path", os.path.join(d, "data"),
+         "--web.listen-address", "127.0.0.1:%d" % pport, "--log.level", "warn"],
+        stdout=S["prom_log"], stderr=subprocess.STDOUT)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            if http(pport, "/-/ready", timeout=1)[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("prometheus not ready: " + open(os.path.join(d, "log")).read()[-2000:])
+
+
+def teardown():
+    p = S.get("prom")
+    if p:
+        p.kill()
+        p.wait()
+    for m in S.get("ms", []):
+        m.cleanup()
+    if S.get("promdir"):
+        shutil.rmtree(S["promdir"], ignore_errors=True)
+
+
+def query(q):
+    """Prometheus instant query: {instance: value}."""
+    code, body = http(S["pport"], "/api/v1/query?query=" + urllib.parse.quote(q))
+    assert code == 200, body
+    r = json.loads(body)
+    assert r["status"] == "success", r
+    return {s["metric"].get("instance", ""): float(s["value"][1]) for s in r["data"]["result"]}
+
+
+def eventually(fn, timeout=15, what=""):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = fn()
+        if last[0]:
+            return last[1]
+        time.sleep(0.25)
+    raise AssertionError("not within %ds: %s (last: %r)" % (timeout, what, last[1]))
+
+
+def inst(m):
+    return "127.0.0.1:%d" % m.mport
+
+
+# ---- cases ----
+
+def test_endpoints_answer_as_etcd():
+    for m in S["ms"]:
+        code, body = http(m.mport, "/health")
+        assert code == 200 and json.loads(body) == {"health": "true", "reason": ""}, (code, body)
+        assert http(m.mport, "/health?serializable=true")[0] == 200
+        assert http(m.mport, "/livez") == (200, "ok")
+        assert http(m.mport, "/readyz") == (200, "ok")
+        code, body = http(m.mport, "/readyz?verbose")
+        assert code == 200 and "[+]linearizable_read ok\n" in body and \
+            body.endswith("readyz check passed\n"), body
+        code, body = http(m.mport, "/readyz?verbose&exclude=linearizable_read")
+        assert "[+]linearizable_read excluded: ok" in body, body
+        assert http(m.mport, "/nope")[0] == 404
+        req = urllib.request.Request("http://127.0.0.1:%d/metrics" % m.mport, data=b"x",
+                                     method="POST")
+        try:
+            urllib.request.urlopen(req, timeout=3)
+            raise AssertionError("POST accepted")
+        except urllib.error.HTTPError as e:
+            assert e.code == 405, e.code
+
+
+def test_promtool_check_metrics_clean():
+    put_retry(S["ms"][0], b"pt", b"v")
+    for m in S["ms"]:
+        code, body = http(m.mport, "/metrics")
+        assert code == 200
+        for name in ("etcd_server_has_leader", "etcd_disk_wal_fsync_duration_seconds_bucket",
+                     "etcd_network_peer_sent_bytes_total{To=", "process_resident_memory_bytes",
+                     "etcd_server_version{server_version=", "ketch_wal_batch_entries_bucket"):
+            assert name in body, name
+        assert 'etcd_disk_wal_fsync_duration_seconds_bucket{le="8.192"}' in body
+        assert 'etcd_disk_wal_fsync_duration_seconds_bucket{le="0.001"}' in body
+        p = subprocess.run(["promtool", "check", "metrics"], input=body.encode(),
+                           capture_output=True, timeout=20)
+        out = (p.stdout + p.stderr).decode()
+        assert p.returncode in (0, 3), (p.returncode, out)  # 3: lint findings only
+        for line in out.splitlines():
+            assert line.split(" ")[0] in ETCD_TOTAL_GAUGES, "promtool: " + line
+
+
+def test_prometheus_sees_one_leader():
+    ms = S["ms"]
+    eventually(lambda: (lambda r: (len(r) == 3 and set(r.values()) == {1.0}, r))(
+        query("etcd_server_has_leader")), what="has_leader 1 on all three")
+    r = eventually(lambda: (lambda r: (len(r) == 3, r))(query("etcd_server_is_leader")),
+                   what="is_leader from all three")
+    assert sorted(r.values()) == [0.0, 0.0, 1.0], r
+    lead = wait_leader(ms)
+    assert r[inst(lead)] == 1.0, (r, inst(lead))
+    assert query("up") == {inst(m): 1.0 for m in ms}
+
+
+def test_put_total_and_fsync_count_grow_by_the_work_done():
+    ms = S["ms"]
+    put_retry(ms[0], b"warm", b"v")
+    time.sleep(1.5)  # a scrape after the warm-up put
+    before = eventually(lambda: (lambda r: (len(r) == 3, r))(query("etcd_mvcc_put_total")))
+    fs0 = query("etcd_disk_wal_fsync_duration_seconds_count")
+    c = Conn(ms[1].port)
+    for i in range(25):
+        c.put(b"k%d" % i, b"v")
+    c.close()
+    want = {k: v + 25 for k, v in before.items()}
+    eventually(lambda: (lambda r: (r == want, r))(query("etcd_mvcc_put_total")), timeout=15,
+               what="put_total grew by 25 on every member: %r" % want)
+    fs1 = query("etcd_disk_wal_fsync_duration_seconds_count")
+    assert all(fs1[k] > fs0[k] for k in fs0), (fs0, fs1)
+    # rate() works on it: the dashboards' fsync p99 query has a value
+    r = query("histogram_quantile(0.99, sum by (le) "
+              "(rate(etcd_disk_wal_fsync_duration_seconds_bucket[1m])))")
+    assert r, r
+
+
+def raw(port, data, timeout=3):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+    except OSError:
+        pass
+    return s
+
+
+def read_until_closed(s, timeout):
+    """Bytes read until the server closes (or None if it did not in time)."""
+    s.settimeout(timeout)
+    got = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                return got
+            got += b
+    except socket.timeout:
+        return None
+    except ConnectionResetError:
+        return got
+
+
+def test_bad_http_input_is_cut_native_clients_go_on():
+    m = S["ms"][0]
+    # a 1 MB header: MHD answers 431 (or just closes) without reading it all
+    s = socket.create_connection(("127.0.0.1", m.mport), timeout=5)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: ")
+    try:
+        for _ in range(16):
+            s.sendall(b"a" * 65536)
+    except OSError:
+        pass  # the server closed while we were sending: fine
+    got = read_until_closed(s, 5)
+    assert got is not None, "1 MB header: connection not closed"
+    assert got == b"" or got.startswith(b"HTTP/1.1 4"), got[:100]
+    s.close()
+    # garbage: a malformed request line gets 400 at once; binary bytes that
+    # never make a request are cut at the deadline
+    s = raw(m.mport, b"garbage garbage garbage\r\n\r\n")
+    got = read_until_closed(s, 2)
+    assert got is not None and got.startswith(b"HTTP/1.1 400"), got
+    s.close()
+    s = raw(m.mport, b"\x00\x01\x02garbage\xff\xfe\r\n\r\n")
+    got = read_until_closed(s, DEADLINE_S + 3)
+    assert got is not None and (got == b"" or got.startswith(b"HTTP/1.1 400")), got
+    s.close()
+    # a slow-loris trickling a request, and too many idle connections
+    loris = raw(m.mport, b"GET /metrics HTTP/1.1\r\n")
+    idle = [raw(m.mport, b"") for _ in range(70)]
+    t0 = time.time()
+    closed_at = None
+    served = 0
+    while time.time() - t0 < DEADLINE_S + 4:
+        try:
+            loris.sendall(b"X")
+        except OSError:
+            closed_at = time.time() - t0
+            break
+        # the member serves native clients meanwhile
+        put_retry(m, b"during-loris", b"%d" % served)
+        served += 1
+        loris.settimeout(0.3)
+        try:
+            if loris.recv(100) == b"":
+                closed_at = time.time() - t0
+                break
+        except socket.timeout:
+            pass
+        except OSError:
+            closed_at = time.time() - t0
+            break
+    assert closed_at is not None and closed_at <= DEADLINE_S + 2.5, closed_at
+    assert served >= 3, served
+    loris.close()
+    # the connections beyond the limit were closed at once, the rest by the deadline
+    n_open = 0
+    for s in idle:
+        s.settimeout(0.01)
+        try:
+            n_open += s.recv(1) != b""
+        except socket.timeout:
+            n_open += 1
+        except OSError:
+            pass
+        s.close()
+    assert n_open <= 64, n_open
+    # and a normal scrape is served right away
+    t = time.time()
+    assert http(m.mport, "/metrics")[0] == 200
+    assert time.time() - t < 1
+    assert m.proc.poll() is None
+
+
+def test_leader_changes_seen_after_leader_killed_and_health_without_quorum():
+    ms = S["ms"]
+    lead = wait_leader(ms)
+    survivors = [m for m in ms if m is not lead]
+    before = query("etcd_server_leader_changes_seen_total")
+    lead.kill9()
+    wait_leader(survivors, timeout=15)
+    eventually(lambda: (lambda r: (all(r.get(inst(m), 0) > before[inst(m)] for m in survivors),
+                                   r))(query("etcd_server_leader_changes_seen_total")),
+               what="leader_changes_seen_total rose on both survivors")
+    put_retry(survivors[0], b"after", b"v")
+    # now the last one alone: no quorum -> 503
+    survivors[1].kill9()
+    last = survivors[0]
+
+    def unhealthy():
+        code, body = http(last.mport, "/health")
+        return code == 503, (code, body)
+    code, body = eventually(unhealthy, timeout=10, what="/health 503 without quorum")
+    assert json.loads(body)["health"] == "false", body
+    assert json.loads(body)["reason"] in ("RAFT NO LEADER", "QGET ERROR"), body
+    code, body = http(last.mport, "/readyz")
+    assert code == 503 and "[-]linearizable_read failed" in body and \
+        body.rstrip().endswith("readyz check failed"), (code, body)
+    assert http(last.mport, "/livez") == (200, "ok")
+    assert query("etcd_server_has_leader").get(inst(last)) is not None
+    eventually(lambda: (lambda r: (r.get(inst(last)) == 0.0, r))(
+        query("etcd_server_has_leader")), what="Prometheus sees has_leader 0")
+    assert status(last) is not None  # the native port still answers
+
+
+if __name__ == "__main__":
+    try:
+        setup()
+        run_tests([
+            test_endpoints_answer_as_etcd,
+            test_promtool_check_metrics_clean,
+            test_prometheus_sees_one_leader,
+            test_put_total_and_fsync_count_grow_by_the_work_done,
+            test_bad_http_input_is_cut_native_clients_go_on,
+            test_leader_changes_seen_after_leader_killed_and_health_without_quorum,
+        ])
+    finally:
+        teardown()
