@@ -19,6 +19,7 @@
  *   peer-out dialing https:// peer URLs (the same files; the peer URL's host
  *            is what the remote certificate must be valid for; not verified
  *            with --peer-auto-tls, as etcd) */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@
 #include "../core/node.h"
 #include "config.h"
 #include "http.h"
+#include "sdnotify.h"
 #include "tls.h"
 #include "tls_reload.h"
 
@@ -58,7 +60,29 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents) {
   (void)loop;
   (void)revents;
   kt_log(KT_LOG_INFO, "main", "received signal %d, shutting down", w->signum);
+  kt_sd_notify("STOPPING=1\nSTATUS=shutting down\n");
   kt_node_shutdown(the_node);
+}
+
+/* systemd (net/sdnotify.h): READY=1 at the end of the first loop turn in
+ * which the member serves (a write would succeed), then this watcher stops. */
+static void on_ready_check(struct ev_loop *loop, ev_prepare *w, int revents) {
+  (void)revents;
+  struct kt_node_health h;
+  kt_node_health(the_node, &h);
+  if (!h.serving)
+    return;
+  if (kt_sd_notify("READY=1\nSTATUS=serving\n") < 0)
+    kt_log(KT_LOG_WARN, "main", "sd_notify READY=1 failed: %s", strerror(errno));
+  ev_ref(loop);
+  ev_prepare_stop(loop, w);
+}
+
+static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)w;
+  (void)revents;
+  kt_sd_notify("WATCHDOG=1");
 }
 
 enum { TLS_CLIENT, TLS_PEER_IN, TLS_PEER_OUT, TLS_N };
@@ -309,9 +333,32 @@ int main(int argc, char **argv) {
   ev_signal_start(loop, &sigint);
   ev_unref(loop);
   ev_unref(loop);
+  ev_prepare ready_w;
+  ev_timer wd_w;
+  ev_prepare_init(&ready_w, on_ready_check);
+  ev_timer_init(&wd_w, on_watchdog, 0., 0.);
+  if (getenv("NOTIFY_SOCKET")) {
+    ev_prepare_start(loop, &ready_w);
+    ev_unref(loop);
+    uint64_t wd_us = kt_sd_watchdog_usec();
+    if (wd_us) {
+      ev_timer_set(&wd_w, 0., wd_us / 2e6);
+      ev_timer_start(loop, &wd_w);
+      ev_unref(loop);
+      kt_log(KT_LOG_INFO, "main", "systemd watchdog: a ping every %.3f s", wd_us / 2e6);
+    }
+  }
 
   ev_run(loop, 0);
 
+  if (ev_is_active(&ready_w)) {
+    ev_ref(loop);
+    ev_prepare_stop(loop, &ready_w);
+  }
+  if (ev_is_active(&wd_w)) {
+    ev_ref(loop);
+    ev_timer_stop(loop, &wd_w);
+  }
   int fatal = kt_node_fatal(the_node);
   ev_ref(loop);
   ev_ref(loop);
