@@ -20,7 +20,8 @@ import urllib.parse
 import urllib.request
 
 from cluster_test import put_retry, status, wait_leader
-from harness import Conn, Member, free_port, run_tests
+from harness import Conn, Member, ServerError, free_port, run_tests
+from membership_test import ctl, start_added
 
 TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -228,6 +229,58 @@ def test_alert_rules_unit_tests_and_live_names():
          for r in g["rules"]]), what="every rule evaluated with health ok")
 
 
+def test_health_nospace_alarm_and_exclude():
+    mport = free_port()
+    m = Member(name="q", extra=["--quota-backend-bytes", "1000000", "--listen-metrics-urls",
+                                "http://127.0.0.1:%d" % mport])
+    try:
+        assert http(mport, "/health")[0] == 200
+        c = Conn(m.port)
+        for i in range(60):
+            try:
+                c.put(b"fill/%02d" % i, b"x" * 100000)
+            except ServerError as e:
+                assert e.code == 8, e  # ENOSPACE
+                break
+        else:
+            raise AssertionError("no NOSPACE")
+        c.close()
+        code, body = http(mport, "/health")
+        assert code == 503 and json.loads(body) == {"health": "false",
+                                                    "reason": "ALARM NOSPACE"}, (code, body)
+        code, body = http(mport, "/health?exclude=NOSPACE")
+        assert code == 200 and json.loads(body)["health"] == "true", (code, body)
+        assert http(mport, "/readyz")[0] == 200  # reads are still served
+        body = http(mport, "/metrics")[1]
+        size = int(re.search(r"^etcd_mvcc_db_total_size_in_bytes (\d+)$", body, re.M).group(1))
+        assert "etcd_server_quota_backend_bytes 1000000\n" in body and size > 900000, size
+    finally:
+        m.cleanup()
+
+
+def test_readyz_on_a_learner():
+    ms = S["ms"]
+    port, mport = free_port(), free_port()
+    add = ctl(ms, "member", "add", "nl", "--peer-urls=http://127.0.0.1:%d" % port, "--learner")
+    learner = start_added("nl", add.stdout,
+                          extra=["--listen-metrics-urls", "http://127.0.0.1:%d" % mport])
+    try:
+        def not_ready():
+            code, body = http(mport, "/readyz?verbose")
+            return code == 503 and "[-]not_learner failed: member is a learner\n" in body, \
+                (code, body)
+        code, body = eventually(not_ready, what="/readyz 503 on the learner")
+        assert "[+]data_corruption ok" in body and body.endswith("readyz check failed\n"), body
+        assert http(mport, "/readyz?exclude=not_learner")[0] == 200
+        assert http(mport, "/health")[0] == 200  # healthy, as etcd says of a learner
+        assert "etcd_server_is_learner 1\n" in http(mport, "/metrics")[1]
+    finally:
+        learner.kill9()
+        first = add.stdout.splitlines()[0].split()[1]
+        ctl(ms, "member", "remove", first)
+        learner.cleanup()
+
+
 def alerts():
     code, out = http(S["pport"], "/api/v1/alerts")
     return {(a["labels"]["alertname"], a["labels"].get("instance", "")): a["state"]
@@ -378,6 +431,8 @@ if __name__ == "__main__":
             test_put_total_and_fsync_count_grow_by_the_work_done,
             test_alert_rules_unit_tests_and_live_names,
             test_bad_http_input_is_cut_native_clients_go_on,
+            test_health_nospace_alarm_and_exclude,
+            test_readyz_on_a_learner,
             test_leader_changes_seen_after_leader_killed_and_health_without_quorum,
         ])
     finally:
