@@ -16,7 +16,7 @@
 
 #include <microhttpd.h>
 
-#include "../core/node.h"
+#include "../core/node.h" /* struct kt_node_health */
 #include "sock.h"
 
 #define MAX_LISTENERS 16
@@ -37,7 +37,7 @@ struct listener {
 
 struct kt_http {
   struct ev_loop *loop;
-  struct kt_node *node;
+  struct kt_http_source src;
   struct MHD_Daemon *d;
   ev_io mhd_w;    /* MHD's epoll fd */
   ev_timer tmo_w; /* MHD_get_timeout */
@@ -330,7 +330,7 @@ static bool excluded(struct args *a, const char *name) {
 /* /health (etcd 3.4/3.5): status 200 or 503, JSON body. */
 static int health(struct kt_http *h, struct args *a, struct kt_buf *b) {
   struct kt_node_health st;
-  kt_node_health(h->node, &st);
+  h->src.health(h->src.arg, &st);
   const char *reason = "";
   if (st.nospace && !excluded(a, "NOSPACE"))
     reason = "ALARM NOSPACE";
@@ -355,7 +355,7 @@ struct check {
 /* /livez and /readyz (etcd 3.5, Kubernetes-style lines). */
 static int probe(struct kt_http *h, struct args *a, bool ready, struct kt_buf *b) {
   struct kt_node_health st;
-  kt_node_health(h->node, &st);
+  h->src.health(h->src.arg, &st);
   struct check checks[4];
   size_t n = 0;
   if (ready)
@@ -428,15 +428,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   struct args a = {0};
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, arg_it, &a);
   if (!strcmp(url, "/metrics")) {
-    kt_node_metrics(h->node, b);
+    h->src.metrics(h->src.arg, b);
     process_metrics(h, b);
     return respond(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b);
   }
-  if (!strcmp(url, "/health")) {
+  if (h->src.health && !strcmp(url, "/health")) {
     int st = health(h, &a, b);
     return respond(c, st, "application/json", b);
   }
-  if (!strcmp(url, "/livez") || !strcmp(url, "/readyz")) {
+  if (h->src.health && (!strcmp(url, "/livez") || !strcmp(url, "/readyz"))) {
     int st = probe(h, &a, url[1] == 'r', b);
     return respond(c, st, "text/plain; charset=utf-8", b);
   }
@@ -446,11 +446,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 /* ---- life ---- */
 
-struct kt_http *kt_http_new(struct ev_loop *loop, struct kt_node *node, struct kt_err *e) {
+struct kt_http *kt_http_new(struct ev_loop *loop, const struct kt_http_source *src,
+                            struct kt_err *e) {
   struct kt_http *h = calloc(1, sizeof *h);
   kt_assert(h);
   h->loop = loop;
-  h->node = node;
+  h->src = *src;
   h->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, h,
                           MHD_OPTION_CONNECTION_LIMIT, (unsigned int)KT_HTTP_MAX_CONNS,
                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)KT_HTTP_DEADLINE_S,

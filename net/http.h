@@ -51,12 +51,23 @@
 #define KT_HTTP_MEMORY_BYTES (32u * 1024u)
 #define KT_HTTP_DEADLINE_S 5
 
-struct kt_node;
+struct kt_node_health;
 struct kt_http;
 
-/* A new server on loop answering for node (both outlive it). Listeners are
- * added with kt_http_listen. */
-struct kt_http *kt_http_new(struct ev_loop *loop, struct kt_node *node, struct kt_err *e);
+/* What the endpoints show, called on the loop's thread: metrics appends the
+ * process' own metrics text (process_* and ketch_state_thread_* are added
+ * here); health fills the state /health, /livez and /readyz judge (NULL: the
+ * process serves /metrics only and those paths answer 404). */
+struct kt_http_source {
+  void (*metrics)(void *arg, struct kt_buf *out);
+  void (*health)(void *arg, struct kt_node_health *h);
+  void *arg;
+};
+
+/* A new server on loop answering from *src (copied; arg outlives the
+ * server). Listeners are added with kt_http_listen. */
+struct kt_http *kt_http_new(struct ev_loop *loop, const struct kt_http_source *src,
+                            struct kt_err *e);
 /* Listen on host:port (port 0: any; kt_http_port says which). Errors: EINVAL
  * (does not resolve), EIO (bind/listen, the message names the address). */
 int kt_http_listen(struct kt_http *h, const char *host, int port, struct kt_err *e);

@@ -85,6 +85,16 @@ static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents) {
   kt_sd_notify("WATCHDOG=1");
 }
 
+static void metrics_src(void *arg, struct kt_buf *out) {
+  (void)arg;
+  kt_node_metrics(the_node, out);
+}
+
+static void health_src(void *arg, struct kt_node_health *h) {
+  (void)arg;
+  kt_node_health(the_node, h);
+}
+
 enum { TLS_CLIENT, TLS_PEER_IN, TLS_PEER_OUT, TLS_N };
 
 /* --auto-tls / --peer-auto-tls: a certificate under <data-dir>/fixtures/
@@ -314,7 +324,8 @@ int main(int argc, char **argv) {
              u->raw);
       return 1;
     }
-    if (!http && !(http = kt_http_new(loop, the_node, &e))) {
+    static const struct kt_http_source src = {metrics_src, health_src, NULL};
+    if (!http && !(http = kt_http_new(loop, &src, &e))) {
       kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
       return 1;
     }

@@ -65,17 +65,27 @@ def setup():
     for m in ms:
         m.wait_ready()
     wait_leader(ms)
-    # Prometheus on loopback, scraping the three members every second.
     d = tempfile.mkdtemp(prefix="ketch-prom-")
     S["promdir"] = d
+    # ketch-grpc in front of them, with its /metrics
+    S["gport"], S["gmport"] = free_port(), free_port()
+    S["bridge_log"] = open(os.path.join(d, "bridge.log"), "wb")
+    S["bridge"] = subprocess.Popen(
+        [os.path.join(ROOT, "bin", "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % S["gport"],
+         "--endpoints", ",".join(m.endpoint for m in ms),
+         "--metrics-addr", "http://127.0.0.1:%d" % S["gmport"]],
+        stdout=S["bridge_log"], stderr=subprocess.STDOUT)
+    # Prometheus on loopback, scraping the three members and the bridge every second.
     cfg = os.path.join(d, "prometheus.yml")
     with open(cfg, "w") as f:
         f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
                 "  evaluation_interval: 1s\n"
                 "rule_files: ['%s']\n"
                 "scrape_configs:\n  - job_name: ketch\n    static_configs:\n"
-                "      - targets: [%s]\n" % (RULES, ", ".join("'127.0.0.1:%d'" % m.mport
-                                                              for m in ms)))
+                "      - targets: [%s]\n"
+                "  - job_name: ketch-grpc\n    static_configs:\n"
+                "      - targets: ['127.0.0.1:%d']\n" % (
+                    RULES, ", ".join("'127.0.0.1:%d'" % m.mport for m in ms), S["gmport"]))
     pport = free_port()
     S["pport"] = pport
     S["prom_log"] = open(os.path.join(d, "log"), "wb")
@@ -99,6 +109,14 @@ def teardown():
     if p:
         p.kill()
         p.wait()
+    b = S.get("bridge")
+    if b:
+        b.send_signal(15)
+        try:
+            b.wait(10)
+        except subprocess.TimeoutExpired:
+            b.kill()
+            b.wait()
     for m in S.get("ms", []):
         m.cleanup()
     if S.get("promdir"):
@@ -181,7 +199,9 @@ def test_prometheus_sees_one_leader():
     assert sorted(r.values()) == [0.0, 0.0, 1.0], r
     lead = wait_leader(ms)
     assert r[inst(lead)] == 1.0, (r, inst(lead))
-    assert query("up") == {inst(m): 1.0 for m in ms}
+    assert query('up{job="ketch"}') == {inst(m): 1.0 for m in ms}
+    eventually(lambda: (lambda r: (list(r.values()) == [1.0], r))(query('up{job="ketch-grpc"}')),
+               what="ketch-grpc scraped")
 
 
 def test_put_total_and_fsync_count_grow_by_the_work_done():
@@ -279,6 +299,39 @@ def test_readyz_on_a_learner():
         first = add.stdout.splitlines()[0].split()[1]
         ctl(ms, "member", "remove", first)
         learner.cleanup()
+
+
+def etcdctl(*args):
+    return subprocess.run(["etcdctl", "--endpoints", "127.0.0.1:%d" % S["gport"]] + list(args),
+                          env=dict(os.environ, ETCDCTL_API="3"), capture_output=True,
+                          timeout=30)
+
+
+def test_ketch_grpc_metrics_grpc_server_handled_total():
+    for i in range(3):
+        p = etcdctl("put", "g%d" % i, "v")
+        assert p.returncode == 0, p
+    assert etcdctl("get", "g0").returncode == 0
+    assert etcdctl("compaction", "100000").returncode != 0  # a future revision: OutOfRange
+    code, body = http(S["gmport"], "/metrics")
+    assert code == 200
+    p = subprocess.run(["promtool", "check", "metrics"], input=body.encode(), capture_output=True,
+                       timeout=20)
+    assert p.returncode == 0, p
+    sel = 'grpc_server_handled_total{job="ketch-grpc",grpc_service="etcdserverpb.KV",'
+    eventually(lambda: (lambda r: (list(r.values()) == [3.0], r))(
+        query(sel + 'grpc_method="Put",grpc_code="OK",grpc_type="unary"}')),
+        what="3 Puts handled OK")
+    r = query(sel + 'grpc_method="Compact"}')
+    assert list(r.values()) == [1.0], r
+    r = query('grpc_server_handled_total{job="ketch-grpc",grpc_method="Compact"}')
+    assert len(r) == 1, r
+    code, out = http(S["pport"], "/api/v1/query?query=" + urllib.parse.quote(
+        'grpc_server_handled_total{grpc_method="Compact"}'))
+    assert json.loads(out)["data"]["result"][0]["metric"]["grpc_code"] == "OutOfRange", out
+    r = query('grpc_server_started_total{job="ketch-grpc",grpc_method="Range"}')
+    assert list(r.values()) == [1.0], r
+    assert http(S["gmport"], "/health")[0] == 404  # the bridge serves /metrics only
 
 
 def alerts():
@@ -430,6 +483,7 @@ if __name__ == "__main__":
             test_prometheus_sees_one_leader,
             test_put_total_and_fsync_count_grow_by_the_work_done,
             test_alert_rules_unit_tests_and_live_names,
+            test_ketch_grpc_metrics_grpc_server_handled_total,
             test_bad_http_input_is_cut_native_clients_go_on,
             test_health_nospace_alarm_and_exclude,
             test_readyz_on_a_learner,

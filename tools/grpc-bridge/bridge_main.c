@@ -62,6 +62,7 @@
 
 #include "bridge.h"
 #include "../grpc/grpc_client.h"
+#include "../../net/http.h"
 #include "../../net/tls.h"
 #include "../../net/tls_reload.h"
 
@@ -180,8 +181,9 @@ struct stream {
   kt_bridge_stream *bs;  /* the streaming call, if any */
   size_t pending;        /* streaming: its calls pending on ketch */
   struct qmsg *q_head, *q_tail;
-  size_t q_bytes; /* queued response bytes not yet taken by nghttp2 */
-  int status;     /* final grpc-status, once responded */
+  size_t q_bytes;                     /* queued response bytes not yet taken by nghttp2 */
+  int status;                         /* final grpc-status, once responded */
+  struct kt_bridge_method_stat *stat; /* a served method's counters (/metrics) */
   char message[512];
 };
 
@@ -357,6 +359,8 @@ static void stream_finish(struct stream *st, int status, const char *message) {
   st->responded = true;
   ev_timer_stop(c->b->loop, &st->deadline);
   st->status = status;
+  kt_bridge_stat_done(st->stat, status);
+  st->stat = NULL;
   snprintf(st->message, sizeof st->message, "%s", message ? message : "");
   if (status != KT_GRPC_OK)
     logf_(0, "stream %d %s: %s %s", st->id, st->path, kt_grpc_status_name(status), st->message);
@@ -618,6 +622,7 @@ static void stream_headers_done(struct stream *st) {
     stream_respond(st, KT_GRPC_UNIMPLEMENTED, msg, NULL, 0);
     return;
   }
+  st->stat = kt_bridge_stat_start(st->path, kind == KT_BRIDGE_STREAM);
   if (st->token[0] && kt_bridge_auth_method(st->path) != KETCH_OP_AUTHENTICATE) {
     st->up = upstream_for_token(c->b, st->token, c);
     if (!st->up) {
@@ -1398,6 +1403,8 @@ static void usage(FILE *f) {
              "                       cancelled\n"
              "                       (default 8388608)\n"
              "  --log-level          debug, info, warn or error (default info)\n"
+             "  --metrics-addr       [http://]HOST:PORT for /metrics (grpc_server_*_total,\n"
+             "                       process_*); default: none\n"
              "TLS toward clients (etcd's flags):\n"
              "  --cert-file, --key-file  the listener's certificate and key (PEM)\n"
              "  --trusted-ca-file    CAs of client certificates (client certificates are then\n"
@@ -1416,10 +1423,22 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   const char *listen_addr = "127.0.0.1:2379", *endpoints = "127.0.0.1:2479";
   const char *cert_file = NULL, *key_file = NULL, *ca_file = NULL, *data_dir = "default.proxy";
-  const char *up_ca = NULL, *up_cert = NULL, *up_key = NULL;
+  const char *up_ca = NULL, *up_cert = NULL, *up_key = NULL, *metrics_addr = NULL;
   bool client_cert_auth = false, auto_tls = false, up_skip = false;
   size_t max_req = 1572864, max_queue = 8u << 20;
-  enum { O_CERT = 256, O_KEY, O_CA, O_CCA, O_AUTO, O_DIR, O_UCA, O_UCERT, O_UKEY, O_USKIP };
+  enum {
+    O_CERT = 256,
+    O_KEY,
+    O_CA,
+    O_CCA,
+    O_AUTO,
+    O_DIR,
+    O_UCA,
+    O_UCERT,
+    O_UKEY,
+    O_USKIP,
+    O_METRICS
+  };
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
       {"endpoints", required_argument, 0, 'e'},
@@ -1436,6 +1455,7 @@ int main(int argc, char **argv) {
       {"cert", required_argument, 0, O_UCERT},
       {"key", required_argument, 0, O_UKEY},
       {"insecure-skip-tls-verify", no_argument, 0, O_USKIP},
+      {"metrics-addr", required_argument, 0, O_METRICS},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1468,6 +1488,9 @@ int main(int argc, char **argv) {
       max_queue = (size_t)v;
       break;
     }
+    case O_METRICS:
+      metrics_addr = optarg;
+      break;
     case 'v':
       if (!strcmp(optarg, "debug"))
         log_level = 0;
@@ -1608,6 +1631,30 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ketch-grpc: cannot listen on %s: %s\n", listen_addr, strerror(errno));
     return 1;
   }
+  struct kt_http *http = NULL;
+  if (metrics_addr) {
+    /* etcd's grpc-proxy takes a URL; a bare HOST:PORT is accepted too */
+    const char *a = strncmp(metrics_addr, "http://", 7) == 0 ? metrics_addr + 7 : metrics_addr;
+    char host[256];
+    const char *colon = strrchr(a, ':');
+    size_t hl = colon ? (size_t)(colon - a) : 0;
+    if (hl && a[0] == '[' && a[hl - 1] == ']')
+      a++, hl -= 2; /* [::1]:port */
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || hl == 0 || hl >= sizeof host || *end || port < 0 || port > 65535) {
+      fprintf(stderr, "ketch-grpc: --metrics-addr %s: want [http://]HOST:PORT\n", metrics_addr);
+      return 2;
+    }
+    memcpy(host, a, hl);
+    host[hl] = 0;
+    static const struct kt_http_source src = {kt_bridge_metrics, NULL, NULL};
+    struct kt_err e = {0};
+    if (!(http = kt_http_new(b.loop, &src, &e)) || kt_http_listen(http, host, (int)port, &e)) {
+      fprintf(stderr, "ketch-grpc: --metrics-addr %s: %s\n", metrics_addr, e.msg);
+      return 1;
+    }
+  }
   nghttp2_session_callbacks_new(&callbacks);
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, on_begin_headers);
   nghttp2_session_callbacks_set_on_header_callback(callbacks, on_header);
@@ -1633,6 +1680,7 @@ int main(int argc, char **argv) {
         KT_BRIDGE_ETCD_VERSION, listen_addr, b.tls ? "TLS, ALPN h2" : "h2c", endpoints);
   ev_run(b.loop, 0);
   logf_(1, "stopping");
+  kt_http_free(http);
   ev_io_stop(b.loop, &b.lio);
   close(lfd);
   while (b.conns) /* streams go first: their watches are cancelled */
