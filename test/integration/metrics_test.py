@@ -301,6 +301,28 @@ def test_readyz_on_a_learner():
         learner.cleanup()
 
 
+def test_dashboard_queries_name_only_exported_metrics():
+    d = json.load(open(os.path.join(ROOT, "contrib", "grafana", "ketch-dashboard.json")))
+    exprs = [t["expr"] for p in d["panels"] for t in p["targets"]]
+    assert len(d["panels"]) >= 12 and len(exprs) >= 20, len(exprs)
+    exported = {"up"}
+    for port in [S["ms"][0].mport, S["gmport"]]:
+        for line in http(port, "/metrics")[1].splitlines():
+            if line.startswith("# TYPE "):  # a family declared (a counter may have no sample yet)
+                _, _, name, kind = line.split(" ")
+                exported |= {name + x for x in ("_bucket", "_sum", "_count")} \
+                    if kind == "histogram" else {name}
+    for e in exprs + [v["query"] for v in d["templating"]["list"] if v["type"] == "query"]:
+        names = set(re.findall(r"\b((?:etcd|process|ketch|grpc)_[a-z_]+|up)\b(?=\s*[{\[),])", e))
+        assert names, e
+        assert names <= exported, (e, names - exported)
+    # and each is valid PromQL that Prometheus evaluates on the live series
+    for e in exprs:
+        q = e.replace("$job", "ketch").replace("$__rate_interval", "1m")
+        code, body = http(S["pport"], "/api/v1/query?query=" + urllib.parse.quote(q))
+        assert code == 200 and json.loads(body)["status"] == "success", (q, body)
+
+
 def etcdctl(*args):
     return subprocess.run(["etcdctl", "--endpoints", "127.0.0.1:%d" % S["gport"]] + list(args),
                           env=dict(os.environ, ETCDCTL_API="3"), capture_output=True,
@@ -484,6 +506,7 @@ if __name__ == "__main__":
             test_put_total_and_fsync_count_grow_by_the_work_done,
             test_alert_rules_unit_tests_and_live_names,
             test_ketch_grpc_metrics_grpc_server_handled_total,
+            test_dashboard_queries_name_only_exported_metrics,
             test_bad_http_input_is_cut_native_clients_go_on,
             test_health_nospace_alarm_and_exclude,
             test_readyz_on_a_learner,
