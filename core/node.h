@@ -179,6 +179,9 @@ void kt_node_health(const struct kt_node *n, struct kt_node_health *h);
 /* Appends the member's metrics in Prometheus' text format (version 0.0.4)
  * to out: etcd's names, types and buckets, and ketch_* ones. */
 void kt_node_metrics(struct kt_node *n, struct kt_buf *out);
+/* HTTP requests on the client URLs go to fn(arg, fd) (net/server.h,
+ * kt_server_set_http), as etcd serves /metrics and /health there too. */
+void kt_node_serve_http(struct kt_node *n, void (*fn)(void *arg, int fd), void *arg);
 struct kt_hist;
 /* Appends one histogram `name` (HELP, TYPE, cumulative buckets, sum, count). */
 void kt_node_render_hist(struct kt_buf *out, const char *name, const char *help,

@@ -58,6 +58,10 @@ void kt_node_render_hist(struct kt_buf *b, const char *name, const char *help,
   out_f(b, "%s_count %llu\n", name, (unsigned long long)h->count);
 }
 
+void kt_node_serve_http(struct kt_node *n, void (*fn)(void *arg, int fd), void *arg) {
+  kt_server_set_http(n->server, fn, arg);
+}
+
 void kt_node_health(const struct kt_node *n, struct kt_node_health *h) {
   memset(h, 0, sizeof *h);
   h->leader = n->known_leader;

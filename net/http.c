@@ -101,6 +101,27 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents) {
     mhd_run(h);
 }
 
+/* Hands one accepted socket to MHD (which closes it itself if it refuses). */
+static void add_conn(struct kt_http *h, int fd, const struct sockaddr *sa, socklen_t len) {
+  if (h->n_conns >= KT_HTTP_MAX_CONNS) {
+    kt_log(KT_LOG_DEBUG, "http", "connection refused: %d open", KT_HTTP_MAX_CONNS);
+    close(fd);
+    return;
+  }
+  (void)MHD_add_connection(h->d, fd, sa, len);
+}
+
+void kt_http_adopt(struct kt_http *h, int fd) {
+  struct sockaddr_storage sa;
+  socklen_t len = sizeof sa;
+  if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0) {
+    close(fd);
+    return;
+  }
+  add_conn(h, fd, (struct sockaddr *)&sa, len);
+  mhd_run(h);
+}
+
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
   (void)loop;
   (void)revents;
@@ -112,13 +133,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
     int fd = accept4(l->fd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
       break;
-    if (h->n_conns >= KT_HTTP_MAX_CONNS) {
-      kt_log(KT_LOG_DEBUG, "http", "connection refused: %d open", KT_HTTP_MAX_CONNS);
-      close(fd);
-      continue;
-    }
-    /* MHD closes the socket itself when it refuses it */
-    (void)MHD_add_connection(h->d, fd, (struct sockaddr *)&sa, len);
+    add_conn(h, fd, (struct sockaddr *)&sa, len);
   }
   mhd_run(h);
 }

@@ -1,6 +1,11 @@
 /* net/http.h — the member's HTTP endpoints: /metrics, /health, /livez,
  * /readyz, served on --listen-metrics-urls from the member's libev loop.
  *
+ * Served on --listen-metrics-urls (this module's listeners) and on the
+ * plaintext client URLs: net/server.c hands over a connection whose first
+ * byte is an ASCII capital (kt_http_adopt). ketch-grpc serves /metrics only
+ * (--metrics-addr).
+ *
  * HTTP is libmicrohttpd's (Debian's libmicrohttpd-dev): no hand-written
  * parser. It runs in "external polling" mode with epoll and no listen socket
  * of its own: this module accepts (an ev_io on each listener), hands each
@@ -71,7 +76,10 @@ struct kt_http *kt_http_new(struct ev_loop *loop, const struct kt_http_source *s
 /* Listen on host:port (port 0: any; kt_http_port says which). Errors: EINVAL
  * (does not resolve), EIO (bind/listen, the message names the address). */
 int kt_http_listen(struct kt_http *h, const char *host, int port, struct kt_err *e);
-int kt_http_port(const struct kt_http *h, size_t i); /* the i-th listener's port, or -1 */
+int kt_http_port(const struct kt_http *h, size_t i);
+/* Serve one connection accepted elsewhere (an HTTP request on a client URL,
+ * net/server.h): h owns fd from now on (closed at once over the limit). */
+void kt_http_adopt(struct kt_http *h, int fd); /* the i-th listener's port, or -1 */
 /* Stop accepting (shutdown starts); open connections finish or time out. */
 void kt_http_stop_accepting(struct kt_http *h);
 /* Closes everything; not from inside a handler. NULL is a no-op. */

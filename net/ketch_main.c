@@ -95,6 +95,8 @@ static void health_src(void *arg, struct kt_node_health *h) {
   kt_node_health(the_node, h);
 }
 
+static void http_adopt(void *arg, int fd) { kt_http_adopt(arg, fd); }
+
 enum { TLS_CLIENT, TLS_PEER_IN, TLS_PEER_OUT, TLS_N };
 
 /* --auto-tls / --peer-auto-tls: a certificate under <data-dir>/fixtures/
@@ -315,18 +317,20 @@ int main(int argc, char **argv) {
            : plain_here ? "yes, and plaintext"
                         : "yes");
   }
-  /* --listen-metrics-urls: /metrics, /health, /livez, /readyz (net/http.h) */
-  struct kt_http *http = NULL;
+  /* /metrics, /health, /livez, /readyz (net/http.h) on --listen-metrics-urls
+   * and on the plaintext client URLs (an HTTP request's first byte) */
+  static const struct kt_http_source src = {metrics_src, health_src, NULL};
+  struct kt_http *http = kt_http_new(loop, &src, &e);
+  if (!http) {
+    kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
+    return 1;
+  }
+  kt_node_serve_http(the_node, http_adopt, http);
   for (size_t i = 0; i < cfg.listen_metrics_urls.n; i++) {
     const struct kt_url *u = &cfg.listen_metrics_urls.v[i];
     if (u->scheme != KT_URL_HTTP) {
       kt_log(KT_LOG_FATAL, "main", "cannot listen on %s: metrics URLs are served over http:// only",
              u->raw);
-      return 1;
-    }
-    static const struct kt_http_source src = {metrics_src, health_src, NULL};
-    if (!http && !(http = kt_http_new(loop, &src, &e))) {
-      kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
       return 1;
     }
     if (kt_http_listen(http, u->host, u->port, &e)) {

@@ -249,6 +249,26 @@ def test_alert_rules_unit_tests_and_live_names():
          for r in g["rules"]]), what="every rule evaluated with health ok")
 
 
+def test_http_on_the_client_url_beside_native_clients():
+    m = S["ms"][1]
+    native = Conn(m.port)  # a native client on the same port, before and after
+    code, body = http(m.port, "/health")
+    assert code == 200 and json.loads(body)["health"] == "true", (code, body)
+    code, body = http(m.port, "/metrics")
+    assert code == 200 and "etcd_server_has_leader 1" in body
+    assert http(m.port, "/readyz?verbose")[0] == 200
+    # garbage that looks like HTTP goes to the HTTP side and is cut there;
+    # garbage that does not is a bad native frame: closed at once
+    for junk, limit in ((b"GARBAGE\x00\xff\r\n\r\n", DEADLINE_S + 3),
+                        (b"\xff\xff\xff\xff" + os.urandom(64), 3)):
+        s = raw(m.port, junk)
+        assert read_until_closed(s, limit) is not None, junk
+        s.close()
+    native.put(b"native-after-http", b"v")
+    assert native.get_value(b"native-after-http") == b"v"
+    native.close()
+
+
 def test_health_nospace_alarm_and_exclude():
     mport = free_port()
     m = Member(name="q", extra=["--quota-backend-bytes", "1000000", "--listen-metrics-urls",
@@ -508,6 +528,7 @@ if __name__ == "__main__":
             test_ketch_grpc_metrics_grpc_server_handled_total,
             test_dashboard_queries_name_only_exported_metrics,
             test_bad_http_input_is_cut_native_clients_go_on,
+            test_http_on_the_client_url_beside_native_clients,
             test_health_nospace_alarm_and_exclude,
             test_readyz_on_a_learner,
             test_leader_changes_seen_after_leader_killed_and_health_without_quorum,
