@@ -858,9 +858,11 @@ static void process_ready(struct kt_node *n) {
     for (size_t i = 0; i < rd.n_msgs && n->peers; i++) {
       kt_buf_reset(&n->scratch);
       kt_raft_msg_encode(&rd.msgs[i], &n->scratch);
-      if (kt_peer_send(n->peers, rd.msgs[i].to, n->scratch.p, n->scratch.len) &&
-          rd.msgs[i].type == KT_RAFT_MSG_HEARTBEAT)
-        n->stats.heartbeat_fails++;
+      bool hb = rd.msgs[i].type == KT_RAFT_MSG_HEARTBEAT;
+      if (kt_peer_send(n->peers, rd.msgs[i].to, n->scratch.p, n->scratch.len))
+        n->stats.heartbeat_fails += hb;
+      else if (hb)
+        kt_node_rtt_sent(n, rd.msgs[i].to, rd.msgs[i].context);
     }
     if (rd.n_committed) {
       ev_tstamp t0 = ev_time();
@@ -1532,6 +1534,8 @@ void kt_node_on_peer_message(void *arg, uint64_t from, const uint8_t *msg, size_
            (unsigned long long)from, (unsigned long long)m.from);
     return;
   }
+  if (m.type == KT_RAFT_MSG_HEARTBEAT_RESP)
+    kt_node_rtt_answered(n, from, m.context);
   kt_raft_step(n->raft, &m);
 }
 

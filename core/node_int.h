@@ -170,6 +170,14 @@ struct kt_node_stats {
   struct kt_hist snapshot_s;    /* seconds from a snapshot's start to its file on disk */
   struct kt_hist wal_batch;     /* entries per WAL sync (group commit) */
   double snap_started;          /* ev_now() when the snapshot in progress started */
+  /* Round trips to each peer, timed on heartbeats: one probe at a time per
+   * peer (the heartbeat's context, echoed by its response). */
+  struct kt_node_rtt {
+    uint64_t id, ctx;
+    double sent; /* ev_time() of the probe's heartbeat; 0: none out */
+    struct kt_hist h;
+  } rtt[KT_NODE_MAX_MEMBERS];
+  size_t n_rtt;
 };
 
 struct kt_node {
@@ -463,6 +471,11 @@ void kt_node_maint_snap_done(struct kt_node *n, bool ok); /* a snapshot finished
 void kt_node_maint_drained(struct kt_node *n, struct kt_conn *c);
 bool kt_node_maint_busy(const struct kt_node *n);                    /* slices pending */
 bool kt_node_maint_has_alarm(const struct kt_node *n, uint8_t type); /* any member's */
+
+/* node_metrics.c: a heartbeat with context ctx sent to peer `to`; a
+ * heartbeat response from `from` echoing ctx (peer round-trip times). */
+void kt_node_rtt_sent(struct kt_node *n, uint64_t to, uint64_t ctx);
+void kt_node_rtt_answered(struct kt_node *n, uint64_t from, uint64_t ctx);
 void kt_node_maint_step(struct kt_node *n);
 void kt_node_maint_tick(struct kt_node *n);
 

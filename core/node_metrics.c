@@ -62,6 +62,35 @@ void kt_node_serve_http(struct kt_node *n, void (*fn)(void *arg, int fd), void *
   kt_server_set_http(n->server, fn, arg);
 }
 
+static struct kt_node_rtt *rtt_of(struct kt_node *n, uint64_t id, bool add) {
+  struct kt_node_stats *s = &n->stats;
+  for (size_t i = 0; i < s->n_rtt; i++)
+    if (s->rtt[i].id == id)
+      return &s->rtt[i];
+  if (!add || s->n_rtt == KT_ARRAY_LEN(s->rtt))
+    return NULL;
+  struct kt_node_rtt *r = &s->rtt[s->n_rtt++];
+  *r = (struct kt_node_rtt){.id = id, .h = KT_HIST_RTT};
+  return r;
+}
+
+void kt_node_rtt_sent(struct kt_node *n, uint64_t to, uint64_t ctx) {
+  struct kt_node_rtt *r = rtt_of(n, to, true);
+  double now = ev_time();
+  if (!r || (r->sent > 0 && now - r->sent < 5.0)) /* one probe out (a lost one: 5 s) */
+    return;
+  r->ctx = ctx;
+  r->sent = now;
+}
+
+void kt_node_rtt_answered(struct kt_node *n, uint64_t from, uint64_t ctx) {
+  struct kt_node_rtt *r = rtt_of(n, from, false);
+  if (!r || r->sent <= 0 || r->ctx != ctx)
+    return;
+  kt_hist_observe(&r->h, ev_time() - r->sent);
+  r->sent = 0;
+}
+
 void kt_node_health(const struct kt_node *n, struct kt_node_health *h) {
   memset(h, 0, sizeof *h);
   h->leader = n->known_leader;
@@ -160,6 +189,27 @@ void kt_node_metrics(struct kt_node *n, struct kt_buf *b) {
       out_f(b, "etcd_network_peer_sent_failures_total{To=\"%llx\"} %llu\n",
             (unsigned long long)st[i].id,
             (unsigned long long)(st[i].msgs_dropped_full + st[i].msgs_dropped_unreachable));
+    /* round trips, one histogram family with a To label per peer */
+    head(b, "etcd_network_peer_round_trip_time_seconds", "histogram",
+         "Round-Trip-Time histogram between peers (ketch: heartbeat to its response, timed by "
+         "the leader).");
+    for (size_t i = 0; i < n->stats.n_rtt; i++) {
+      const struct kt_node_rtt *r = &n->stats.rtt[i];
+      uint64_t cum = 0;
+      double bound = r->h.start;
+      for (uint32_t j = 0; j < r->h.n; j++, bound *= 2) {
+        cum += r->h.b[j];
+        out_f(b,
+              "etcd_network_peer_round_trip_time_seconds_bucket{To=\"%llx\",le=\"%.15g\"} %llu\n",
+              (unsigned long long)r->id, bound, (unsigned long long)cum);
+      }
+      out_f(b, "etcd_network_peer_round_trip_time_seconds_bucket{To=\"%llx\",le=\"+Inf\"} %llu\n",
+            (unsigned long long)r->id, (unsigned long long)r->h.count);
+      out_f(b, "etcd_network_peer_round_trip_time_seconds_sum{To=\"%llx\"} %.15g\n",
+            (unsigned long long)r->id, r->h.sum);
+      out_f(b, "etcd_network_peer_round_trip_time_seconds_count{To=\"%llx\"} %llu\n",
+            (unsigned long long)r->id, (unsigned long long)r->h.count);
+    }
     head(b, "ketch_network_peer_connected", "gauge",
          "Whether the raft channel to the peer is connected (1) or not (0).");
     for (size_t i = 0; i < k; i++)

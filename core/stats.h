@@ -12,13 +12,14 @@
  *                     backend commit (ketch: one apply batch)
  *   KT_HIST_SNAPSHOT  0.01 * 2^k s, k = 0..13 (10 ms .. 81.92 s)
  *   KT_HIST_BATCH     1 * 2^k entries, k = 0..13 (ketch's group commit)
+ *   KT_HIST_RTT       0.0001 * 2^k s, k = 0..15 (100 us .. 3.2768 s): peer round trips
  * b[i] counts observations <= bound(i) and > bound(i-1); b[n] the rest (+Inf). */
 #ifndef KT_STATS_H
 #define KT_STATS_H
 
 #include <stdint.h>
 
-#define KT_HIST_MAX_BUCKETS 14
+#define KT_HIST_MAX_BUCKETS 16
 
 struct kt_hist {
   double start; /* first upper bound; bound(i) = start * 2^i */
@@ -34,6 +35,8 @@ struct kt_hist {
   { .start = 0.01, .n = 14 }
 #define KT_HIST_BATCH                                                                              \
   { .start = 1, .n = 14 }
+#define KT_HIST_RTT                                                                                \
+  { .start = 0.0001, .n = 16 }
 
 static inline void kt_hist_observe(struct kt_hist *h, double v) {
   double bound = h->start;

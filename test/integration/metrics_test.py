@@ -123,13 +123,13 @@ def teardown():
         shutil.rmtree(S["promdir"], ignore_errors=True)
 
 
-def query(q):
-    """Prometheus instant query: {instance: value}."""
+def query(q, by="instance"):
+    """Prometheus instant query: {the `by` label: value}."""
     code, body = http(S["pport"], "/api/v1/query?query=" + urllib.parse.quote(q))
     assert code == 200, body
     r = json.loads(body)
     assert r["status"] == "success", r
-    return {s["metric"].get("instance", ""): float(s["value"][1]) for s in r["data"]["result"]}
+    return {s["metric"].get(by, ""): float(s["value"][1]) for s in r["data"]["result"]}
 
 
 def eventually(fn, timeout=15, what=""):
@@ -199,6 +199,14 @@ def test_prometheus_sees_one_leader():
     assert sorted(r.values()) == [0.0, 0.0, 1.0], r
     lead = wait_leader(ms)
     assert r[inst(lead)] == 1.0, (r, inst(lead))
+    # the leader times its heartbeats' round trips to both followers
+    rtt = eventually(lambda: (lambda r: (len(r) == 2 and all(v > 0 for v in r.values()), r))(
+        query('etcd_network_peer_round_trip_time_seconds_count{instance="%s"}' % inst(lead),
+              by="To")),
+        what="round trips to both followers")
+    p99 = query('histogram_quantile(0.99, rate(etcd_network_peer_round_trip_time_seconds_bucket'
+                '{instance="%s"}[1m]))' % inst(lead), by="To")
+    assert all(0 < v < 0.5 for v in p99.values()), (rtt, p99)
     assert query('up{job="ketch"}') == {inst(m): 1.0 for m in ms}
     eventually(lambda: (lambda r: (list(r.values()) == [1.0], r))(query('up{job="ketch-grpc"}')),
                what="ketch-grpc scraped")
@@ -225,6 +233,19 @@ def test_put_total_and_fsync_count_grow_by_the_work_done():
     assert r, r
 
 
+def exported_names(ports):
+    """The metric names the scrapes of these ports declare (# TYPE lines: a
+    family may have no sample yet, as a follower's peer round trips)."""
+    names = set()
+    for port in ports:
+        for line in http(port, "/metrics")[1].splitlines():
+            if line.startswith("# TYPE "):
+                _, _, name, kind = line.split(" ")
+                names |= {name + x for x in ("_bucket", "_sum", "_count")} \
+                    if kind == "histogram" else {name}
+    return names
+
+
 def test_alert_rules_unit_tests_and_live_names():
     d = os.path.dirname(RULES)
     p = subprocess.run(["promtool", "check", "rules", RULES], capture_output=True, timeout=30)
@@ -233,9 +254,7 @@ def test_alert_rules_unit_tests_and_live_names():
                        capture_output=True, timeout=60)
     assert p.returncode == 0 and b"SUCCESS" in p.stdout, (p.stdout + p.stderr).decode()
     # every metric the rules name is exported by a live member
-    body = http(S["ms"][0].mport, "/metrics")[1]
-    exported = {line.split("{")[0].split(" ")[0] for line in body.splitlines()
-                if line and not line.startswith("#")}
+    exported = exported_names([S["ms"][0].mport])
     exprs = "".join(line for line in open(RULES) if not line.lstrip().startswith("#"))
     names = set(re.findall(r"\b(etcd_[a-z_]+)\b", exprs))
     assert len(names) >= 8, names
@@ -243,7 +262,7 @@ def test_alert_rules_unit_tests_and_live_names():
     # Prometheus loaded them and evaluates them on the live series
     code, out = http(S["pport"], "/api/v1/rules")
     rules = [r for g in json.loads(out)["data"]["groups"] for r in g["rules"]]
-    assert len(rules) == 10, rules
+    assert len(rules) == 11, rules
     eventually(lambda: (lambda rs: (all(r.get("health") == "ok" for r in rs), rs))(
         [r for g in json.loads(http(S["pport"], "/api/v1/rules")[1])["data"]["groups"]
          for r in g["rules"]]), what="every rule evaluated with health ok")
@@ -325,13 +344,7 @@ def test_dashboard_queries_name_only_exported_metrics():
     d = json.load(open(os.path.join(ROOT, "contrib", "grafana", "ketch-dashboard.json")))
     exprs = [t["expr"] for p in d["panels"] for t in p["targets"]]
     assert len(d["panels"]) >= 12 and len(exprs) >= 20, len(exprs)
-    exported = {"up"}
-    for port in [S["ms"][0].mport, S["gmport"]]:
-        for line in http(port, "/metrics")[1].splitlines():
-            if line.startswith("# TYPE "):  # a family declared (a counter may have no sample yet)
-                _, _, name, kind = line.split(" ")
-                exported |= {name + x for x in ("_bucket", "_sum", "_count")} \
-                    if kind == "histogram" else {name}
+    exported = exported_names([S["ms"][0].mport, S["gmport"]]) | {"up"}
     for e in exprs + [v["query"] for v in d["templating"]["list"] if v["type"] == "query"]:
         names = set(re.findall(r"\b((?:etcd|process|ketch|grpc)_[a-z_]+|up)\b(?=\s*[{\[),])", e))
         assert names, e
