@@ -20,7 +20,7 @@ import urllib.parse
 import urllib.request
 
 from cluster_test import put_retry, status, wait_leader
-from harness import Conn, Member, ServerError, free_port, run_tests
+from harness import BIN, Conn, Member, ServerError, free_port, run_tests
 from membership_test import ctl, start_added
 
 TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]
@@ -71,7 +71,7 @@ def setup():
     S["gport"], S["gmport"] = free_port(), free_port()
     S["bridge_log"] = open(os.path.join(d, "bridge.log"), "wb")
     S["bridge"] = subprocess.Popen(
-        [os.path.join(ROOT, "bin", "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % S["gport"],
+        [os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % S["gport"],
          "--endpoints", ",".join(m.endpoint for m in ms),
          "--metrics-addr", "http://127.0.0.1:%d" % S["gmport"]],
         stdout=S["bridge_log"], stderr=subprocess.STDOUT)
@@ -117,6 +117,11 @@ def teardown():
         except subprocess.TimeoutExpired:
             b.kill()
             b.wait()
+        S["bridge_log"].close()
+        text = open(os.path.join(S["promdir"], "bridge.log"), errors="replace").read()
+        if "Sanitizer" in text or "runtime error" in text:
+            print("FAIL metrics_test/ketch-grpc: sanitizer report:\n" + text[-4000:], flush=True)
+            os._exit(1)
     for m in S.get("ms", []):
         m.cleanup()
     if S.get("promdir"):
