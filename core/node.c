@@ -841,6 +841,7 @@ static void request_read_index(struct kt_node *n) {
     for (size_t i = n->reads.head; i < n->reads.n; i++)
       if (n->reads.v[i].batch == failed)
         read_fail(n, &n->reads.v[i], rc, "no leader");
+    kt_node_probes_failed(n, failed, rc);
   }
 }
 
@@ -916,6 +917,7 @@ static void process_ready(struct kt_node *n) {
     malloc_trim(0);
   }
   serve_ready_reads(n);
+  kt_node_probes_step(n);
   move_check(n);
   if (n->serving && held_count(&n->defer))
     run_deferred(n);
@@ -949,6 +951,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
   kt_node_install_tick(n);
   kt_node_lock_tick(n);
   kt_node_maint_tick(n);
+  kt_node_probes_expire(n);
   move_check(n);
   /* Requests that waited two election timeouts for a leader fail. */
   ev_tstamp limit = 2.0 * n->cfg.election_timeout_ms / 1000.0;
@@ -1777,6 +1780,7 @@ int kt_node_fatal(const struct kt_node *n) { return n->fatal; }
 void kt_node_free(struct kt_node *n) {
   if (!n)
     return;
+  kt_node_probes_cancel(n, KT_ESTOPPED);
   if (ev_is_active(&n->compact_w)) {
     ev_ref(n->loop);
     ev_timer_stop(n->loop, &n->compact_w);

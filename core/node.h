@@ -179,6 +179,15 @@ void kt_node_health(const struct kt_node *n, struct kt_node_health *h);
 /* Appends the member's metrics in Prometheus' text format (version 0.0.4)
  * to out: etcd's names, types and buckets, and ketch_* ones. */
 void kt_node_metrics(struct kt_node *n, struct kt_buf *out);
+/* A linearizable read for /health and /readyz, as etcd's: done(ctx, 0, "")
+ * once a read index of this life taken after the call is applied (at once
+ * on a lone voter that leads), or done(ctx, code, why) when it cannot be
+ * (no leader) or has not within 1 s (ETIMEOUT), or the node is freed
+ * (ESTOPPED). done may run inside this call. At most KT_NODE_MAX_PROBES wait
+ * (EBUSY beyond). */
+#define KT_NODE_MAX_PROBES 64
+typedef void (*kt_node_probe_fn)(void *ctx, int code, const char *why);
+void kt_node_probe_linearizable(struct kt_node *n, kt_node_probe_fn done, void *ctx);
 /* HTTP requests on the client URLs go to fn(arg, fd) (net/server.h,
  * kt_server_set_http), as etcd serves /metrics and /health there too. */
 void kt_node_serve_http(struct kt_node *n, void (*fn)(void *arg, int fd), void *arg);

@@ -180,9 +180,19 @@ struct kt_node_stats {
   size_t n_rtt;
 };
 
+/* A /health linearizable read waiting for its batch (node_metrics.c). */
+struct kt_node_probe {
+  kt_node_probe_fn done;
+  void *ctx;
+  uint64_t batch;
+  ev_tstamp since;
+};
+
 struct kt_node {
   struct ev_loop *loop;
   struct kt_node_stats stats;
+  struct kt_node_probe probes[KT_NODE_MAX_PROBES];
+  size_t n_probes;
   struct kt_node_config cfg;
   char member_dir[4096], wal_dir[4200], snap_dir[4200];
   uint64_t cluster_id, member_id;
@@ -476,6 +486,12 @@ bool kt_node_maint_has_alarm(const struct kt_node *n, uint8_t type); /* any memb
  * heartbeat response from `from` echoing ctx (peer round-trip times). */
 void kt_node_rtt_sent(struct kt_node *n, uint64_t to, uint64_t ctx);
 void kt_node_rtt_answered(struct kt_node *n, uint64_t from, uint64_t ctx);
+/* Probes: batch `failed` could not ask (no leader); the ready ones after an
+ * apply; the ones older than 1 s (tick); all (code) when the node goes. */
+void kt_node_probes_failed(struct kt_node *n, uint64_t failed, int code);
+void kt_node_probes_step(struct kt_node *n);
+void kt_node_probes_expire(struct kt_node *n);
+void kt_node_probes_cancel(struct kt_node *n, int code);
 void kt_node_maint_step(struct kt_node *n);
 void kt_node_maint_tick(struct kt_node *n);
 

@@ -58,6 +58,54 @@ void kt_node_render_hist(struct kt_buf *b, const char *name, const char *help,
   out_f(b, "%s_count %llu\n", name, (unsigned long long)h->count);
 }
 
+/* ---- /health's linearizable read ---- */
+
+static void probe_finish(struct kt_node *n, size_t i, int code, const char *why) {
+  struct kt_node_probe p = n->probes[i];
+  n->probes[i] = n->probes[--n->n_probes]; /* order does not matter */
+  p.done(p.ctx, code, why);
+}
+
+void kt_node_probe_linearizable(struct kt_node *n, kt_node_probe_fn done, void *ctx) {
+  if (kt_node_solo(n) && n->serving) {
+    done(ctx, 0, "");
+    return;
+  }
+  if (!n->known_leader) {
+    done(ctx, KT_ENOLEADER, "no leader");
+    return;
+  }
+  if (n->n_probes == KT_NODE_MAX_PROBES) {
+    done(ctx, KT_EBUSY, "too many health checks waiting");
+    return;
+  }
+  n->probes[n->n_probes++] =
+      (struct kt_node_probe){done, ctx, kt_reads_join(&n->rq), ev_now(n->loop)};
+}
+
+void kt_node_probes_failed(struct kt_node *n, uint64_t failed, int code) {
+  for (size_t i = n->n_probes; i-- > 0;)
+    if (n->probes[i].batch == failed)
+      probe_finish(n, i, code, "no leader");
+}
+
+void kt_node_probes_step(struct kt_node *n) {
+  for (size_t i = n->n_probes; i-- > 0;)
+    if (kt_reads_ready(&n->rq, n->probes[i].batch, n->applied_index))
+      probe_finish(n, i, 0, "");
+}
+
+void kt_node_probes_expire(struct kt_node *n) {
+  for (size_t i = n->n_probes; i-- > 0;)
+    if (ev_now(n->loop) - n->probes[i].since > 1.0)
+      probe_finish(n, i, KT_ETIMEOUT, "no read index within 1 s");
+}
+
+void kt_node_probes_cancel(struct kt_node *n, int code) {
+  while (n->n_probes)
+    probe_finish(n, n->n_probes - 1, code, "member stopped");
+}
+
 void kt_node_serve_http(struct kt_node *n, void (*fn)(void *arg, int fd), void *arg) {
   kt_server_set_http(n->server, fn, arg);
 }

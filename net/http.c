@@ -29,6 +29,15 @@ struct hconn { /* one TCP connection MHD holds */
   bool shut;
 };
 
+/* A request waiting for its linearizable read (the connection suspended). */
+struct pending {
+  struct kt_http *h;
+  struct MHD_Connection *c;
+  bool done, suspended;
+  int code;
+  char why[96];
+};
+
 struct listener {
   struct kt_http *h;
   ev_io w;
@@ -172,9 +181,10 @@ static void on_conn(void *cls, struct MHD_Connection *mc, void **socket_context,
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)con_cls;
   (void)toe;
   struct kt_http *h = cls;
+  free(*con_cls); /* a struct pending, done (never freed while suspended) */
+  *con_cls = NULL;
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   struct hconn *c = ci ? ci->socket_context : NULL;
@@ -343,20 +353,39 @@ static bool excluded(struct args *a, const char *name) {
 }
 
 /* /health (etcd 3.4/3.5): status 200 or 503, JSON body. */
-static int health(struct kt_http *h, struct args *a, struct kt_buf *b) {
+/* The linearizable read's outcome as a check's failure text (NULL: ok). */
+static const char *lin_fail(const struct pending *p, const struct kt_node_health *st) {
+  if (p)
+    return p->code ? p->why : NULL;
+  return st->serving ? NULL : (st->leader ? "leader not ready (catching up)" : "no leader");
+}
+
+/* Whether /health should wait for a linearizable read first: only when
+ * nothing else already fails. */
+static bool health_wants_probe(struct kt_http *h, struct args *a) {
   struct kt_node_health st;
   h->src.health(h->src.arg, &st);
-  const char *reason = "";
+  return h->src.probe && !a->serializable && st.leader &&
+         !(st.nospace && !excluded(a, "NOSPACE")) && !(st.corrupt && !excluded(a, "CORRUPT")) &&
+         !st.stopping;
+}
+
+/* /health (etcd 3.4/3.5): status 200 or 503, JSON body. */
+static int health(struct kt_http *h, struct args *a, const struct pending *p, struct kt_buf *b) {
+  struct kt_node_health st;
+  h->src.health(h->src.arg, &st);
+  char reason[160] = "";
+  const char *lf;
   if (st.nospace && !excluded(a, "NOSPACE"))
-    reason = "ALARM NOSPACE";
+    snprintf(reason, sizeof reason, "ALARM NOSPACE");
   else if (st.corrupt && !excluded(a, "CORRUPT"))
-    reason = "ALARM CORRUPT";
+    snprintf(reason, sizeof reason, "ALARM CORRUPT");
   else if (!st.leader)
-    reason = "RAFT NO LEADER";
-  else if (!a->serializable && !st.serving)
-    reason = "QGET ERROR";
+    snprintf(reason, sizeof reason, "RAFT NO LEADER");
+  else if (!a->serializable && (lf = lin_fail(p, &st)))
+    snprintf(reason, sizeof reason, "QGET ERROR:%s", lf);
   else if (st.stopping)
-    reason = "STOPPING";
+    snprintf(reason, sizeof reason, "STOPPING");
   bool ok = !*reason;
   out_f(b, "{\"health\":\"%s\",\"reason\":\"%s\"}", ok ? "true" : "false", reason);
   return ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE;
@@ -368,7 +397,8 @@ struct check {
 };
 
 /* /livez and /readyz (etcd 3.5, Kubernetes-style lines). */
-static int probe(struct kt_http *h, struct args *a, bool ready, struct kt_buf *b) {
+static int probe(struct kt_http *h, struct args *a, bool ready, const struct pending *p,
+                 struct kt_buf *b) {
   struct kt_node_health st;
   h->src.health(h->src.arg, &st);
   struct check checks[4];
@@ -378,9 +408,7 @@ static int probe(struct kt_http *h, struct args *a, bool ready, struct kt_buf *b
         (struct check){"data_corruption", st.corrupt ? "data corruption alarm is active" : NULL};
   checks[n++] = (struct check){"serializable_read", st.stopping ? "member stopping" : NULL};
   if (ready) {
-    checks[n++] = (struct check){
-        "linearizable_read",
-        st.serving ? NULL : (st.leader ? "leader not ready (catching up)" : "no leader")};
+    checks[n++] = (struct check){"linearizable_read", lin_fail(p, &st)};
     checks[n++] = (struct check){"not_learner", st.learner ? "member is a learner" : NULL};
   }
   bool failed = false;
@@ -426,6 +454,22 @@ static enum MHD_Result respond(struct MHD_Connection *c, int status, const char 
   return rc;
 }
 
+static void probe_done(void *ctx, int code, const char *why) {
+  struct pending *p = ctx;
+  p->done = true;
+  p->code = code;
+  snprintf(p->why, sizeof p->why, "%s", why);
+  if (p->suspended) {
+    p->suspended = false;
+    MHD_resume_connection(p->c);
+    /* MHD runs at the next loop turn (this may be inside the node's work) */
+    struct kt_http *h = p->h;
+    ev_timer_stop(h->loop, &h->tmo_w);
+    ev_timer_set(&h->tmo_w, 0., 0.);
+    ev_timer_start(h->loop, &h->tmo_w);
+  }
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
@@ -442,17 +486,35 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   struct args a = {0};
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, arg_it, &a);
+  bool is_health = h->src.health && !strcmp(url, "/health");
+  bool is_ready = h->src.health && !strcmp(url, "/readyz");
+  struct pending *p = *con_cls;
+  if (!p && ((is_health && health_wants_probe(h, &a)) ||
+             (is_ready && h->src.probe && !excluded(&a, "linearizable_read")))) {
+    memset(a.used, 0, sizeof a.used); /* excluded() marks; the answer marks again */
+    p = calloc(1, sizeof *p);
+    kt_assert(p);
+    p->h = h;
+    p->c = c;
+    *con_cls = p;
+    h->src.probe(h->src.arg, probe_done, p);
+    if (!p->done) { /* answered by probe_done, then this handler runs again */
+      p->suspended = true;
+      MHD_suspend_connection(c);
+      return MHD_YES;
+    }
+  }
   if (!strcmp(url, "/metrics")) {
     h->src.metrics(h->src.arg, b);
     process_metrics(h, b);
     return respond(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b);
   }
-  if (h->src.health && !strcmp(url, "/health")) {
-    int st = health(h, &a, b);
+  if (is_health) {
+    int st = health(h, &a, p, b);
     return respond(c, st, "application/json", b);
   }
   if (h->src.health && (!strcmp(url, "/livez") || !strcmp(url, "/readyz"))) {
-    int st = probe(h, &a, url[1] == 'r', b);
+    int st = probe(h, &a, url[1] == 'r', url[1] == 'r' ? p : NULL, b);
     return respond(c, st, "text/plain; charset=utf-8", b);
   }
   out_f(b, "404 page not found\n");
@@ -467,12 +529,12 @@ struct kt_http *kt_http_new(struct ev_loop *loop, const struct kt_http_source *s
   kt_assert(h);
   h->loop = loop;
   h->src = *src;
-  h->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, h,
-                          MHD_OPTION_CONNECTION_LIMIT, (unsigned int)KT_HTTP_MAX_CONNS,
-                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)KT_HTTP_DEADLINE_S,
-                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)KT_HTTP_MEMORY_BYTES,
-                          MHD_OPTION_NOTIFY_CONNECTION, on_conn, h, MHD_OPTION_NOTIFY_COMPLETED,
-                          on_completed, h, MHD_OPTION_END);
+  h->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME, 0,
+                          NULL, NULL, on_request, h, MHD_OPTION_CONNECTION_LIMIT,
+                          (unsigned int)KT_HTTP_MAX_CONNS, MHD_OPTION_CONNECTION_TIMEOUT,
+                          (unsigned int)KT_HTTP_DEADLINE_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                          (size_t)KT_HTTP_MEMORY_BYTES, MHD_OPTION_NOTIFY_CONNECTION, on_conn, h,
+                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
   if (!h->d) {
     free(h);
     kt_err_set(e, KT_EIO, "http: libmicrohttpd failed to start");

@@ -36,12 +36,12 @@
  *              no leader ("RAFT NO LEADER"), an alarm ("ALARM NOSPACE",
  *              "ALARM CORRUPT"; ?exclude=NOSPACE ignores that one), or,
  *              unless ?serializable=true, the member does not serve
- *              linearizable reads now ("QGET ERROR": ketch's stand-in for
- *              etcd's linearizable read, which needs a leader that has
- *              applied its term's first entry).
+ *              linearizable read fails or takes over 1 s ("QGET ERROR:
+ *              why"), as etcd: a read index through raft, applied here.
  *   /livez     serializable_read: the loop answers.
- *   /readyz    data_corruption, serializable_read, linearizable_read (as
- *              /health) and not_learner (a learner is not ready).
+ *   /readyz    data_corruption, serializable_read, linearizable_read (a
+ *              read through raft, as /health) and not_learner (a learner
+ *              is not ready).
  *              ?verbose lists "[+]name ok" lines; ?exclude=name skips a
  *              check (repeatable); a failure lists every check and answers 503.
  */
@@ -66,6 +66,10 @@ struct kt_http;
 struct kt_http_source {
   void (*metrics)(void *arg, struct kt_buf *out);
   void (*health)(void *arg, struct kt_node_health *h);
+  /* A linearizable read (kt_node_probe_linearizable's contract): /health
+   * (unless ?serializable=true) and /readyz's linearizable_read wait for it,
+   * their connection suspended meanwhile. NULL: health's `serving` decides. */
+  void (*probe)(void *arg, void (*done)(void *ctx, int code, const char *why), void *ctx);
   void *arg;
 };
 

@@ -95,6 +95,11 @@ static void health_src(void *arg, struct kt_node_health *h) {
   kt_node_health(the_node, h);
 }
 
+static void probe_src(void *arg, void (*done)(void *ctx, int code, const char *why), void *ctx) {
+  (void)arg;
+  kt_node_probe_linearizable(the_node, done, ctx);
+}
+
 static void http_adopt(void *arg, int fd) { kt_http_adopt(arg, fd); }
 
 enum { TLS_CLIENT, TLS_PEER_IN, TLS_PEER_OUT, TLS_N };
@@ -319,7 +324,7 @@ int main(int argc, char **argv) {
   }
   /* /metrics, /health, /livez, /readyz (net/http.h) on --listen-metrics-urls
    * and on the plaintext client URLs (an HTTP request's first byte) */
-  static const struct kt_http_source src = {metrics_src, health_src, NULL};
+  static const struct kt_http_source src = {metrics_src, health_src, probe_src, NULL};
   struct kt_http *http = kt_http_new(loop, &src, &e);
   if (!http) {
     kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
@@ -379,8 +384,8 @@ int main(int argc, char **argv) {
   ev_ref(loop);
   ev_signal_stop(loop, &sigterm);
   ev_signal_stop(loop, &sigint);
+  kt_node_free(the_node); /* first: it answers the health checks still waiting */
   kt_http_free(http);
-  kt_node_free(the_node);
   kt_tls_reloader_free(reloader);
   for (int i = 0; i < TLS_N; i++)
     kt_tls_ctx_free(tls[i]);

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -496,6 +497,30 @@ def test_bad_http_input_is_cut_native_clients_go_on():
     assert m.proc.poll() is None
 
 
+def test_health_is_a_linearizable_read():
+    """A follower whose leader stopped answering still 'knows' it for an
+    election timeout: /health does a read through raft, so it says false
+    (after at most ~1 s) instead of trusting that; ?serializable=true does not."""
+    ms = S["ms"]
+    lead = wait_leader(ms)
+    f = next(m for m in ms if m is not lead)
+    assert http(f.mport, "/health")[0] == 200
+    lead.proc.send_signal(signal.SIGSTOP)
+    try:
+        t = time.time()
+        code, body = http(f.mport, "/health", timeout=5)
+        took = time.time() - t
+        assert code == 503, (code, body, took)
+        assert took < 2.0, took
+        reason = json.loads(body)["reason"]
+        assert reason.startswith("QGET ERROR:") or reason == "RAFT NO LEADER", body
+    finally:
+        lead.proc.send_signal(signal.SIGCONT)
+    wait_leader(ms, timeout=15)
+    eventually(lambda: (lambda r: (r[0] == 200, r))(http(f.mport, "/health")),
+               what="healthy again")
+
+
 def test_leader_changes_seen_after_leader_killed_and_health_without_quorum():
     ms = S["ms"]
     lead = wait_leader(ms)
@@ -518,7 +543,8 @@ def test_leader_changes_seen_after_leader_killed_and_health_without_quorum():
         return code == 503, (code, body)
     code, body = eventually(unhealthy, timeout=10, what="/health 503 without quorum")
     assert json.loads(body)["health"] == "false", body
-    assert json.loads(body)["reason"] in ("RAFT NO LEADER", "QGET ERROR"), body
+    reason = json.loads(body)["reason"]
+    assert reason == "RAFT NO LEADER" or reason.startswith("QGET ERROR:"), body
     code, body = http(last.mport, "/readyz")
     assert code == 503 and "[-]linearizable_read failed" in body and \
         body.rstrip().endswith("readyz check failed"), (code, body)
@@ -549,6 +575,7 @@ if __name__ == "__main__":
             test_http_on_the_client_url_beside_native_clients,
             test_health_nospace_alarm_and_exclude,
             test_readyz_on_a_learner,
+            test_health_is_a_linearizable_read,
             test_leader_changes_seen_after_leader_killed_and_health_without_quorum,
         ])
     finally:

@@ -1648,7 +1648,7 @@ int main(int argc, char **argv) {
     }
     memcpy(host, a, hl);
     host[hl] = 0;
-    static const struct kt_http_source src = {kt_bridge_metrics, NULL, NULL};
+    static const struct kt_http_source src = {kt_bridge_metrics, NULL, NULL, NULL};
     struct kt_err e = {0};
     if (!(http = kt_http_new(b.loop, &src, &e)) || kt_http_listen(http, host, (int)port, &e)) {
       fprintf(stderr, "ketch-grpc: --metrics-addr %s: %s\n", metrics_addr, e.msg);
