@@ -3,8 +3,8 @@
  *
  * Served on --listen-metrics-urls (this module's listeners) and on the
  * plaintext client URLs: net/server.c hands over a connection whose first
- * byte is an ASCII capital (kt_http_adopt). ketch-grpc serves /metrics only
- * (--metrics-addr).
+ * byte is an ASCII capital (kt_http_adopt). ketch-grpc serves them on
+ * --metrics-addr (its /health: a linearizable get through the cluster).
  *
  * HTTP is libmicrohttpd's (Debian's libmicrohttpd-dev): no hand-written
  * parser. It runs in "external polling" mode with epoll and no listen socket

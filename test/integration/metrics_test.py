@@ -392,7 +392,10 @@ def test_ketch_grpc_metrics_grpc_server_handled_total():
     assert json.loads(out)["data"]["result"][0]["metric"]["grpc_code"] == "OutOfRange", out
     r = query('grpc_server_started_total{job="ketch-grpc",grpc_method="Range"}')
     assert list(r.values()) == [1.0], r
-    assert http(S["gmport"], "/health")[0] == 404  # the bridge serves /metrics only
+    # /health as etcd's grpc-proxy: a linearizable get through the cluster
+    code, body = http(S["gmport"], "/health")
+    assert code == 200 and json.loads(body) == {"health": "true", "reason": ""}, (code, body)
+    assert http(S["gmport"], "/readyz") == (200, "ok")
 
 
 def alerts():
@@ -553,6 +556,9 @@ def test_leader_changes_seen_after_leader_killed_and_health_without_quorum():
     eventually(lambda: (lambda r: (r.get(inst(last)) == 0.0, r))(
         query("etcd_server_has_leader")), what="Prometheus sees has_leader 0")
     assert status(last) is not None  # the native port still answers
+    # ketch-grpc in front of the cluster says so too (its read gets no answer)
+    code, body = http(S["gmport"], "/health", timeout=5)
+    assert code == 503 and json.loads(body)["reason"].startswith("QGET ERROR:"), (code, body)
     # the shipped rules see it: etcdNoLeader (for: 1m) is pending for that member,
     # and etcdInsufficientMembers for the cluster
     eventually(lambda: (lambda a: (a.get(("etcdNoLeader", inst(last))) == "pending" and

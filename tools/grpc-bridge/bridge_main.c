@@ -62,6 +62,7 @@
 
 #include "bridge.h"
 #include "../grpc/grpc_client.h"
+#include "../../core/node.h" /* struct kt_node_health, for /health */
 #include "../../net/http.h"
 #include "../../net/tls.h"
 #include "../../net/tls_reload.h"
@@ -246,6 +247,70 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     if (conn_flush(c))
       conn_wake_streams(c);
   }
+}
+
+/* ---- /health, /livez, /readyz on --metrics-addr ---- */
+
+/* As etcd's grpc-proxy: healthy when a linearizable Get of "health" through
+ * the cluster succeeds within 1 s (net/http.h suspends the request meanwhile). */
+struct hprobe {
+  struct bridge *b;
+  void (*done)(void *ctx, int code, const char *why);
+  void *ctx;
+  ev_timer t;
+  bool answered;
+};
+
+static void hprobe_answer(struct hprobe *p, int code, const char *why) {
+  if (p->answered)
+    return;
+  p->answered = true;
+  ev_timer_stop(p->b->loop, &p->t);
+  p->done(p->ctx, code, why);
+}
+
+static void hprobe_cb(void *arg, int err, const ketch_result *res) {
+  (void)res;
+  struct hprobe *p = arg;
+  if (err == KETCH_EPERMDENIED) /* the cluster answered (auth on): healthy, as etcd */
+    err = 0;
+  hprobe_answer(p, err, err ? ketch_strerror(err) : "");
+  free(p); /* libketch calls back once, at the latest from ketch_close */
+}
+
+static void hprobe_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  hprobe_answer(w->data, KETCH_ETIMEOUT, "no answer from the cluster within 1 s");
+}
+
+static void bridge_probe(void *arg, void (*done)(void *ctx, int code, const char *why), void *ctx) {
+  struct bridge *b = arg;
+  struct upstream *u = b->up; /* the default one */
+  struct hprobe *p = calloc(1, sizeof *p);
+  if (!p) {
+    done(ctx, KETCH_ENOMEM, "out of memory");
+    return;
+  }
+  *p = (struct hprobe){.b = b, .done = done, .ctx = ctx};
+  ketch_range_req req = {.key = "health", .key_len = 6};
+  int err = ketch_range_async(u->kc, &req, hprobe_cb, p);
+  if (err) {
+    free(p);
+    done(ctx, err, ketch_strerror(err));
+    return;
+  }
+  u->ksubmitted = true;
+  ev_timer_init(&p->t, hprobe_timeout, 1.0, 0.);
+  p->t.data = p;
+  ev_timer_start(b->loop, &p->t);
+}
+
+static void bridge_health(void *arg, struct kt_node_health *h) {
+  (void)arg;
+  memset(h, 0, sizeof *h);
+  h->leader = 1; /* the bridge knows no leader: the probe's read is what tells */
+  h->serving = true;
 }
 
 /* ---- responses ---- */
@@ -1648,7 +1713,7 @@ int main(int argc, char **argv) {
     }
     memcpy(host, a, hl);
     host[hl] = 0;
-    static const struct kt_http_source src = {kt_bridge_metrics, NULL, NULL, NULL};
+    struct kt_http_source src = {kt_bridge_metrics, bridge_health, bridge_probe, &b};
     struct kt_err e = {0};
     if (!(http = kt_http_new(b.loop, &src, &e)) || kt_http_listen(http, host, (int)port, &e)) {
       fprintf(stderr, "ketch-grpc: --metrics-addr %s: %s\n", metrics_addr, e.msg);
@@ -1680,7 +1745,6 @@ int main(int argc, char **argv) {
         KT_BRIDGE_ETCD_VERSION, listen_addr, b.tls ? "TLS, ALPN h2" : "h2c", endpoints);
   ev_run(b.loop, 0);
   logf_(1, "stopping");
-  kt_http_free(http);
   ev_io_stop(b.loop, &b.lio);
   close(lfd);
   while (b.conns) /* streams go first: their watches are cancelled */
@@ -1690,6 +1754,7 @@ int main(int argc, char **argv) {
     b.up = u->next;
     upstream_free(u);
   }
+  kt_http_free(http); /* after: closing libketch answered the health checks waiting */
   kt_tls_reloader_free(reloader);
   kt_tls_ctx_free(b.tls);
   ev_check_stop(b.loop, &b.turn_w);
