@@ -23,7 +23,7 @@ endif
 
 CC ?= cc
 VERSION := 0.1.0
-PKGS := msgpack libsodium liblz4 yaml-0.1 openssl libcares
+PKGS := msgpack libsodium liblz4 yaml-0.1 openssl libcares libmicrohttpd
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wimplicit-fallthrough
 CFLAGS ?= -O2 -g
 ifeq ($(SAN),1)
@@ -236,7 +236,7 @@ bench: deps all
 
 test: deps
 	$(MAKE) all $(UNIT_BINS) $(FUZZ_REPLAYS) $(INTEG_BINS) $(O)/test/linz_check
-	@O=$(O) BINDIR=$(BINDIR) sh test/run.sh
+	@O=$(O) BINDIR=$(BINDIR) SAN=$(SAN) sh test/run.sh
 
 asan:
 	$(MAKE) O=build/asan SAN=1 test
@@ -261,6 +261,47 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 format-check:
 	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
+
+# ---- installing (make install PREFIX=... DESTDIR=...) and the Debian package ----
+# Man pages come from each program's --help (tools/man/mkman.sh) and
+# tools/man/libketch.3. The installed libketch.so.$(VERSION) has the SONAME
+# libketch.so.0 (the in-tree lib/libketch.so, which tests link, has none).
+PREFIX ?= /usr/local
+DESTDIR ?=
+MAN_PAGES := $(foreach m,$(notdir $(BINS)),$(O)/man/$(m).1) $(O)/man/libketch.3
+.PHONY: man install deb
+man: $(MAN_PAGES)
+$(O)/man/%.1: $(BINDIR)/% tools/man/mkman.sh
+	@mkdir -p $(dir $@)
+	VERSION=$(VERSION) sh tools/man/mkman.sh $< $* 1 > $@
+$(O)/man/libketch.3: tools/man/libketch.3
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(O)/libketch.so.$(VERSION): $(CLIENT_OBJS) client/ketch.map
+	$(CC) -shared -Wl,-soname,libketch.so.0 -Wl,--version-script=client/ketch.map -o $@ $(CLIENT_OBJS) \
+	  $(LDFLAGS) $(shell pkg-config --libs msgpack libsodium openssl 2>/dev/null) -lpthread
+
+install: all man $(O)/libketch.so.$(VERSION)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include \
+	  $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
+	  $(DESTDIR)$(PREFIX)/share/doc/ketch/examples
+	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 $(O)/libketch.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libketch.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libketch.so.0
+	ln -sf libketch.so.0 $(DESTDIR)$(PREFIX)/lib/libketch.so
+	install -m 0644 $(LIBDIR)/libketch.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 client/ketch.h $(DESTDIR)$(PREFIX)/include/
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium openssl\nLibs: -L$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(PREFIX)" > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ketch.pc
+	install -m 0644 $(filter %.1,$(MAN_PAGES)) $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 $(O)/man/libketch.3 $(DESTDIR)$(PREFIX)/share/man/man3/
+	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/ketch/
+	install -m 0644 contrib/systemd/* contrib/prometheus/* contrib/grafana/* \
+	  $(DESTDIR)$(PREFIX)/share/doc/ketch/examples/
+
+# A Debian package of all of it (PREFIX=/usr, the units, /etc/default/ketch,
+# the ketch user): $(O)/ketch_$(VERSION)_<arch>.deb. tools/deb/build.sh.
+deb: all man $(O)/libketch.so.$(VERSION)
+	O=$(O) VERSION=$(VERSION) sh tools/deb/build.sh
 
 clean:
 	rm -rf build bin lib

@@ -60,6 +60,7 @@ void kt_node_reply_err(struct kt_conn *c, uint64_t id, int code, const struct kt
 
 /* A proposal of ours that will not be answered by its apply. */
 static void pending_fail(struct kt_node *n, struct pending *p, int code, const char *msg) {
+  n->stats.proposals_failed++;
   if (p->done) {
     struct kt_err e = {0};
     kt_err_set(&e, code, "%s", msg);
@@ -85,6 +86,9 @@ static void apply_req(struct kt_node *n, uint8_t ent_type, const struct kt_req *
   case KT_MSG_PUT:
   case KT_MSG_DELETE:
   case KT_MSG_TXN:
+    n->stats.puts += req->type == KT_MSG_PUT;
+    n->stats.deletes += req->type == KT_MSG_DELETE;
+    n->stats.txns += req->type == KT_MSG_TXN;
     rc = kt_sm_apply(&sm, req, 0, &n->arena, &res, &e);
     if (own && own->done) {
       own->done(n, own->ctx, rc, &e, rc ? NULL : &res.op);
@@ -589,6 +593,7 @@ static void dispatch(struct kt_node *n, struct kt_conn *c, const struct kt_req *
   }
   switch (req->type) {
   case KT_MSG_RANGE:
+    n->stats.ranges++;
     if (req->u.op.u.range.serializable)
       serve_read(n, c, req);
     else
@@ -762,6 +767,8 @@ static void persist_ready(struct kt_node *n, const struct kt_raft_ready *rd) {
     return;
   if (rd->hs_changed)
     n->hs_synced = rd->hs;
+  if (rd->n_entries)
+    kt_hist_observe(&n->stats.wal_batch, (double)rd->n_entries);
   p.seq = seq;
   FIFO_PUSH(n->pers, n->pers_head, n->n_pers, n->cap_pers, p);
 }
@@ -782,6 +789,7 @@ static void raft_event(struct kt_node *n, const struct kt_raft_event *ev) {
     if (n->pend_head < n->n_pend)
       kt_node_fail_pending(n, KT_EUNKNOWN, "request outcome unknown: leader changed");
     n->known_leader = leader;
+    n->stats.leader_changes += leader != 0;
   }
   switch (ev->type) {
   case KT_RAFT_EV_COMMIT:
@@ -833,6 +841,7 @@ static void request_read_index(struct kt_node *n) {
     for (size_t i = n->reads.head; i < n->reads.n; i++)
       if (n->reads.v[i].batch == failed)
         read_fail(n, &n->reads.v[i], rc, "no leader");
+    kt_node_probes_failed(n, failed, rc);
   }
 }
 
@@ -850,10 +859,20 @@ static void process_ready(struct kt_node *n) {
     for (size_t i = 0; i < rd.n_msgs && n->peers; i++) {
       kt_buf_reset(&n->scratch);
       kt_raft_msg_encode(&rd.msgs[i], &n->scratch);
-      kt_peer_send(n->peers, rd.msgs[i].to, n->scratch.p, n->scratch.len);
+      bool hb = rd.msgs[i].type == KT_RAFT_MSG_HEARTBEAT;
+      if (kt_peer_send(n->peers, rd.msgs[i].to, n->scratch.p, n->scratch.len))
+        n->stats.heartbeat_fails += hb;
+      else if (hb)
+        kt_node_rtt_sent(n, rd.msgs[i].to, rd.msgs[i].context);
     }
-    for (size_t i = 0; i < rd.n_committed && !n->fatal; i++)
-      apply_committed(n, &rd.committed[i]);
+    if (rd.n_committed) {
+      ev_tstamp t0 = ev_time();
+      for (size_t i = 0; i < rd.n_committed && !n->fatal; i++)
+        apply_committed(n, &rd.committed[i]);
+      ev_tstamp took = ev_time() - t0;
+      kt_hist_observe(&n->stats.apply_batch_s, took);
+      n->stats.slow_applies += took > 0.1;
+    }
     for (size_t i = 0; i < rd.n_reads; i++)
       kt_reads_answered(&n->rq, &rd.reads[i]);
     bool was = n->serving;
@@ -898,6 +917,7 @@ static void process_ready(struct kt_node *n) {
     malloc_trim(0);
   }
   serve_ready_reads(n);
+  kt_node_probes_step(n);
   move_check(n);
   if (n->serving && held_count(&n->defer))
     run_deferred(n);
@@ -931,6 +951,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
   kt_node_install_tick(n);
   kt_node_lock_tick(n);
   kt_node_maint_tick(n);
+  kt_node_probes_expire(n);
   move_check(n);
   /* Requests that waited two election timeouts for a leader fail. */
   ev_tstamp limit = 2.0 * n->cfg.election_timeout_ms / 1000.0;
@@ -1026,6 +1047,7 @@ static void on_snap_progress(struct ev_loop *loop, ev_async *w, int revents) {
   kt_arena_free(&n->snap_arena);
   n->prev_snap_index = n->last_snap_index;
   n->last_snap_index = n->durable_snap_index = n->snap_index;
+  kt_hist_observe(&n->stats.snapshot_s, ev_now(n->loop) - n->stats.snap_started);
   /* Keep two snapshots (the writer removed older ones), and the WAL from
    * the older one on, so a corrupt newest snapshot still recovers from the
    * older one + WAL. */
@@ -1130,6 +1152,7 @@ static void snap_start(struct kt_node *n) {
          (unsigned long long)meta.index, (long long)meta.revision);
   n->snap_index = meta.index;
   n->snap_rev = meta.revision;
+  n->stats.snap_started = ev_now(n->loop);
   n->log_bytes_since_snap = 0;
   n->snap_store_bytes = kt_mvcc_size_bytes(n->store);
   n->snap_cursor = (struct kt_mvcc_cursor){0};
@@ -1514,6 +1537,8 @@ void kt_node_on_peer_message(void *arg, uint64_t from, const uint8_t *msg, size_
            (unsigned long long)from, (unsigned long long)m.from);
     return;
   }
+  if (m.type == KT_RAFT_MSG_HEARTBEAT_RESP)
+    kt_node_rtt_answered(n, from, m.context);
   kt_raft_step(n->raft, &m);
 }
 
@@ -1590,6 +1615,9 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   struct kt_node *n = calloc(1, sizeof *n);
   kt_assert(n);
   n->loop = loop;
+  n->stats.apply_batch_s = (struct kt_hist)KT_HIST_FSYNC;
+  n->stats.snapshot_s = (struct kt_hist)KT_HIST_SNAPSHOT;
+  n->stats.wal_batch = (struct kt_hist)KT_HIST_BATCH;
   /* proposal numbers carry a random run id: an entry proposed by an earlier
    * run of this member, applied after a restart, answers nobody */
   n->run_id = ((uint64_t)(randombytes_random() & 0xffffff) | 1u) << 40;
@@ -1752,6 +1780,7 @@ int kt_node_fatal(const struct kt_node *n) { return n->fatal; }
 void kt_node_free(struct kt_node *n) {
   if (!n)
     return;
+  kt_node_probes_cancel(n, KT_ESTOPPED);
   if (ev_is_active(&n->compact_w)) {
     ev_ref(n->loop);
     ev_timer_stop(n->loop, &n->compact_w);

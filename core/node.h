@@ -166,6 +166,40 @@ int kt_node_listen(struct kt_node *n, const char *host, int port, struct kt_tls_
  * break the loop. */
 void kt_node_shutdown(struct kt_node *n);
 void kt_node_free(struct kt_node *n);
+/* ---- monitoring (core/node_metrics.c), on the loop's thread only ---- */
+
+/* What /health, /livez and /readyz judge (net/http.c). */
+struct kt_node_health {
+  uint64_t leader; /* the leader this member knows, 0: none */
+  bool is_leader;  /* this member leads */
+  bool serving;    /* serves linearizable requests now */
+  bool learner;    /* this member is a learner */
+  bool nospace;    /* a NOSPACE alarm is active (any member's), or this WAL's disk is full */
+  bool corrupt;    /* a CORRUPT alarm is active */
+  bool stopping;   /* shutting down or stopped on an error */
+  uint64_t applied_index, commit_index;
+};
+void kt_node_health(const struct kt_node *n, struct kt_node_health *h);
+/* Appends the member's metrics in Prometheus' text format (version 0.0.4)
+ * to out: etcd's names, types and buckets, and ketch_* ones. */
+void kt_node_metrics(struct kt_node *n, struct kt_buf *out);
+/* A linearizable read for /health and /readyz, as etcd's: done(ctx, 0, "")
+ * once a read index of this life taken after the call is applied (at once
+ * on a lone voter that leads), or done(ctx, code, why) when it cannot be
+ * (no leader) or has not within 1 s (ETIMEOUT), or the node is freed
+ * (ESTOPPED). done may run inside this call. At most KT_NODE_MAX_PROBES wait
+ * (EBUSY beyond). */
+#define KT_NODE_MAX_PROBES 64
+typedef void (*kt_node_probe_fn)(void *ctx, int code, const char *why);
+void kt_node_probe_linearizable(struct kt_node *n, kt_node_probe_fn done, void *ctx);
+/* HTTP requests on the client URLs go to fn(arg, fd) (net/server.h,
+ * kt_server_set_http), as etcd serves /metrics and /health there too. */
+void kt_node_serve_http(struct kt_node *n, void (*fn)(void *arg, int fd), void *arg);
+struct kt_hist;
+/* Appends one histogram `name` (HELP, TYPE, cumulative buckets, sum, count). */
+void kt_node_render_hist(struct kt_buf *out, const char *name, const char *help,
+                         const struct kt_hist *h);
+
 /* Non-zero if the member stopped on a fatal error (failed fdatasync...), or
  * KT_EMEMBERREMOVED if it stopped because it was removed from the cluster
  * (etcd 3.4 exits 0 then: the operator asked for it). */

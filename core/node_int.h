@@ -20,6 +20,7 @@
 #include "node.h"
 #include "raft.h"
 #include "reads.h"
+#include "stats.h"
 #include "watch.h"
 
 /* WAL record types written by the node (the record's index is the entry's). */
@@ -155,8 +156,43 @@ struct waiter { /* a physical compaction waiting for its slices */
   uint64_t req_id;
 };
 
+/* Counters for /metrics (core/node_metrics.c): plain fields of the state
+ * thread, incremented where the event happens, read only when scraped. */
+struct kt_node_stats {
+  uint64_t leader_changes;      /* a new non-zero leader seen */
+  uint64_t proposals_failed;    /* our proposals failed (lost, timed out, no space) */
+  uint64_t slow_applies;        /* an apply batch over 100 ms (etcd's warn threshold) */
+  uint64_t heartbeat_fails;     /* heartbeats the transport refused */
+  uint64_t puts, deletes, txns; /* applied (every member) */
+  uint64_t ranges;              /* served by this member */
+  uint64_t leases_granted;      /* applied */
+  struct kt_hist apply_batch_s; /* seconds to apply one batch of committed entries */
+  struct kt_hist snapshot_s;    /* seconds from a snapshot's start to its file on disk */
+  struct kt_hist wal_batch;     /* entries per WAL sync (group commit) */
+  double snap_started;          /* ev_now() when the snapshot in progress started */
+  /* Round trips to each peer, timed on heartbeats: one probe at a time per
+   * peer (the heartbeat's context, echoed by its response). */
+  struct kt_node_rtt {
+    uint64_t id, ctx;
+    double sent; /* ev_time() of the probe's heartbeat; 0: none out */
+    struct kt_hist h;
+  } rtt[KT_NODE_MAX_MEMBERS];
+  size_t n_rtt;
+};
+
+/* A /health linearizable read waiting for its batch (node_metrics.c). */
+struct kt_node_probe {
+  kt_node_probe_fn done;
+  void *ctx;
+  uint64_t batch;
+  ev_tstamp since;
+};
+
 struct kt_node {
   struct ev_loop *loop;
+  struct kt_node_stats stats;
+  struct kt_node_probe probes[KT_NODE_MAX_PROBES];
+  size_t n_probes;
   struct kt_node_config cfg;
   char member_dir[4096], wal_dir[4200], snap_dir[4200];
   uint64_t cluster_id, member_id;
@@ -443,7 +479,19 @@ void kt_node_maint_alarms_adopt(struct kt_node *n, const struct kt_node_alarms *
 size_t kt_node_maint_alarm_texts(struct kt_node *n, char (*out)[64], size_t cap);
 void kt_node_maint_snap_done(struct kt_node *n, bool ok); /* a snapshot finished or failed */
 void kt_node_maint_drained(struct kt_node *n, struct kt_conn *c);
-bool kt_node_maint_busy(const struct kt_node *n); /* slices pending */
+bool kt_node_maint_busy(const struct kt_node *n);                    /* slices pending */
+bool kt_node_maint_has_alarm(const struct kt_node *n, uint8_t type); /* any member's */
+
+/* node_metrics.c: a heartbeat with context ctx sent to peer `to`; a
+ * heartbeat response from `from` echoing ctx (peer round-trip times). */
+void kt_node_rtt_sent(struct kt_node *n, uint64_t to, uint64_t ctx);
+void kt_node_rtt_answered(struct kt_node *n, uint64_t from, uint64_t ctx);
+/* Probes: batch `failed` could not ask (no leader); the ready ones after an
+ * apply; the ones older than 1 s (tick); all (code) when the node goes. */
+void kt_node_probes_failed(struct kt_node *n, uint64_t failed, int code);
+void kt_node_probes_step(struct kt_node *n);
+void kt_node_probes_expire(struct kt_node *n);
+void kt_node_probes_cancel(struct kt_node *n, int code);
 void kt_node_maint_step(struct kt_node *n);
 void kt_node_maint_tick(struct kt_node *n);
 

@@ -138,6 +138,7 @@ void kt_node_lease_apply(struct kt_node *n, const struct kt_req *req, struct kt_
   struct kt_sm_result res;
   struct kt_err e;
   int rc = kt_sm_apply(&sm, req, mono_ms(), &n->arena, &res, &e);
+  n->stats.leases_granted += !rc && req->type == KT_MSG_LEASE_GRANT;
   if (!rc && req->type == KT_MSG_LEASE_GRANT)
     kt_log(KT_LOG_DEBUG, "lease", "granted id=%016llx ttl=%lld", (unsigned long long)res.lease_id,
            (long long)res.lease_ttl);

@@ -548,6 +548,10 @@ void kt_node_maint_drained(struct kt_node *n, struct kt_conn *c) {
     }
 }
 
+bool kt_node_maint_has_alarm(const struct kt_node *n, uint8_t type) {
+  return has_alarm(n->mt, type);
+}
+
 bool kt_node_maint_busy(const struct kt_node *n) {
   const struct node_maint_state *m = n->mt;
   if (m->n_jobs)

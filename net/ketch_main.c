@@ -20,6 +20,7 @@
  *            is what the remote certificate must be valid for; not verified
  *            with --peer-auto-tls, as etcd) */
 #include <dirent.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,8 @@
 #include "config.h"
 #include "discovery.h"
 #include "gateway.h"
+#include "http.h"
+#include "sdnotify.h"
 #include "srv.h"
 #include "tls.h"
 #include "tls_reload.h"
@@ -61,8 +64,47 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents) {
   (void)loop;
   (void)revents;
   kt_log(KT_LOG_INFO, "main", "received signal %d, shutting down", w->signum);
+  kt_sd_notify("STOPPING=1\nSTATUS=shutting down\n");
   kt_node_shutdown(the_node);
 }
+
+/* systemd (net/sdnotify.h): READY=1 at the end of the first loop turn in
+ * which the member serves (a write would succeed), then this watcher stops. */
+static void on_ready_check(struct ev_loop *loop, ev_prepare *w, int revents) {
+  (void)revents;
+  struct kt_node_health h;
+  kt_node_health(the_node, &h);
+  if (!h.serving)
+    return;
+  if (kt_sd_notify("READY=1\nSTATUS=serving\n") < 0)
+    kt_log(KT_LOG_WARN, "main", "sd_notify READY=1 failed: %s", strerror(errno));
+  ev_ref(loop);
+  ev_prepare_stop(loop, w);
+}
+
+static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)w;
+  (void)revents;
+  kt_sd_notify("WATCHDOG=1");
+}
+
+static void metrics_src(void *arg, struct kt_buf *out) {
+  (void)arg;
+  kt_node_metrics(the_node, out);
+}
+
+static void health_src(void *arg, struct kt_node_health *h) {
+  (void)arg;
+  kt_node_health(the_node, h);
+}
+
+static void probe_src(void *arg, void (*done)(void *ctx, int code, const char *why), void *ctx) {
+  (void)arg;
+  kt_node_probe_linearizable(the_node, done, ctx);
+}
+
+static void http_adopt(void *arg, int fd) { kt_http_adopt(arg, fd); }
 
 enum { TLS_CLIENT, TLS_PEER_IN, TLS_PEER_OUT, TLS_N };
 
@@ -358,6 +400,28 @@ int main(int argc, char **argv) {
            : plain_here ? "yes, and plaintext"
                         : "yes");
   }
+  /* /metrics, /health, /livez, /readyz (net/http.h) on --listen-metrics-urls
+   * and on the plaintext client URLs (an HTTP request's first byte) */
+  static const struct kt_http_source src = {metrics_src, health_src, probe_src, NULL};
+  struct kt_http *http = kt_http_new(loop, &src, &e);
+  if (!http) {
+    kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
+    return 1;
+  }
+  kt_node_serve_http(the_node, http_adopt, http);
+  for (size_t i = 0; i < cfg.listen_metrics_urls.n; i++) {
+    const struct kt_url *u = &cfg.listen_metrics_urls.v[i];
+    if (u->scheme != KT_URL_HTTP) {
+      kt_log(KT_LOG_FATAL, "main", "cannot listen on %s: metrics URLs are served over http:// only",
+             u->raw);
+      return 1;
+    }
+    if (kt_http_listen(http, u->host, u->port, &e)) {
+      kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
+      return 1;
+    }
+    kt_log(KT_LOG_INFO, "main", "serving metrics and health url=%s", u->raw);
+  }
   static const char *const tls_names[TLS_N] = {"client", "peer listener", "peer dialer"};
   struct kt_tls_reloader *reloader = kt_tls_reloader_new(loop, tls, tls_names, TLS_N);
   ev_signal sigterm, sigint;
@@ -367,15 +431,39 @@ int main(int argc, char **argv) {
   ev_signal_start(loop, &sigint);
   ev_unref(loop);
   ev_unref(loop);
+  ev_prepare ready_w;
+  ev_timer wd_w;
+  ev_prepare_init(&ready_w, on_ready_check);
+  ev_timer_init(&wd_w, on_watchdog, 0., 0.);
+  if (getenv("NOTIFY_SOCKET")) {
+    ev_prepare_start(loop, &ready_w);
+    ev_unref(loop);
+    uint64_t wd_us = kt_sd_watchdog_usec();
+    if (wd_us) {
+      ev_timer_set(&wd_w, 0., wd_us / 2e6);
+      ev_timer_start(loop, &wd_w);
+      ev_unref(loop);
+      kt_log(KT_LOG_INFO, "main", "systemd watchdog: a ping every %.3f s", wd_us / 2e6);
+    }
+  }
 
   ev_run(loop, 0);
 
+  if (ev_is_active(&ready_w)) {
+    ev_ref(loop);
+    ev_prepare_stop(loop, &ready_w);
+  }
+  if (ev_is_active(&wd_w)) {
+    ev_ref(loop);
+    ev_timer_stop(loop, &wd_w);
+  }
   int fatal = kt_node_fatal(the_node);
   ev_ref(loop);
   ev_ref(loop);
   ev_signal_stop(loop, &sigterm);
   ev_signal_stop(loop, &sigint);
-  kt_node_free(the_node);
+  kt_node_free(the_node); /* first: it answers the health checks still waiting */
+  kt_http_free(http);
   kt_tls_reloader_free(reloader);
   for (int i = 0; i < TLS_N; i++)
     kt_tls_ctx_free(tls[i]);

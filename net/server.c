@@ -28,6 +28,7 @@ struct kt_conn {
   bool want_drain;    /* call cfg.on_drained once the output is written out */
   bool on_wait_list;  /* handshake waiting for a turn with room (hs_wait) */
   bool on_pending;    /* TLS holds bytes no poll event announces (pending) */
+  bool sniffed;       /* the first byte was looked at (HTTP or a native frame) */
   void *udata;        /* the handler's per-connection state */
   char *cert_cn;      /* verified client certificate's CN, or NULL */
   char *identity;     /* a proxy's caller named in HELLO, or NULL */
@@ -81,6 +82,9 @@ struct kt_server {
     unsigned repeats;
   } warned[32];
   struct kt_arena arena;
+  uint64_t bytes_in, bytes_out;       /* client bytes (after TLS), for /metrics */
+  void (*on_http)(void *arg, int fd); /* kt_server_set_http */
+  void *http_arg;
   bool accepting;
 };
 
@@ -279,6 +283,7 @@ static bool conn_flush(struct kt_conn *c) {
     ssize_t w = kt_io_write(&c->io, c->out.p, c->out.len, &e);
     if (w > 0) {
       kt_buf_consume(&c->out, (size_t)w);
+      c->srv->bytes_out += (size_t)w;
       c->last_progress = ev_now(c->srv->loop);
       continue;
     }
@@ -523,7 +528,28 @@ static void conn_process(struct kt_conn *c) {
 }
 
 /* Read what the socket (and TLS) has, up to one chunk, and process it. */
+/* An HTTP request on a plaintext client connection (its first byte an
+ * ASCII capital: "GET ", "HEAD "...; a native frame starts with its length's
+ * high byte, 0): the socket goes to the HTTP server (a copy of the fd) and
+ * this connection closes. Returns true if handed over. */
+static bool conn_sniff_http(struct kt_conn *c) {
+  c->sniffed = true;
+  struct kt_server *s = c->srv;
+  if (!s->on_http || kt_io_is_tls(&c->io) || c->in.len)
+    return false;
+  uint8_t b;
+  if (recv(c->io.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1 || b < 'A' || b > 'Z')
+    return false;
+  int fd = fcntl(c->io.fd, F_DUPFD_CLOEXEC, 0);
+  if (fd >= 0)
+    s->on_http(s->http_arg, fd);
+  conn_close(c, "an HTTP request: handed to the HTTP endpoints");
+  return true;
+}
+
 static void conn_read(struct kt_conn *c) {
+  if (!c->sniffed && conn_sniff_http(c))
+    return;
   kt_buf_reserve(&c->in, KT_CONN_READ_CHUNK);
   size_t got = 0;
   bool tls = kt_io_is_tls(&c->io);
@@ -549,6 +575,7 @@ static void conn_read(struct kt_conn *c) {
   }
   if (got == 0)
     return;
+  c->srv->bytes_in += got;
   if (c->skip) { /* the rest of an oversized request: dropped unread */
     size_t drop = c->in.len < c->skip ? c->in.len : (size_t)c->skip;
     kt_buf_consume(&c->in, drop);
@@ -913,4 +940,14 @@ void kt_server_free(struct kt_server *s) {
   ev_timer_stop(s->loop, &s->stall_w);
   kt_arena_free(&s->arena);
   free(s);
+}
+
+void kt_server_bytes(const struct kt_server *s, uint64_t *in, uint64_t *out) {
+  *in = s->bytes_in;
+  *out = s->bytes_out;
+}
+
+void kt_server_set_http(struct kt_server *s, void (*fn)(void *arg, int fd), void *arg) {
+  s->on_http = fn;
+  s->http_arg = arg;
 }

@@ -101,6 +101,14 @@ void kt_server_stop_accepting(struct kt_server *s);
 size_t kt_server_unsent(const struct kt_server *s);
 void kt_server_free(struct kt_server *s);
 size_t kt_server_conn_count(const struct kt_server *s);
+/* HTTP on the client URLs (as etcd serves /metrics and /health there): a
+ * plaintext connection whose first byte is an ASCII capital letter is an
+ * HTTP request; fn(arg, fd) gets its own descriptor of the socket (to own and
+ * close) and the native connection closes. NULL fn: off (such a connection
+ * gets the native protocol's error for a bad length prefix). */
+void kt_server_set_http(struct kt_server *s, void (*fn)(void *arg, int fd), void *arg);
+/* Client bytes received and sent since start (after TLS), for /metrics. */
+void kt_server_bytes(const struct kt_server *s, uint64_t *in, uint64_t *out);
 
 void kt_conn_ref(struct kt_conn *c);
 void kt_conn_unref(struct kt_conn *c);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PATH_BYTES 4096
@@ -212,6 +213,12 @@ struct kt_wal {
   uint64_t done_seq, done_seg_seq;
   int done_code;
   struct kt_err done_err;
+  struct kt_hist fsync_hist; /* fdatasync durations (s), for /metrics */
+
+  /* sync thread: durations of this batch's fdatasyncs, folded into
+   * fsync_hist under mu */
+  double fsync_s[4];
+  int n_fsync_s;
 
   /* sync thread */
   int fd;
@@ -286,6 +293,18 @@ static int create_segment(const struct kt_wal_fileops *ops, const char *dir, uin
 
 /* ---- sync thread ---- */
 
+/* fdatasync, its duration noted for the histogram (a batch has at most
+ * two: the segment it fills and the one it starts). */
+static int timed_fdatasync(struct kt_wal *w, int fd) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int r = w->ops->fdatasync(w->ops->ctx, fd);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (w->n_fsync_s < (int)KT_ARRAY_LEN(w->fsync_s))
+    w->fsync_s[w->n_fsync_s++] = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+  return r;
+}
+
 static int write_batch(struct kt_wal *w, struct batch *b, struct kt_err *e) {
   const struct kt_wal_fileops *ops = w->ops;
   char path[PATH_BYTES];
@@ -295,7 +314,7 @@ static int write_batch(struct kt_wal *w, struct batch *b, struct kt_err *e) {
     const uint8_t *p = b->data.p + c->data_off;
     if (c->is_new) {
       if (dirty) {
-        int r = ops->fdatasync(ops->ctx, w->fd);
+        int r = timed_fdatasync(w, w->fd);
         if (r) {
           seg_path(path, w->dir, w->fd_seq, w->fd_first);
           return io_err(e, r, "fdatasync", path);
@@ -323,7 +342,7 @@ static int write_batch(struct kt_wal *w, struct batch *b, struct kt_err *e) {
     }
   }
   if (dirty) {
-    int r = ops->fdatasync(ops->ctx, w->fd);
+    int r = timed_fdatasync(w, w->fd);
     if (r) {
       seg_path(path, w->dir, w->fd_seq, w->fd_first);
       return io_err(e, r, "fdatasync", path);
@@ -344,8 +363,11 @@ static void *sync_main(void *arg) {
     if (!b)
       return NULL;
     struct kt_err e = {0};
+    w->n_fsync_s = 0;
     int code = failed ? 0 : write_batch(w, b, &e);
     pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < w->n_fsync_s; i++)
+      kt_hist_observe(&w->fsync_hist, w->fsync_s[i]);
     if (code) {
       w->done_code = code;
       w->done_err = e;
@@ -567,6 +589,12 @@ int kt_wal_poll(struct kt_wal *w, uint64_t *durable_seq, struct kt_err *err) {
     return w->failed;
   }
   return 0;
+}
+
+void kt_wal_fsync_hist(struct kt_wal *w, struct kt_hist *out) {
+  pthread_mutex_lock(&w->mu);
+  *out = w->fsync_hist;
+  pthread_mutex_unlock(&w->mu);
 }
 
 int kt_wal_sync(struct kt_wal *w, struct kt_err *err) {
@@ -935,6 +963,7 @@ int kt_wal_open(const char *dir, const struct kt_wal_opts *opts, kt_wal_record_f
   w->fill = &w->b[0];
   w->fd = -1;
   pthread_mutex_init(&w->mu, NULL);
+  w->fsync_hist = (struct kt_hist)KT_HIST_FSYNC;
   pthread_cond_init(&w->cv_work, NULL);
   pthread_cond_init(&w->cv_done, NULL);
   pthread_cond_init(&w->cv_purge, NULL);

@@ -36,6 +36,7 @@
 #define KT_WAL_H
 
 #include "../core/base.h"
+#include "../core/stats.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -217,6 +218,11 @@ uint64_t kt_wal_last_seq(const struct kt_wal *wal);
 /* Bytes appended but not yet handed to the sync thread: the node's
  * back-pressure signal (stop taking proposals above some bound). */
 size_t kt_wal_buffered_bytes(const struct kt_wal *wal);
+
+/* A copy of the histogram of fdatasync durations in seconds (every
+ * fdatasync of a segment the sync thread did; core/stats.h, etcd's
+ * wal_fsync buckets), taken under the WAL's lock: for /metrics. */
+void kt_wal_fsync_hist(struct kt_wal *wal, struct kt_hist *out);
 
 /* Remove segment files all of whose records have index <= index: a segment
  * is removed when its successor exists, is durable, and starts at an index

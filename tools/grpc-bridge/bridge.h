@@ -175,4 +175,15 @@ const char *kt_bridge_error(int ketch_err, const char *detail, int *grpc_status)
  * unit H M S m u n, rounded up), or -1 if it is malformed. Pure. */
 int64_t kt_bridge_parse_timeout(const uint8_t *v, size_t n);
 
+/* ---- bridge_metrics.c: /metrics on --metrics-addr ---- */
+struct kt_buf;
+struct kt_bridge_method_stat;
+/* A served method's call started (path: a served method's :path); the
+ * record to finish it with, or NULL when the table is full. */
+struct kt_bridge_method_stat *kt_bridge_stat_start(const char *path, bool stream);
+/* ... and ended with grpc status code (NULL: no-op). */
+void kt_bridge_stat_done(struct kt_bridge_method_stat *s, int code);
+/* Appends grpc_server_started_total / grpc_server_handled_total. */
+void kt_bridge_metrics(void *arg, struct kt_buf *out);
+
 #endif

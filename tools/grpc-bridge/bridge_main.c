@@ -62,6 +62,8 @@
 
 #include "bridge.h"
 #include "../grpc/grpc_client.h"
+#include "../../core/node.h" /* struct kt_node_health, for /health */
+#include "../../net/http.h"
 #include "../../net/tls.h"
 #include "../../net/tls_reload.h"
 
@@ -180,8 +182,9 @@ struct stream {
   kt_bridge_stream *bs;  /* the streaming call, if any */
   size_t pending;        /* streaming: its calls pending on ketch */
   struct qmsg *q_head, *q_tail;
-  size_t q_bytes; /* queued response bytes not yet taken by nghttp2 */
-  int status;     /* final grpc-status, once responded */
+  size_t q_bytes;                     /* queued response bytes not yet taken by nghttp2 */
+  int status;                         /* final grpc-status, once responded */
+  struct kt_bridge_method_stat *stat; /* a served method's counters (/metrics) */
   char message[512];
 };
 
@@ -244,6 +247,70 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     if (conn_flush(c))
       conn_wake_streams(c);
   }
+}
+
+/* ---- /health, /livez, /readyz on --metrics-addr ---- */
+
+/* As etcd's grpc-proxy: healthy when a linearizable Get of "health" through
+ * the cluster succeeds within 1 s (net/http.h suspends the request meanwhile). */
+struct hprobe {
+  struct bridge *b;
+  void (*done)(void *ctx, int code, const char *why);
+  void *ctx;
+  ev_timer t;
+  bool answered;
+};
+
+static void hprobe_answer(struct hprobe *p, int code, const char *why) {
+  if (p->answered)
+    return;
+  p->answered = true;
+  ev_timer_stop(p->b->loop, &p->t);
+  p->done(p->ctx, code, why);
+}
+
+static void hprobe_cb(void *arg, int err, const ketch_result *res) {
+  (void)res;
+  struct hprobe *p = arg;
+  if (err == KETCH_EPERMDENIED) /* the cluster answered (auth on): healthy, as etcd */
+    err = 0;
+  hprobe_answer(p, err, err ? ketch_strerror(err) : "");
+  free(p); /* libketch calls back once, at the latest from ketch_close */
+}
+
+static void hprobe_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  hprobe_answer(w->data, KETCH_ETIMEOUT, "no answer from the cluster within 1 s");
+}
+
+static void bridge_probe(void *arg, void (*done)(void *ctx, int code, const char *why), void *ctx) {
+  struct bridge *b = arg;
+  struct upstream *u = b->up; /* the default one */
+  struct hprobe *p = calloc(1, sizeof *p);
+  if (!p) {
+    done(ctx, KETCH_ENOMEM, "out of memory");
+    return;
+  }
+  *p = (struct hprobe){.b = b, .done = done, .ctx = ctx};
+  ketch_range_req req = {.key = "health", .key_len = 6};
+  int err = ketch_range_async(u->kc, &req, hprobe_cb, p);
+  if (err) {
+    free(p);
+    done(ctx, err, ketch_strerror(err));
+    return;
+  }
+  u->ksubmitted = true;
+  ev_timer_init(&p->t, hprobe_timeout, 1.0, 0.);
+  p->t.data = p;
+  ev_timer_start(b->loop, &p->t);
+}
+
+static void bridge_health(void *arg, struct kt_node_health *h) {
+  (void)arg;
+  memset(h, 0, sizeof *h);
+  h->leader = 1; /* the bridge knows no leader: the probe's read is what tells */
+  h->serving = true;
 }
 
 /* ---- responses ---- */
@@ -357,6 +424,8 @@ static void stream_finish(struct stream *st, int status, const char *message) {
   st->responded = true;
   ev_timer_stop(c->b->loop, &st->deadline);
   st->status = status;
+  kt_bridge_stat_done(st->stat, status);
+  st->stat = NULL;
   snprintf(st->message, sizeof st->message, "%s", message ? message : "");
   if (status != KT_GRPC_OK)
     logf_(0, "stream %d %s: %s %s", st->id, st->path, kt_grpc_status_name(status), st->message);
@@ -618,6 +687,7 @@ static void stream_headers_done(struct stream *st) {
     stream_respond(st, KT_GRPC_UNIMPLEMENTED, msg, NULL, 0);
     return;
   }
+  st->stat = kt_bridge_stat_start(st->path, kind == KT_BRIDGE_STREAM);
   if (st->token[0] && kt_bridge_auth_method(st->path) != KETCH_OP_AUTHENTICATE) {
     st->up = upstream_for_token(c->b, st->token, c);
     if (!st->up) {
@@ -1396,6 +1466,8 @@ static void usage(FILE *f) {
              "                       cancelled\n"
              "                       (default 8388608)\n"
              "  --log-level          debug, info, warn or error (default info)\n"
+             "  --metrics-addr       [http://]HOST:PORT for /metrics (grpc_server_*_total,\n"
+             "                       process_*); default: none\n"
              "TLS toward clients (etcd's flags):\n"
              "  --cert-file, --key-file  the listener's certificate and key (PEM)\n"
              "  --trusted-ca-file    CAs of client certificates (client certificates are then\n"
@@ -1414,10 +1486,22 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   const char *listen_addr = "127.0.0.1:2379", *endpoints = "127.0.0.1:2479";
   const char *cert_file = NULL, *key_file = NULL, *ca_file = NULL, *data_dir = "default.proxy";
-  const char *up_ca = NULL, *up_cert = NULL, *up_key = NULL;
+  const char *up_ca = NULL, *up_cert = NULL, *up_key = NULL, *metrics_addr = NULL;
   bool client_cert_auth = false, auto_tls = false, up_skip = false;
   size_t max_req = 1572864, max_queue = 8u << 20;
-  enum { O_CERT = 256, O_KEY, O_CA, O_CCA, O_AUTO, O_DIR, O_UCA, O_UCERT, O_UKEY, O_USKIP };
+  enum {
+    O_CERT = 256,
+    O_KEY,
+    O_CA,
+    O_CCA,
+    O_AUTO,
+    O_DIR,
+    O_UCA,
+    O_UCERT,
+    O_UKEY,
+    O_USKIP,
+    O_METRICS
+  };
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
       {"endpoints", required_argument, 0, 'e'},
@@ -1434,6 +1518,7 @@ int main(int argc, char **argv) {
       {"cert", required_argument, 0, O_UCERT},
       {"key", required_argument, 0, O_UKEY},
       {"insecure-skip-tls-verify", no_argument, 0, O_USKIP},
+      {"metrics-addr", required_argument, 0, O_METRICS},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1466,6 +1551,9 @@ int main(int argc, char **argv) {
       max_queue = (size_t)v;
       break;
     }
+    case O_METRICS:
+      metrics_addr = optarg;
+      break;
     case 'v':
       if (!strcmp(optarg, "debug"))
         log_level = 0;
@@ -1606,6 +1694,30 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ketch-grpc: cannot listen on %s: %s\n", listen_addr, strerror(errno));
     return 1;
   }
+  struct kt_http *http = NULL;
+  if (metrics_addr) {
+    /* etcd's grpc-proxy takes a URL; a bare HOST:PORT is accepted too */
+    const char *a = strncmp(metrics_addr, "http://", 7) == 0 ? metrics_addr + 7 : metrics_addr;
+    char host[256];
+    const char *colon = strrchr(a, ':');
+    size_t hl = colon ? (size_t)(colon - a) : 0;
+    if (hl && a[0] == '[' && a[hl - 1] == ']')
+      a++, hl -= 2; /* [::1]:port */
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || hl == 0 || hl >= sizeof host || *end || port < 0 || port > 65535) {
+      fprintf(stderr, "ketch-grpc: --metrics-addr %s: want [http://]HOST:PORT\n", metrics_addr);
+      return 2;
+    }
+    memcpy(host, a, hl);
+    host[hl] = 0;
+    struct kt_http_source src = {kt_bridge_metrics, bridge_health, bridge_probe, &b};
+    struct kt_err e = {0};
+    if (!(http = kt_http_new(b.loop, &src, &e)) || kt_http_listen(http, host, (int)port, &e)) {
+      fprintf(stderr, "ketch-grpc: --metrics-addr %s: %s\n", metrics_addr, e.msg);
+      return 1;
+    }
+  }
   nghttp2_session_callbacks_new(&callbacks);
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, on_begin_headers);
   nghttp2_session_callbacks_set_on_header_callback(callbacks, on_header);
@@ -1640,6 +1752,7 @@ int main(int argc, char **argv) {
     b.up = u->next;
     upstream_free(u);
   }
+  kt_http_free(http); /* after: closing libketch answered the health checks waiting */
   kt_tls_reloader_free(reloader);
   kt_tls_ctx_free(b.tls);
   ev_check_stop(b.loop, &b.turn_w);

@@ -7,12 +7,36 @@
  * snapshot file's format, what defrag does) the command's long help says so.
  */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
+#include "../common/progress.h"
 #include "ctl.h"
 
 #define MAX_EPS 64
+
+/* Progress of a snapshot save on a terminal: a thread watches the size of
+ * the file libketch is writing (<path>.part); the save itself runs as before. */
+struct save_watch {
+  char part[4200];
+  _Atomic bool stop;
+  struct kt_progress pr;
+};
+
+static void *save_watch_main(void *arg) {
+  struct save_watch *w = arg;
+  while (!atomic_load(&w->stop)) {
+    struct stat st;
+    if (stat(w->part, &st) == 0)
+      kt_progress_update(&w->pr, (uint64_t)st.st_size);
+    nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+  }
+  return NULL;
+}
 
 void ctl_run_snapshot_save(int argc, char **argv) {
   if (argc != 1)
@@ -34,7 +58,18 @@ void ctl_run_snapshot_save(int argc, char **argv) {
   if (!c)
     ctl_die(CTL_EXIT_INTERRUPTED, "%s", msg);
   ketch_result *res = NULL;
+  struct save_watch w = {.stop = false};
+  snprintf(w.part, sizeof w.part, "%s.part", argv[0]);
+  kt_progress_init(&w.pr, "snapshot save", 0);
+  pthread_t thr;
+  bool watching = w.pr.on && pthread_create(&thr, NULL, save_watch_main, &w) == 0;
   int err = ketch_snapshot_save(c, argv[0], &res);
+  if (watching) {
+    atomic_store(&w.stop, true);
+    pthread_join(thr, NULL);
+    struct stat st;
+    kt_progress_end(&w.pr, stat(argv[0], &st) == 0 && !err ? (uint64_t)st.st_size : 0);
+  }
   ctl_keep_result(res);
   if (err) {
     /* the library's own checks (hash, local file, lost transfer) say what

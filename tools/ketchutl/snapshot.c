@@ -41,6 +41,7 @@
 #include "../../snap/snap.h"
 #include "../etcddb/etcddb.h"
 #include "util.h"
+#include "../common/progress.h"
 
 /* go-humanize's Bytes(): SI units, one decimal below 10. */
 static void human_bytes(uint64_t s, char *buf, size_t n) {
@@ -182,13 +183,18 @@ static int copy_file(const char *from, const char *to, uint64_t len) {
   char buf[1 << 16];
   ssize_t n = 0;
   int rc = 0;
+  uint64_t total = len;
+  struct kt_progress pr;
+  kt_progress_init(&pr, "restore", total);
   while (len && (n = read(in, buf, len < sizeof buf ? (size_t)len : sizeof buf)) > 0) {
     if (write(out, buf, (size_t)n) != n) {
       rc = -1;
       break;
     }
     len -= (uint64_t)n;
+    kt_progress_update(&pr, total - len);
   }
+  kt_progress_end(&pr, total - len);
   if (len)
     n = -1; /* shorter than verified */
   if (n < 0 || fsync(out) < 0)

@@ -1,0 +1,609 @@
+/* net/http.c — /metrics, /health, /livez, /readyz on libmicrohttpd, driven
+ * by the member's libev loop. The contract and the bounds are in http.h. */
+#include "http.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "../core/node.h" /* struct kt_node_health */
+#include "sock.h"
+
+#define MAX_LISTENERS 16
+#define MAX_EXCLUDES 16
+
+struct hconn { /* one TCP connection MHD holds */
+  struct hconn *prev, *next;
+  int fd;
+  ev_tstamp deadline; /* shut down if no request completes before */
+  bool shut;
+};
+
+/* A request waiting for its linearizable read (the connection suspended). */
+struct pending {
+  struct kt_http *h;
+  struct MHD_Connection *c;
+  bool done, suspended;
+  int code;
+  char why[96];
+};
+
+struct listener {
+  struct kt_http *h;
+  ev_io w;
+  int fd, port;
+};
+
+struct kt_http {
+  struct ev_loop *loop;
+  struct kt_http_source src;
+  struct MHD_Daemon *d;
+  ev_io mhd_w;    /* MHD's epoll fd */
+  ev_timer tmo_w; /* MHD_get_timeout */
+  ev_timer reap_w;
+  struct listener ls[MAX_LISTENERS];
+  size_t n_ls;
+  struct hconn *conns;
+  size_t n_conns;
+  bool in_run;
+  struct kt_buf body;
+  /* the state thread's busy time: from waking (check) to sleeping (prepare) */
+  ev_check wake_w;
+  ev_prepare sleep_w;
+  ev_tstamp woke;
+  double busy_s;
+};
+
+/* ---- driving MHD from the loop ---- */
+
+static void mhd_run(struct kt_http *h) {
+  if (h->in_run)
+    return;
+  h->in_run = true;
+  MHD_run(h->d);
+  h->in_run = false;
+  MHD_UNSIGNED_LONG_LONG ms = 0;
+  ev_timer_stop(h->loop, &h->tmo_w);
+  if (MHD_get_timeout(h->d, &ms) == MHD_YES) {
+    ev_timer_set(&h->tmo_w, ms / 1000.0, 0.);
+    ev_timer_start(h->loop, &h->tmo_w);
+  }
+}
+
+static void on_mhd(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)loop;
+  (void)revents;
+  mhd_run(w->data);
+}
+
+static void on_tmo(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  mhd_run(w->data);
+}
+
+/* A connection that has not completed a request by its deadline is shut
+ * down; MHD sees the end of the stream and closes it (MHD owns the fd). */
+static void on_reap(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)revents;
+  struct kt_http *h = w->data;
+  ev_tstamp now = ev_now(loop);
+  bool any = false;
+  for (struct hconn *c = h->conns; c; c = c->next)
+    if (!c->shut && now > c->deadline) {
+      kt_log(KT_LOG_DEBUG, "http", "closing a connection that sent no complete request in %d s",
+             KT_HTTP_DEADLINE_S);
+      shutdown(c->fd, SHUT_RDWR);
+      c->shut = any = true;
+    }
+  if (any)
+    mhd_run(h);
+}
+
+/* Hands one accepted socket to MHD (which closes it itself if it refuses). */
+static void add_conn(struct kt_http *h, int fd, const struct sockaddr *sa, socklen_t len) {
+  if (h->n_conns >= KT_HTTP_MAX_CONNS) {
+    kt_log(KT_LOG_DEBUG, "http", "connection refused: %d open", KT_HTTP_MAX_CONNS);
+    close(fd);
+    return;
+  }
+  (void)MHD_add_connection(h->d, fd, sa, len);
+}
+
+void kt_http_adopt(struct kt_http *h, int fd) {
+  struct sockaddr_storage sa;
+  socklen_t len = sizeof sa;
+  if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0) {
+    close(fd);
+    return;
+  }
+  add_conn(h, fd, (struct sockaddr *)&sa, len);
+  mhd_run(h);
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)loop;
+  (void)revents;
+  struct listener *l = w->data;
+  struct kt_http *h = l->h;
+  for (int i = 0; i < 16; i++) {
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    int fd = accept4(l->fd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+      break;
+    add_conn(h, fd, (struct sockaddr *)&sa, len);
+  }
+  mhd_run(h);
+}
+
+static void on_conn(void *cls, struct MHD_Connection *mc, void **socket_context,
+                    enum MHD_ConnectionNotificationCode toe) {
+  struct kt_http *h = cls;
+  if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+    struct hconn *c = calloc(1, sizeof *c);
+    kt_assert(c);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    c->fd = ci ? ci->connect_fd : -1;
+    c->deadline = ev_now(h->loop) + KT_HTTP_DEADLINE_S;
+    c->next = h->conns;
+    if (h->conns)
+      h->conns->prev = c;
+    h->conns = c;
+    h->n_conns++;
+    *socket_context = c;
+    return;
+  }
+  struct hconn *c = *socket_context;
+  if (!c)
+    return;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    h->conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  h->n_conns--;
+  free(c);
+  *socket_context = NULL;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)toe;
+  struct kt_http *h = cls;
+  free(*con_cls); /* a struct pending, done (never freed while suspended) */
+  *con_cls = NULL;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  struct hconn *c = ci ? ci->socket_context : NULL;
+  if (c)
+    c->deadline = ev_now(h->loop) + KT_HTTP_DEADLINE_S;
+}
+
+static void on_wake(struct ev_loop *loop, ev_check *w, int revents) {
+  (void)revents;
+  struct kt_http *h = w->data;
+  h->woke = ev_time();
+  (void)loop;
+}
+
+static void on_sleep(struct ev_loop *loop, ev_prepare *w, int revents) {
+  (void)loop;
+  (void)revents;
+  struct kt_http *h = w->data;
+  if (h->woke > 0)
+    h->busy_s += ev_time() - h->woke;
+  h->woke = 0;
+}
+
+/* ---- the body ---- */
+
+__attribute__((format(printf, 2, 3))) static void out_f(struct kt_buf *b, const char *fmt, ...) {
+  char tmp[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (k > 0)
+    kt_buf_append(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+}
+
+static size_t count_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d)
+    return 0;
+  size_t n = 0;
+  struct dirent *de;
+  while ((de = readdir(d)))
+    n += de->d_name[0] != '.';
+  closedir(d);
+  return n > 0 ? n - 1 : 0; /* not the one opendir holds */
+}
+
+/* Seconds since the epoch when the process started (/proc/self/stat's
+ * starttime after /proc/stat's btime), or 0. */
+static double start_time_s(void) {
+  static double cached = -1;
+  if (cached >= 0)
+    return cached;
+  cached = 0;
+  char buf[1024];
+  FILE *f = fopen("/proc/self/stat", "r");
+  if (!f)
+    return 0;
+  size_t len = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[len] = 0;
+  char *p = strrchr(buf, ')');
+  if (!p)
+    return 0;
+  /* fields after the name: 3 state ... 22 starttime */
+  unsigned long long start = 0;
+  int field = 2;
+  for (char *t = strtok(p + 1, " "); t; t = strtok(NULL, " "))
+    if (++field == 22) {
+      start = strtoull(t, NULL, 10);
+      break;
+    }
+  unsigned long long btime = 0;
+  f = fopen("/proc/stat", "r");
+  if (!f)
+    return 0;
+  while (fgets(buf, sizeof buf, f))
+    if (sscanf(buf, "btime %llu", &btime) == 1)
+      break;
+  fclose(f);
+  long hz = sysconf(_SC_CLK_TCK);
+  if (btime && hz > 0)
+    cached = (double)btime + (double)start / (double)hz;
+  return cached;
+}
+
+static void process_metrics(struct kt_http *h, struct kt_buf *b) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+               ru.ru_stime.tv_usec / 1e6;
+  out_f(b,
+        "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+        "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.6f\n",
+        cpu);
+  unsigned long long vm = 0, rss = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f) {
+    if (fscanf(f, "%llu %llu", &vm, &rss) != 2)
+      vm = rss = 0;
+    fclose(f);
+  }
+  long page = sysconf(_SC_PAGESIZE);
+  out_f(b,
+        "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+        "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %llu\n",
+        rss * (unsigned long long)page);
+  out_f(b,
+        "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+        "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes %llu\n",
+        vm * (unsigned long long)page);
+  out_f(b,
+        "# HELP process_open_fds Number of open file descriptors.\n"
+        "# TYPE process_open_fds gauge\nprocess_open_fds %zu\n",
+        count_fds());
+  struct rlimit rl;
+  if (!getrlimit(RLIMIT_NOFILE, &rl))
+    out_f(b,
+          "# HELP process_max_fds Maximum number of open file descriptors.\n"
+          "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n",
+          (unsigned long long)rl.rlim_cur);
+  out_f(b,
+        "# HELP process_start_time_seconds Start time of the process since unix epoch in "
+        "seconds.\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
+        start_time_s());
+  out_f(b,
+        "# HELP ketch_state_thread_busy_seconds_total Time the member's event loop spent working "
+        "(from waking up to waiting again).\n# TYPE ketch_state_thread_busy_seconds_total "
+        "counter\nketch_state_thread_busy_seconds_total %.6f\n",
+        h->busy_s);
+  out_f(b,
+        "# HELP ketch_http_connections Open connections to the metrics and health endpoints.\n"
+        "# TYPE ketch_http_connections gauge\nketch_http_connections %zu\n",
+        h->n_conns);
+}
+
+/* ---- checks ---- */
+
+struct args {
+  bool verbose;
+  bool serializable;
+  const char *exclude[MAX_EXCLUDES];
+  bool used[MAX_EXCLUDES];
+  size_t n_exclude;
+};
+
+static enum MHD_Result arg_it(void *cls, enum MHD_ValueKind kind, const char *key,
+                              const char *value) {
+  (void)kind;
+  struct args *a = cls;
+  if (!strcmp(key, "verbose"))
+    a->verbose = true;
+  else if (!strcmp(key, "serializable"))
+    a->serializable = value && !strcmp(value, "true");
+  else if (!strcmp(key, "exclude") && value && a->n_exclude < MAX_EXCLUDES)
+    a->exclude[a->n_exclude++] = value;
+  return MHD_YES;
+}
+
+static bool excluded(struct args *a, const char *name) {
+  bool hit = false;
+  for (size_t i = 0; i < a->n_exclude; i++)
+    if (!strcmp(a->exclude[i], name))
+      hit = a->used[i] = true;
+  return hit;
+}
+
+/* /health (etcd 3.4/3.5): status 200 or 503, JSON body. */
+/* The linearizable read's outcome as a check's failure text (NULL: ok). */
+static const char *lin_fail(const struct pending *p, const struct kt_node_health *st) {
+  if (p)
+    return p->code ? p->why : NULL;
+  return st->serving ? NULL : (st->leader ? "leader not ready (catching up)" : "no leader");
+}
+
+/* Whether /health should wait for a linearizable read first: only when
+ * nothing else already fails. */
+static bool health_wants_probe(struct kt_http *h, struct args *a) {
+  struct kt_node_health st;
+  h->src.health(h->src.arg, &st);
+  return h->src.probe && !a->serializable && st.leader &&
+         !(st.nospace && !excluded(a, "NOSPACE")) && !(st.corrupt && !excluded(a, "CORRUPT")) &&
+         !st.stopping;
+}
+
+/* /health (etcd 3.4/3.5): status 200 or 503, JSON body. */
+static int health(struct kt_http *h, struct args *a, const struct pending *p, struct kt_buf *b) {
+  struct kt_node_health st;
+  h->src.health(h->src.arg, &st);
+  char reason[160] = "";
+  const char *lf;
+  if (st.nospace && !excluded(a, "NOSPACE"))
+    snprintf(reason, sizeof reason, "ALARM NOSPACE");
+  else if (st.corrupt && !excluded(a, "CORRUPT"))
+    snprintf(reason, sizeof reason, "ALARM CORRUPT");
+  else if (!st.leader)
+    snprintf(reason, sizeof reason, "RAFT NO LEADER");
+  else if (!a->serializable && (lf = lin_fail(p, &st)))
+    snprintf(reason, sizeof reason, "QGET ERROR:%s", lf);
+  else if (st.stopping)
+    snprintf(reason, sizeof reason, "STOPPING");
+  bool ok = !*reason;
+  out_f(b, "{\"health\":\"%s\",\"reason\":\"%s\"}", ok ? "true" : "false", reason);
+  return ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE;
+}
+
+struct check {
+  const char *name;
+  const char *fail; /* NULL: ok */
+};
+
+/* /livez and /readyz (etcd 3.5, Kubernetes-style lines). */
+static int probe(struct kt_http *h, struct args *a, bool ready, const struct pending *p,
+                 struct kt_buf *b) {
+  struct kt_node_health st;
+  h->src.health(h->src.arg, &st);
+  struct check checks[4];
+  size_t n = 0;
+  if (ready)
+    checks[n++] =
+        (struct check){"data_corruption", st.corrupt ? "data corruption alarm is active" : NULL};
+  checks[n++] = (struct check){"serializable_read", st.stopping ? "member stopping" : NULL};
+  if (ready) {
+    checks[n++] = (struct check){"linearizable_read", lin_fail(p, &st)};
+    checks[n++] = (struct check){"not_learner", st.learner ? "member is a learner" : NULL};
+  }
+  bool failed = false;
+  struct kt_buf lines = {0};
+  for (size_t i = 0; i < n; i++) {
+    if (excluded(a, checks[i].name)) {
+      out_f(&lines, "[+]%s excluded: ok\n", checks[i].name);
+    } else if (checks[i].fail) {
+      failed = true;
+      out_f(&lines, "[-]%s failed: %s\n", checks[i].name, checks[i].fail);
+    } else {
+      out_f(&lines, "[+]%s ok\n", checks[i].name);
+    }
+  }
+  for (size_t i = 0; i < a->n_exclude; i++)
+    if (!a->used[i]) {
+      out_f(&lines, "warn: some health checks cannot be excluded: no matches for \"%.64s\"\n",
+            a->exclude[i]);
+      a->used[i] = true; /* once */
+    }
+  const char *path = ready ? "readyz" : "livez";
+  if (!failed && !a->verbose) {
+    out_f(b, "ok");
+  } else {
+    kt_buf_append(b, lines.p, lines.len);
+    out_f(b, "%s check %s\n", path, failed ? "failed" : "passed");
+  }
+  kt_buf_free(&lines);
+  return failed ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK;
+}
+
+static enum MHD_Result respond(struct MHD_Connection *c, int status, const char *type,
+                               struct kt_buf *b) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(b->len, b->p ? (void *)b->p : (void *)"",
+                                                           MHD_RESPMEM_MUST_COPY);
+  if (!r)
+    return MHD_NO;
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+  enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
+  MHD_destroy_response(r);
+  return rc;
+}
+
+static void probe_done(void *ctx, int code, const char *why) {
+  struct pending *p = ctx;
+  p->done = true;
+  p->code = code;
+  snprintf(p->why, sizeof p->why, "%s", why);
+  if (p->suspended) {
+    p->suspended = false;
+    MHD_resume_connection(p->c);
+    /* MHD runs at the next loop turn (this may be inside the node's work) */
+    struct kt_http *h = p->h;
+    ev_timer_stop(h->loop, &h->tmo_w);
+    ev_timer_set(&h->tmo_w, 0., 0.);
+    ev_timer_start(h->loop, &h->tmo_w);
+  }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+  (void)version;
+  (void)upload;
+  (void)upload_size;
+  (void)con_cls;
+  struct kt_http *h = cls;
+  struct kt_buf *b = &h->body;
+  kt_buf_reset(b);
+  if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD)) {
+    out_f(b, "method not allowed\n");
+    return respond(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", b);
+  }
+  struct args a = {0};
+  MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, arg_it, &a);
+  bool is_health = h->src.health && !strcmp(url, "/health");
+  bool is_ready = h->src.health && !strcmp(url, "/readyz");
+  struct pending *p = *con_cls;
+  if (!p && ((is_health && health_wants_probe(h, &a)) ||
+             (is_ready && h->src.probe && !excluded(&a, "linearizable_read")))) {
+    memset(a.used, 0, sizeof a.used); /* excluded() marks; the answer marks again */
+    p = calloc(1, sizeof *p);
+    kt_assert(p);
+    p->h = h;
+    p->c = c;
+    *con_cls = p;
+    h->src.probe(h->src.arg, probe_done, p);
+    if (!p->done) { /* answered by probe_done, then this handler runs again */
+      p->suspended = true;
+      MHD_suspend_connection(c);
+      return MHD_YES;
+    }
+  }
+  if (!strcmp(url, "/metrics")) {
+    h->src.metrics(h->src.arg, b);
+    process_metrics(h, b);
+    return respond(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b);
+  }
+  if (is_health) {
+    int st = health(h, &a, p, b);
+    return respond(c, st, "application/json", b);
+  }
+  if (h->src.health && (!strcmp(url, "/livez") || !strcmp(url, "/readyz"))) {
+    int st = probe(h, &a, url[1] == 'r', url[1] == 'r' ? p : NULL, b);
+    return respond(c, st, "text/plain; charset=utf-8", b);
+  }
+  out_f(b, "404 page not found\n");
+  return respond(c, MHD_HTTP_NOT_FOUND, "text/plain; charset=utf-8", b);
+}
+
+/* ---- life ---- */
+
+struct kt_http *kt_http_new(struct ev_loop *loop, const struct kt_http_source *src,
+                            struct kt_err *e) {
+  struct kt_http *h = calloc(1, sizeof *h);
+  kt_assert(h);
+  h->loop = loop;
+  h->src = *src;
+  h->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME, 0,
+                          NULL, NULL, on_request, h, MHD_OPTION_CONNECTION_LIMIT,
+                          (unsigned int)KT_HTTP_MAX_CONNS, MHD_OPTION_CONNECTION_TIMEOUT,
+                          (unsigned int)KT_HTTP_DEADLINE_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                          (size_t)KT_HTTP_MEMORY_BYTES, MHD_OPTION_NOTIFY_CONNECTION, on_conn, h,
+                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+  if (!h->d) {
+    free(h);
+    kt_err_set(e, KT_EIO, "http: libmicrohttpd failed to start");
+    return NULL;
+  }
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD);
+  ev_io_init(&h->mhd_w, on_mhd, di->epoll_fd, EV_READ);
+  h->mhd_w.data = h;
+  ev_io_start(loop, &h->mhd_w);
+  ev_timer_init(&h->tmo_w, on_tmo, 0., 0.);
+  h->tmo_w.data = h;
+  ev_timer_init(&h->reap_w, on_reap, 1., 1.);
+  h->reap_w.data = h;
+  ev_timer_start(loop, &h->reap_w);
+  ev_check_init(&h->wake_w, on_wake);
+  ev_set_priority(&h->wake_w, EV_MAXPRI);
+  h->wake_w.data = h;
+  ev_check_start(loop, &h->wake_w);
+  ev_prepare_init(&h->sleep_w, on_sleep);
+  ev_set_priority(&h->sleep_w, EV_MINPRI);
+  h->sleep_w.data = h;
+  ev_prepare_start(loop, &h->sleep_w);
+  /* these watchers alone do not keep the loop running */
+  for (int i = 0; i < 4; i++)
+    ev_unref(loop);
+  return h;
+}
+
+int kt_http_listen(struct kt_http *h, const char *host, int port, struct kt_err *e) {
+  if (h->n_ls == MAX_LISTENERS)
+    return kt_err_set(e, KT_EINVAL, "http: more than %d metrics listeners", MAX_LISTENERS);
+  int fd = kt_sock_listen(host, port, 64, e);
+  if (fd < 0)
+    return e->code;
+  struct listener *l = &h->ls[h->n_ls++];
+  l->h = h;
+  l->fd = fd;
+  l->port = kt_sock_port(fd);
+  ev_io_init(&l->w, on_accept, fd, EV_READ);
+  l->w.data = l;
+  ev_io_start(h->loop, &l->w);
+  ev_unref(h->loop);
+  return 0;
+}
+
+int kt_http_port(const struct kt_http *h, size_t i) { return i < h->n_ls ? h->ls[i].port : -1; }
+
+void kt_http_stop_accepting(struct kt_http *h) {
+  for (size_t i = 0; i < h->n_ls; i++)
+    if (h->ls[i].fd >= 0) {
+      ev_ref(h->loop);
+      ev_io_stop(h->loop, &h->ls[i].w);
+      close(h->ls[i].fd);
+      h->ls[i].fd = -1;
+    }
+}
+
+void kt_http_free(struct kt_http *h) {
+  if (!h)
+    return;
+  kt_http_stop_accepting(h);
+  for (int i = 0; i < 4; i++)
+    ev_ref(h->loop);
+  ev_io_stop(h->loop, &h->mhd_w);
+  ev_timer_stop(h->loop, &h->tmo_w);
+  ev_timer_stop(h->loop, &h->reap_w);
+  ev_check_stop(h->loop, &h->wake_w);
+  ev_prepare_stop(h->loop, &h->sleep_w);
+  MHD_stop_daemon(h->d); /* closes the connections (on_conn frees their records) */
+  kt_buf_free(&h->body);
+  free(h);
+}
