@@ -24,6 +24,8 @@ endif
 CC ?= cc
 VERSION := 0.1.0
 PKGS := msgpack libsodium liblz4 yaml-0.1 openssl libcares libmicrohttpd
+# What libketch links (its .so, ketch.pc's Requires.private).
+LIBKETCH_PKGS := msgpack libsodium openssl libcares
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wimplicit-fallthrough
 CFLAGS ?= -O2 -g
 ifeq ($(SAN),1)
@@ -109,11 +111,11 @@ $(LIBDIR)/libketch.a: $(CLIENT_OBJS)
 $(LIBDIR)/libketch.so: $(CLIENT_OBJS) client/ketch.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,--version-script=client/ketch.map -o $@ $(CLIENT_OBJS) $(LDFLAGS) \
-	  $(shell pkg-config --libs msgpack libsodium openssl libcares 2>/dev/null) -lpthread
+	  $(shell pkg-config --libs $(LIBKETCH_PKGS) 2>/dev/null) -lpthread
 
 $(LIBDIR)/ketch.pc: Makefile
 	@mkdir -p $(dir $@)
-	printf 'libdir=%s\nincludedir=%s\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium openssl libcares\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(abspath $(LIBDIR))" "$(CURDIR)/client" > $@
+	printf 'libdir=%s\nincludedir=%s\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: $(LIBKETCH_PKGS)\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(abspath $(LIBDIR))" "$(CURDIR)/client" > $@
 
 $(BINDIR)/ketch: $(call obj,$(KETCH_MAIN)) $(LIBKT) $(LIBDIR)/libketch.a
 	@mkdir -p $(dir $@)
@@ -279,7 +281,7 @@ $(O)/man/libketch.3: tools/man/libketch.3
 	cp $< $@
 $(O)/libketch.so.$(VERSION): $(CLIENT_OBJS) client/ketch.map
 	$(CC) -shared -Wl,-soname,libketch.so.0 -Wl,--version-script=client/ketch.map -o $@ $(CLIENT_OBJS) \
-	  $(LDFLAGS) $(shell pkg-config --libs msgpack libsodium openssl 2>/dev/null) -lpthread
+	  $(LDFLAGS) $(shell pkg-config --libs $(LIBKETCH_PKGS) 2>/dev/null) -lpthread
 
 install: all man $(O)/libketch.so.$(VERSION)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include \
@@ -291,7 +293,7 @@ install: all man $(O)/libketch.so.$(VERSION)
 	ln -sf libketch.so.0 $(DESTDIR)$(PREFIX)/lib/libketch.so
 	install -m 0644 $(LIBDIR)/libketch.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 client/ketch.h $(DESTDIR)$(PREFIX)/include/
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: msgpack libsodium openssl\nLibs: -L$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(PREFIX)" > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ketch.pc
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ketch\nDescription: C client library for the ketch key-value store\nVersion: $(VERSION)\nRequires.private: $(LIBKETCH_PKGS)\nLibs: -L$${libdir} -lketch\nCflags: -I$${includedir}\n' "$(PREFIX)" > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ketch.pc
 	install -m 0644 $(filter %.1,$(MAN_PAGES)) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 $(O)/man/libketch.3 $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/ketch/
