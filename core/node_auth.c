@@ -194,17 +194,23 @@ static struct kt_bytes ident_user(const struct kt_node_ident *id) {
   return (struct kt_bytes){(const uint8_t *)id->user, id->user_len};
 }
 
-/* The connection's token still lives: a simple one is in the table (each
+/* The connection's token still lives: a simple one is in the table (a
  * request is a use, renewing it; unused for its TTL it is gone), a signed
- * one has not expired. A connection bound without a token has none. */
+ * one has not expired. A connection bound without a token has none. Per
+ * request, so cheap: the loop's clock, and the table looked up (and the
+ * token renewed) at most once a second per connection — a token evicted or
+ * expired meanwhile keeps its connection at most that second longer. */
 static bool token_alive(struct kt_node *n, struct kt_conn *c) {
   struct kt_bytes tok;
-  int64_t exp;
+  int64_t exp, now = (int64_t)(ev_now(n->loop) * 1000);
   kt_conn_token(c, &tok, &exp);
-  struct kt_token_info info;
-  if (tok.n && kt_tokens_check(n->as->tokens, tok, wall_ms(), &info))
-    return false;
-  return !exp || wall_ms() < exp;
+  if (tok.n && now - kt_conn_token_checked(c) >= 1000) {
+    struct kt_token_info info;
+    if (kt_tokens_check(n->as->tokens, tok, wall_ms(), &info))
+      return false;
+    kt_conn_set_token_checked(c, now);
+  }
+  return !exp || now < exp;
 }
 
 /* Binds c to user for the token it authenticated with (its lifetime). */

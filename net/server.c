@@ -48,7 +48,7 @@ struct kt_conn {
   uint64_t user_rev;
   char token[KT_CONN_TOKEN_MAX]; /* kt_conn_set_token */
   uint32_t token_len;
-  int64_t token_expires_ms;
+  int64_t token_expires_ms, token_checked_ms;
 };
 
 struct kt_listener {
@@ -229,7 +229,7 @@ void kt_conn_set_user(struct kt_conn *c, struct kt_bytes user, uint64_t auth_rev
   c->user[c->user_len] = 0;
   c->user_rev = auth_revision;
   c->token_len = 0;
-  c->token_expires_ms = 0;
+  c->token_expires_ms = c->token_checked_ms = 0;
 }
 
 void kt_conn_set_token(struct kt_conn *c, struct kt_bytes simple, int64_t expires_ms) {
@@ -237,7 +237,11 @@ void kt_conn_set_token(struct kt_conn *c, struct kt_bytes simple, int64_t expire
   if (c->token_len)
     memcpy(c->token, simple.p, c->token_len);
   c->token_expires_ms = expires_ms;
+  c->token_checked_ms = 0;
 }
+
+int64_t kt_conn_token_checked(const struct kt_conn *c) { return c->token_checked_ms; }
+void kt_conn_set_token_checked(struct kt_conn *c, int64_t ms) { c->token_checked_ms = ms; }
 
 void kt_conn_token(const struct kt_conn *c, struct kt_bytes *simple, int64_t *expires_ms) {
   *simple = (struct kt_bytes){(const uint8_t *)c->token, c->token_len};

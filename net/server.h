@@ -135,6 +135,10 @@ bool kt_conn_user(const struct kt_conn *c, struct kt_bytes *user, uint64_t *auth
 #define KT_CONN_TOKEN_MAX 32
 void kt_conn_set_token(struct kt_conn *c, struct kt_bytes simple, int64_t expires_ms);
 void kt_conn_token(const struct kt_conn *c, struct kt_bytes *simple, int64_t *expires_ms);
+/* When the simple token was last found alive in the member's table (ms, the
+ * caller's clock; 0: never): the caller looks it up at most once a second. */
+int64_t kt_conn_token_checked(const struct kt_conn *c);
+void kt_conn_set_token_checked(struct kt_conn *c, int64_t ms);
 /* The caller's identity: the Common Name of the verified client certificate,
  * or the identity a proxy with such a certificate named in its HELLO; NULL
  * when there is none. Valid while the connection is referenced. */

@@ -174,7 +174,7 @@ def main():
         dur = str(SECONDS * 3)
         k = servers[0]
         r, err = k.bench(["put"], user="bench:" + PW,
-                         extra=["--clients", "64", "--conns", "16", "--duration", dur, "--storm", str(LOGINS), "--storm-after", "1"])
+                         extra=["--clients", "64", "--conns", "16", "--duration", dur, "--storm", str(LOGINS), "--storm-after", "3"])
         m = re.search(r"storm: .*", err)
         line = m.group(0) if m else "(no storm line)"
         got = re.search(r"(\d+) answered their login within ([0-9.]+) s", line)

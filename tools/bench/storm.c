@@ -57,6 +57,12 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+static volatile sig_atomic_t storm_stopping; /* SIGTERM: report what is done, then exit */
+static void on_storm_term(int sig) {
+  (void)sig;
+  storm_stopping = 1;
+}
+
 static void storm_child(const char *endpoints, int n, double after_s) {
   if (nice(10) < 0)
     perror("storm: nice");
@@ -144,7 +150,7 @@ static void storm_child(const char *endpoints, int n, double after_s) {
   for (int i = 0; i < n; i++)
     left += cs[i].state < C_DONE;
   uint64_t deadline = bench_now_ns() + 60ull * 1000000000ull;
-  while (left && bench_now_ns() < deadline) {
+  while (left && !storm_stopping && bench_now_ns() < deadline) {
     for (int i = 0; i < n; i++) {
       struct sconn *c = &cs[i];
       pf[i].fd = c->state < C_DONE ? c->io.fd : -1;
@@ -229,9 +235,11 @@ static void storm_child(const char *endpoints, int n, double after_s) {
           bench_auth.user ? "their login" : "HELLO", (double)(end - start) / 1e9,
           ok ? lat[ok / 2] / 1e6 : 0, ok ? lat[(size_t)ok * 99 / 100] / 1e6 : 0,
           ok ? lat[ok - 1] / 1e6 : 0, failed, failed ? ": " : "", failed ? why : "");
-  /* keep them open until told to stop */
-  for (;;)
+  /* keep them open until told to stop (a storm cut short by the end of the
+   * run has reported what it got: "timed out" names the unanswered) */
+  while (!storm_stopping)
     pause();
+  _exit(0);
 }
 
 pid_t storm_spawn(const struct bench_cfg *cfg) {
@@ -240,7 +248,7 @@ pid_t storm_spawn(const struct bench_cfg *cfg) {
   fflush(stderr);
   pid_t pid = fork();
   if (pid == 0) {
-    signal(SIGTERM, SIG_DFL);
+    signal(SIGTERM, on_storm_term);
     storm_child(cfg->endpoints, cfg->storm, cfg->storm_after_s);
     _exit(0);
   }
