@@ -335,15 +335,7 @@ static void pconn_arm(struct pconn *c) {
   int ev = c->state == S_CONNECTING ? KT_IO_WRITE
            : c->hs_waiting          ? 0
                                     : kt_io_events(&c->io, c->want_read, c->write_blocked);
-  struct ev_loop *loop = c->t->loop;
-  if ((ev & KT_IO_READ) && !ev_is_active(&c->rio))
-    ev_io_start(loop, &c->rio);
-  else if (!(ev & KT_IO_READ) && ev_is_active(&c->rio))
-    ev_io_stop(loop, &c->rio);
-  if ((ev & KT_IO_WRITE) && !ev_is_active(&c->wio))
-    ev_io_start(loop, &c->wio);
-  else if (!(ev & KT_IO_WRITE) && ev_is_active(&c->wio))
-    ev_io_stop(loop, &c->wio);
+  kt_sock_arm(c->t->loop, &c->rio, &c->wio, ev);
 }
 
 static size_t queue_cap(const struct pconn *c) {

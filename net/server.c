@@ -136,15 +136,7 @@ static void conn_arm(struct kt_conn *c) {
   if (c->closed)
     return;
   int ev = c->on_wait_list ? 0 : kt_io_events(&c->io, c->reading, c->write_blocked);
-  struct ev_loop *loop = c->srv->loop;
-  if ((ev & KT_IO_READ) && !ev_is_active(&c->rio))
-    ev_io_start(loop, &c->rio);
-  else if (!(ev & KT_IO_READ) && ev_is_active(&c->rio))
-    ev_io_stop(loop, &c->rio);
-  if ((ev & KT_IO_WRITE) && !ev_is_active(&c->wio))
-    ev_io_start(loop, &c->wio);
-  else if (!(ev & KT_IO_WRITE) && ev_is_active(&c->wio))
-    ev_io_stop(loop, &c->wio);
+  kt_sock_arm(c->srv->loop, &c->rio, &c->wio, ev);
 }
 
 static void kick(struct kt_server *s) {

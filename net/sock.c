@@ -1,5 +1,6 @@
 /* net/sock.c — see sock.h. */
 #include "sock.h"
+#include "tls.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -55,4 +56,15 @@ int kt_sock_port(int fd) {
     return -1;
   return ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                   : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+void kt_sock_arm(struct ev_loop *loop, ev_io *rio, ev_io *wio, int ev) {
+  if ((ev & KT_IO_READ) && !ev_is_active(rio))
+    ev_io_start(loop, rio);
+  else if (!(ev & KT_IO_READ) && ev_is_active(rio))
+    ev_io_stop(loop, rio);
+  if ((ev & KT_IO_WRITE) && !ev_is_active(wio))
+    ev_io_start(loop, wio);
+  else if (!(ev & KT_IO_WRITE) && ev_is_active(wio))
+    ev_io_stop(loop, wio);
 }

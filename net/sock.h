@@ -1,9 +1,12 @@
-/* net/sock.h — the socket chores the client server and the peer transport
- * share: a listening socket, and accepting one connection with its address. */
+/* net/sock.h — the socket chores the client server, the peer transport and
+ * ketch-grpc share: a listening socket, accepting one connection with its
+ * address, and arming a connection's watchers. */
 #ifndef KT_SOCK_H
 #define KT_SOCK_H
 
 #include <stddef.h>
+
+#include <ev.h>
 
 #include "../core/base.h"
 
@@ -20,5 +23,10 @@ int kt_sock_accept(int lfd, char *peer, size_t peer_len);
 
 /* The port a socket is bound to, or -1. */
 int kt_sock_port(int fd);
+
+/* Starts or stops a connection's read and write watchers so that exactly
+ * the events in ev (KT_IO_READ | KT_IO_WRITE of net/tls.h, e.g. from
+ * kt_io_events) are watched. */
+void kt_sock_arm(struct ev_loop *loop, ev_io *rio, ev_io *wio, int ev);
 
 #endif

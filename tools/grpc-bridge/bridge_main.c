@@ -64,6 +64,7 @@
 #include "../grpc/grpc_client.h"
 #include "../../core/node.h" /* struct kt_node_health, for /health */
 #include "../../net/http.h"
+#include "../../net/sock.h"
 #include "../../net/tls.h"
 #include "../../net/tls_reload.h"
 
@@ -832,15 +833,7 @@ static void conn_arm(struct conn *c) {
   if (c->dead)
     return;
   int ev = c->hs_waiting ? 0 : kt_io_events(&c->io, c->reading, c->write_blocked);
-  struct ev_loop *loop = c->b->loop;
-  if ((ev & KT_IO_READ) && !ev_is_active(&c->rio))
-    ev_io_start(loop, &c->rio);
-  else if (!(ev & KT_IO_READ) && ev_is_active(&c->rio))
-    ev_io_stop(loop, &c->rio);
-  if ((ev & KT_IO_WRITE) && !ev_is_active(&c->wio))
-    ev_io_start(loop, &c->wio);
-  else if (!(ev & KT_IO_WRITE) && ev_is_active(&c->wio))
-    ev_io_stop(loop, &c->wio);
+  kt_sock_arm(c->b->loop, &c->rio, &c->wio, ev);
 }
 
 static void kick(struct bridge *b) {
