@@ -23,7 +23,9 @@
 static const char *const member_flags[] = {"--name", "--initial-cluster", "--initial-cluster-token",
                                            "--initial-advertise-peer-urls"};
 
-int ketchutl_member_flag(int argc, char **argv, int *i, struct ketchutl_members *m) {
+/* argv[*i] is a member flag: stored (1; *i moved past its value), not one
+ * (0), or one without its value (-1). */
+static int member_flag(int argc, char **argv, int *i, struct ketchutl_members *m) {
   for (size_t k = 0; k < KT_ARRAY_LEN(member_flags); k++) {
     size_t l = strlen(member_flags[k]);
     if (!strncmp(argv[*i], member_flags[k], l) && argv[*i][l] == '=') {
@@ -36,6 +38,27 @@ int ketchutl_member_flag(int argc, char **argv, int *i, struct ketchutl_members 
       m->v[k] = argv[++*i];
       return 1;
     }
+  }
+  return 0;
+}
+
+int ketchutl_restore_args(int argc, char **argv, const char **file, const char **dir,
+                          struct ketchutl_members *m) {
+  *file = *dir = NULL;
+  for (int i = 2; i < argc; i++) {
+    int f = member_flag(argc, argv, &i, m);
+    if (f < 0)
+      return -1;
+    if (f)
+      continue;
+    if (!strcmp(argv[i], "--data-dir") && i + 1 < argc)
+      *dir = argv[++i];
+    else if (!strncmp(argv[i], "--data-dir=", 11))
+      *dir = argv[i] + 11;
+    else if (argv[i][0] == '-' || *file)
+      return -1;
+    else
+      *file = argv[i];
   }
   return 0;
 }
@@ -137,23 +160,10 @@ int ketchutl_from_etcd(const char *file, const char *dir, struct ketchutl_member
 int ketchutl_migrate(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], "from-etcd"))
     return usage();
-  const char *file = NULL, *dir = NULL;
+  const char *file, *dir;
   struct ketchutl_members m = {0};
-  for (int i = 2; i < argc; i++) {
-    int f = ketchutl_member_flag(argc, argv, &i, &m);
-    if (f < 0)
-      return usage();
-    if (f)
-      continue;
-    if (!strcmp(argv[i], "--data-dir") && i + 1 < argc)
-      dir = argv[++i];
-    else if (!strncmp(argv[i], "--data-dir=", 11))
-      dir = argv[i] + 11;
-    else if (argv[i][0] == '-' || file)
-      return usage();
-    else
-      file = argv[i];
-  }
+  if (ketchutl_restore_args(argc, argv, &file, &dir, &m))
+    return usage();
   if (!file || !dir) {
     fprintf(stderr, "Error: migrate from-etcd needs an etcd database file and --data-dir\n");
     return 1;

@@ -315,23 +315,10 @@ int ketchutl_snapshot(int argc, char **argv) {
     return status(file, format);
   }
   if (!strcmp(argv[1], "restore")) {
-    const char *file = NULL, *dir = NULL;
+    const char *file, *dir;
     struct ketchutl_members mf = {0};
-    for (int i = 2; i < argc; i++) {
-      int f = ketchutl_member_flag(argc, argv, &i, &mf);
-      if (f < 0)
-        return usage();
-      if (f)
-        continue;
-      if (!strcmp(argv[i], "--data-dir") && i + 1 < argc)
-        dir = argv[++i];
-      else if (!strncmp(argv[i], "--data-dir=", 11))
-        dir = argv[i] + 11;
-      else if (argv[i][0] == '-' || file)
-        return usage();
-      else
-        file = argv[i];
-    }
+    if (ketchutl_restore_args(argc, argv, &file, &dir, &mf))
+      return usage();
     if (!file || !dir) {
       fprintf(stderr, "Error: snapshot restore needs a snapshot file and --data-dir\n");
       return 1;

@@ -23,9 +23,12 @@ struct ketchutl_members {
   size_t n_initial;
   struct kt_node_config node;
 };
-/* argv[*i] is a member flag: stored (1; *i moved past its value), not one
- * (0), or one without its value (-1). */
-int ketchutl_member_flag(int argc, char **argv, int *i, struct ketchutl_members *m);
+/* The arguments `snapshot restore` and `migrate from-etcd` share, from
+ * argv[2] on: one FILE, --data-dir DIR (or =DIR) and the member flags.
+ * 0, or -1 for an unknown flag, a second file or a flag without its value
+ * (the caller prints its usage). *file and *dir stay NULL when not given. */
+int ketchutl_restore_args(int argc, char **argv, const char **file, const char **dir,
+                          struct ketchutl_members *m);
 /* *out: the member file's configuration, checked as a new member's flags
  * (net/config.c), or NULL when no member flag was given. Errors: EINVAL with
  * the flag named. */
