@@ -206,18 +206,19 @@ static bool token_alive(struct kt_node *n, struct kt_conn *c) {
   kt_conn_token(c, &tok, &exp);
   if (tok.n && now - kt_conn_token_checked(c) >= 1000) {
     struct kt_token_info info;
-    if (kt_tokens_check(n->as->tokens, tok, wall_ms(), &info))
+    if (kt_tokens_check(n->as->tokens, tok, now, &info))
       return false;
     kt_conn_set_token_checked(c, now);
   }
   return !exp || now < exp;
 }
 
-/* Binds c to user for the token it authenticated with (its lifetime). */
+/* Binds c to user for the token it authenticated with (its lifetime:
+ * expires_ms of a signed one, else the simple token's text). */
 static void bind_conn(struct kt_conn *c, struct kt_bytes user, uint64_t rev, struct kt_bytes token,
-                      const struct kt_token_info *info) {
+                      int64_t expires_ms) {
   kt_conn_set_user(c, user, rev);
-  kt_conn_set_token(c, info->expires_ms ? (struct kt_bytes){0} : token, info->expires_ms);
+  kt_conn_set_token(c, expires_ms ? (struct kt_bytes){0} : token, expires_ms);
 }
 
 /* Who sends on c (auth enabled): 0 and *id, or the error to answer. */
@@ -619,8 +620,9 @@ static void on_pw_done(struct ev_loop *loop, ev_async *w, int revents) {
         /* bound at the revision the hash was read at: a password changed
          * (or the user deleted) meanwhile makes the binding invalid */
         uint64_t rev = x->rev;
+        int64_t expires_ms = 0;
         int rc = kt_auth_bound_valid(n->auth, name, rev)
-                     ? kt_tokens_issue(n->as->tokens, name, rev, wall_ms(), tok)
+                     ? kt_tokens_issue(n->as->tokens, name, rev, wall_ms(), tok, &expires_ms)
                      : KT_EAUTHFAILED;
         if (rc == KT_EAUTHFAILED) {
           kt_conn_send_error(x->conn, x->req_id, rc, kt_strerror(rc));
@@ -628,9 +630,7 @@ static void on_pw_done(struct ev_loop *loop, ev_async *w, int revents) {
           kt_conn_send_error(x->conn, x->req_id, rc, "cannot issue a token on this member");
         } else {
           r.token = (struct kt_bytes){(const uint8_t *)tok, (uint32_t)strlen(tok)};
-          struct kt_token_info info = {0};
-          (void)kt_tokens_check(n->as->tokens, r.token, wall_ms(), &info);
-          bind_conn(x->conn, name, rev, r.token, &info);
+          bind_conn(x->conn, name, rev, r.token, expires_ms);
           kt_log(KT_LOG_INFO, "audit", "decision=allow user=\"%s\" op=authenticate",
                  shown(name, u, sizeof u));
           reply_auth(n, x->conn, x->req_id, KT_MSG_AUTHENTICATE, &r);
@@ -671,7 +671,7 @@ static void authenticate(struct kt_node *n, struct kt_conn *c, const struct kt_r
       return;
     }
     struct kt_bytes user = {(const uint8_t *)info.user, (uint32_t)strlen(info.user)};
-    bind_conn(c, user, info.auth_revision, r->token, &info);
+    bind_conn(c, user, info.auth_revision, r->token, info.expires_ms);
     struct kt_auth_resp resp = {.token = r->token};
     reply_auth(n, c, req->id, KT_MSG_AUTHENTICATE, &resp);
     return;

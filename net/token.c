@@ -161,10 +161,12 @@ size_t kt_tokens_count(const struct kt_tokens *t) { return t->n; }
 /* ---- issue and check ---- */
 
 int kt_tokens_issue(struct kt_tokens *t, struct kt_bytes user, uint64_t auth_revision,
-                    int64_t now_ms, char out[KT_TOKEN_MAX]) {
+                    int64_t now_ms, char out[KT_TOKEN_MAX], int64_t *expires_ms) {
   if (user.n == 0 || user.n > 256)
     return KT_EINVAL;
   if (t->o.kind == KT_TOKEN_SIMPLE) {
+    if (expires_ms)
+      *expires_ms = 0;
     struct entry *x = calloc(1, sizeof *x);
     kt_assert(x);
     randombytes_buf(x->id, sizeof x->id);
@@ -187,8 +189,11 @@ int kt_tokens_issue(struct kt_tokens *t, struct kt_bytes user, uint64_t auth_rev
   if (!t->can_sign)
     return KT_EUNSUPPORTED;
   uint8_t payload[16 + 256], sig[crypto_sign_BYTES];
+  int64_t exp_s = now_ms / 1000 + t->o.ttl_s;
   kt_put_u64be(payload, auth_revision);
-  kt_put_u64be(payload + 8, (uint64_t)(now_ms / 1000 + t->o.ttl_s));
+  kt_put_u64be(payload + 8, (uint64_t)exp_s);
+  if (expires_ms)
+    *expires_ms = exp_s * 1000;
   memcpy(payload + 16, user.p, user.n);
   size_t plen = 16 + user.n;
   crypto_sign_detached(sig, NULL, payload, plen, t->sk);

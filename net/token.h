@@ -46,10 +46,12 @@ struct kt_tokens;
 /* Reads the key files; errors name the file and what is wrong with it. */
 int kt_tokens_new(const struct kt_token_opts *o, struct kt_tokens **out, struct kt_err *e);
 void kt_tokens_free(struct kt_tokens *t);
-/* A new token for user into out (NUL-terminated). KT_EINVAL for a user
- * name over 256 bytes; KT_EUNSUPPORTED for a verify-only signed setup. */
+/* A new token for user into out (NUL-terminated), and its expiry into
+ * *expires_ms when not NULL (as kt_token_info's: 0 for a simple one).
+ * KT_EINVAL for a user name over 256 bytes; KT_EUNSUPPORTED for a
+ * verify-only signed setup. */
 int kt_tokens_issue(struct kt_tokens *t, struct kt_bytes user, uint64_t auth_revision,
-                    int64_t now_ms, char out[KT_TOKEN_MAX]);
+                    int64_t now_ms, char out[KT_TOKEN_MAX], int64_t *expires_ms);
 /* 0 and *info, or KT_EINVALIDTOKEN (unknown, expired, malformed, bad
  * signature). A simple token's use renews it. */
 int kt_tokens_check(struct kt_tokens *t, struct kt_bytes token, int64_t now_ms,

@@ -22,7 +22,7 @@ TEST(simple_tokens_expire_renew_and_drop) {
   struct kt_err e = {0};
   CHECK_EQ(kt_tokens_new(&o, &t, &e), 0);
   char a[KT_TOKEN_MAX], b[KT_TOKEN_MAX];
-  CHECK_EQ(kt_tokens_issue(t, B("alice"), 7, 1000, a), 0);
+  CHECK_EQ(kt_tokens_issue(t, B("alice"), 7, 1000, a, NULL), 0);
   CHECK_EQ(strlen(a), 32);
   struct kt_token_info info;
   CHECK_EQ(kt_tokens_check(t, T(a), 5000, &info), 0);
@@ -35,21 +35,21 @@ TEST(simple_tokens_expire_renew_and_drop) {
   CHECK_EQ(kt_tokens_check(t, B("zz"), 0, &info), KT_EINVALIDTOKEN);
   CHECK_EQ(kt_tokens_check(t, B("0123456789abcdef0123456789abcdef"), 0, &info), KT_EINVALIDTOKEN);
   /* a user's tokens go with its password */
-  CHECK_EQ(kt_tokens_issue(t, B("bob"), 1, 0, a), 0);
-  CHECK_EQ(kt_tokens_issue(t, B("carol"), 1, 0, b), 0);
+  CHECK_EQ(kt_tokens_issue(t, B("bob"), 1, 0, a, NULL), 0);
+  CHECK_EQ(kt_tokens_issue(t, B("carol"), 1, 0, b, NULL), 0);
   kt_tokens_drop_user(t, B("bob"));
   CHECK_EQ(kt_tokens_check(t, T(a), 1, &info), KT_EINVALIDTOKEN);
   CHECK_EQ(kt_tokens_check(t, T(b), 1, &info), 0);
   /* bounded: the least recently used goes */
   char c[KT_TOKEN_MAX], d[KT_TOKEN_MAX];
-  CHECK_EQ(kt_tokens_issue(t, B("dan"), 1, 2, c), 0);
-  CHECK_EQ(kt_tokens_issue(t, B("eve"), 1, 3, d), 0);
+  CHECK_EQ(kt_tokens_issue(t, B("dan"), 1, 2, c, NULL), 0);
+  CHECK_EQ(kt_tokens_issue(t, B("eve"), 1, 3, d, NULL), 0);
   CHECK_EQ(kt_tokens_check(t, T(b), 4, &info), 0); /* carol used: dan is the oldest */
-  CHECK_EQ(kt_tokens_issue(t, B("fay"), 1, 5, a), 0);
+  CHECK_EQ(kt_tokens_issue(t, B("fay"), 1, 5, a, NULL), 0);
   CHECK_EQ(kt_tokens_count(t), 3);
   CHECK_EQ(kt_tokens_check(t, T(c), 6, &info), KT_EINVALIDTOKEN);
   CHECK_EQ(kt_tokens_check(t, T(b), 6, &info), 0);
-  CHECK_EQ(kt_tokens_issue(t, (struct kt_bytes){(const uint8_t *)"", 0}, 1, 0, a), KT_EINVAL);
+  CHECK_EQ(kt_tokens_issue(t, (struct kt_bytes){(const uint8_t *)"", 0}, 1, 0, a, NULL), KT_EINVAL);
   kt_tokens_free(t);
 }
 
@@ -77,7 +77,7 @@ TEST(signed_tokens_verify_anywhere_and_refuse_forgeries) {
   CHECK_EQ(kt_tokens_new(&x, &other, &e), 0);
   char tok[KT_TOKEN_MAX];
   int64_t now = 1795700000000;
-  CHECK_EQ(kt_tokens_issue(issuer, B("alice"), 12, now, tok), 0);
+  CHECK_EQ(kt_tokens_issue(issuer, B("alice"), 12, now, tok, NULL), 0);
   CHECK(strncmp(tok, "kt1.", 4) == 0);
   struct kt_token_info info;
   CHECK_EQ(kt_tokens_check(verifier, T(tok), now + 1000, &info), 0); /* another member */
@@ -85,9 +85,9 @@ TEST(signed_tokens_verify_anywhere_and_refuse_forgeries) {
   CHECK_EQ(info.auth_revision, 12);
   CHECK_EQ(kt_tokens_check(verifier, T(tok), now + 60000, &info), KT_EINVALIDTOKEN); /* expired */
   CHECK_EQ(kt_tokens_check(other, T(tok), now, &info), KT_EINVALIDTOKEN); /* another key */
-  CHECK_EQ(kt_tokens_issue(verifier, B("alice"), 1, now, tok), KT_EUNSUPPORTED);
+  CHECK_EQ(kt_tokens_issue(verifier, B("alice"), 1, now, tok, NULL), KT_EUNSUPPORTED);
   /* a flipped character anywhere is refused */
-  CHECK_EQ(kt_tokens_issue(issuer, B("alice"), 12, now, tok), 0);
+  CHECK_EQ(kt_tokens_issue(issuer, B("alice"), 12, now, tok, NULL), 0);
   for (size_t i = 4; i < strlen(tok); i++) {
     char save = tok[i];
     tok[i] = save == 'A' ? 'B' : 'A';

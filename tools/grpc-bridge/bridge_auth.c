@@ -383,19 +383,11 @@ int kt_bridge_authenticate_decode(const uint8_t *msg, size_t len, char **name, c
   Etcdserverpb__AuthenticateRequest *r = etcdserverpb__authenticate_request__unpack(NULL, len, msg);
   if (!r)
     return -1;
-  if (string_has_nul(r->base.descriptor, msg, len)) { /* no such user can exist */
-    *name = strdup("");
-    *password = strdup("");
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-    if (!*name || !*password) {
-      free(*name);
-      free(*password);
-      return -1;
-    }
-    return 0;
-  }
-  *name = strdup(r->name);
-  *password = strdup(r->password);
+  /* a name holding a NUL names no user: asked as the empty name (the member
+   * answers "authentication failed", or "not enabled") */
+  bool nul = string_has_nul(r->base.descriptor, msg, len);
+  *name = strdup(nul ? "" : r->name);
+  *password = strdup(nul ? "" : r->password);
   protobuf_c_message_free_unpacked(&r->base, NULL);
   if (!*name || !*password) {
     free(*name);
