@@ -1202,9 +1202,18 @@ static void auth_start(ketch_client *c) {
   auth_send(c, c->token[0] != 0);
 }
 
+/* The text a request of this type gets for an auth refusal with msg: the
+ * maintenance calls etcd answers with its auth store's own texts ("auth:
+ * invalid auth token", as the member answers them natively). */
+static const char *refusal_text(uint8_t type, int code, const char *msg) {
+  bool maint = type == KT_MSG_DEFRAGMENT || type == KT_MSG_HASH_KV || type == KT_MSG_SNAPSHOT;
+  return maint && code == KETCH_EINVALIDTOKEN ? "auth: invalid auth token" : msg;
+}
+
 /* Authentication was refused: requests waiting for it complete with the
  * refusal; the connection carries on unauthenticated (a later request that
- * the member refuses for that tries once more). */
+ * the member refuses for that tries once more; with a token alone, which
+ * nothing renews, it gets the refusal again). */
 static void auth_refused(ketch_client *c, int code, const char *msg) {
   c->auth_err = code;
   snprintf(c->auth_msg, sizeof c->auth_msg, "%s", msg);
@@ -1214,8 +1223,10 @@ static void auth_refused(ketch_client *c, int code, const char *msg) {
   struct slot *next;
   for (struct slot *s = c->pend_head; s; s = next) {
     next = s->next; /* callbacks only append */
-    if (!s->queued && !s->doomed)
-      complete(c, s, code, msg, strlen(msg), NULL);
+    if (!s->queued && !s->doomed) {
+      const char *m = refusal_text(s->type, code, msg);
+      complete(c, s, code, m, strlen(m), NULL);
+    }
   }
   queue_unsent(c);
   watches_ready(c);
@@ -1390,6 +1401,11 @@ static bool on_frame(ketch_client *c, const uint8_t *body, uint32_t len) {
     }
     if (auth_retry(c, s, code))
       return true;
+    if (code == KETCH_EUSEREMPTY && c->token_only && c->auth_err == KETCH_EINVALIDTOKEN) {
+      code = KETCH_EINVALIDTOKEN; /* sent unauthenticated: the token was refused */
+      m = refusal_text(s->type, code, c->auth_msg);
+      mn = strlen(m);
+    }
     complete(c, s, code, m, mn, NULL);
   } else if (s->stream && r.type == s->type && r.u.snapshot.remaining_bytes > 0) {
     stream_piece(c, s, &r); /* more frames follow: the slot stays */

@@ -370,13 +370,19 @@ static void read_fail(struct kt_node *n, struct held *r, int code, const char *m
 
 static void serve_read(struct kt_node *n, struct kt_conn *c, const struct kt_req *req);
 
+/* The auth revision the request being dispatched was checked at (its
+ * caller's permission, by kt_node_auth_gate), or UINT64_MAX: not checked. */
+static uint64_t checked_auth_rev(const struct kt_node *n) {
+  return n->prop_as.set ? n->prop_as.rev : UINT64_MAX;
+}
+
 /* A linearized read whose read index is applied (or solo): answer it (its
  * caller's permission checked again against the auth store it is served
- * from). */
+ * from, unless that store has not changed since the check at auth_rev). */
 static void serve_linearized(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
-                             const uint8_t *body, size_t len) {
+                             const uint8_t *body, size_t len, uint64_t auth_rev) {
   struct kt_err e = {0};
-  int rc = kt_node_auth_recheck(n, c, req, &e);
+  int rc = auth_rev == kt_auth_revision(n->auth) ? 0 : kt_node_auth_recheck(n, c, req, &e);
   if (rc) {
     kt_node_reply_err(c, req->id, rc, &e);
     return;
@@ -407,7 +413,7 @@ void kt_node_read_linearized(struct kt_node *n, struct kt_conn *c, uint64_t from
     if (from)
       kt_node_lease_fwd_answer(n, from, req_id, body, len);
     else
-      serve_linearized(n, c, req, body, len);
+      serve_linearized(n, c, req, body, len, checked_auth_rev(n));
     return;
   }
   if (held_count(&n->reads) >= READ_MAX) {
@@ -417,7 +423,8 @@ void kt_node_read_linearized(struct kt_node *n, struct kt_conn *c, uint64_t from
     read_fail(n, &r, KT_EBUSY, "too many linearizable reads waiting");
     return;
   }
-  struct held h = {c, req_id, from, kt_reads_join(&n->rq), ev_now(n->loop), len, false};
+  struct held h = {
+      c, req_id, from, kt_reads_join(&n->rq), ev_now(n->loop), len, false, checked_auth_rev(n)};
   held_push(&n->reads, h, body);
 }
 
@@ -428,7 +435,8 @@ static void defer_request(struct kt_node *n, struct kt_conn *c, uint64_t req_id,
     kt_conn_send_error(c, req_id, KT_ENOLEADER, "no leader (too many requests waiting)");
     return;
   }
-  held_push(&n->defer, (struct held){c, req_id, 0, 0, ev_now(n->loop), len, false}, body);
+  held_push(&n->defer, (struct held){c, req_id, 0, 0, ev_now(n->loop), len, false, UINT64_MAX},
+            body);
 }
 
 static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
@@ -827,7 +835,7 @@ static void serve_ready_reads(struct kt_node *n) {
       continue;
     }
     if (kt_conn_open(r.conn) && kt_proto_decode_req(body, r.len, &n->arena, &req, &e) == 0)
-      serve_linearized(n, r.conn, &req, body, r.len);
+      serve_linearized(n, r.conn, &req, body, r.len, r.auth_rev);
     kt_conn_unref(r.conn);
   }
   held_settle(q);

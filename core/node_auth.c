@@ -354,6 +354,29 @@ static struct kt_bytes name_prefix(struct kt_node *n, struct kt_bytes name, stru
   return (struct kt_bytes){k, name.n + 1};
 }
 
+/* etcd's maintenance server (defragment, hash, hash-kv, snapshot) answers
+ * with the auth store's own error texts (auth.ErrPermissionDenied,
+ * ErrUserEmpty, ErrInvalidAuthToken), not the etcdserver ones. */
+static bool maint_type(uint8_t type) {
+  return type == KT_MSG_DEFRAGMENT || type == KT_MSG_HASH_KV || type == KT_MSG_SNAPSHOT;
+}
+
+static void maint_err(struct kt_err *e) {
+  switch (e->code) {
+  case KT_EPERMDENIED:
+    kt_err_set(e, KT_EPERMDENIED, "auth: permission denied");
+    break;
+  case KT_EUSEREMPTY:
+    kt_err_set(e, KT_EUSEREMPTY, "auth: user name is empty");
+    break;
+  case KT_EINVALIDTOKEN:
+    kt_err_set(e, KT_EINVALIDTOKEN, "auth: invalid auth token");
+    break;
+  default:
+    break;
+  }
+}
+
 int kt_node_authorize(struct kt_node *n, const struct kt_node_ident *id, const struct kt_req *req,
                       struct kt_err *e) {
   if (!kt_auth_enabled(n->auth) || (id && id->member))
@@ -391,10 +414,8 @@ int kt_node_authorize(struct kt_node *n, const struct kt_node_ident *id, const s
   case KT_MSG_DEFRAGMENT:
   case KT_MSG_HASH_KV:
   case KT_MSG_SNAPSHOT:
-    /* etcd's maintenance server answers these with the auth store's own
-     * error text (auth.ErrPermissionDenied), not the etcdserver one */
     if ((rc = need_root(n, id, kt_proto_type_name(req->type), e)))
-      kt_err_set(e, KT_EPERMDENIED, "auth: permission denied");
+      maint_err(e);
     return rc;
   case KT_MSG_USER_GET: /* oneself, or root */
     if (req->u.auth.name.n == id->user_len &&
@@ -450,6 +471,16 @@ int kt_node_authorize(struct kt_node *n, const struct kt_node_ident *id, const s
   }
 }
 
+/* Who sends req on c, and whether they may: 0 and *id, or the error. */
+static int check_conn(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
+                      struct kt_node_ident *id, struct kt_err *e) {
+  kt_arena_reset(&n->as->arena);
+  int rc = ident_of(n, c, id, e);
+  if (rc && maint_type(req->type))
+    maint_err(e);
+  return rc ? rc : kt_node_authorize(n, id, req, e);
+}
+
 int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
                       const uint8_t *body, size_t body_len) {
   memset(&n->prop_as, 0, sizeof n->prop_as);
@@ -461,10 +492,7 @@ int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req 
     return 0;
   struct kt_err e = {0};
   struct kt_node_ident id;
-  kt_arena_reset(&n->as->arena);
-  int rc = ident_of(n, c, &id, &e);
-  if (!rc)
-    rc = kt_node_authorize(n, &id, req, &e);
+  int rc = check_conn(n, c, req, &id, &e);
   if (rc) {
     kt_node_reply_err(c, req->id, rc, &e);
     return 1;
@@ -521,9 +549,7 @@ int kt_node_auth_recheck(struct kt_node *n, struct kt_conn *c, const struct kt_r
   if (!kt_auth_enabled(n->auth))
     return 0;
   struct kt_node_ident id;
-  kt_arena_reset(&n->as->arena);
-  int rc = ident_of(n, c, &id, e);
-  return rc ? rc : kt_node_authorize(n, &id, req, e);
+  return check_conn(n, c, req, &id, e);
 }
 
 bool kt_node_auth_may_read(struct kt_node *n, struct kt_conn *c, struct kt_bytes key,
@@ -706,10 +732,7 @@ void kt_node_auth_request(struct kt_node *n, struct kt_conn *c, const struct kt_
     return;
   }
   if (kt_auth_enabled(n->auth)) {
-    kt_arena_reset(&n->as->arena);
-    int rc = ident_of(n, c, &id, &e);
-    if (!rc)
-      rc = kt_node_authorize(n, &id, req, &e);
+    int rc = check_conn(n, c, req, &id, &e);
     if (rc) {
       kt_node_reply_err(c, req->id, rc, &e);
       return;
@@ -760,10 +783,7 @@ void kt_node_auth_read(struct kt_node *n, struct kt_conn *c, const struct kt_req
   struct kt_err e = {0};
   if (req->type != KT_MSG_AUTH_STATUS && kt_auth_enabled(n->auth)) {
     struct kt_node_ident id;
-    kt_arena_reset(&n->as->arena);
-    int rc = ident_of(n, c, &id, &e);
-    if (!rc)
-      rc = kt_node_authorize(n, &id, req, &e);
+    int rc = check_conn(n, c, req, &id, &e);
     if (rc) {
       kt_node_reply_err(c, req->id, rc, &e);
       return;

@@ -94,6 +94,9 @@ struct held {
   ev_tstamp since;
   size_t len; /* its body's bytes in the queue's `bodies`, in order */
   bool done;  /* answered with an error already: skipped */
+  /* reads: the auth revision its caller's permission was checked at, or
+   * UINT64_MAX (not checked yet: core/node.c serve_linearized) */
+  uint64_t auth_rev;
 };
 
 struct held_queue {

@@ -433,6 +433,130 @@ def run_alarm_cases():
         report("alarm-activate-STRICTER")
 
 
+def py_client(side, user):
+    """A python3-etcd3 client of side (etcd, or ketch-grpc) as user."""
+    import etcd3
+    kw = {"user": user, "password": PW[user]} if user else {}
+    c = etcd3.client(port=side.cports[0], timeout=5, **kw)
+    # grpc refuses call credentials on h2c: the token goes as plain metadata
+    c.call_credentials = c.watcher._credentials = None
+    return c
+
+
+def py_outcome(fn, c, st):
+    """What a python3-etcd3 call gave, without what legitimately differs
+    (revisions, ids, the member's numbers): its result reduced to keys and
+    values, or its error (etcd3's exception class; for the codes it does not
+    translate, grpc's code and details)."""
+    import grpc
+    try:
+        return ("ok", fn(c, st))
+    except grpc.RpcError as e:
+        return ("rpc", str(e.code()), e.details())
+    except Exception as e:  # noqa: etcd3 turns some codes into its own classes
+        return ("exc", type(e).__name__)
+
+
+def etcdrpc():
+    import etcd3.etcdrpc
+    return etcd3.etcdrpc
+
+
+def kvs(it):
+    return sorted((m.key, v) for v, m in it)
+
+
+def prev(r):
+    return (r.prev_kv.key, r.prev_kv.value) if r.HasField("prev_kv") else None
+
+
+def py_lease_keys(c, st):
+    r = c.get_lease_info(st["lease"])  # TimeToLive with keys
+    return (r.TTL > 0, sorted(r.keys))
+
+
+def py_txn(c, st, key, want, put_key):
+    t = c.transactions
+    ok, rs = c.transaction(compare=[t.value(key) == want], success=[t.put(put_key, "t")],
+                           failure=[t.get(key)])
+    return (ok, len(rs))
+
+
+PY_OPS = [
+    ("get", lambda c, st: c.get("/a/1")[0]),
+    ("get-range-inside", lambda c, st: kvs(c.get_range("/r1", "/r5"))),
+    ("get-range-straddling", lambda c, st: kvs(c.get_range("/r0", "/r5"))),
+    ("get-prefix", lambda c, st: kvs(c.get_prefix("/a/"))),
+    ("get-prefix-sibling", lambda c, st: kvs(c.get_prefix("/a"))),
+    ("get-write-only", lambda c, st: c.get("/w")[0]),
+    ("get-from-key", lambda c, st: kvs(c.get_range("/z", "\0"))),
+    ("get-all", lambda c, st: kvs(c.get_all())),
+    ("put", lambda c, st: c.put("/a/py", "x") and None),
+    ("put-prev-kv", lambda c, st: prev(c.put("/a/py", "y", prev_kv=True))),
+    ("put-read-only", lambda c, st: c.put("/r3", "x") and None),
+    ("put-write-only-prev-kv", lambda c, st: prev(c.put("/w", "p", prev_kv=True))),
+    ("put-write-only", lambda c, st: c.put("/w", "p") and None),
+    ("put-if-not-exists", lambda c, st: c.put_if_not_exists("/b/py", "n")),
+    ("replace", lambda c, st: c.replace("/a/py", "y", "z")),
+    ("txn-readable", lambda c, st: py_txn(c, st, "/a/1", "v/a/1", "/a/pt")),
+    ("txn-compare-unreadable", lambda c, st: py_txn(c, st, "/w", "p", "/a/pt")),
+    ("txn-put-unwritable", lambda c, st: py_txn(c, st, "/a/1", "v/a/1", "/r1")),
+    ("txn-from-key-compare", lambda c, st: py_txn(c, st, "/z", "v/z", "/b/pt")),
+    ("delete-prev-kv", lambda c, st: prev(c.delete("/a/py", prev_kv=True,
+                                                    return_response=True))),
+    ("delete-prefix", lambda c, st: c.delete_prefix("/b/p").deleted),
+    ("delete-write-only", lambda c, st: c.delete("/w")),
+    ("lease-grant", lambda c, st: st.__setitem__("lease", c.lease(600).id)),
+    ("lease-put", lambda c, st: c.put("/a/pl", "l", lease=st["lease"]) and None),
+    ("lease-time-to-live-keys", py_lease_keys),
+    ("lease-revoke", lambda c, st: c.revoke_lease(st["lease"]) and None),
+    ("lock", lambda c, st: c.lock("lk", ttl=5).acquire(timeout=1)),
+    ("watch-once", lambda c, st: c.watch_once("/a/1", timeout=0.5)),
+    ("status", lambda c, st: c.status().version is not None),
+    ("members", lambda c, st: len(list(c.members))),
+    ("alarms", lambda c, st: list(c.list_alarms())),
+    ("hash", lambda c, st: c.hash() is not None),  # etcd3 sends no token with it
+    ("defragment-bad-token", lambda c, st: c.maintenancestub.Defragment(
+        etcdrpc().DefragmentRequest(), 5, metadata=(("token", "bogus.1"),)) and None),
+    ("range-bad-token", lambda c, st: c.kvstub.Range(
+        etcdrpc().RangeRequest(key=b"/a/1"), 5, metadata=(("token", "bogus.1"),)).count),
+    ("defragment", lambda c, st: c.defragment() and None),
+    ("add-member", lambda c, st: c.add_member(["http://127.0.0.1:1"]) and None),
+]
+
+# etcd 3.4.23 tells anyone a lease's keys (CVE-2023-32082): ketch needs read on them
+PY_STRICTER = {("bob", "lease-time-to-live-keys"), ("carol", "lease-time-to-live-keys")}
+
+
+def run_python_cases():
+    """The same catalogue through python3-etcd3 (the library) against etcd 3.4
+    and against ketch-grpc, as each user in turn (alice grants a lease and
+    attaches a key; the others then try that lease)."""
+    etcd_st, grpc_st = {}, {}
+    for user in ("alice", "bob", "carol", "root"):
+        ce, cg = py_client(E, user), py_client(G, user)
+        try:
+            for name, fn in PY_OPS:
+                if (name, user == "alice") in (("lease-grant", False), ("lease-revoke", True)):
+                    continue  # alice grants the lease; the others try it; root revokes it
+                if (name, user) == ("add-member", "root"):
+                    continue  # a member that never starts: quorum lost
+                e, g = py_outcome(fn, ce, etcd_st), py_outcome(fn, cg, grpc_st)
+                case = "python3-etcd3 %s %s" % (user, name)
+                if (user, name) in PY_STRICTER:
+                    if e[0] != "ok" or g[:2] != ("rpc", "StatusCode.PERMISSION_DENIED"):
+                        report(case + "-STRICTER", "etcd %r, ketch-grpc %r" % (e, g))
+                    else:
+                        report(case + "-STRICTER")
+                elif e != g:
+                    report(case, "etcd %r, ketch-grpc %r" % (e, g))
+                else:
+                    report(case)
+        finally:
+            ce.close()
+            cg.close()
+
+
 def native_persistence():
     """Every member restarted: auth is still on, with the same users, roles
     and decisions; a member that fell behind installs the auth store with a
@@ -515,6 +639,7 @@ def main():
         run_lease_cases()
         run_alarm_cases()
         run_watch_cases()
+        run_python_cases()
         run_credential_cases()
         native_persistence()
     finally:

@@ -10,7 +10,9 @@ put and range (linearizable) at 64 and 256 clients with auth off, then
 `auth enable` and the same runs as `bench` (ketch-bench --user: libketch
 logs in on each connection; the etcd target calls Auth/Authenticate and
 sends the token with every call), then `auth disable`. Reports ops/s and the
-ratio auth-on / auth-off per target.
+ratio auth-on / auth-off per target, and ketch's state-thread CPU per
+operation: the figure that holds when other work shares the machine and
+throughput ratios swing.
 
 Then a login storm: LOGINS (default 1000) logins at once while 64 clients
 put as `bench` for SECONDS*3: for ketch the storm is ketch-bench --storm
@@ -80,6 +82,16 @@ class Server:
             raise RuntimeError("ketch-bench %s: %s" % (" ".join(cmd), p.stderr.decode()[-500:]))
         return json.loads(p.stdout), p.stderr.decode()
 
+    def cpu_s(self):
+        """CPU seconds so far of ketch's state thread (its password hashing
+        runs on another, so the logins before a run do not count). Not shown
+        for etcd: its logins (bcrypt) run on the threads that serve, before
+        the run, and cannot be told apart."""
+        pid = self.proc.pid
+        with open("/proc/%d/task/%d/stat" % (pid, pid)) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def close(self):
         self.proc.terminate()
         try:
@@ -118,7 +130,9 @@ WORK = [("put 64", ["--clients", "64", "--conns", "16"], ["put"]),
 def run_set(s, user):
     out = {}
     for name, g, w in WORK:
+        c0 = s.cpu_s()
         r, _ = s.bench(w, user=user, extra=g + ["--duration", str(SECONDS)])
+        r["server_us_per_op"] = (s.cpu_s() - c0) * 1e6 / max(r["ok"], 1)
         out[name] = r
     return out
 
@@ -157,16 +171,20 @@ def main():
                 on = run_set(s, "bench:" + PW)
                 s.ctl(["auth", "disable"], user="root:rootpw")
                 for name in off:
-                    table.setdefault((s.kind, name), []).append((ops(off[name]), ops(on[name])))
+                    table.setdefault((s.kind, name), []).append(
+                        (ops(off[name]), ops(on[name]), off[name]["server_us_per_op"],
+                         on[name]["server_us_per_op"]))
                 print("round %d %s done" % (rnd + 1, s.kind), flush=True)
-        print("\n| workload | target | auth off ops/s | auth on ops/s | on/off |")
-        print("|---|---|---|---|---|")
+        print("\n| workload | target | auth off ops/s | auth on ops/s | on/off "
+              "| server CPU/op off | on |")
+        print("|---|---|---|---|---|---|---|")
         for name, _, _ in WORK:
             for kind in ("ketch", "etcd"):
                 rows = table[(kind, name)]
-                for off, on in rows:
-                    print("| %s | %s | %.0f | %.0f | %.1f%% |" % (name, kind, off, on,
-                                                                 100.0 * on / off))
+                for off, on, uoff, uon in rows:
+                    cpu = "%.2f us | %.2f us" % (uoff, uon) if kind == "ketch" else "- | -"
+                    print("| %s | %s | %.0f | %.0f | %.1f%% | %s |" %
+                          (name, kind, off, on, 100.0 * on / off, cpu))
         # the login storm
         print("\nlogin storm: %d logins at once while 64 clients put as bench" % LOGINS)
         for s in servers:

@@ -103,8 +103,10 @@ static const struct {
     {KETCH_EBUSY, "membership change is already in progress", "etcdserver: request timed out",
      KT_GRPC_UNAVAILABLE},
     /* etcd's maintenance server (defragment, hash, snapshot) returns the
-     * auth store's error as it is: gRPC's Unknown */
+     * auth store's errors as they are: gRPC's Unknown */
     {KETCH_EPERMDENIED, "auth: permission denied", "auth: permission denied", KT_GRPC_UNKNOWN},
+    {KETCH_EUSEREMPTY, "auth: user name is empty", "auth: user name is empty", KT_GRPC_UNKNOWN},
+    {KETCH_EINVALIDTOKEN, "auth: invalid auth token", "auth: invalid auth token", KT_GRPC_UNKNOWN},
 };
 
 const char *kt_bridge_error(int ketch_err, const char *detail, int *grpc_status) {
