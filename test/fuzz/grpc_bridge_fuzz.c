@@ -5,7 +5,9 @@
  * connects; closing the handle completes each call exactly once.
  * First byte 0xd0..0xdf: (byte & 15) % 4 picks Cluster's MemberAdd,
  * MemberRemove, MemberUpdate or MemberPromote; 0xc0..0xcf one of the 16 Auth
- * methods the bridge forwards; 0xbf Authenticate's decoder.
+ * methods the bridge forwards; 0xbf Authenticate's decoder; 0xf0..0xf7 a
+ * grpc-timeout value; 0xf8..0xff the HTTP/1 sniff of a connection's first
+ * bytes (bridge_http1.c).
  * Streams (first byte 0xe0..0xef: (byte & 15) % 10 picks Watch, LeaseKeepAlive,
  * Lock, Unlock, Campaign, Proclaim, Leader, Resign, Observe or Snapshot): the rest
  * is a sequence of request messages, each a 1-byte length and its bytes, fed
@@ -17,6 +19,7 @@
 
 #include "../../tools/etcddb/etcddb.c"
 #include "../../tools/grpc-bridge/bridge_auth.c"
+#include "../../tools/grpc-bridge/bridge_http1.c"
 #include "../../tools/grpc-bridge/bridge_kv.c"
 #include "../../tools/grpc-bridge/bridge_snap.c"
 #include "../../tools/grpc-bridge/bridge_stream.c"
@@ -121,6 +124,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                       "/etcdserverpb.Maintenance/HashKV",
                                       "/etcdserverpb.Auth/UserList"};
   unsigned sel = buf[0];
+  if (sel >= 0xf8) { /* the first bytes of a connection: an HTTP/1 request or not */
+    char out[512];
+    size_t n = kt_bridge_http1(buf + 1, size - 1, out, sizeof out);
+    if (n >= sizeof out || (n && memcmp(out, "HTTP/1.1 ", 9) != 0))
+      abort();
+    free(buf);
+    return 0;
+  }
   if (sel >= 0xf0) { /* a grpc-timeout value */
     int64_t t = kt_bridge_parse_timeout(buf + 1, size - 1);
     if (t < -1)

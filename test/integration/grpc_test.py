@@ -371,6 +371,34 @@ def test_endpoint_status_same_as_etcd():
     assert py.stdout.strip() == b"3.4.23", py
 
 
+def http1_get(port, method, path):
+    """(status line, Content-Type, body) of one HTTP/1.1 request."""
+    import http.client
+    h = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        h.request(method, path)
+        r = h.getresponse()
+        return "%d %s" % (r.status, r.reason), r.getheader("Content-Type"), r.read()
+    finally:
+        h.close()
+
+
+def test_http_version_same_as_etcd():
+    """etcd's client port answers HTTP/1.1 beside gRPC: GET /version (tools
+    ask it the server's version), and 404 / 405 around it; the bridge's port
+    answers the same, and gRPC goes on working on it."""
+    e = env()
+    for method, path in (("GET", "/version"), ("GET", "/version?x=1"), ("GET", "/nothing"),
+                         ("GET", "/version/"), ("POST", "/version"), ("HEAD", "/version")):
+        want = http1_get(e.etcd_port, method, path)
+        got = http1_get(e.grpc_port, method, path)
+        assert got == want, (method, path, got, want)
+    assert json.loads(http1_get(e.grpc_port, "GET", "/version")[2]) == {
+        "etcdserver": "3.4.23", "etcdcluster": "3.4.0"}
+    rc, out, err = e.ctl(e.grpc_port, ["endpoint", "status"])
+    assert rc == 0 and b"3.4.23" in out, (out, err)
+
+
 def test_unimplemented_services():
     """A service or method the bridge does not serve: UNIMPLEMENTED naming it,
     and the bridge goes on serving."""
@@ -556,7 +584,7 @@ if __name__ == "__main__":
     atexit.register(teardown)
     run_tests([test_put_get_del_same_as_etcd, test_txn_same_as_etcd,
                test_compaction_and_errors_same_as_etcd, test_large_reads_same_as_etcd,
-               test_endpoint_status_same_as_etcd,
+               test_endpoint_status_same_as_etcd, test_http_version_same_as_etcd,
                test_unimplemented_services, test_concurrent_etcdctl,
                test_bad_input_leaves_bridge_serving, test_python_etcd3,
                test_quorum_loss_then_recovery, test_shutdown_clean])

@@ -61,6 +61,14 @@
  * compare with) serves it. ketch's own version is in the bridge's start-up
  * log line, `ketchctl version`, the native STATUS and /metrics. */
 #define KT_BRIDGE_ETCD_VERSION "3.4.23"
+/* ... and the cluster version etcd 3.4 reports beside it (GET /version) */
+#define KT_BRIDGE_ETCD_CLUSTER_VERSION "3.4.0"
+
+/* The first bytes of a connection (n of them, p): when they begin an HTTP/1
+ * request line (etcd's client port answers GET /version), the whole HTTP
+ * answer to write before closing, in out (cap bytes); else 0 (HTTP/2: for
+ * nghttp2). bridge_http1.c. */
+size_t kt_bridge_http1(const uint8_t *p, size_t n, char *out, size_t cap);
 
 /* Completion of one call. status is a gRPC status code; message is the
  * grpc-message (static or valid until done returns; "" on OK). On OK, framed

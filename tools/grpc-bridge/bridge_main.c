@@ -151,6 +151,7 @@ struct conn {
   size_t waiting;         /* calls submitted to ketch, not answered */
   size_t resp_bytes;      /* response bytes not yet taken by nghttp2 */
   bool reading, is_dirty, dead;
+  bool seen_bytes; /* its first read was looked at (http1) */
   struct conn *next_dirty;
   struct conn *prev, *next; /* b->conns */
 };
@@ -941,6 +942,23 @@ static bool conn_flush(struct conn *c) {
   return true;
 }
 
+/* A connection's first bytes are an HTTP/1 request (GET /version): answered
+ * and closed. The server's HTTP/2 preface has not gone out yet (it goes with
+ * the first answer to the client's, conn_secured). */
+static bool http1(struct conn *c, const uint8_t *buf, size_t n) {
+  c->seen_bytes = true;
+  char out[512];
+  size_t len = kt_bridge_http1(buf, n, out, sizeof out);
+  if (!len)
+    return false;
+  struct kt_err e = {0};
+  (void)kt_io_write(&c->io, out, len, &e); /* a fresh socket takes 300 bytes */
+  logf_(1, "connection %s: HTTP/1 request answered: %.*s", c->peer, (int)strcspn(out + 9, "\r"),
+        out + 9);
+  conn_close(c);
+  return true;
+}
+
 /* Feeds what the socket (and TLS) has to nghttp2: one read for plain TCP,
  * up to READ_CHUNK for TLS (one record per call). */
 static void conn_read(struct conn *c) {
@@ -966,6 +984,8 @@ static void conn_read(struct conn *c) {
       conn_close(c);
       return;
     }
+    if (!c->seen_bytes && http1(c, buf, (size_t)n))
+      return;
     got += (size_t)n;
     ssize_t r = nghttp2_session_mem_recv(c->s, buf, (size_t)n);
     if (r < 0) {
@@ -1019,8 +1039,7 @@ static void conn_secured(struct conn *c) {
   };
   nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, 3);
   nghttp2_session_set_local_window_size(c->s, NGHTTP2_FLAG_NONE, 0, 16 << 20);
-  conn_update_read(c);
-  conn_mark_dirty(c);
+  conn_update_read(c); /* the SETTINGS go out once the client has spoken (http1) */
 }
 
 static bool hs_room(const struct bridge *b) { return kt_tls_budget_room(&b->hs_budget); }
