@@ -1,8 +1,8 @@
 /* test/fuzz/operator_spec_fuzz.c — ketch-operator's decoders of outside
  * bytes: the YAML spec (written by a user, read back from the cluster every
- * round) and the action-log and backup records (logfmt lines read back from
- * the cluster). Each input goes to all three; a decoded record is encoded
- * again and must decode to the same fields. */
+ * round; its upgrade windows are then asked about one time) and the action-log and backup records
+ * (logfmt lines read back from the cluster). Each input goes to all three; a decoded record is
+ * encoded again and must decode to the same fields. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +14,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static struct op_spec spec;
   char err[400];
-  op_spec_parse((const char *)data, size, &spec, err, sizeof err);
+  if (op_spec_parse((const char *)data, size, &spec, err, sizeof err) == 0) {
+    /* its upgrade windows, at a time the input picks: open, or a later opening */
+    int64_t t = 1700000000000LL + (int64_t)(size * 7919u % 604800u) * 1000, next = 0;
+    if (!op_in_window(&spec, t, &next) && (next <= t || next > t + 8 * 86400000LL))
+      abort();
+  }
   struct op_action a, b;
   if (op_action_decode((const char *)data, size, &a, err, sizeof err) == 0) {
     char line[8192];

@@ -37,6 +37,7 @@ class Env:
         self.size = 3
         self.binary = ""
         self.backup = ""
+        self.windows = ""
         self.spec_path = os.path.join(self.dir, "cluster.yaml")
 
     # ---- spec and commands ----
@@ -48,6 +49,8 @@ class Env:
             lines.append("binary: %s" % self.binary)
         if self.backup:
             lines.append(self.backup)
+        if self.windows:
+            lines.append("upgrade-windows: [%s]" % self.windows)
         lines.append("machines:")
         for m in self.machines:
             lines.append("  - {name: %s, client-url: 'http://127.0.0.1:%d', peer-url: "
@@ -348,6 +351,16 @@ def test_rolling_upgrade_leader_last():
     seq0 = last_seq(s0)
     leader0 = [m["machine"] for m in s0["members"] if m["id"] == s0["leader"]][0]
     e.binary = newbin
+    # outside its upgrade window the rollout waits, saying until when
+    hour = (time.gmtime().tm_hour + 12) % 24
+    e.windows = '"daily %02d:00-%02d:30"' % (hour, hour)
+    e.apply()
+    s = wait_for("the rollout waits for its window", lambda: (lambda st: st if st and "waits for an "
+                 "upgrade window" in st["next"]["reason"] else None)(E.status()), timeout=20)
+    assert "(3 members)" in s["next"]["reason"] and "%02d:00 UTC" % hour in s["next"]["reason"], s
+    time.sleep(STAB_S)
+    assert not [a for a in actions_since(E.status(), seq0) if a["kind"] == "upgrade"]
+    e.windows = '"daily 00:00-24:00"'
     e.apply()
     s = wait_for("every member on the new binary",
                  lambda: (lambda st: st if is_settled(st, 3) and

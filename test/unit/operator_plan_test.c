@@ -234,6 +234,19 @@ static const struct row rows[] = {
    {VB(0, 'h', 30, "/opt/ketch-a"), V(1, 'h', 30), V(2, 'h', 30)}, 0, NULL, NULL, 0, 0, false,
    false,
    OP_MOVE_LEADER, 0, "move leadership from n1", false, false},
+  {"rolling upgrade outside its window waits (wall: Tue 22:13 UTC)", 3,
+   "upgrade-windows: [\"Sat 02:00-04:00\", \"Mon-Tue 01:00-02:00\"]\n",
+   {VB(0, 'h', 30, "/opt/ketch-a"), VB(1, 'h', 30, "/opt/ketch-a"), VB(2, 'h', 30, "/opt/ketch-a")},
+   0, NULL, NULL, 0, 0, false, false,
+   OP_WAIT, -1, "waits for an upgrade window: the next opens in 75h47m (Sat 02:00 UTC)",
+   false, false},
+  {"rolling upgrade inside its window", 3, "upgrade-windows: [\"Sat 02:00-04:00\", \"Tue 22:00-01:00\"]\n",
+   {VB(0, 'h', 30, "/opt/ketch-a"), VB(1, 'h', 30, "/opt/ketch-a"), VB(2, 'h', 30, "/opt/ketch-a")},
+   0, NULL, NULL, 0, 0, false, false,
+   OP_UPGRADE, 1, "runs /opt/ketch-a", false, false},
+  {"repairs do not wait for a window", 3, "upgrade-windows: [\"Sat 02:00-04:00\"]\n",
+   {V(0, 'h', 30), V(1, 'h', 30), V(2, 'd', 11)}, 0, NULL, NULL, 0, 0, false, false,
+   OP_ADD_LEARNER, 3, "replace dead n3", false, false},
   {"rolling upgrade waits for the last one to be stable", 3, NULL,
    {VB(0, 'h', 30, "/opt/ketch-a"), V(1, 'h', 1), VB(2, 'h', 30, "/opt/ketch-a")}, 0, NULL, NULL,
    0, 0, false, false,
@@ -335,6 +348,43 @@ TEST(move_leader_target_is_upgraded_and_caught_up) {
   CHECK_EQ(st.kind, OP_MOVE_LEADER);
   CHECK_EQ(st.member, 0x100);
   CHECK(st.target == 0x101 || st.target == 0x102);
+}
+
+TEST(upgrade_windows) {
+  struct op_spec sp;
+  CHECK(make_spec(&sp, 3, "upgrade-windows: [\"Fri-Mon 23:00-01:30\", \"daily 12:00-12:01\"]\n") ==
+        0);
+  CHECK_EQ(sp.n_windows, 2);
+  CHECK_EQ(sp.windows[0].days, 0x63); /* Fri, Sat, Sun, Mon */
+  const int64_t day = 86400000, h = 3600000;
+  int64_t mon = 1699833600000LL; /* Mon 2023-11-13 00:00 UTC */
+  int64_t next = 0;
+  CHECK(op_in_window(&sp, mon + 1 * h, &next));                 /* Sun 23:00 -> Mon 01:30 */
+  CHECK(!op_in_window(&sp, mon + 2 * h, &next));                /* closed at 01:30 */
+  CHECK_EQ(next, mon + 12 * h);                                 /* the daily one */
+  CHECK(op_in_window(&sp, mon + 12 * h + 30000, &next));        /* 12:00:30 */
+  CHECK(!op_in_window(&sp, mon + 12 * h + 60000, &next));       /* 12:01 closed */
+  CHECK(op_in_window(&sp, mon + day + h, &next));               /* Tue 01:00: Mon's 23:00 */
+  CHECK(!op_in_window(&sp, mon + 2 * day + h, &next));          /* Wed 01:00: Tue has none */
+  CHECK(op_in_window(&sp, mon + 4 * day + 23 * h, &next));      /* Fri 23:00 */
+  CHECK(!op_in_window(&sp, mon + 3 * day + 23 * h + 1, &next)); /* Thu 23:00 */
+  CHECK_EQ(next, mon + 4 * day + 12 * h);                       /* Fri 12:00 */
+  struct op_spec none;
+  CHECK(make_spec(&none, 3, NULL) == 0);
+  CHECK(op_in_window(&none, mon, &next)); /* no windows: any time */
+  static const char *const bad[] = {"Funday 02:00-03:00", "Mon 2:00-03:00",   "Mon 02:00-02:00",
+                                    "Mon 25:00-26:00",    "Mon, 02:00-03:00", "Mon-",
+                                    "daily 24:00-01:00",  "Mon 02:00-03:60",  "Mon 02:00 03:00"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    struct op_window w;
+    if (op_window_parse(bad[i], &w) == 0)
+      kt_test_fail(__FILE__, __LINE__, "\"%s\" was accepted", bad[i]);
+  }
+  char text[4096], err[256];
+  snprintf(text, sizeof text, SPEC_TMPL, 3,
+           "upgrade-windows: [\"Sat 02:00-04:00\", \"Mon 9-10\"]\n");
+  CHECK(op_spec_parse(text, strlen(text), &sp, err, sizeof err) != 0);
+  CHECK(strstr(err, "upgrade-windows[1]: want DAYS HH:MM-HH:MM") != NULL);
 }
 
 TEST(tracking_counts_from_first_sight) {

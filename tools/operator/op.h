@@ -70,6 +70,15 @@ struct op_backup_policy {
   char remove[OP_TEMPLATE_MAX]; /* optional: run when pruned ({file} {name}) */
 };
 
+/* A maintenance window (upgrade-windows:), in UTC: on the days in `days`
+ * (bit d = weekday d, 0 = Sunday) from `from_min` to `to_min` minutes after
+ * midnight; to_min <= from_min runs past midnight into the next day. */
+#define OP_MAX_WINDOWS 16
+struct op_window {
+  uint8_t days;
+  int16_t from_min, to_min;
+};
+
 struct op_spec {
   char cluster[OP_NAME_MAX];
   int size;
@@ -89,7 +98,17 @@ struct op_spec {
   int min_quorum;           /* voters never removed below this; default size/2 + 1 */
   uint64_t catchup_entries; /* a learner within this many entries of the leader is caught up */
   struct op_backup_policy backup;
+  /* when a rolling upgrade may take a step (none: any time) */
+  struct op_window windows[OP_MAX_WINDOWS];
+  int n_windows;
 };
+
+/* "Sat 02:00-04:00", "Mon-Fri 22:00-01:30", "Sat,Sun 00:00-24:00",
+ * "daily 03:00-04:00" (UTC) -> *w; -1 if malformed. */
+int op_window_parse(const char *text, struct op_window *w);
+/* Is wall-clock time `ms` (Unix ms) inside one of the spec's windows (true
+ * when it has none)? When not, *next_ms is when the next one opens. */
+bool op_in_window(const struct op_spec *spec, int64_t ms, int64_t *next_ms);
 
 /* Parses and checks a YAML spec (the whole document: OP_SPEC_MAX_BYTES at
  * most). Returns 0, or -1 with `err` naming the field and the rule broken

@@ -22,7 +22,9 @@
  *   6. fewer voters than size: ADD_LEARNER on the first free machine (one
  *      where a member failed to start rests for 5 dead-afters); more:
  *      REMOVE the last machine's member (MOVE_LEADER first if it leads);
- *   7. members whose binary (or version) differs from the spec: once every
+ *   7. members whose binary (or version) differs from the spec: inside an
+ *      upgrade window (if the spec has any; else WAIT, saying when the next
+ *      opens) and once every
  *      voter is healthy, caught up and stable, UPGRADE the first follower;
  *      the leader last, after MOVE_LEADER to an upgraded member; a failed
  *      upgrade under this spec revision halts the rollout (REPORT);
@@ -32,12 +34,96 @@
  * Membership changes (ADD_LEARNER, PROMOTE, REMOVE) carry backup_first when
  * the spec has a backup policy.
  */
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "op.h"
+
+/* ---- maintenance windows ---- */
+
+static const char *const wdays[7] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+
+static int wday_of(const char *p, size_t n) {
+  for (int d = 0; d < 7; d++)
+    if (n == 3 && !strncmp(p, wdays[d], 3))
+      return d;
+  return -1;
+}
+
+/* "HH:MM" (00:00 .. 24:00) -> minutes; -1 if malformed. */
+static int hhmm(const char *p) {
+  if (!isdigit((unsigned char)p[0]) || !isdigit((unsigned char)p[1]) || p[2] != ':' ||
+      !isdigit((unsigned char)p[3]) || !isdigit((unsigned char)p[4]))
+    return -1;
+  int h = (p[0] - '0') * 10 + p[1] - '0', m = (p[3] - '0') * 10 + p[4] - '0';
+  return h > 24 || m > 59 || (h == 24 && m) ? -1 : h * 60 + m;
+}
+
+int op_window_parse(const char *text, struct op_window *w) {
+  memset(w, 0, sizeof *w);
+  const char *sp = strchr(text, ' ');
+  if (!sp || strlen(sp + 1) != 11 || sp[6] != '-')
+    return -1;
+  if ((size_t)(sp - text) == 5 && !strncmp(text, "daily", 5)) {
+    w->days = 0x7f;
+  } else {
+    for (const char *p = text; p < sp;) {
+      const char *e = memchr(p, ',', (size_t)(sp - p));
+      if (!e)
+        e = sp;
+      else if (e + 1 == sp)
+        return -1; /* "Mon, 02:00-03:00" */
+      const char *dash = memchr(p, '-', (size_t)(e - p));
+      int a = wday_of(p, (size_t)((dash ? dash : e) - p)), b = a;
+      if (dash)
+        b = wday_of(dash + 1, (size_t)(e - dash - 1));
+      if (a < 0 || b < 0)
+        return -1;
+      for (int d = a;; d = (d + 1) % 7) { /* Fri-Mon wraps past Sunday */
+        w->days |= (uint8_t)(1u << d);
+        if (d == b)
+          break;
+      }
+      p = e + (e < sp);
+    }
+  }
+  int from = hhmm(sp + 1), to = hhmm(sp + 7);
+  if (from < 0 || to < 0 || from == 1440 || from == to)
+    return -1;
+  w->from_min = (int16_t)from;
+  w->to_min = (int16_t)to;
+  return 0;
+}
+
+bool op_in_window(const struct op_spec *spec, int64_t ms, int64_t *next_ms) {
+  if (!spec->n_windows)
+    return true;
+  const int64_t day = 86400000, minute = 60000;
+  int64_t midnight = ms - ((ms % day) + day) % day;
+  int wd = (int)((midnight / day % 7 + 7 + 4) % 7); /* 1970-01-01 was a Thursday */
+  int64_t best = INT64_MAX;
+  /* a window opened yesterday may run past midnight into today */
+  for (int k = -1; k <= 7; k++) {
+    int d = ((wd + k) % 7 + 7) % 7;
+    for (int i = 0; i < spec->n_windows; i++) {
+      const struct op_window *w = &spec->windows[i];
+      if (!(w->days & (1u << d)))
+        continue;
+      int64_t open = midnight + k * day + w->from_min * minute;
+      int64_t close =
+          midnight + k * day + w->to_min * minute + (w->to_min <= w->from_min ? day : 0);
+      if (ms >= open && ms < close)
+        return true;
+      if (open > ms && open < best)
+        best = open;
+    }
+  }
+  *next_ms = best;
+  return false;
+}
 
 /* ---- the view ---- */
 
@@ -432,6 +518,16 @@ static void rules(const struct ctx *c, struct op_step *s) {
     if (c->in->hist->upgrade_halted) {
       set(s, OP_REPORT, -1, 0, "rolling upgrade halted: %s (apply the spec again to retry)",
           c->in->hist->halt_reason);
+      return;
+    }
+    int64_t next;
+    if (!op_in_window(spec, c->in->wall_ms, &next)) {
+      int64_t mins = (next - c->in->wall_ms + 59999) / 60000;
+      set(s, OP_WAIT, -1, 0,
+          "rolling upgrade (%d members) waits for an upgrade window: the next opens in %" PRId64
+          "h%02" PRId64 "m (%s %02" PRId64 ":%02" PRId64 " UTC)",
+          n_out, mins / 60, mins % 60, wdays[(next / 86400000 % 7 + 4) % 7],
+          next % 86400000 / 3600000, next % 3600000 / 60000);
       return;
     }
     for (size_t i = 0; i < obs->n_members; i++) {

@@ -8,7 +8,8 @@
  *   machines: [{name, host, client-url, peer-url, data-dir}, ...],
  *   stabilization, dead-after, min-quorum, catchup-entries,
  *   backup: {dir, interval, keep, keep-for, upload, remove},
- *   command: {start, stop, wipe, force-new-cluster, restore}
+ *   command: {start, stop, wipe, force-new-cluster, restore},
+ *   upgrade-windows: ["Sat 02:00-04:00", "Mon-Fri 22:00-01:00", ...] (UTC)
  *
  * Keys may be written with '-' or '_'. Every value that a template can
  * receive ({name} {host} {peer_url} {client_url} {initial_cluster}
@@ -295,6 +296,24 @@ static int sub_args(struct walk *w, const char *where, yaml_node_t *v, void *bas
   return 0;
 }
 
+static int sub_windows(struct walk *w, const char *where, yaml_node_t *v, void *base) {
+  struct op_spec *s = base;
+  if (v->type != YAML_SEQUENCE_NODE)
+    return fail(w->err, w->err_len, "%s: want a list such as [\"Sat 02:00-04:00\"]", where);
+  for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+    const char *t = scalar(yaml_document_get_node(w->doc, *it));
+    if (s->n_windows == OP_MAX_WINDOWS)
+      return fail(w->err, w->err_len, "%s: more than %d windows", where, OP_MAX_WINDOWS);
+    if (!t || op_window_parse(t, &s->windows[s->n_windows]))
+      return fail(w->err, w->err_len,
+                  "%s[%d]: want DAYS HH:MM-HH:MM in UTC (DAYS: daily, Mon, Mon-Fri or Sat,Sun), "
+                  "got \"%.40s\"",
+                  where, s->n_windows, t ? t : "");
+    s->n_windows++;
+  }
+  return 0;
+}
+
 static const struct field backup_fields[] = {
     FSTR(op_backup_policy, "dir", dir),
     FNUM(op_backup_policy, "interval", F_DUR, interval_ms),
@@ -337,10 +356,8 @@ static const struct field top_fields[] = {
     FNUM(op_spec, "catchup-entries", F_U64, catchup_entries),
 };
 static const struct sub top_subs[] = {
-    {"machines", sub_machines},
-    {"member-args", sub_args},
-    {"backup", sub_backup},
-    {"command", sub_command},
+    {"machines", sub_machines}, {"member-args", sub_args},        {"backup", sub_backup},
+    {"command", sub_command},   {"upgrade-windows", sub_windows},
 };
 
 /* ---- checks after parsing ---- */
