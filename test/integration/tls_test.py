@@ -448,6 +448,76 @@ def test_peer_refusals_say_who_and_why():
     assert ctl(["put", "after-intruders", "ok"]).stdout.strip() == "OK"
 
 
+def test_peer_cert_allowed_hostname():
+    """--peer-cert-allowed-hostname (its own member: it excludes the shared
+    cluster's --peer-cert-allowed-cn): a learner whose certificate names the
+    host only in another DNS SAN is refused, both sides saying why; one whose
+    certificate names it only as the CN (no DNS SAN: OpenSSL's rule) joins
+    and catches up. h0's own certificate names it as a DNS SAN, and the
+    joiner checks it with the same flag."""
+    def flags(cert):
+        return ["--peer-cert-file", C[cert], "--peer-key-file", C[cert + "-key"],
+                "--peer-trusted-ca-file", C["ca"], "--peer-client-cert-auth",
+                "--peer-cert-allowed-hostname", "member.ketch.test"] + TIMING
+
+    cport, pport = free_port(), free_port()
+    h0 = Proc("h0", ["--listen-client-urls", "http://127.0.0.1:%d" % cport,
+                     "--listen-peer-urls", "https://127.0.0.1:%d" % pport,
+                     "--initial-advertise-peer-urls", "https://127.0.0.1:%d" % pport,
+                     "--initial-cluster", "h0=https://127.0.0.1:%d" % pport] + flags("host-san"))
+    ep = "http://127.0.0.1:%d" % cport
+    joiners = []
+
+    def join(name, cert):
+        port, peer = free_port(), free_port()
+        add = ctl(["member", "add", name, "--peer-urls=https://127.0.0.1:%d" % peer, "--learner"],
+                  eps=ep, tls=False)
+        env = dict(re.findall(r'^(KETCH_[A-Z_]+)="(.*)"$', add.stdout, re.M))
+        menv = dict(os.environ, **{k: v for k, v in env.items() if k != "KETCH_NAME"})
+        p = Proc(name, ["--listen-client-urls", "http://127.0.0.1:%d" % port,
+                        "--listen-peer-urls", "https://127.0.0.1:%d" % peer] + flags(cert),
+                 env=menv)
+        joiners.append(p)
+        return p, port, add.stdout.split()[1]
+
+    try:
+        deadline = time.time() + 15
+        while ctl(["put", "host/k", "v"], eps=ep, tls=False, check=False).returncode != 0:
+            assert time.time() < deadline, h0.logtext()[-2000:]
+            time.sleep(0.1)
+        since = len(h0.logtext())
+        bad, _, bad_id = join("hbad", "host-other")
+        h0.wait_log(r"refused peer connection from 127\.0\.0\.1:\d+: TLS: client certificate "
+                    r"rejected: it is not valid for the allowed hostname \"member\.ketch\.test\" "
+                    r"\(subject CN = member\.ketch\.test\)", since, timeout=10)
+        bad.wait_log(r"the server refused the TLS handshake: \S+ alert", timeout=10)
+        assert "joined cluster" not in bad.logtext(), bad.logtext()[-2000:]
+        ctl(["member", "remove", bad_id], eps=ep, tls=False)
+        bad.kill()
+        good, gport, good_id = join("hgood", "host-cn")
+        good.wait_log(r"joined cluster \w+ as member 0*%s via https://" % good_id, timeout=15)
+        deadline = time.time() + 15
+        while True:
+            try:
+                c = Conn(gport)
+                kvs = c.call(RANGE, {"key": b"host/k", "serializable": True}).get("kvs")
+                c.close()
+            except (OSError, ServerError, ConnectionError):
+                kvs = None
+            if kvs:
+                break
+            assert time.time() < deadline, "the learner did not catch up: " + \
+                good.logtext()[-2000:]
+            time.sleep(0.1)
+        assert kvs[0][1] == b"v"
+        assert re.search(r"connected to peer \w+ \(127\.0\.0\.1:\d+\) channel=raft",
+                         good.logtext()), good.logtext()[-2000:]
+    finally:
+        for p in joiners:
+            p.kill()
+        h0.stop()
+
+
 def test_member_joins_over_tls_and_catches_up_by_snapshot():
     cl = cluster()
     c = TlsConn(cl.client[0], timeout=30)
@@ -632,6 +702,7 @@ if __name__ == "__main__":
     run_tests([test_three_members_over_tls_on_both_links, test_libketch_over_tls,
                test_plaintext_and_tls_side_by_side, test_client_refusals_say_why_on_both_sides,
                test_member_refuses_to_start_naming_the_file, test_peer_refusals_say_who_and_why,
+               test_peer_cert_allowed_hostname,
                test_member_joins_over_tls_and_catches_up_by_snapshot,
                test_reload_rotates_certificate_and_ca_keeping_connections,
                test_auto_tls_on_both_links, test_cluster_stops_cleanly])
