@@ -141,6 +141,7 @@ class Cluster:
         self.client = [free_port() for _ in range(3)]
         self.peer = [free_port() for _ in range(3)]
         self.plain0 = free_port()
+        self.metrics = [free_port() for _ in range(3)]  # https:// metrics URLs
         ic = ",".join("n%d=https://127.0.0.1:%d" % (i, self.peer[i]) for i in range(3))
         listen = [
             "https://127.0.0.1:%d,https://127.0.0.2:%d,http://127.0.0.1:%d" % (
@@ -156,6 +157,7 @@ class Cluster:
                     "--initial-advertise-peer-urls", "https://127.0.0.1:%d" % self.peer[i],
                     "--initial-cluster", ic, "--initial-cluster-token", "tls-it",
                     "--snapshot-count", "200", "--experimental-snapshot-catchup-entries", "20",
+                    "--listen-metrics-urls", "https://127.0.0.1:%d" % self.metrics[i],
                     ] + TIMING + tls_flags(i)
             self.members.append(Proc("n%d" % i, args))
         for i, m in enumerate(self.members):
@@ -273,6 +275,88 @@ def test_plaintext_and_tls_side_by_side():
     t.close()
     out = ctl(["get", "side"], eps="http://127.0.0.1:%d" % cl.client[1], tls=False).stdout
     assert out.splitlines() == ["side", "plain"], out
+
+
+def curl(url, *args, cert="client", ca="ca"):
+    flags = (["--cacert", C[ca]] if ca else []) + \
+        (["--cert", C[cert], "--key", C[cert + "-key"]] if cert else [])
+    p = subprocess.run(["curl", "-sS", "-v", "--max-time", "5"] + flags + list(args) + [url],
+                       capture_output=True, text=True, timeout=20)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_metrics_over_https_with_the_client_tls_settings():
+    """--listen-metrics-urls https://...: served with the client URLs'
+    certificate and rules (etcd's: the client TLS info), so a scraper needs a
+    client certificate here (--trusted-ca-file is given); a plaintext
+    request gets Go's (etcd's) 400; a silent connection is cut; a real
+    Prometheus scrapes the three members over https."""
+    cl = cluster()
+    url = "https://127.0.0.1:%d" % cl.metrics[0]
+    silent = socket.create_connection(("127.0.0.1", cl.metrics[0]))  # never says hello
+    rc, out, err = curl(url + "/metrics")
+    assert rc == 0 and "\netcd_server_has_leader 1\n" in out, (rc, err[-1500:])
+    assert "SSL certificate verify ok" in err and "TLSv1.3" in err, err[-1500:]
+    rc, out, err = curl(url + "/health", url + "/readyz?verbose")
+    assert rc == 0 and out.endswith('{"health":"true","reason":""}'), (out, err[-1500:])
+    assert "[+]linearizable_read ok" in out, (out, err[-2000:])
+    since = len(cl.members[1].logtext())
+    rc, out, err = curl("https://127.0.0.1:%d/metrics" % cl.metrics[1], cert=None)
+    assert rc != 0 and "alert certificate required" in err, (rc, err[-1500:])
+    cl.members[1].wait_log(r"warn http n1 https metrics connection from 127\.0\.0\.1: TLS "
+                           r"handshake failed: the client presented no certificate", since)
+    rc, out, err = curl("https://127.0.0.1:%d/metrics" % cl.metrics[1], ca="other-ca")
+    assert rc == 60 and "SSL certificate problem" in err, (rc, err[-1500:])
+    rc, out, err = curl("http://127.0.0.1:%d/metrics" % cl.metrics[2], cert=None, ca=None)
+    assert "HTTP/1.0 400 Bad Request" in err and \
+        out == "Client sent an HTTP request to an HTTPS server.\n", (out, err[-1500:])
+    # Prometheus, with the CA and a client certificate
+    d = os.path.join(TMP, "prom")
+    os.makedirs(d, exist_ok=True)
+    cfg = os.path.join(d, "prometheus.yml")
+    with open(cfg, "w") as f:
+        f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
+                "scrape_configs:\n  - job_name: ketch\n    scheme: https\n"
+                "    tls_config:\n      ca_file: %s\n      cert_file: %s\n      key_file: %s\n"
+                "    static_configs:\n      - targets: [%s]\n" % (
+                    C["ca"], C["client"], C["client-key"],
+                    ", ".join("'127.0.0.1:%d'" % p for p in cl.metrics)))
+    pport = free_port()
+    prom = subprocess.Popen(["prometheus", "--config.file", cfg, "--storage.tsdb.path",
+                             os.path.join(d, "data"), "--web.listen-address",
+                             "127.0.0.1:%d" % pport, "--log.level", "warn"],
+                            stdout=open(os.path.join(d, "log"), "wb"), stderr=subprocess.STDOUT)
+
+    def query(q):
+        import json
+        import urllib.parse
+        import urllib.request
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/api/v1/query?query=%s" % (
+                    pport, urllib.parse.quote(q)), timeout=2) as r:
+                res = json.loads(r.read())["data"]["result"]
+        except OSError:
+            return {}
+        return {x["metric"].get("instance", ""): float(x["value"][1]) for x in res}
+
+    try:
+        want = {"127.0.0.1:%d" % p: 1.0 for p in cl.metrics}
+        deadline = time.time() + 30
+        while query("up") != want or len(query("etcd_server_has_leader == 1")) != 3:
+            assert time.time() < deadline and prom.poll() is None, (
+                query("up"), open(os.path.join(d, "log")).read()[-2000:])
+            time.sleep(0.25)
+        assert len(query("etcd_server_is_leader == 1")) == 1, query("etcd_server_is_leader")
+        # a TLS connection that never starts its handshake is cut after 5 s (http.h)
+        silent.settimeout(5)
+        try:
+            assert silent.recv(1) == b""
+        except ConnectionResetError:
+            pass
+    finally:
+        silent.close()
+        prom.kill()
+        prom.wait()
 
 
 def expect_client_error(args, eps, want, tls_flags=None):
@@ -578,7 +662,9 @@ def test_reload_rotates_certificate_and_ca_keeping_connections():
 
     install("server", "server-key", "ca")
     port, peer = free_port(), free_port()
-    m = Proc("rot", ["--listen-client-urls", "https://127.0.0.1:%d" % port,
+    mport = free_port()
+    m = Proc("rot", ["--listen-metrics-urls", "https://127.0.0.1:%d" % mport,
+                     "--listen-client-urls", "https://127.0.0.1:%d" % port,
                      "--listen-peer-urls", "http://127.0.0.1:%d" % peer,
                      "--cert-file", files["cert"], "--key-file", files["key"],
                      "--trusted-ca-file", files["ca"]], wait_port=port)
@@ -598,6 +684,9 @@ def test_reload_rotates_certificate_and_ca_keeping_connections():
         assert rc == 2 and "server certificate rejected" in out, out
         rc, out = tls_client(ep, "get", "rot/k", ca="ca2")  # old client certificate, new CA
         assert rc == 2 and "alert unknown ca" in out, out
+        # the https metrics URL serves the same reloaded certificates
+        rc, out, err = curl("https://127.0.0.1:%d/health" % mport, ca="ca2", cert="client2")
+        assert rc == 0 and '"health":"true"' in out and "CN=ketch test CA 2" in err, err[-1500:]
         # the connection opened before the rotation still works (its watch sees the put)
         assert watch.stdout.readline().strip() == "event PUT rot/k new"
         assert watch.wait(10) == 0
@@ -700,7 +789,9 @@ if __name__ == "__main__":
     import atexit
     atexit.register(cleanup)
     run_tests([test_three_members_over_tls_on_both_links, test_libketch_over_tls,
-               test_plaintext_and_tls_side_by_side, test_client_refusals_say_why_on_both_sides,
+               test_plaintext_and_tls_side_by_side,
+               test_metrics_over_https_with_the_client_tls_settings,
+               test_client_refusals_say_why_on_both_sides,
                test_member_refuses_to_start_naming_the_file, test_peer_refusals_say_who_and_why,
                test_peer_cert_allowed_hostname,
                test_member_joins_over_tls_and_catches_up_by_snapshot,
