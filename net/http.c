@@ -418,11 +418,16 @@ static void on_conn(void *cls, struct MHD_Connection *mc, void **socket_context,
   *socket_context = NULL;
 }
 
+/* *con_cls after the first call of on_request for a request without a
+ * pending probe (see there). */
+static char request_seen;
+
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   (void)toe;
   struct kt_http *h = cls;
-  free(*con_cls); /* a struct pending, done (never freed while suspended) */
+  if (*con_cls != &request_seen)
+    free(*con_cls); /* a struct pending, done (never freed while suspended) */
   *con_cls = NULL;
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -715,19 +720,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   (void)version;
   (void)upload;
   (void)upload_size;
-  (void)con_cls;
   struct kt_http *h = cls;
   struct kt_buf *b = &h->body;
   kt_buf_reset(b);
   if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD)) {
-    out_f(b, "method not allowed\n");
+    out_f(b, "method not allowed\n"); /* at once: MHD closes, the body is never read */
     return respond(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", b);
+  }
+  /* MHD calls once the headers are in and again once the request is
+   * complete. An answer queued at the first call makes MHD 0.9.x discard
+   * the rest of the request and close the connection ("Connection:
+   * close"); answered at the second, the connection is kept alive for the
+   * next request (a scraper reuses it). */
+  if (!*con_cls) {
+    *con_cls = &request_seen;
+    return MHD_YES;
   }
   struct args a = {0};
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, arg_it, &a);
   bool is_health = h->src.health && !strcmp(url, "/health");
   bool is_ready = h->src.health && !strcmp(url, "/readyz");
-  struct pending *p = *con_cls;
+  struct pending *p = *con_cls == &request_seen ? NULL : *con_cls;
   if (!p && ((is_health && health_wants_probe(h, &a)) ||
              (is_ready && h->src.probe && !excluded(&a, "linearizable_read")))) {
     memset(a.used, 0, sizeof a.used); /* excluded() marks; the answer marks again */

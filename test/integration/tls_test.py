@@ -288,7 +288,7 @@ def curl(url, *args, cert="client", ca="ca"):
 def test_metrics_over_https_with_the_client_tls_settings():
     """--listen-metrics-urls https://...: served with the client URLs'
     certificate and rules (etcd's: the client TLS info), so a scraper needs a
-    client certificate here (--trusted-ca-file is given); a plaintext
+    client certificate here (--trusted-ca-file is given); keep-alive; a plaintext
     request gets Go's (etcd's) 400; a silent connection is cut; a real
     Prometheus scrapes the three members over https."""
     cl = cluster()
@@ -297,9 +297,10 @@ def test_metrics_over_https_with_the_client_tls_settings():
     rc, out, err = curl(url + "/metrics")
     assert rc == 0 and "\netcd_server_has_leader 1\n" in out, (rc, err[-1500:])
     assert "SSL certificate verify ok" in err and "TLSv1.3" in err, err[-1500:]
-    rc, out, err = curl(url + "/health", url + "/readyz?verbose")
+    rc, out, err = curl(url + "/health", url + "/readyz?verbose")  # one connection, kept alive
     assert rc == 0 and out.endswith('{"health":"true","reason":""}'), (out, err[-1500:])
-    assert "[+]linearizable_read ok" in out, (out, err[-2000:])
+    assert "[+]linearizable_read ok" in out and "Re-using existing connection" in err, \
+        (out, err[-2000:])
     since = len(cl.members[1].logtext())
     rc, out, err = curl("https://127.0.0.1:%d/metrics" % cl.metrics[1], cert=None)
     assert rc != 0 and "alert certificate required" in err, (rc, err[-1500:])
