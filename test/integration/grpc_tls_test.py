@@ -40,13 +40,14 @@ class Env:
             "--cert-file", C["server"], "--key-file", C["server-key"],
             "--trusted-ca-file", C["ca"], "--log-level", "debug"])
         wait_port(self.member_port, self.member, "ketch")
-        self.grpc_port = free_port()
+        self.grpc_port, self.metrics_port = free_port(), free_port()
         self.bridge = self.spawn("bridge", [
             os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % self.grpc_port,
             "--endpoints", "https://127.0.0.1:%d" % self.member_port,
             "--cert-file", C["server"], "--key-file", C["server-key"],
             "--trusted-ca-file", C["ca"], "--client-cert-auth",
             "--cacert", C["ca"], "--cert", C["proxy"], "--key", C["proxy-key"],
+            "--metrics-addr", "https://127.0.0.1:%d" % self.metrics_port,
             "--log-level", "debug"])
         wait_port(self.grpc_port, self.bridge, "ketch-grpc")
         self.etcd_port, etcd_peer = free_port(), free_port()
@@ -282,6 +283,28 @@ def test_refused_clients_same_as_etcd_and_logged():
     assert e.ctl(e.grpc_port, ["get", "a"])[0] == 0  # and it still serves
 
 
+def curl(url, ca="ca", cert="client"):
+    p = subprocess.run(["curl", "-sS", "-v", "--max-time", "5", "--cacert", C[ca]] +
+                       (["--cert", C[cert], "--key", C[cert + "-key"]] if cert else []) + [url],
+                       capture_output=True, text=True, timeout=20)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_metrics_addr_over_https():
+    """--metrics-addr https://: the listener's certificate and client
+    certificate rule, HTTP/1.1 even for a client that offers h2 first (curl),
+    where the gRPC listener selects h2."""
+    e = env()
+    url = "https://127.0.0.1:%d" % e.metrics_port
+    rc, out, err = curl(url + "/metrics")
+    assert rc == 0 and "\ngrpc_server_handled_total{" in out, (rc, err[-1500:])
+    assert "ALPN: offers h2" in err and "< HTTP/1.1 200 OK" in err, err[-1500:]
+    rc, out, err = curl(url + "/health")
+    assert rc == 0 and out.startswith('{"health":"true"'), (out, err[-1500:])
+    rc, out, err = curl(url + "/metrics", cert=None)
+    assert rc != 0 and "alert certificate required" in err, (rc, err[-1500:])
+
+
 def test_plaintext_bridge_refuses_tls_clients():
     port, member_port = free_port(), env().member_port
     log = os.path.join(TMP, "plainbridge.log")
@@ -336,13 +359,14 @@ def test_sighup_reloads_certificate_and_ca_keeping_connections():
 
     install("server", "ca")
     e = env()
-    port = free_port()
+    port, mport = free_port(), free_port()
     log = os.path.join(TMP, "rotbridge.log")
     b = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
                           "--endpoints", "https://127.0.0.1:%d" % e.member_port,
                           "--cert-file", files["cert"], "--key-file", files["key"],
                           "--trusted-ca-file", files["ca"], "--client-cert-auth",
-                          "--cacert", C["ca"], "--cert", C["proxy"], "--key", C["proxy-key"]],
+                          "--cacert", C["ca"], "--cert", C["proxy"], "--key", C["proxy-key"],
+                          "--metrics-addr", "https://127.0.0.1:%d" % mport],
                          stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     w = None
     try:
@@ -359,7 +383,7 @@ def test_sighup_reloads_certificate_and_ca_keeping_connections():
         since = len(open(log).read())
         b.send_signal(signal.SIGHUP)
         deadline = time.time() + 5
-        while not re.search(r"reloaded the listener certificates \(SIGHUP\) generation=2",
+        while not re.search(r"reloaded the metrics certificates \(SIGHUP\) generation=2",
                             open(log).read()[since:]):
             assert time.time() < deadline, open(log).read()[-2000:]
             time.sleep(0.05)
@@ -372,6 +396,10 @@ def test_sighup_reloads_certificate_and_ca_keeping_connections():
                             "h2"], input=b"", capture_output=True, timeout=10)
         assert b"Verify return code: 0 (ok)" in s.stdout and b"CN = ketch test CA 2" in s.stdout, \
             s.stdout[-1500:]
+        assert re.search(r"reloaded the listener certificates \(SIGHUP\) generation=2",
+                         open(log).read()[since:])
+        rc, out, err = curl("https://127.0.0.1:%d/health" % mport, ca="ca2", cert="client2")
+        assert rc == 0 and "CN=ketch test CA 2" in err, err[-1500:]  # the metrics URL too
         assert lines(w, 3) == ["PUT", "rot/k", "new"]  # the old connection saw the put
         assert b.poll() is None
     finally:
@@ -406,5 +434,5 @@ if __name__ == "__main__":
                test_s_client_sees_tls13_and_alpn_h2, test_callers_common_name_reaches_the_member,
                test_common_name_is_the_user_with_auth_on_same_as_etcd,
                test_refused_clients_same_as_etcd_and_logged,
-               test_plaintext_bridge_refuses_tls_clients,
+               test_metrics_addr_over_https, test_plaintext_bridge_refuses_tls_clients,
                test_sighup_reloads_certificate_and_ca_keeping_connections, test_shutdown_clean])
