@@ -229,8 +229,10 @@ static bool tconn_pump(struct tconn *t) {
     }
     if (t->in_len > 0) {
       ssize_t r = send(t->ufd, t->in, t->in_len, MSG_NOSIGNAL);
-      if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        return false; /* MHD closed its end */
+      if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        t->in_len = 0;             /* MHD stopped reading (it answered, e.g. 431): drop the rest */
+        t->tls_eof = moved = true; /* and still deliver what it wrote */
+      }
       if (r > 0) {
         memmove(t->in, t->in + r, t->in_len - (size_t)r);
         t->in_len -= (size_t)r;

@@ -288,9 +288,10 @@ def curl(url, *args, cert="client", ca="ca"):
 def test_metrics_over_https_with_the_client_tls_settings():
     """--listen-metrics-urls https://...: served with the client URLs'
     certificate and rules (etcd's: the client TLS info), so a scraper needs a
-    client certificate here (--trusted-ca-file is given); keep-alive; a plaintext
-    request gets Go's (etcd's) 400; a silent connection is cut; a real
-    Prometheus scrapes the three members over https."""
+    client certificate here (--trusted-ca-file is given); keep-alive; a 1 MB
+    header gets MHD's 431 through the relay; a plaintext request gets Go's
+    (etcd's) 400; a silent connection is cut; a real Prometheus scrapes the
+    three members over https."""
     cl = cluster()
     url = "https://127.0.0.1:%d" % cl.metrics[0]
     silent = socket.create_connection(("127.0.0.1", cl.metrics[0]))  # never says hello
@@ -308,6 +309,27 @@ def test_metrics_over_https_with_the_client_tls_settings():
                            r"handshake failed: the client presented no certificate", since)
     rc, out, err = curl("https://127.0.0.1:%d/metrics" % cl.metrics[1], ca="other-ca")
     assert rc == 60 and "SSL certificate problem" in err, (rc, err[-1500:])
+    # a 1 MB header through the TLS relay: MHD's 431 comes back, then the end
+    ctx = ssl.create_default_context(cafile=C["ca"])
+    ctx.load_cert_chain(C["client"], C["client-key"])
+    big = ctx.wrap_socket(socket.create_connection(("127.0.0.1", cl.metrics[2]), timeout=10),
+                          server_hostname="127.0.0.1")
+    try:
+        big.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) +
+                    b"\r\n\r\n")
+    except OSError:
+        pass  # the relay stops reading once MHD refused
+    answer = b""
+    while True:
+        try:
+            d = big.recv(65536)
+        except OSError:
+            break
+        if not d:
+            break
+        answer += d
+    big.close()
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
     rc, out, err = curl("http://127.0.0.1:%d/metrics" % cl.metrics[2], cert=None, ca=None)
     assert "HTTP/1.0 400 Bad Request" in err and \
         out == "Client sent an HTTP request to an HTTPS server.\n", (out, err[-1500:])
