@@ -6,7 +6,10 @@
  *   node never compacts raft past its newest snapshot) is streamed to the
  *   peer on the peer transport's snapshot channel, CHUNK bytes per message,
  *   as fast as the channel's queue takes them (on_snapshot_room resumes), so
- *   heartbeats on the raft channel are never delayed. A transfer that cannot
+ *   heartbeats on the raft channel are never delayed. The transfer lasts
+ *   until the channel has written the last chunk to the socket (checked at
+ *   each tick once all are queued), so raft asking again meanwhile does not
+ *   start a second copy behind the first on a slow link. A transfer that cannot
  *   progress for STALL_S, or a peer that went away, is dropped and reported
  *   (kt_raft_report_snapshot_failed): raft asks again later.
  * Follower: chunks from the known leader are written in order to
@@ -19,6 +22,12 @@
  *
  * Chunk message (node-level, snapshot channel):
  *   6 | term u64 | index u64 | offset u64 | total u64 | bytes
+ *
+ * Progress: a transfer that lasts over PROGRESS_S logs one line per
+ * PROGRESS_S on each side, as the tools' progress line (done, of total,
+ * share, rate, time left): "snapshot send to <id>: 12.0 MiB of 48.0 MiB
+ * (25%), 30.1 MiB/s, 1 s left" and "snapshot receive from <id>: ...". The
+ * end lines say how long it took. Nothing is formatted between lines.
  *
  * Blocking on the loop (rare, bounded): reading a chunk (pread of 1 MiB),
  * writing it, and the install itself (loading the snapshot: ~0.7 s per 1M
@@ -41,12 +50,16 @@
 #define CHUNK (1u << 20)
 #define STALL_S 30.0
 #define RETRY_S 1.0
+#define PROGRESS_S 1.0
 
 struct send_state {
   uint64_t peer;
   int fd;
   uint64_t term, index, off, total;
   ev_tstamp last_progress;
+  ev_tstamp started, logged; /* the transfer's start; its last progress line */
+  uint64_t written;          /* bytes the channel wrote to the socket */
+  bool queued;               /* every chunk is queued: waiting for them to be written */
 };
 
 struct node_install_state {
@@ -56,12 +69,13 @@ struct node_install_state {
   size_t n_sends;
   struct {
     uint64_t peer;
-    ev_tstamp at;
+    ev_tstamp at, wait_s; /* no new send to peer before at + wait_s */
   } tried[KT_NODE_MAX_MEMBERS];
   size_t n_tried;
   /* receiving */
   int rfd;
   uint64_t rterm, rindex, roff, rtotal, rfrom;
+  ev_tstamp rstarted, rlogged;
   char rpath[4400];
   struct kt_buf buf;
 };
@@ -81,6 +95,32 @@ void kt_node_install_init(struct kt_node *n) {
   }
   if (d)
     closedir(d);
+}
+
+static void fmt_bytes(uint64_t b, char *out, size_t n) {
+  static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int u = 0;
+  while (v >= 1024 && u < 4)
+    v /= 1024, u++;
+  snprintf(out, n, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+}
+
+/* One progress line of a transfer at `done` of `total` bytes, `secs` after
+ * it started; at most one per PROGRESS_S (*logged: when the last was). */
+static void log_progress(const char *what, uint64_t peer, uint64_t done, uint64_t total,
+                         ev_tstamp now, ev_tstamp started, ev_tstamp *logged) {
+  if (now - *logged < PROGRESS_S || done >= total)
+    return;
+  *logged = now;
+  double secs = now - started, rate = secs > 0 ? (double)done / secs : 0;
+  char d[32], t[32], r[32];
+  fmt_bytes(done, d, sizeof d);
+  fmt_bytes(total, t, sizeof t);
+  fmt_bytes((uint64_t)rate, r, sizeof r);
+  kt_log(KT_LOG_INFO, "snap", "%s %016llx: %s of %s (%.0f%%), %s/s, %.0f s left", what,
+         (unsigned long long)peer, d, t, 100.0 * (double)done / (double)total, r,
+         rate > 0 ? (double)(total - done) / rate : 0.);
 }
 
 static void recv_abort(struct kt_node *n, const char *why) {
@@ -103,8 +143,19 @@ static void send_end(struct kt_node *n, size_t i, bool failed, const char *why) 
            why);
     kt_raft_report_snapshot_failed(n->raft, x->peer);
   } else {
-    kt_log(KT_LOG_INFO, "snap", "snapshot index=%llu sent to %016llx (%llu bytes)",
-           (unsigned long long)x->index, (unsigned long long)x->peer, (unsigned long long)x->total);
+    /* Written to the socket is not yet received: the socket buffers and the
+     * network still hold up to a few MiB, drained at about the pace of the
+     * transfer. Raft asks again every few heartbeats until the follower
+     * acks; a new copy waits as long as this one took (at most STALL_S). */
+    ev_tstamp now = ev_now(n->loop), took = now - x->started;
+    for (size_t t = 0; t < s->n_tried; t++)
+      if (s->tried[t].peer == x->peer) {
+        s->tried[t].at = now;
+        s->tried[t].wait_s = took < RETRY_S ? RETRY_S : took > STALL_S ? STALL_S : took;
+      }
+    kt_log(KT_LOG_INFO, "snap", "snapshot index=%llu sent to %016llx (%llu bytes) in %.1f s",
+           (unsigned long long)x->index, (unsigned long long)x->peer, (unsigned long long)x->total,
+           ev_now(n->loop) - x->started);
   }
   close(x->fd);
   s->sends[i] = s->sends[--s->n_sends];
@@ -122,6 +173,31 @@ void kt_node_install_free(struct kt_node *n) {
   kt_buf_free(&s->buf);
   free(s);
   n->inst = NULL;
+}
+
+/* How far the channel got writing send i (the progress and the stall
+ * clock follow it); ends the transfer once all is written, or failed if the
+ * channel went down. Returns whether it ended (i is then gone). */
+static bool written_check(struct kt_node *n, size_t i) {
+  struct node_install_state *s = n->inst;
+  struct send_state *x = &s->sends[i];
+  long long unsent = kt_peer_snapshot_unsent(n->peers, x->peer);
+  if (unsent < 0) {
+    send_end(n, i, true, "snapshot connection lost");
+    return true;
+  }
+  uint64_t written = x->off - ((uint64_t)unsent < x->off ? (uint64_t)unsent : x->off);
+  ev_tstamp now = ev_now(n->loop);
+  if (written > x->written) {
+    x->written = written;
+    x->last_progress = now;
+  }
+  if (x->queued && unsent == 0) {
+    send_end(n, i, false, NULL);
+    return true;
+  }
+  log_progress("snapshot send to", x->peer, x->written, x->total, now, x->started, &x->logged);
+  return false;
 }
 
 /* Queue chunks while the channel takes them. */
@@ -151,9 +227,9 @@ static void pump(struct kt_node *n, size_t i) {
       return;
     }
     x->off += len;
-    x->last_progress = ev_now(n->loop);
   }
-  send_end(n, i, false, NULL);
+  x->queued = true;
+  (void)written_check(n, i);
 }
 
 /* From raft_event (inside a ready batch): only noted; started at the tick. */
@@ -176,7 +252,7 @@ static void start_send(struct kt_node *n, uint64_t peer) {
   size_t t = 0;
   while (t < s->n_tried && s->tried[t].peer != peer)
     t++;
-  if (t < s->n_tried && ev_now(n->loop) - s->tried[t].at < RETRY_S)
+  if (t < s->n_tried && ev_now(n->loop) - s->tried[t].at < s->tried[t].wait_s)
     return;
   if (t == s->n_tried) {
     if (s->n_tried == KT_NODE_MAX_MEMBERS)
@@ -185,6 +261,7 @@ static void start_send(struct kt_node *n, uint64_t peer) {
   }
   s->tried[t].peer = peer;
   s->tried[t].at = ev_now(n->loop);
+  s->tried[t].wait_s = RETRY_S;
   struct kt_snap_entry *list = NULL;
   size_t cnt = 0;
   struct kt_err e = {0};
@@ -213,7 +290,7 @@ static void start_send(struct kt_node *n, uint64_t peer) {
     return;
   }
   x.total = (uint64_t)st.st_size;
-  x.last_progress = ev_now(n->loop);
+  x.last_progress = x.started = x.logged = ev_now(n->loop);
   kt_log(KT_LOG_INFO, "snap", "sending snapshot index=%llu term=%llu (%llu bytes) to %016llx",
          (unsigned long long)x.index, (unsigned long long)x.term, (unsigned long long)x.total,
          (unsigned long long)peer);
@@ -237,6 +314,8 @@ void kt_node_install_tick(struct kt_node *n) {
   for (size_t i = 0; i < s->n_sends;) {
     if (kt_raft_role(n->raft) != KT_RAFT_LEADER)
       send_end(n, i, true, "no longer leader");
+    else if (written_check(n, i))
+      continue; /* ended: another send is at i now */
     else if (ev_now(n->loop) - s->sends[i].last_progress > STALL_S)
       send_end(n, i, true, "no progress");
     else
@@ -383,6 +462,7 @@ void kt_node_install_chunk(struct kt_node *n, uint64_t from, const uint8_t *msg,
       return;
     }
     s->rterm = term, s->rindex = index, s->roff = 0, s->rtotal = total, s->rfrom = from;
+    s->rstarted = s->rlogged = ev_now(n->loop);
     kt_log(KT_LOG_INFO, "snap", "receiving snapshot index=%llu term=%llu (%llu bytes) from %016llx",
            (unsigned long long)index, (unsigned long long)term, (unsigned long long)total,
            (unsigned long long)from);
@@ -405,8 +485,13 @@ void kt_node_install_chunk(struct kt_node *n, uint64_t from, const uint8_t *msg,
     done += (size_t)w;
   }
   s->roff += dlen;
+  log_progress("snapshot receive from", from, s->roff, s->rtotal, ev_now(n->loop), s->rstarted,
+               &s->rlogged);
   if (s->roff < s->rtotal)
     return;
+  kt_log(KT_LOG_INFO, "snap", "received snapshot index=%llu (%llu bytes) from %016llx in %.1f s",
+         (unsigned long long)s->rindex, (unsigned long long)s->rtotal, (unsigned long long)from,
+         ev_now(n->loop) - s->rstarted);
   if (s->rindex <= kt_raft_commit(n->raft)) {
     /* we got that far meanwhile; never rename over a snapshot of our own */
     kt_log(KT_LOG_INFO, "snap", "received snapshot index=%llu is not ahead of commit %llu",

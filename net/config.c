@@ -925,6 +925,13 @@ tls_checks:
                           links[k].cert, links[k].key, k ? "peer" : "client",
                           links[k].urls->v[i].raw, links[k].autof);
   }
+  for (size_t i = 0; i < c->listen_metrics_urls.n; i++) /* served with the client TLS info */
+    if (c->listen_metrics_urls.v[i].scheme == KT_URL_HTTPS && !c->client_tls.cert_file &&
+        !c->client_tls.auto_tls)
+      return kt_err_set(e, KT_EINVAL,
+                        "TLS key/cert (--cert-file, --key-file) must be provided for metrics url "
+                        "%.120s with HTTPS scheme (or --auto-tls)",
+                        c->listen_metrics_urls.v[i].raw);
   if (c->tls_min_version > c->tls_max_version)
     return kt_err_set(e, KT_EINVAL, "--tls-min-version TLS1.%d is above --tls-max-version TLS1.%d",
                       c->tls_min_version - 10, c->tls_max_version - 10);

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 
 #include "../core/node.h" /* struct kt_node_health */
 #include "sock.h"
+#include "tls.h"
 
 #define MAX_LISTENERS 16
 #define MAX_EXCLUDES 16
@@ -42,6 +44,26 @@ struct listener {
   struct kt_http *h;
   ev_io w;
   int fd, port;
+  struct kt_tls_ctx *tls; /* an https:// listener's context (not owned), else NULL */
+};
+
+/* One https:// connection: TLS on the TCP socket by net/tls.c, the plaintext
+ * relayed to MHD over a socketpair (see "https" below). */
+#define RELAY_BYTES (16u * 1024u)
+struct tconn {
+  struct tconn *prev, *next;
+  struct kt_http *h;
+  struct kt_io io;
+  ev_io rw, ww;       /* the TCP socket */
+  ev_io urw, uww;     /* our end of the socketpair */
+  int ufd;            /* -1 until the handshake is done */
+  ev_tstamp deadline; /* the handshake's */
+  struct sockaddr_storage sa;
+  socklen_t sa_len;
+  bool tls_eof, u_eof, u_shut;
+  bool refused;      /* closed before it was read (kt_io_close_refused) */
+  uint8_t *in, *out; /* TLS -> MHD (the request), MHD -> TLS (the answer); RELAY_BYTES each */
+  size_t in_len, out_len;
 };
 
 struct kt_http {
@@ -55,6 +77,9 @@ struct kt_http {
   size_t n_ls;
   struct hconn *conns;
   size_t n_conns;
+  struct tconn *tconns; /* https:// connections, in the handshake or relaying */
+  size_t n_tconns;
+  ev_tstamp tls_warned; /* when a TLS failure was last logged at warn */
   bool in_run;
   struct kt_buf body;
   /* the state thread's busy time: from waking (check) to sleeping (prepare) */
@@ -63,6 +88,9 @@ struct kt_http {
   ev_tstamp woke;
   double busy_s;
 };
+
+static void tconn_free(struct tconn *t);
+static void on_tconn(struct ev_loop *loop, ev_io *w, int revents);
 
 /* ---- driving MHD from the loop ---- */
 
@@ -106,6 +134,14 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents) {
       shutdown(c->fd, SHUT_RDWR);
       c->shut = any = true;
     }
+  for (struct tconn *t = h->tconns, *next; t; t = next) {
+    next = t->next;
+    if (t->ufd < 0 && now > t->deadline) {
+      kt_log(KT_LOG_DEBUG, "http", "closing an https connection whose handshake took over %d s",
+             KT_HTTP_DEADLINE_S);
+      tconn_free(t);
+    }
+  }
   if (any)
     mhd_run(h);
 }
@@ -118,6 +154,208 @@ static void add_conn(struct kt_http *h, int fd, const struct sockaddr *sa, sockl
     return;
   }
   (void)MHD_add_connection(h->d, fd, sa, len);
+}
+
+/* ---- https: TLS by net/tls.c, relayed to MHD ----
+ *
+ * MHD's own TLS would be GnuTLS (Debian builds it so) with its own settings;
+ * instead an https:// metrics URL uses the member's client TLS context
+ * (etcd: https metrics URLs use the client TLS info): the same certificate,
+ * key, CA, CRL, client-certificate rule, versions and cipher suites, and the
+ * same reload on SIGHUP or a file change. This side does the handshake
+ * (non-blocking, cut after KT_HTTP_DEADLINE_S) and then relays bytes between
+ * the TLS connection and one end of a socketpair whose other end MHD serves
+ * as any connection (MHD_add_connection): MHD parses, answers and applies
+ * its bounds as for plain HTTP. Per connection: the struct, OpenSSL's SSL,
+ * and after the handshake two RELAY_BYTES buffers and the socketpair; at
+ * most KT_HTTP_MAX_CONNS such connections. Either side closing closes both. */
+
+static void tconn_free(struct tconn *t) {
+  struct kt_http *h = t->h;
+  ev_io_stop(h->loop, &t->rw);
+  ev_io_stop(h->loop, &t->ww);
+  ev_io_stop(h->loop, &t->urw);
+  ev_io_stop(h->loop, &t->uww);
+  if (t->refused)
+    kt_io_close_refused(&t->io);
+  else
+    kt_io_close(&t->io);
+  if (t->ufd >= 0)
+    close(t->ufd);
+  if (t->prev)
+    t->prev->next = t->next;
+  else
+    h->tconns = t->next;
+  if (t->next)
+    t->next->prev = t->prev;
+  h->n_tconns--;
+  free(t->in);
+  free(t->out);
+  free(t);
+}
+
+static void tls_failed(struct tconn *t, const char *what, const char *why) {
+  struct kt_http *h = t->h;
+  ev_tstamp now = ev_now(h->loop);
+  bool warn = now - h->tls_warned >= 10.;
+  if (warn)
+    h->tls_warned = now;
+  char addr[64] = "?";
+  if (t->sa.ss_family == AF_INET)
+    inet_ntop(AF_INET, &((struct sockaddr_in *)&t->sa)->sin_addr, addr, sizeof addr);
+  else if (t->sa.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&t->sa)->sin6_addr, addr, sizeof addr);
+  kt_log(warn ? KT_LOG_WARN : KT_LOG_DEBUG, "http", "https metrics connection from %s: %s: %s",
+         addr, what, why);
+}
+
+/* Moves what it can in both directions; false: the connection is done (freed). */
+static bool tconn_pump(struct tconn *t) {
+  struct kt_err e = {0};
+  for (bool moved = true; moved;) {
+    moved = false;
+    while (!t->tls_eof && t->in_len < RELAY_BYTES) {
+      ssize_t r = kt_io_read(&t->io, t->in + t->in_len, RELAY_BYTES - t->in_len, &e);
+      if (r == KT_IO_AGAIN)
+        break;
+      if (r == KT_IO_ERROR) {
+        tls_failed(t, "read", e.msg);
+        return false;
+      }
+      if (r == 0)
+        t->tls_eof = true;
+      t->in_len += (size_t)(r > 0 ? r : 0);
+      moved = true;
+    }
+    if (t->in_len > 0) {
+      ssize_t r = send(t->ufd, t->in, t->in_len, MSG_NOSIGNAL);
+      if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        t->in_len = 0;             /* MHD stopped reading (it answered, e.g. 431): drop the rest */
+        t->tls_eof = moved = true; /* and still deliver what it wrote */
+      }
+      if (r > 0) {
+        memmove(t->in, t->in + r, t->in_len - (size_t)r);
+        t->in_len -= (size_t)r;
+        moved = true;
+      }
+    }
+    if (t->tls_eof && t->in_len == 0 && !t->u_shut) {
+      shutdown(t->ufd, SHUT_WR); /* MHD sees the client's end of the stream */
+      t->u_shut = true;
+    }
+    while (!t->u_eof && t->out_len < RELAY_BYTES) {
+      ssize_t r = recv(t->ufd, t->out + t->out_len, RELAY_BYTES - t->out_len, 0);
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        break;
+      if (r <= 0)
+        t->u_eof = true;
+      else
+        t->out_len += (size_t)r;
+      moved = true;
+    }
+    if (t->out_len > 0) {
+      ssize_t r = kt_io_write(&t->io, t->out, t->out_len, &e);
+      if (r == KT_IO_ERROR) {
+        tls_failed(t, "write", e.msg);
+        return false;
+      }
+      if (r > 0) {
+        memmove(t->out, t->out + r, t->out_len - (size_t)r);
+        t->out_len -= (size_t)r;
+        moved = true;
+      }
+    }
+    if (t->u_eof && t->out_len == 0)
+      return false; /* MHD is done with it (answered and closed, or cut it) */
+  }
+  kt_sock_arm(t->h->loop, &t->rw, &t->ww,
+              kt_io_events(&t->io, !t->tls_eof && t->in_len<RELAY_BYTES, t->out_len> 0));
+  kt_sock_arm(t->h->loop, &t->urw, &t->uww,
+              (!t->u_eof && t->out_len < RELAY_BYTES ? KT_IO_READ : 0) |
+                  (t->in_len > 0 ? KT_IO_WRITE : 0));
+  return true;
+}
+
+static void tconn_step(struct tconn *t) {
+  struct kt_http *h = t->h;
+  if (t->ufd < 0) {
+    struct kt_err e = {0};
+    int r = kt_io_handshake(&t->io, &e);
+    if (r == KT_IO_AGAIN) {
+      kt_sock_arm(h->loop, &t->rw, &t->ww, kt_io_events(&t->io, true, false));
+      return;
+    }
+    if (r == KT_IO_PLAINTEXT) { /* Go's (etcd's) answer, then FIN after it */
+      static const char go400[] = "HTTP/1.0 400 Bad Request\r\n\r\n"
+                                  "Client sent an HTTP request to an HTTPS server.\n";
+      tls_failed(t, "refused", "a plaintext client on an https:// metrics URL");
+      kt_io_to_plain(&t->io);
+      (void)!send(t->io.fd, go400, sizeof go400 - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      t->refused = true;
+      tconn_free(t);
+      return;
+    }
+    if (r != 1) {
+      tls_failed(t, "TLS handshake failed", e.msg);
+      tconn_free(t);
+      return;
+    }
+    int sp[2];
+    if (h->n_conns >= KT_HTTP_MAX_CONNS ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) != 0) {
+      tconn_free(t);
+      return;
+    }
+    t->in = malloc(RELAY_BYTES);
+    t->out = malloc(RELAY_BYTES);
+    kt_assert(t->in && t->out);
+    t->ufd = sp[0];
+    ev_io_init(&t->urw, on_tconn, sp[0], EV_READ);
+    ev_io_init(&t->uww, on_tconn, sp[0], EV_WRITE);
+    t->urw.data = t->uww.data = t;
+    add_conn(h, sp[1], (struct sockaddr *)&t->sa, t->sa_len); /* MHD owns sp[1] */
+  }
+  if (!tconn_pump(t))
+    tconn_free(t);
+  mhd_run(h);
+}
+
+static void on_tconn(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)loop;
+  (void)revents;
+  tconn_step(w->data);
+}
+
+static void tconn_new(struct kt_http *h, struct kt_tls_ctx *ctx, int fd,
+                      const struct sockaddr_storage *sa, socklen_t len) {
+  struct kt_err e = {0};
+  if (h->n_tconns >= KT_HTTP_MAX_CONNS) {
+    kt_log(KT_LOG_DEBUG, "http", "https connection refused: %d open", KT_HTTP_MAX_CONNS);
+    close(fd);
+    return;
+  }
+  struct tconn *t = calloc(1, sizeof *t);
+  kt_assert(t);
+  if (kt_io_init_tls(&t->io, fd, ctx, NULL, &e)) {
+    kt_log(KT_LOG_WARN, "http", "https metrics connection: %s", e.msg);
+    close(fd);
+    free(t);
+    return;
+  }
+  t->h = h;
+  t->ufd = -1;
+  t->sa = *sa;
+  t->sa_len = len;
+  t->deadline = ev_now(h->loop) + KT_HTTP_DEADLINE_S;
+  ev_io_init(&t->rw, on_tconn, fd, EV_READ);
+  ev_io_init(&t->ww, on_tconn, fd, EV_WRITE);
+  t->rw.data = t->ww.data = t;
+  t->next = h->tconns;
+  if (h->tconns)
+    h->tconns->prev = t;
+  h->tconns = t;
+  h->n_tconns++;
+  tconn_step(t);
 }
 
 void kt_http_adopt(struct kt_http *h, int fd) {
@@ -142,7 +380,10 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
     int fd = accept4(l->fd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
       break;
-    add_conn(h, fd, (struct sockaddr *)&sa, len);
+    if (l->tls)
+      tconn_new(h, l->tls, fd, &sa, len);
+    else
+      add_conn(h, fd, (struct sockaddr *)&sa, len);
   }
   mhd_run(h);
 }
@@ -179,11 +420,16 @@ static void on_conn(void *cls, struct MHD_Connection *mc, void **socket_context,
   *socket_context = NULL;
 }
 
+/* *con_cls after the first call of on_request for a request without a
+ * pending probe (see there). */
+static char request_seen;
+
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   (void)toe;
   struct kt_http *h = cls;
-  free(*con_cls); /* a struct pending, done (never freed while suspended) */
+  if (*con_cls != &request_seen)
+    free(*con_cls); /* a struct pending, done (never freed while suspended) */
   *con_cls = NULL;
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -476,19 +722,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   (void)version;
   (void)upload;
   (void)upload_size;
-  (void)con_cls;
   struct kt_http *h = cls;
   struct kt_buf *b = &h->body;
   kt_buf_reset(b);
   if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD)) {
-    out_f(b, "method not allowed\n");
+    out_f(b, "method not allowed\n"); /* at once: MHD closes, the body is never read */
     return respond(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", b);
+  }
+  /* MHD calls once the headers are in and again once the request is
+   * complete. An answer queued at the first call makes MHD 0.9.x discard
+   * the rest of the request and close the connection ("Connection:
+   * close"); answered at the second, the connection is kept alive for the
+   * next request (a scraper reuses it). */
+  if (!*con_cls) {
+    *con_cls = &request_seen;
+    return MHD_YES;
   }
   struct args a = {0};
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, arg_it, &a);
   bool is_health = h->src.health && !strcmp(url, "/health");
   bool is_ready = h->src.health && !strcmp(url, "/readyz");
-  struct pending *p = *con_cls;
+  struct pending *p = *con_cls == &request_seen ? NULL : *con_cls;
   if (!p && ((is_health && health_wants_probe(h, &a)) ||
              (is_ready && h->src.probe && !excluded(&a, "linearizable_read")))) {
     memset(a.used, 0, sizeof a.used); /* excluded() marks; the answer marks again */
@@ -580,6 +834,14 @@ int kt_http_listen(struct kt_http *h, const char *host, int port, struct kt_err 
   return 0;
 }
 
+int kt_http_listen_tls(struct kt_http *h, const char *host, int port, struct kt_tls_ctx *tls,
+                       struct kt_err *e) {
+  if (kt_http_listen(h, host, port, e))
+    return e->code;
+  h->ls[h->n_ls - 1].tls = tls;
+  return 0;
+}
+
 int kt_http_port(const struct kt_http *h, size_t i) { return i < h->n_ls ? h->ls[i].port : -1; }
 
 void kt_http_stop_accepting(struct kt_http *h) {
@@ -603,6 +865,8 @@ void kt_http_free(struct kt_http *h) {
   ev_timer_stop(h->loop, &h->reap_w);
   ev_check_stop(h->loop, &h->wake_w);
   ev_prepare_stop(h->loop, &h->sleep_w);
+  while (h->tconns)
+    tconn_free(h->tconns);
   MHD_stop_daemon(h->d); /* closes the connections (on_conn frees their records) */
   kt_buf_free(&h->body);
   free(h);

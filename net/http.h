@@ -1,7 +1,8 @@
 /* net/http.h — the member's HTTP endpoints: /metrics, /health, /livez,
  * /readyz, served on --listen-metrics-urls from the member's libev loop.
  *
- * Served on --listen-metrics-urls (this module's listeners) and on the
+ * Served on --listen-metrics-urls (this module's listeners; https:// ones
+ * with the client URLs' TLS settings, kt_http_listen_tls) and on the
  * plaintext client URLs: net/server.c hands over a connection whose first
  * byte is an ASCII capital (kt_http_adopt). ketch-grpc serves them on
  * --metrics-addr (its /health: a linearizable get through the cluster).
@@ -80,6 +81,13 @@ struct kt_http *kt_http_new(struct ev_loop *loop, const struct kt_http_source *s
 /* Listen on host:port (port 0: any; kt_http_port says which). Errors: EINVAL
  * (does not resolve), EIO (bind/listen, the message names the address). */
 int kt_http_listen(struct kt_http *h, const char *host, int port, struct kt_err *e);
+/* The same for an https:// URL: TLS with tls (a server context the caller
+ * keeps, and reloads, until kt_http_free: the member's client context, as
+ * etcd serves https metrics URLs with its client TLS info), done by
+ * net/tls.c and relayed to MHD in plaintext over a socketpair. */
+struct kt_tls_ctx;
+int kt_http_listen_tls(struct kt_http *h, const char *host, int port, struct kt_tls_ctx *tls,
+                       struct kt_err *e);
 int kt_http_port(const struct kt_http *h, size_t i);
 /* Serve one connection accepted elsewhere (an HTTP request on a client URL,
  * net/server.h): h owns fd from now on (closed at once over the limit). */

@@ -136,7 +136,7 @@ static bool has_https(const struct kt_url_list *u) {
 static int make_tls(const struct kt_config *cfg, struct kt_tls_ctx *out[TLS_N], struct kt_err *e) {
   char cert[4200], key[4200];
   const struct kt_config_tls *ct = &cfg->client_tls, *pt = &cfg->peer_tls;
-  if (has_https(&cfg->listen_client_urls)) {
+  if (has_https(&cfg->listen_client_urls) || has_https(&cfg->listen_metrics_urls)) {
     struct kt_tls_config c = {
         .server = true,
         .cert_file = ct->cert_file,
@@ -411,12 +411,13 @@ int main(int argc, char **argv) {
   kt_node_serve_http(the_node, http_adopt, http);
   for (size_t i = 0; i < cfg.listen_metrics_urls.n; i++) {
     const struct kt_url *u = &cfg.listen_metrics_urls.v[i];
-    if (u->scheme != KT_URL_HTTP) {
-      kt_log(KT_LOG_FATAL, "main", "cannot listen on %s: metrics URLs are served over http:// only",
+    if (u->scheme != KT_URL_HTTP && u->scheme != KT_URL_HTTPS) {
+      kt_log(KT_LOG_FATAL, "main", "cannot listen on %s: metrics URLs are http:// or https://",
              u->raw);
       return 1;
     }
-    if (kt_http_listen(http, u->host, u->port, &e)) {
+    if (u->scheme == KT_URL_HTTPS ? kt_http_listen_tls(http, u->host, u->port, tls[TLS_CLIENT], &e)
+                                  : kt_http_listen(http, u->host, u->port, &e)) {
       kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);
       return 1;
     }

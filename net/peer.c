@@ -1358,6 +1358,12 @@ size_t kt_peer_snapshot_room(const struct kt_peer_transport *t, uint64_t to) {
   return q >= cap ? 0 : cap - q;
 }
 
+long long kt_peer_snapshot_unsent(const struct kt_peer_transport *t, uint64_t to) {
+  struct peer *p = find_peer(t, to);
+  struct pconn *c = p ? p->conn[KT_PEER_CH_SNAPSHOT] : NULL;
+  return c && c->state == S_UP ? (long long)unsent(c) : -1;
+}
+
 bool kt_peer_connected(const struct kt_peer_transport *t, uint64_t id) {
   struct peer *p = find_peer(t, id);
   return p && p->conn[KT_PEER_CH_RAFT] && p->conn[KT_PEER_CH_RAFT]->state == S_UP;

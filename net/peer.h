@@ -223,6 +223,9 @@ int kt_peer_send(struct kt_peer_transport *t, uint64_t to, const void *msg, size
 int kt_peer_send_snapshot(struct kt_peer_transport *t, uint64_t to, const void *chunk, size_t len);
 /* Bytes of snapshot chunks that may be queued to `to` now (0 if down). */
 size_t kt_peer_snapshot_room(const struct kt_peer_transport *t, uint64_t to);
+/* Bytes of snapshot chunks queued to `to` not yet written to its socket;
+ * -1 if the snapshot channel is not connected (what was queued is lost). */
+long long kt_peer_snapshot_unsent(const struct kt_peer_transport *t, uint64_t to);
 bool kt_peer_connected(const struct kt_peer_transport *t, uint64_t id);
 
 /* JOIN, joiner side (blocking: for start-up only, before the loop runs).

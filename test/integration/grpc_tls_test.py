@@ -9,9 +9,12 @@ s_client -alpn h2 shows TLS 1.3 and ALPN h2; clients refused on both sides
 (no certificate, an expired or revoked one, another CA, plaintext on the TLS
 listener), with the same etcdctl output as etcd gives and one line in the
 bridge's log; a plaintext bridge refuses a TLS client the same way."""
+import json
 import os
 import re
+import select
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -37,13 +40,14 @@ class Env:
             "--cert-file", C["server"], "--key-file", C["server-key"],
             "--trusted-ca-file", C["ca"], "--log-level", "debug"])
         wait_port(self.member_port, self.member, "ketch")
-        self.grpc_port = free_port()
+        self.grpc_port, self.metrics_port = free_port(), free_port()
         self.bridge = self.spawn("bridge", [
             os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % self.grpc_port,
             "--endpoints", "https://127.0.0.1:%d" % self.member_port,
             "--cert-file", C["server"], "--key-file", C["server-key"],
             "--trusted-ca-file", C["ca"], "--client-cert-auth",
             "--cacert", C["ca"], "--cert", C["proxy"], "--key", C["proxy-key"],
+            "--metrics-addr", "https://127.0.0.1:%d" % self.metrics_port,
             "--log-level", "debug"])
         wait_port(self.grpc_port, self.bridge, "ketch-grpc")
         self.etcd_port, etcd_peer = free_port(), free_port()
@@ -279,6 +283,28 @@ def test_refused_clients_same_as_etcd_and_logged():
     assert e.ctl(e.grpc_port, ["get", "a"])[0] == 0  # and it still serves
 
 
+def curl(url, ca="ca", cert="client"):
+    p = subprocess.run(["curl", "-sS", "-v", "--max-time", "5", "--cacert", C[ca]] +
+                       (["--cert", C[cert], "--key", C[cert + "-key"]] if cert else []) + [url],
+                       capture_output=True, text=True, timeout=20)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_metrics_addr_over_https():
+    """--metrics-addr https://: the listener's certificate and client
+    certificate rule, HTTP/1.1 even for a client that offers h2 first (curl),
+    where the gRPC listener selects h2."""
+    e = env()
+    url = "https://127.0.0.1:%d" % e.metrics_port
+    rc, out, err = curl(url + "/metrics")
+    assert rc == 0 and "\ngrpc_server_handled_total{" in out, (rc, err[-1500:])
+    assert "ALPN: offers h2" in err and "< HTTP/1.1 200 OK" in err, err[-1500:]
+    rc, out, err = curl(url + "/health")
+    assert rc == 0 and out.startswith('{"health":"true"'), (out, err[-1500:])
+    rc, out, err = curl(url + "/metrics", cert=None)
+    assert rc != 0 and "alert certificate required" in err, (rc, err[-1500:])
+
+
 def test_plaintext_bridge_refuses_tls_clients():
     port, member_port = free_port(), env().member_port
     log = os.path.join(TMP, "plainbridge.log")
@@ -295,6 +321,90 @@ def test_plaintext_bridge_refuses_tls_clients():
         rc, out, err = env().ctl(port, ["get", "a"], tls=None)  # h2c works
         assert rc == 0, err
     finally:
+        b.terminate()
+        b.wait(10)
+
+
+def lines(p, n, timeout=10):
+    """n lines of p's stdout, waiting at most timeout seconds in all."""
+    got, buf, deadline = [], b"", time.time() + timeout
+    fd = p.stdout.fileno()
+    while len(got) < n:
+        left = deadline - time.time()
+        assert left > 0 and select.select([fd], [], [], left)[0], "only %r" % got
+        chunk = os.read(fd, 4096)
+        assert chunk, "EOF after %r" % got
+        buf += chunk
+        while b"\n" in buf and len(got) < n:
+            ln, buf = buf.split(b"\n", 1)
+            got.append(ln.decode())
+    return got
+
+
+def test_sighup_reloads_certificate_and_ca_keeping_connections():
+    """A bridge whose listener files are replaced (a new CA, a server
+    certificate it signed, and the new CA as --trusted-ca-file) and then sent
+    SIGHUP: a new client verifies against the new CA with a certificate of
+    it, one with the old CA is refused, and a watch opened before keeps
+    working (it sees the put made after the reload)."""
+    live = os.path.join(TMP, "live")
+    os.makedirs(live, exist_ok=True)
+    files = {"cert": os.path.join(live, "server.pem"), "key": os.path.join(live, "server-key.pem"),
+             "ca": os.path.join(live, "ca.pem")}
+
+    def install(cert, ca):
+        for src, dst in ((cert + "-key", "key"), (cert, "cert"), (ca, "ca")):
+            shutil.copyfile(C[src], files[dst] + ".tmp")
+            os.rename(files[dst] + ".tmp", files[dst])
+
+    install("server", "ca")
+    e = env()
+    port, mport = free_port(), free_port()
+    log = os.path.join(TMP, "rotbridge.log")
+    b = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
+                          "--endpoints", "https://127.0.0.1:%d" % e.member_port,
+                          "--cert-file", files["cert"], "--key-file", files["key"],
+                          "--trusted-ca-file", files["ca"], "--client-cert-auth",
+                          "--cacert", C["ca"], "--cert", C["proxy"], "--key", C["proxy-key"],
+                          "--metrics-addr", "https://127.0.0.1:%d" % mport],
+                         stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    w = None
+    try:
+        wait_port(port, b, "ketch-grpc")
+        rc, out, _ = e.ctl(port, ["put", "rot/k", "old", "-w", "json"])
+        assert rc == 0, out
+        rev = json.loads(out)["header"]["revision"]
+        w = subprocess.Popen([ETCDCTL, "--endpoints", "127.0.0.1:%d" % port, "--cacert", C["ca"],
+                              "--cert", C["client"], "--key", C["client-key"], "watch", "rot/k",
+                              "--rev", str(rev)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=dict(os.environ, ETCDCTL_API="3"))
+        assert lines(w, 3) == ["PUT", "rot/k", "old"]  # its stream is open
+        install("server2", "ca2")
+        since = len(open(log).read())
+        b.send_signal(signal.SIGHUP)
+        deadline = time.time() + 5
+        while not re.search(r"reloaded the metrics certificates \(SIGHUP\) generation=2",
+                            open(log).read()[since:]):
+            assert time.time() < deadline, open(log).read()[-2000:]
+            time.sleep(0.05)
+        rc, out, err = e.ctl(port, ["put", "rot/k", "new"], ("ca2", "client2"))
+        assert rc == 0 and out == b"OK\n", (rc, out, err)
+        rc, out, err = e.ctl(port, ["get", "rot/k"], ("ca", "client"))  # the old CA: refused
+        assert rc != 0 and b"context deadline exceeded" in err, (rc, out, err)
+        s = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % port, "-CAfile",
+                            C["ca2"], "-cert", C["client2"], "-key", C["client2-key"], "-alpn",
+                            "h2"], input=b"", capture_output=True, timeout=10)
+        assert b"Verify return code: 0 (ok)" in s.stdout and b"CN = ketch test CA 2" in s.stdout, \
+            s.stdout[-1500:]
+        assert re.search(r"reloaded the listener certificates \(SIGHUP\) generation=2",
+                         open(log).read()[since:])
+        rc, out, err = curl("https://127.0.0.1:%d/health" % mport, ca="ca2", cert="client2")
+        assert rc == 0 and "CN=ketch test CA 2" in err, err[-1500:]  # the metrics URL too
+        assert lines(w, 3) == ["PUT", "rot/k", "new"]  # the old connection saw the put
+        assert b.poll() is None
+    finally:
+        if w and w.poll() is None:
+            w.kill()
         b.terminate()
         b.wait(10)
 
@@ -324,4 +434,5 @@ if __name__ == "__main__":
                test_s_client_sees_tls13_and_alpn_h2, test_callers_common_name_reaches_the_member,
                test_common_name_is_the_user_with_auth_on_same_as_etcd,
                test_refused_clients_same_as_etcd_and_logged,
-               test_plaintext_bridge_refuses_tls_clients, test_shutdown_clean])
+               test_metrics_addr_over_https, test_plaintext_bridge_refuses_tls_clients,
+               test_sighup_reloads_certificate_and_ca_keeping_connections, test_shutdown_clean])

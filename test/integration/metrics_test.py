@@ -294,6 +294,32 @@ def test_http_on_the_client_url_beside_native_clients():
     native.close()
 
 
+def test_keep_alive_on_metrics_and_client_urls():
+    """HTTP/1.1 requests on one connection are answered on it (no
+    "Connection: close"), on a metrics URL and on a client URL, and the
+    member's ketch_http_connections counts the one connection; a request
+    asking for "Connection: close" gets it."""
+    import http.client
+    m = S["ms"][0]
+    for port in (m.mport, m.port):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        c.connect()
+        sock = c.sock
+        for path in ("/health", "/metrics", "/livez", "/metrics"):
+            c.request("GET", path)
+            r = c.getresponse()
+            body = r.read()
+            assert r.status == 200 and body, (port, path, r.status)
+            assert r.getheader("Connection") is None, (port, path, r.getheaders())
+            assert c.sock is sock, "reconnected for %s on %d" % (path, port)
+        assert re.search(rb"\nketch_http_connections [1-9]", body), body[-500:]
+        c.request("GET", "/health", headers={"Connection": "close"})
+        r = c.getresponse()
+        r.read()
+        assert r.getheader("Connection") == "close", r.getheaders()
+        c.close()
+
+
 def test_health_nospace_alarm_and_exclude():
     mport = free_port()
     m = Member(name="q", extra=["--quota-backend-bytes", "1000000", "--listen-metrics-urls",
@@ -579,6 +605,7 @@ if __name__ == "__main__":
             test_dashboard_queries_name_only_exported_metrics,
             test_bad_http_input_is_cut_native_clients_go_on,
             test_http_on_the_client_url_beside_native_clients,
+            test_keep_alive_on_metrics_and_client_urls,
             test_health_nospace_alarm_and_exclude,
             test_readyz_on_a_learner,
             test_health_is_a_linearizable_read,

@@ -141,6 +141,7 @@ class Cluster:
         self.client = [free_port() for _ in range(3)]
         self.peer = [free_port() for _ in range(3)]
         self.plain0 = free_port()
+        self.metrics = [free_port() for _ in range(3)]  # https:// metrics URLs
         ic = ",".join("n%d=https://127.0.0.1:%d" % (i, self.peer[i]) for i in range(3))
         listen = [
             "https://127.0.0.1:%d,https://127.0.0.2:%d,http://127.0.0.1:%d" % (
@@ -156,6 +157,7 @@ class Cluster:
                     "--initial-advertise-peer-urls", "https://127.0.0.1:%d" % self.peer[i],
                     "--initial-cluster", ic, "--initial-cluster-token", "tls-it",
                     "--snapshot-count", "200", "--experimental-snapshot-catchup-entries", "20",
+                    "--listen-metrics-urls", "https://127.0.0.1:%d" % self.metrics[i],
                     ] + TIMING + tls_flags(i)
             self.members.append(Proc("n%d" % i, args))
         for i, m in enumerate(self.members):
@@ -273,6 +275,111 @@ def test_plaintext_and_tls_side_by_side():
     t.close()
     out = ctl(["get", "side"], eps="http://127.0.0.1:%d" % cl.client[1], tls=False).stdout
     assert out.splitlines() == ["side", "plain"], out
+
+
+def curl(url, *args, cert="client", ca="ca"):
+    flags = (["--cacert", C[ca]] if ca else []) + \
+        (["--cert", C[cert], "--key", C[cert + "-key"]] if cert else [])
+    p = subprocess.run(["curl", "-sS", "-v", "--max-time", "5"] + flags + list(args) + [url],
+                       capture_output=True, text=True, timeout=20)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_metrics_over_https_with_the_client_tls_settings():
+    """--listen-metrics-urls https://...: served with the client URLs'
+    certificate and rules (etcd's: the client TLS info), so a scraper needs a
+    client certificate here (--trusted-ca-file is given); keep-alive; a 1 MB
+    header gets MHD's 431 through the relay; a plaintext request gets Go's
+    (etcd's) 400; a silent connection is cut; a real Prometheus scrapes the
+    three members over https."""
+    cl = cluster()
+    url = "https://127.0.0.1:%d" % cl.metrics[0]
+    silent = socket.create_connection(("127.0.0.1", cl.metrics[0]))  # never says hello
+    rc, out, err = curl(url + "/metrics")
+    assert rc == 0 and "\netcd_server_has_leader 1\n" in out, (rc, err[-1500:])
+    assert "SSL certificate verify ok" in err and "TLSv1.3" in err, err[-1500:]
+    rc, out, err = curl(url + "/health", url + "/readyz?verbose")  # one connection, kept alive
+    assert rc == 0 and out.endswith('{"health":"true","reason":""}'), (out, err[-1500:])
+    assert "[+]linearizable_read ok" in out and "Re-using existing connection" in err, \
+        (out, err[-2000:])
+    since = len(cl.members[1].logtext())
+    rc, out, err = curl("https://127.0.0.1:%d/metrics" % cl.metrics[1], cert=None)
+    assert rc != 0 and "alert certificate required" in err, (rc, err[-1500:])
+    cl.members[1].wait_log(r"warn http n1 https metrics connection from 127\.0\.0\.1: TLS "
+                           r"handshake failed: the client presented no certificate", since)
+    rc, out, err = curl("https://127.0.0.1:%d/metrics" % cl.metrics[1], ca="other-ca")
+    assert rc == 60 and "SSL certificate problem" in err, (rc, err[-1500:])
+    # a 1 MB header through the TLS relay: MHD's 431 comes back, then the end
+    ctx = ssl.create_default_context(cafile=C["ca"])
+    ctx.load_cert_chain(C["client"], C["client-key"])
+    big = ctx.wrap_socket(socket.create_connection(("127.0.0.1", cl.metrics[2]), timeout=10),
+                          server_hostname="127.0.0.1")
+    try:
+        big.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) +
+                    b"\r\n\r\n")
+    except OSError:
+        pass  # the relay stops reading once MHD refused
+    answer = b""
+    while True:
+        try:
+            d = big.recv(65536)
+        except OSError:
+            break
+        if not d:
+            break
+        answer += d
+    big.close()
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    rc, out, err = curl("http://127.0.0.1:%d/metrics" % cl.metrics[2], cert=None, ca=None)
+    assert "HTTP/1.0 400 Bad Request" in err and \
+        out == "Client sent an HTTP request to an HTTPS server.\n", (out, err[-1500:])
+    # Prometheus, with the CA and a client certificate
+    d = os.path.join(TMP, "prom")
+    os.makedirs(d, exist_ok=True)
+    cfg = os.path.join(d, "prometheus.yml")
+    with open(cfg, "w") as f:
+        f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
+                "scrape_configs:\n  - job_name: ketch\n    scheme: https\n"
+                "    tls_config:\n      ca_file: %s\n      cert_file: %s\n      key_file: %s\n"
+                "    static_configs:\n      - targets: [%s]\n" % (
+                    C["ca"], C["client"], C["client-key"],
+                    ", ".join("'127.0.0.1:%d'" % p for p in cl.metrics)))
+    pport = free_port()
+    prom = subprocess.Popen(["prometheus", "--config.file", cfg, "--storage.tsdb.path",
+                             os.path.join(d, "data"), "--web.listen-address",
+                             "127.0.0.1:%d" % pport, "--log.level", "warn"],
+                            stdout=open(os.path.join(d, "log"), "wb"), stderr=subprocess.STDOUT)
+
+    def query(q):
+        import json
+        import urllib.parse
+        import urllib.request
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/api/v1/query?query=%s" % (
+                    pport, urllib.parse.quote(q)), timeout=2) as r:
+                res = json.loads(r.read())["data"]["result"]
+        except OSError:
+            return {}
+        return {x["metric"].get("instance", ""): float(x["value"][1]) for x in res}
+
+    try:
+        want = {"127.0.0.1:%d" % p: 1.0 for p in cl.metrics}
+        deadline = time.time() + 30
+        while query("up") != want or len(query("etcd_server_has_leader == 1")) != 3:
+            assert time.time() < deadline and prom.poll() is None, (
+                query("up"), open(os.path.join(d, "log")).read()[-2000:])
+            time.sleep(0.25)
+        assert len(query("etcd_server_is_leader == 1")) == 1, query("etcd_server_is_leader")
+        # a TLS connection that never starts its handshake is cut after 5 s (http.h)
+        silent.settimeout(5)
+        try:
+            assert silent.recv(1) == b""
+        except ConnectionResetError:
+            pass
+    finally:
+        silent.close()
+        prom.kill()
+        prom.wait()
 
 
 def expect_client_error(args, eps, want, tls_flags=None):
@@ -448,6 +555,76 @@ def test_peer_refusals_say_who_and_why():
     assert ctl(["put", "after-intruders", "ok"]).stdout.strip() == "OK"
 
 
+def test_peer_cert_allowed_hostname():
+    """--peer-cert-allowed-hostname (its own member: it excludes the shared
+    cluster's --peer-cert-allowed-cn): a learner whose certificate names the
+    host only in another DNS SAN is refused, both sides saying why; one whose
+    certificate names it only as the CN (no DNS SAN: OpenSSL's rule) joins
+    and catches up. h0's own certificate names it as a DNS SAN, and the
+    joiner checks it with the same flag."""
+    def flags(cert):
+        return ["--peer-cert-file", C[cert], "--peer-key-file", C[cert + "-key"],
+                "--peer-trusted-ca-file", C["ca"], "--peer-client-cert-auth",
+                "--peer-cert-allowed-hostname", "member.ketch.test"] + TIMING
+
+    cport, pport = free_port(), free_port()
+    h0 = Proc("h0", ["--listen-client-urls", "http://127.0.0.1:%d" % cport,
+                     "--listen-peer-urls", "https://127.0.0.1:%d" % pport,
+                     "--initial-advertise-peer-urls", "https://127.0.0.1:%d" % pport,
+                     "--initial-cluster", "h0=https://127.0.0.1:%d" % pport] + flags("host-san"))
+    ep = "http://127.0.0.1:%d" % cport
+    joiners = []
+
+    def join(name, cert):
+        port, peer = free_port(), free_port()
+        add = ctl(["member", "add", name, "--peer-urls=https://127.0.0.1:%d" % peer, "--learner"],
+                  eps=ep, tls=False)
+        env = dict(re.findall(r'^(KETCH_[A-Z_]+)="(.*)"$', add.stdout, re.M))
+        menv = dict(os.environ, **{k: v for k, v in env.items() if k != "KETCH_NAME"})
+        p = Proc(name, ["--listen-client-urls", "http://127.0.0.1:%d" % port,
+                        "--listen-peer-urls", "https://127.0.0.1:%d" % peer] + flags(cert),
+                 env=menv)
+        joiners.append(p)
+        return p, port, add.stdout.split()[1]
+
+    try:
+        deadline = time.time() + 15
+        while ctl(["put", "host/k", "v"], eps=ep, tls=False, check=False).returncode != 0:
+            assert time.time() < deadline, h0.logtext()[-2000:]
+            time.sleep(0.1)
+        since = len(h0.logtext())
+        bad, _, bad_id = join("hbad", "host-other")
+        h0.wait_log(r"refused peer connection from 127\.0\.0\.1:\d+: TLS: client certificate "
+                    r"rejected: it is not valid for the allowed hostname \"member\.ketch\.test\" "
+                    r"\(subject CN = member\.ketch\.test\)", since, timeout=10)
+        bad.wait_log(r"the server refused the TLS handshake: \S+ alert", timeout=10)
+        assert "joined cluster" not in bad.logtext(), bad.logtext()[-2000:]
+        ctl(["member", "remove", bad_id], eps=ep, tls=False)
+        bad.kill()
+        good, gport, good_id = join("hgood", "host-cn")
+        good.wait_log(r"joined cluster \w+ as member 0*%s via https://" % good_id, timeout=15)
+        deadline = time.time() + 15
+        while True:
+            try:
+                c = Conn(gport)
+                kvs = c.call(RANGE, {"key": b"host/k", "serializable": True}).get("kvs")
+                c.close()
+            except (OSError, ServerError, ConnectionError):
+                kvs = None
+            if kvs:
+                break
+            assert time.time() < deadline, "the learner did not catch up: " + \
+                good.logtext()[-2000:]
+            time.sleep(0.1)
+        assert kvs[0][1] == b"v"
+        assert re.search(r"connected to peer \w+ \(127\.0\.0\.1:\d+\) channel=raft",
+                         good.logtext()), good.logtext()[-2000:]
+    finally:
+        for p in joiners:
+            p.kill()
+        h0.stop()
+
+
 def test_member_joins_over_tls_and_catches_up_by_snapshot():
     cl = cluster()
     c = TlsConn(cl.client[0], timeout=30)
@@ -508,7 +685,9 @@ def test_reload_rotates_certificate_and_ca_keeping_connections():
 
     install("server", "server-key", "ca")
     port, peer = free_port(), free_port()
-    m = Proc("rot", ["--listen-client-urls", "https://127.0.0.1:%d" % port,
+    mport = free_port()
+    m = Proc("rot", ["--listen-metrics-urls", "https://127.0.0.1:%d" % mport,
+                     "--listen-client-urls", "https://127.0.0.1:%d" % port,
                      "--listen-peer-urls", "http://127.0.0.1:%d" % peer,
                      "--cert-file", files["cert"], "--key-file", files["key"],
                      "--trusted-ca-file", files["ca"]], wait_port=port)
@@ -528,6 +707,9 @@ def test_reload_rotates_certificate_and_ca_keeping_connections():
         assert rc == 2 and "server certificate rejected" in out, out
         rc, out = tls_client(ep, "get", "rot/k", ca="ca2")  # old client certificate, new CA
         assert rc == 2 and "alert unknown ca" in out, out
+        # the https metrics URL serves the same reloaded certificates
+        rc, out, err = curl("https://127.0.0.1:%d/health" % mport, ca="ca2", cert="client2")
+        assert rc == 0 and '"health":"true"' in out and "CN=ketch test CA 2" in err, err[-1500:]
         # the connection opened before the rotation still works (its watch sees the put)
         assert watch.stdout.readline().strip() == "event PUT rot/k new"
         assert watch.wait(10) == 0
@@ -630,8 +812,11 @@ if __name__ == "__main__":
     import atexit
     atexit.register(cleanup)
     run_tests([test_three_members_over_tls_on_both_links, test_libketch_over_tls,
-               test_plaintext_and_tls_side_by_side, test_client_refusals_say_why_on_both_sides,
+               test_plaintext_and_tls_side_by_side,
+               test_metrics_over_https_with_the_client_tls_settings,
+               test_client_refusals_say_why_on_both_sides,
                test_member_refuses_to_start_naming_the_file, test_peer_refusals_say_who_and_why,
+               test_peer_cert_allowed_hostname,
                test_member_joins_over_tls_and_catches_up_by_snapshot,
                test_reload_rotates_certificate_and_ca_keeping_connections,
                test_auto_tls_on_both_links, test_cluster_stops_cleanly])

@@ -6,7 +6,8 @@ for the rotation test.
 
 make(dirpath) returns a dict name -> path. Keys are ECDSA P-256. Every leaf has
 serverAuth and clientAuth (members present theirs in both roles) and IP SAN
-127.0.0.1 plus DNS localhost, except "otherhost" (IP 127.0.0.2 only)."""
+127.0.0.1 plus DNS localhost, except "otherhost" (IP 127.0.0.2 only) and the
+"host-*" ones of the --peer-cert-allowed-hostname test (see make)."""
 import os
 import subprocess
 
@@ -118,6 +119,13 @@ def make(root):
     out["otherhost"], out["otherhost-key"] = ca.leaf("otherhost", "server", san="IP:127.0.0.2")
     ca.revoke(out["revoked"])
     out["crl"] = ca.crl(os.path.join(root, "crl.pem"))
+    # --peer-cert-allowed-hostname: all valid for 127.0.0.1; the name member.ketch.test
+    # as a DNS SAN, only as the CN (no DNS SAN), and another DNS SAN.
+    out["host-san"], out["host-san-key"] = ca.leaf("host-san", "member",
+                                                   san="DNS:member.ketch.test,IP:127.0.0.1")
+    out["host-cn"], out["host-cn-key"] = ca.leaf("host-cn", "member.ketch.test", san="IP:127.0.0.1")
+    out["host-other"], out["host-other-key"] = ca.leaf("host-other", "member.ketch.test",
+                                                       san="DNS:other.ketch.test,IP:127.0.0.1")
     # The rotation: a new CA and a server certificate it signed, a client of it.
     ca2 = _CA(root, "ca2", "ketch test CA 2")
     out["ca2"] = ca2.cert

@@ -1478,8 +1478,9 @@ static void usage(FILE *f) {
              "                       cancelled\n"
              "                       (default 8388608)\n"
              "  --log-level          debug, info, warn or error (default info)\n"
-             "  --metrics-addr       [http://]HOST:PORT for /metrics (grpc_server_*_total,\n"
-             "                       process_*); default: none\n"
+             "  --metrics-addr       [http[s]://]HOST:PORT for /metrics (grpc_server_*_total,\n"
+             "                       process_*); https:// with the listener's TLS settings;\n"
+             "                       default: none\n"
              "TLS toward clients (etcd's flags):\n"
              "  --cert-file, --key-file  the listener's certificate and key (PEM)\n"
              "  --trusted-ca-file    CAs of client certificates (client certificates are then\n"
@@ -1707,9 +1708,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   struct kt_http *http = NULL;
+  struct kt_tls_ctx *metrics_tls = NULL; /* https://: the listener's settings without ALPN h2 */
   if (metrics_addr) {
     /* etcd's grpc-proxy takes a URL; a bare HOST:PORT is accepted too */
-    const char *a = strncmp(metrics_addr, "http://", 7) == 0 ? metrics_addr + 7 : metrics_addr;
+    bool https = strncmp(metrics_addr, "https://", 8) == 0;
+    const char *a = https                                      ? metrics_addr + 8
+                    : strncmp(metrics_addr, "http://", 7) == 0 ? metrics_addr + 7
+                                                               : metrics_addr;
     char host[256];
     const char *colon = strrchr(a, ':');
     size_t hl = colon ? (size_t)(colon - a) : 0;
@@ -1718,14 +1723,31 @@ int main(int argc, char **argv) {
     char *end = NULL;
     long port = colon ? strtol(colon + 1, &end, 10) : -1;
     if (!colon || hl == 0 || hl >= sizeof host || *end || port < 0 || port > 65535) {
-      fprintf(stderr, "ketch-grpc: --metrics-addr %s: want [http://]HOST:PORT\n", metrics_addr);
+      fprintf(stderr, "ketch-grpc: --metrics-addr %s: want [http[s]://]HOST:PORT\n", metrics_addr);
       return 2;
     }
     memcpy(host, a, hl);
     host[hl] = 0;
     struct kt_http_source src = {kt_bridge_metrics, bridge_health, bridge_probe, &b};
     struct kt_err e = {0};
-    if (!(http = kt_http_new(b.loop, &src, &e)) || kt_http_listen(http, host, (int)port, &e)) {
+    if (https) {
+      if (!b.tls) {
+        fprintf(stderr,
+                "ketch-grpc: --metrics-addr %s: https needs --cert-file and --key-file (or "
+                "--auto-tls)\n",
+                metrics_addr);
+        return 2;
+      }
+      struct kt_tls_config mc = *kt_tls_ctx_config(b.tls);
+      mc.alpn_h2 = false; /* HTTP/1.1 (libmicrohttpd); the gRPC listener's context selects h2 */
+      if (kt_tls_ctx_new(&mc, &metrics_tls, &e)) {
+        fprintf(stderr, "ketch-grpc: --metrics-addr %s: %s\n", metrics_addr, e.msg);
+        return 1;
+      }
+    }
+    if (!(http = kt_http_new(b.loop, &src, &e)) ||
+        (https ? kt_http_listen_tls(http, host, (int)port, metrics_tls, &e)
+               : kt_http_listen(http, host, (int)port, &e))) {
       fprintf(stderr, "ketch-grpc: --metrics-addr %s: %s\n", metrics_addr, e.msg);
       return 1;
     }
@@ -1749,8 +1771,9 @@ int main(int argc, char **argv) {
   ev_signal_start(b.loop, &sint);
   ev_signal_start(b.loop, &sterm);
   kt_bridge_snap_setup(b.loop, endpoints, &b.ko);
-  static const char *const tls_name = "listener";
-  struct kt_tls_reloader *reloader = kt_tls_reloader_new(b.loop, &b.tls, &tls_name, 1);
+  static const char *const tls_names[2] = {"listener", "metrics"};
+  struct kt_tls_ctx *const reload_ctxs[2] = {b.tls, metrics_tls};
+  struct kt_tls_reloader *reloader = kt_tls_reloader_new(b.loop, reload_ctxs, tls_names, 2);
   logf_(1, "ketch-grpc %s serving etcd v3 gRPC (API %s) on %s (%s), ketch members %s", KT_VERSION,
         KT_BRIDGE_ETCD_VERSION, listen_addr, b.tls ? "TLS, ALPN h2" : "h2c", endpoints);
   ev_run(b.loop, 0);
@@ -1767,6 +1790,7 @@ int main(int argc, char **argv) {
   kt_http_free(http); /* after: closing libketch answered the health checks waiting */
   kt_tls_reloader_free(reloader);
   kt_tls_ctx_free(b.tls);
+  kt_tls_ctx_free(metrics_tls);
   ev_check_stop(b.loop, &b.turn_w);
   ev_idle_stop(b.loop, &b.spin_w);
   ev_timer_stop(b.loop, &b.hs_w);
