@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -30,6 +31,7 @@
 
 #include "../client/ketch.h"
 #include "config.h"
+#include "http.h"
 #include "sock.h"
 #include "srv.h"
 
@@ -59,7 +61,9 @@ struct gw {
   double retry_delay_s, connect_timeout_s;
   size_t buf_cap;
   size_t n_conns, max_conns;
-  struct gw_conn *conns; /* list of live connections (for shutdown) */
+  uint64_t accepted, refused, no_endpoint; /* client connections, for /metrics */
+  struct kt_http *http;                    /* --listen-metrics-urls, or NULL */
+  struct gw_conn *conns;                   /* list of live connections (for shutdown) */
   /* --discovery-srv: the records are looked up again when the shortest
    * address TTL among them has passed (clamped to 1 s .. 5 min; c-ares 1.18
    * does not expose the SRV records' own TTL), asynchronously on the loop. */
@@ -270,6 +274,7 @@ static void try_connect(struct gw_conn *k) {
     conn_update(k);
     return;
   }
+  g->no_endpoint++;
   conn_close(k, "no endpoint available");
 }
 
@@ -400,6 +405,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
     if (g->n_conns >= g->max_conns) {
       kt_log(KT_LOG_WARN, "gateway", "refusing %s: %zu connections (--max-conns)", peer,
              g->n_conns);
+      g->refused++;
       close(fd);
       continue;
     }
@@ -430,6 +436,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
       g->conns->prev = k;
     g->conns = k;
     g->n_conns++;
+    g->accepted++;
     try_connect(k);
   }
 }
@@ -602,6 +609,7 @@ struct gw_flags {
   const char *trusted_ca_file;
   const char *max_buffer, *max_conns;
   const char *health_check, *health_interval;
+  const char *listen_metrics_urls;
   bool insecure_discovery, help;
 };
 
@@ -624,6 +632,7 @@ static void usage(FILE *f) {
              "                               error or no leader makes it unhealthy (tcp)\n"
              "  --health-interval DURATION   between native health checks (5s)\n"
              "  --stats-interval DURATION    per-endpoint counters in the log (1m)\n"
+             "  --listen-metrics-urls URLS   http://HOST:PORT,... serving /metrics (none)\n"
              "  --log-level LEVEL            debug|info|warn|error (info)\n");
 }
 
@@ -647,6 +656,7 @@ static int parse_flags(int argc, char **argv, struct gw_flags *f) {
       {"max-conns", &f->max_conns, NULL},
       {"health-check", &f->health_check, NULL},
       {"health-interval", &f->health_interval, NULL},
+      {"listen-metrics-urls", &f->listen_metrics_urls, NULL},
       {"insecure-discovery", NULL, &f->insecure_discovery},
       {"help", NULL, &f->help},
   };
@@ -936,6 +946,132 @@ out:
   return rc;
 }
 
+/* ---- /metrics (--listen-metrics-urls) ---- */
+
+__attribute__((format(printf, 2, 3))) static void out_f(struct kt_buf *b, const char *fmt, ...) {
+  char tmp[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (k > 0)
+    kt_buf_append(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+}
+
+/* A label value in Prometheus' text format: \, " and newline escaped. */
+static void label_esc(const char *in, char *out, size_t cap) {
+  size_t o = 0;
+  for (; *in && o + 3 < cap; in++) {
+    if (*in == '\\' || *in == '"' || *in == '\n')
+      out[o++] = '\\';
+    out[o++] = *in == '\n' ? 'n' : *in;
+  }
+  out[o] = 0;
+}
+
+static void family(struct kt_buf *b, const char *name, const char *type, const char *help) {
+  out_f(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Per-endpoint families, one series per endpoint (label endpoint="host:port"
+ * as given or as the SRV target names it). */
+static void ep_family(struct gw *g, struct kt_buf *b, const char *name, const char *type,
+                      const char *help, int what) {
+  family(b, name, type, help);
+  double now = ev_now(g->loop);
+  for (size_t i = 0; i < g->n_eps; i++) {
+    const struct gw_ep *ep = &g->eps[i];
+    char l[200];
+    label_esc(ep->label, l, sizeof l);
+    unsigned long long v = 0;
+    switch (what) {
+    case 0:
+      v = ep->conns;
+      break;
+    case 1:
+      v = (unsigned long long)ep->active;
+      break;
+    case 2:
+      v = ep->fails;
+      break;
+    case 3:
+      v = ep->up_bytes;
+      break;
+    case 4:
+      v = ep->down_bytes;
+      break;
+    default:
+      v = usable(ep, 0, 0, now);
+      break;
+    }
+    out_f(b, "%s{endpoint=\"%s\"} %llu\n", name, l, v);
+  }
+}
+
+static void gw_metrics(void *arg, struct kt_buf *b) {
+  struct gw *g = arg;
+  family(b, "ketch_gateway_client_connections_total", "counter",
+         "Client connections accepted by the gateway.");
+  out_f(b, "ketch_gateway_client_connections_total %llu\n", (unsigned long long)g->accepted);
+  family(b, "ketch_gateway_client_connections_active", "gauge",
+         "Client connections open now (connecting or proxying).");
+  out_f(b, "ketch_gateway_client_connections_active %zu\n", g->n_conns);
+  family(b, "ketch_gateway_client_connections_refused_total", "counter",
+         "Client connections closed at accept because --max-conns were open.");
+  out_f(b, "ketch_gateway_client_connections_refused_total %llu\n", (unsigned long long)g->refused);
+  family(b, "ketch_gateway_client_connections_no_endpoint_total", "counter",
+         "Client connections closed because no endpoint could be connected to.");
+  out_f(b, "ketch_gateway_client_connections_no_endpoint_total %llu\n",
+        (unsigned long long)g->no_endpoint);
+  ep_family(g, b, "ketch_gateway_endpoint_connections_total", "counter",
+            "Connections established to the endpoint.", 0);
+  ep_family(g, b, "ketch_gateway_endpoint_connections_active", "gauge",
+            "Connections open to the endpoint now.", 1);
+  ep_family(g, b, "ketch_gateway_endpoint_failures_total", "counter",
+            "Connects to the endpoint that failed or timed out.", 2);
+  ep_family(g, b, "ketch_gateway_endpoint_sent_bytes_total", "counter",
+            "Bytes read from clients to be passed to the endpoint.", 3);
+  ep_family(g, b, "ketch_gateway_endpoint_received_bytes_total", "counter",
+            "Bytes read from the endpoint to be passed to clients.", 4);
+  ep_family(g, b, "ketch_gateway_endpoint_up", "gauge",
+            "1 when the endpoint is picked for new connections (listed, not failed within "
+            "--retry-delay, healthy), else 0.",
+            5);
+}
+
+/* --listen-metrics-urls: http://HOST:PORT,... served by net/http.c (its
+ * process_* metrics too; /health and the others answer 404). */
+static int metrics_listen(struct gw *g, const char *urls) {
+  static const struct kt_http_source src = {gw_metrics, NULL, NULL, NULL};
+  struct kt_http_source s = src;
+  s.arg = g;
+  struct kt_err e = {0};
+  g->http = kt_http_new(g->loop, &s, &e);
+  if (!g->http) {
+    fprintf(stderr, "ketch gateway: %s\n", e.msg);
+    return -1;
+  }
+  char list[4096];
+  snprintf(list, sizeof list, "%s", urls);
+  char *save = NULL;
+  for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    char host[256];
+    int port;
+    if (strncmp(tok, "http://", 7) || split_hostport(tok, host, sizeof host, &port)) {
+      fprintf(stderr,
+              "ketch gateway: --listen-metrics-urls: invalid \"%s\" (want http://host:port)\n",
+              tok);
+      return -1;
+    }
+    if (kt_http_listen(g->http, host, port, &e)) {
+      fprintf(stderr, "ketch gateway: %s\n", e.msg);
+      return -1;
+    }
+    kt_log(KT_LOG_INFO, "gateway", "serving metrics url=%s", tok);
+  }
+  return 0;
+}
+
 static int duration_s(const char *flag, const char *v, double *out) {
   uint64_t ms;
   if (kt_duration_parse_ms(v, &ms) || ms == 0) {
@@ -1025,6 +1161,8 @@ int kt_gateway_main(int argc, char **argv) {
     fprintf(stderr, "ketch gateway: %s\n", e.msg);
     return 1;
   }
+  if (f.listen_metrics_urls && *f.listen_metrics_urls && metrics_listen(&g, f.listen_metrics_urls))
+    return 1;
   ev_io_init(&g.accept_w, on_accept, g.lfd, EV_READ);
   g.accept_w.data = &g;
   ev_io_start(g.loop, &g.accept_w);
@@ -1056,6 +1194,7 @@ int kt_gateway_main(int argc, char **argv) {
   while (g.conns)
     conn_close(g.conns, "gateway stopping");
   probes_free(&g);
+  kt_http_free(g.http);
   log_stats(&g);
   kt_log(KT_LOG_INFO, "gateway", "stopped");
   return 0;
