@@ -3,7 +3,8 @@ in front of a real 3-member cluster (and of ketch-grpc for etcdctl).
 
   gw_ketchctl        ketchctl through the gateway: put, get, member list
   gw_etcdctl         etcdctl 3.4 through a second gateway in front of ketch-grpc
-  gw_slow_reader     a client that never reads, behind a gateway to a source
+  gw_slow_reader     a client that never reads, behind a gateway (with and
+                     without --splice) to a source
                      that floods 100 MiB: the gateway takes < 16 MiB from the
                      source and its RSS stays flat (bounded buffers,
                      backpressure), and passes on everything once the client
@@ -217,28 +218,30 @@ def flood_server(total, stop):
 def test_gw_slow_reader():
     # 1. A source that floods (100 MiB) to a client that never reads: the
     # gateway stops reading from the source, its RSS stays flat.
-    stop = threading.Event()
-    port, sent, t = flood_server(100 << 20, stop)
-    gw3 = Gateway("127.0.0.1:%d" % port, ["--max-buffer", "65536"])
-    try:
-        before = gw3.rss_kb()
-        s = socket.create_connection(("127.0.0.1", gw3.port), timeout=5)
-        time.sleep(2)
-        grown = gw3.rss_kb() - before
-        assert sent[0] < (16 << 20), "the gateway took %d bytes from the source" % sent[0]
-        assert grown < 8 * 1024, "gateway RSS grew by %d KiB with a client that does not read" % grown
-        # 2. It still passes everything on once the client reads.
-        s.settimeout(5)
-        got = 0
-        while got < (4 << 20):
-            d = s.recv(1 << 20)
-            assert d, "the gateway closed the connection"
-            got += len(d)
-        s.close()
-    finally:
-        stop.set()
-        t.join(5)
-        gw3.stop()
+    for mode in ([], ["--splice"]):  # copied through memory, or spliced through pipes
+        stop = threading.Event()
+        port, sent, t = flood_server(100 << 20, stop)
+        gw3 = Gateway("127.0.0.1:%d" % port, ["--max-buffer", "65536"] + mode)
+        try:
+            before = gw3.rss_kb()
+            s = socket.create_connection(("127.0.0.1", gw3.port), timeout=5)
+            time.sleep(2)
+            grown = gw3.rss_kb() - before
+            assert sent[0] < (16 << 20), "the gateway took %d bytes from the source" % sent[0]
+            assert grown < 8 * 1024, \
+                "gateway RSS grew by %d KiB with a client that does not read" % grown
+            # 2. It still passes everything on once the client reads.
+            s.settimeout(5)
+            got = 0
+            while got < (4 << 20):
+                d = s.recv(1 << 20)
+                assert d, "the gateway closed the connection"
+                got += len(d)
+            s.close()
+        finally:
+            stop.set()
+            t.join(5)
+            gw3.stop()
     # 3. The same through the cluster gateway: a client pipelining 400 reads
     # of a 256 KiB value and reading nothing; others are still served.
     gw = ENV["gw"]
