@@ -204,6 +204,14 @@ struct ketch_client {
 
   char errmsg[512];
   char round_err[1024]; /* why each endpoint failed in this round */
+
+  /* ketch_open_srv: the records are looked up again (srv_refresh) before a
+   * new connection when the last lookup is older than srv_interval_ms, and
+   * after every endpoint of a round failed. NULL srv_domain: a fixed list. */
+  char *srv_domain, *srv_suffix, *srv_dns;
+  int srv_interval_ms;
+  int64_t srv_next_ms;
+  bool nonblocking;
 };
 
 /* ---- small things ---- */
@@ -989,6 +997,47 @@ static void conn_close_fd(ketch_client *c) {
   c->cluster_id = c->member_id = 0;
 }
 
+static void free_endpoints(struct endpoint *eps, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    free(eps[i].host);
+    free(eps[i].port);
+  }
+  free(eps);
+}
+
+/* A comma-separated list into a new array (*out, *n; empty entries are
+ * skipped). Errors: parse_endpoint's (why gets the reason), KETCH_ENOMEM. */
+static int parse_endpoints(const char *list, struct endpoint **out, size_t *n_out, char *why,
+                           size_t why_len) {
+  size_t cap = 1, n = 0;
+  for (const char *p = list; *p; p++)
+    cap += *p == ',';
+  struct endpoint *eps = calloc(cap, sizeof *eps);
+  if (!eps)
+    return KETCH_ENOMEM;
+  for (const char *p = list;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    size_t sp = 0;
+    while (sp < len && (p[sp] == ' ' || p[sp] == '\t'))
+      sp++;
+    if (sp < len) {
+      int err = parse_endpoint(p, len, &eps[n], why, why_len);
+      if (err) {
+        free_endpoints(eps, n + 1); /* with what was parsed */
+        return err;
+      }
+      n++;
+    }
+    if (!comma)
+      break;
+    p = comma + 1;
+  }
+  *out = eps;
+  *n_out = n;
+  return 0;
+}
+
 /* Keeps why each endpoint failed in the current round; the previous round's
  * reasons stay readable until the next failure. */
 static void note_round_err(ketch_client *c, const char *why) {
@@ -1049,6 +1098,40 @@ static void conn_fail(ketch_client *c, const char *why) {
     conn_start(c);
 }
 
+static bool ep_tls(const ketch_client *c, const struct endpoint *ep);
+
+/* ketch_open_srv's handles: the SRV records looked up again (blocking, at
+ * most min(dial timeout, 2 s)). A list that resolves and needs no TLS the
+ * handle was not opened with replaces the endpoints, and the next connection
+ * starts from its first (best) one; otherwise the list is kept. Called from
+ * IDLE only, with no address list in use. */
+static void srv_refresh(ketch_client *c) {
+  c->srv_next_ms = now_ms() + c->srv_interval_ms;
+  char list[64 * 80], why[400];
+  int tmo = c->dial_timeout_ms < 2000 ? c->dial_timeout_ms : 2000;
+  if (ketch_srv_endpoints(c->srv_domain, c->srv_suffix, c->srv_dns, tmo, list, sizeof list, why,
+                          sizeof why))
+    return; /* the resolver failed or found nothing: keep what we have */
+  struct endpoint *eps;
+  size_t n;
+  if (parse_endpoints(list, &eps, &n, why, sizeof why))
+    return;
+  bool same = n == c->n_eps, ok = n > 0;
+  for (size_t i = 0; i < n; i++) {
+    ok &= !ep_tls(c, &eps[i]) || c->tls;
+    same &= same && !strcmp(eps[i].name, c->eps[i].name) && eps[i].scheme == c->eps[i].scheme;
+  }
+  if (!ok || same) {
+    free_endpoints(eps, n);
+    return;
+  }
+  free_endpoints(c->eps, c->n_eps);
+  c->eps = eps;
+  c->n_eps = n;
+  c->ep_idx = 0;
+  c->fails_in_round = 0;
+}
+
 static int set_nodelay(int fd) {
   int one = 1;
   return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -1061,6 +1144,13 @@ static void conn_start(ketch_client *c) {
   for (;;) {
     if (c->state != ST_IDLE)
       return;
+    if (c->srv_domain && !c->nonblocking && !c->ai_cur &&
+        (c->fails_in_round >= c->n_eps || now_ms() >= c->srv_next_ms)) {
+      bool round_done = c->fails_in_round >= c->n_eps;
+      srv_refresh(c); /* a new list starts a new round at its first endpoint */
+      if (round_done && c->fails_in_round == 0)
+        continue;
+    }
     if (c->fails_in_round >= c->n_eps) {
       c->fails_in_round = 0;
       c->state = ST_BACKOFF;
@@ -2626,11 +2716,10 @@ static void auth_async_done(ketch_client *c, int err, const struct kt_resp *resp
 static void free_client(ketch_client *c) {
   str_wipe(&c->pend_user);
   str_wipe(&c->pend_password);
-  for (size_t i = 0; i < c->n_eps; i++) {
-    free(c->eps[i].host);
-    free(c->eps[i].port);
-  }
-  free(c->eps);
+  free_endpoints(c->eps, c->n_eps);
+  free(c->srv_domain);
+  free(c->srv_suffix);
+  free(c->srv_dns);
   if (c->slots)
     for (uint32_t i = 0; i < c->max_outstanding; i++)
       kt_buf_free(&c->slots[i].frame);
@@ -2697,35 +2786,17 @@ int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *o
   c->max_request_bytes = KT_DEFAULT_MAX_REQUEST_BYTES;
   c->backoff_ms = BACKOFF_MIN_MS;
   c->ka_next_ms = c->watch_next_ms = INT64_MAX;
-  size_t n = 1;
-  for (const char *p = endpoints; *p; p++)
-    n += *p == ',';
-  c->eps = calloc(n, sizeof *c->eps);
   c->slots = calloc(c->max_outstanding, sizeof *c->slots);
-  if (!c->eps || !c->slots) {
+  if (!c->slots) {
     free_client(c);
     return KETCH_ENOMEM;
   }
-  for (const char *p = endpoints;;) {
-    const char *comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    size_t sp = 0;
-    while (sp < len && (p[sp] == ' ' || p[sp] == '\t'))
-      sp++;
-    if (sp < len) {
-      char why[400] = "";
-      int err = parse_endpoint(p, len, &c->eps[c->n_eps], why, sizeof why);
-      if (err) {
-        copy_msg(errmsg, errmsg_len, why);
-        c->n_eps++; /* free what was parsed */
-        free_client(c);
-        return err;
-      }
-      c->n_eps++;
-    }
-    if (!comma)
-      break;
-    p = comma + 1;
+  char why[400] = "";
+  int perr = parse_endpoints(endpoints, &c->eps, &c->n_eps, why, sizeof why);
+  if (perr) {
+    copy_msg(errmsg, errmsg_len, why);
+    free_client(c);
+    return perr;
   }
   if (!c->n_eps) {
     copy_msg(errmsg, errmsg_len, "no endpoints given");
@@ -2783,6 +2854,7 @@ int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *o
     free_client(c);
     return cerr;
   }
+  c->nonblocking = o.nonblocking_open;
   if (!o.nonblocking_open) {
     conn_start(c);
     while (c->state != ST_READY && c->state != ST_BACKOFF) {
@@ -2806,6 +2878,34 @@ int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *o
     }
   }
   *out = c;
+  return 0;
+}
+
+int ketch_open_srv(ketch_client **out, const char *domain, const char *suffix,
+                   const char *dns_servers, const ketch_options *opts, char *errmsg,
+                   size_t errmsg_len) {
+  if (out)
+    *out = NULL;
+  char eps[64 * 80];
+  int timeout = opts && opts->dial_timeout_ms > 0 ? opts->dial_timeout_ms + 3000 : 5000;
+  int rc = ketch_srv_endpoints(domain, suffix, dns_servers, timeout, eps, sizeof eps, errmsg,
+                               errmsg_len);
+  if (rc)
+    return rc;
+  if ((rc = ketch_open(out, eps, opts, errmsg, errmsg_len)))
+    return rc;
+  ketch_client *c = *out;
+  c->srv_domain = strdup(domain);
+  c->srv_suffix = suffix ? strdup(suffix) : NULL;
+  c->srv_dns = dns_servers ? strdup(dns_servers) : NULL;
+  c->srv_interval_ms = KETCH_SRV_REFRESH_MS;
+  c->srv_next_ms = now_ms() + c->srv_interval_ms;
+  if (!c->srv_domain || (suffix && !c->srv_suffix) || (dns_servers && !c->srv_dns)) {
+    free_client(c);
+    *out = NULL;
+    copy_msg(errmsg, errmsg_len, "out of memory");
+    return KETCH_ENOMEM;
+  }
   return 0;
 }
 

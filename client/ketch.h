@@ -627,7 +627,17 @@ int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *o
 int ketch_srv_endpoints(const char *domain, const char *suffix, const char *dns_servers,
                         int timeout_ms, char *buf, size_t buf_len, char *errmsg, size_t errmsg_len);
 
-/* ketch_srv_endpoints, then ketch_open on the list (errors of either). */
+/* ketch_srv_endpoints, then ketch_open on the list (errors of either).
+ * The handle looks the records up again (c-ares 1.18 does not give the SRV
+ * records' TTL, so on a fixed interval rather than at the TTL) before it
+ * opens a new connection when the last lookup is more than
+ * KETCH_SRV_REFRESH_MS old, and whenever every endpoint of the list failed
+ * in a row; a list that differs (and needs no TLS the handle lacks) replaces
+ * the endpoints and is tried from its first. A connection that works is kept
+ * whatever the records say. The lookup blocks the calling thread for at most
+ * min(dial_timeout_ms, 2 s), so a handle opened with nonblocking_open keeps
+ * the list it was opened with. */
+#define KETCH_SRV_REFRESH_MS 30000
 int ketch_open_srv(ketch_client **out, const char *domain, const char *suffix,
                    const char *dns_servers, const ketch_options *opts, char *errmsg,
                    size_t errmsg_len);

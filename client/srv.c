@@ -1,5 +1,6 @@
-/* client/srv.c — ketch_srv_endpoints / ketch_open_srv: the endpoints from
- * DNS SRV records, for libketch (client/ketch.h).
+/* client/srv.c — ketch_srv_endpoints: the endpoints from
+ * DNS SRV records, for libketch (client/ketch.h); ketch_open_srv, which
+ * keeps them for looking the records up again, is in client.c.
  *
  * Data flow: two SRV queries (…-ssl and plain) -> c-ares parses each answer
  * (ares_parse_srv_reply; no DNS bytes are read here) -> one address lookup
@@ -232,18 +233,4 @@ int ketch_srv_endpoints(const char *domain, const char *suffix, const char *dns_
   snprintf(m, sizeof m, "no _ketch-client SRV records with a resolvable target for %.200s", domain);
   copy_msg(errmsg, errmsg_len, m);
   return KETCH_ENOTFOUND;
-}
-
-int ketch_open_srv(ketch_client **out, const char *domain, const char *suffix,
-                   const char *dns_servers, const ketch_options *opts, char *errmsg,
-                   size_t errmsg_len) {
-  if (out)
-    *out = NULL;
-  char eps[MAX_RECS * 80];
-  int timeout = opts && opts->dial_timeout_ms > 0 ? opts->dial_timeout_ms + 3000 : 5000;
-  int rc = ketch_srv_endpoints(domain, suffix, dns_servers, timeout, eps, sizeof eps, errmsg,
-                               errmsg_len);
-  if (rc)
-    return rc;
-  return ketch_open(out, eps, opts, errmsg, errmsg_len);
 }

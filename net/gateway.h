@@ -11,7 +11,8 @@
  *   -> non-blocking connect with --connect-timeout (etcd's dial has none);
  *      refused or timed out: the endpoint is marked failed and the next one
  *      is tried, each at most once per client; none left: the client is closed
- *   -> copy bytes both ways through two bounded buffers (--max-buffer each);
+ *   -> copy bytes both ways through two bounded buffers (--max-buffer each;
+ *      with --splice, two pipes that splice(2) moves the bytes through);
  *      a full buffer stops reading from its source (backpressure), so a client
  *      that stops reading costs at most 2 buffers, however much the member
  *      sends; half-closes are passed on (shutdown SHUT_WR)

@@ -204,6 +204,44 @@ def test_srv_libketch():
     assert p.returncode == 2 and p.stdout.startswith("error ENOTFOUND"), p.stdout
 
 
+def test_srv_libketch_again():
+    """A ketch_open_srv handle whose endpoints all fail looks the records up
+    again and uses the new targets: the records first name a throwaway
+    gateway in front of m1; they are changed to name m2, the gateway is
+    killed, and the same handle's next get is served by m2."""
+    c = ENV["clients"]
+    gport = free_port()
+    gw = subprocess.Popen([os.path.join(BIN, "ketch"), "gateway", "start", "--listen-addr",
+                           "127.0.0.1:%d" % gport, "--endpoints", "127.0.0.1:%d" % c[0]],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rec = lambda port: ["--host-record=m1.ketch.test,127.0.0.1",  # noqa
+                        "--srv-host=_ketch-client._tcp.gw.test,m1.ketch.test,%d,0,10" % port]
+    dns3 = Dns(rec(gport))
+    cl = None
+    try:
+        cl = subprocess.Popen([SRV_CLIENT, "gw.test", dns3.server, "again", "k"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        first = cl.stdout.readline().split()
+        assert first == ["value", "v", "127.0.0.1:%d" % gport], first
+        dns3.stop()
+        dns3 = Dns(rec(c[1]), port=dns3.port)
+        gw.kill()
+        gw.wait(5)
+        cl.stdin.write("\n")
+        cl.stdin.flush()
+        out, _ = cl.communicate(timeout=15)
+        assert cl.returncode == 0 and out.split() == ["value", "v", "127.0.0.1:%d" % c[1]], \
+            (cl.returncode, out)
+    finally:
+        if cl and cl.poll() is None:
+            cl.kill()
+            cl.wait()
+        if gw.poll() is None:
+            gw.kill()
+            gw.wait()
+        dns3.stop()
+
+
 def test_srv_etcd_names():
     dns = ENV["dns"]
     pp, cp = ENV["e1"]
@@ -523,7 +561,7 @@ def main():
         raise
     try:
         run_tests([test_srv_three_members, test_srv_not_in_records, test_srv_ketchctl,
-                   test_srv_libketch, test_srv_etcd_names, test_srv_gateway, test_srv_gateway_priority,
+                   test_srv_libketch, test_srv_libketch_again, test_srv_etcd_names, test_srv_gateway, test_srv_gateway_priority,
                    test_srv_gateway_refresh,
                    test_srv_restart, test_disc_three_members,
                    test_disc_cluster_full, test_disc_size_missing, test_disc_duplicate_id,

@@ -3,7 +3,8 @@ in front of a real 3-member cluster (and of ketch-grpc for etcdctl).
 
   gw_ketchctl        ketchctl through the gateway: put, get, member list
   gw_etcdctl         etcdctl 3.4 through a second gateway in front of ketch-grpc
-  gw_slow_reader     a client that never reads, behind a gateway to a source
+  gw_slow_reader     a client that never reads, behind a gateway (with and
+                     without --splice) to a source
                      that floods 100 MiB: the gateway takes < 16 MiB from the
                      source and its RSS stays flat (bounded buffers,
                      backpressure), and passes on everything once the client
@@ -19,6 +20,10 @@ in front of a real 3-member cluster (and of ketch-grpc for etcdctl).
                      once, the dead endpoint is skipped (failures=1 in the
                      counters), and after --retry-delay (3 s) and a restart it
                      is used again ("is back")
+  gw_metrics         --listen-metrics-urls: /metrics counts client connections,
+                     per-endpoint connections, bytes and failures (a dead
+                     endpoint: failures 1, up 0), passes `promtool check
+                     metrics`; an https:// metrics URL is refused
 
 Bounded: every process and socket has a timeout; the file takes ~30 s.
 Env: KETCH_BIN = the bin dir. Prints "ok NAME" / "FAIL NAME: why" per case.
@@ -34,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 import msgpack
 
@@ -212,28 +218,30 @@ def flood_server(total, stop):
 def test_gw_slow_reader():
     # 1. A source that floods (100 MiB) to a client that never reads: the
     # gateway stops reading from the source, its RSS stays flat.
-    stop = threading.Event()
-    port, sent, t = flood_server(100 << 20, stop)
-    gw3 = Gateway("127.0.0.1:%d" % port, ["--max-buffer", "65536"])
-    try:
-        before = gw3.rss_kb()
-        s = socket.create_connection(("127.0.0.1", gw3.port), timeout=5)
-        time.sleep(2)
-        grown = gw3.rss_kb() - before
-        assert sent[0] < (16 << 20), "the gateway took %d bytes from the source" % sent[0]
-        assert grown < 8 * 1024, "gateway RSS grew by %d KiB with a client that does not read" % grown
-        # 2. It still passes everything on once the client reads.
-        s.settimeout(5)
-        got = 0
-        while got < (4 << 20):
-            d = s.recv(1 << 20)
-            assert d, "the gateway closed the connection"
-            got += len(d)
-        s.close()
-    finally:
-        stop.set()
-        t.join(5)
-        gw3.stop()
+    for mode in ([], ["--splice"]):  # copied through memory, or spliced through pipes
+        stop = threading.Event()
+        port, sent, t = flood_server(100 << 20, stop)
+        gw3 = Gateway("127.0.0.1:%d" % port, ["--max-buffer", "65536"] + mode)
+        try:
+            before = gw3.rss_kb()
+            s = socket.create_connection(("127.0.0.1", gw3.port), timeout=5)
+            time.sleep(2)
+            grown = gw3.rss_kb() - before
+            assert sent[0] < (16 << 20), "the gateway took %d bytes from the source" % sent[0]
+            assert grown < 8 * 1024, \
+                "gateway RSS grew by %d KiB with a client that does not read" % grown
+            # 2. It still passes everything on once the client reads.
+            s.settimeout(5)
+            got = 0
+            while got < (4 << 20):
+                d = s.recv(1 << 20)
+                assert d, "the gateway closed the connection"
+                got += len(d)
+            s.close()
+        finally:
+            stop.set()
+            t.join(5)
+            gw3.stop()
     # 3. The same through the cluster gateway: a client pipelining 400 reads
     # of a 256 KiB value and reading nothing; others are still served.
     gw = ENV["gw"]
@@ -358,6 +366,58 @@ def test_gw_member_killed():
         assert rc == 0, (rc, out, err)
 
 
+def scrape(port):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
+        body = r.read().decode()
+    vals = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            name, v = line.rsplit(" ", 1)
+            vals[name] = float(v)
+    return body, vals
+
+
+def test_gw_metrics():
+    live = ENV["members"][0].endpoint
+    dead = "127.0.0.1:%d" % free_port()  # nothing listens there
+    mport = free_port()
+    gw = Gateway(dead + "," + live, ["--listen-metrics-urls", "http://127.0.0.1:%d" % mport,
+                                     "--retry-delay", "1m", "--connect-timeout", "500ms"])
+    try:
+        wait_port(mport, gw.proc, "gateway metrics")
+        body, v = scrape(mport)
+        assert 'ketch_gateway_endpoint_up{endpoint="%s"}' % live in v, body
+        for _ in range(2):  # the first tries the dead endpoint, then the live one
+            rc, out, err = ketchctl("--endpoints", gw.endpoint, "get", "k")
+            assert rc == 0 and out.split() == ["k", "v"], (rc, out, err)
+        deadline = time.time() + 5
+        while True:
+            body, v = scrape(mport)
+            if v["ketch_gateway_client_connections_active"] == 0 or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        # wait_port's connection and the two ketchctl's
+        assert v["ketch_gateway_client_connections_total"] == 3, body
+        assert v["ketch_gateway_client_connections_active"] == 0, body
+        ep = lambda name, e: v['ketch_gateway_endpoint_%s{endpoint="%s"}' % (name, e)]  # noqa
+        assert ep("failures_total", dead) == 1, body
+        assert ep("up", dead) == 0 and ep("up", live) == 1, body
+        assert ep("connections_total", dead) == 0 and ep("connections_total", live) >= 2, body
+        assert ep("sent_bytes_total", live) > 0 and ep("received_bytes_total", live) > 0, body
+        assert ep("connections_active", live) == 0, body
+        assert "process_resident_memory_bytes" in v, body
+        p = subprocess.run(["promtool", "check", "metrics"], input=body.encode(),
+                           capture_output=True, timeout=30)
+        assert p.returncode == 0, (p.stdout, p.stderr)
+    finally:
+        gw.stop()
+    p = subprocess.run([os.path.join(BIN, "ketch"), "gateway", "start", "--listen-addr",
+                        "127.0.0.1:%d" % free_port(), "--endpoints", live,
+                        "--listen-metrics-urls", "https://127.0.0.1:%d" % free_port()],
+                       capture_output=True, text=True, timeout=10)
+    assert p.returncode != 0 and "want http://host:port" in p.stderr, (p.returncode, p.stderr)
+
+
 def main():
     try:
         setup()
@@ -369,7 +429,7 @@ def main():
         raise
     try:
         run_tests([test_gw_ketchctl, test_gw_etcdctl, test_gw_slow_reader, test_gw_1000_conns,
-                   test_gw_health_native, test_gw_member_killed])
+                   test_gw_health_native, test_gw_member_killed, test_gw_metrics])
     finally:
         try:
             ENV["gw"].stop()
