@@ -175,6 +175,23 @@ const char *kt_bridge_error(int ketch_err, const char *detail, int *grpc_status)
  * unit H M S m u n, rounded up), or -1 if it is malformed. Pure. */
 int64_t kt_bridge_parse_timeout(const uint8_t *v, size_t n);
 
+/* ---- bridge_ns.c: --namespace PREFIX ---- */
+/* The request message msg[0..len) (unframed protobuf) of method `path` with
+ * every key moved into the namespace pfx[0..pfx_len): 0 and *out NULL (a
+ * method without keys: use msg), 0 and a malloc'd *out and *out_len, -1 (msg
+ * does not unpack) or -2 (out of memory). Pure. */
+int kt_bridge_ns_request(const char *pfx, size_t pfx_len, const char *path, const uint8_t *msg,
+                         size_t len, uint8_t **out, size_t *out_len);
+/* The framed response message of `path` with the namespace stripped from
+ * its keys (keys outside it left out): 0 (no keys: keep framed), 1 (a
+ * malloc'd framed *out and *out_len), -1 (does not unpack, or out of memory:
+ * the message must not be sent). Pure. */
+int kt_bridge_ns_response(const char *pfx, size_t pfx_len, const char *path, const uint8_t *framed,
+                          size_t len, uint8_t **out, size_t *out_len);
+/* Methods a namespaced bridge refuses (Maintenance.Snapshot: it would hand
+ * out every tenant's keys). */
+bool kt_bridge_ns_refused(const char *path);
+
 /* ---- bridge_metrics.c: /metrics on --metrics-addr ---- */
 struct kt_buf;
 struct kt_bridge_method_stat;

@@ -128,6 +128,8 @@ struct bridge {
   ev_io lio;
   size_t max_request_bytes;
   size_t max_stream_queue_bytes;
+  const char *ns; /* --namespace, NULL when none (bridge_ns.c) */
+  size_t ns_len;
   struct conn *dirty; /* connections with frames to send, flushed in prep */
   struct conn *conns; /* every open connection */
 };
@@ -460,7 +462,28 @@ static void stream_respond(struct stream *st, int status, const char *message, u
 
 /* ---- the server side of streaming calls (kt_bridge_stream_io) ---- */
 
-static void io_send(void *arg, uint8_t *framed, size_t len) { stream_send(arg, framed, len); }
+/* A response of a namespaced bridge loses the prefix (NULL: dropped, never
+ * sent with keys of the whole cluster). */
+static uint8_t *ns_response(const struct stream *st, uint8_t *framed, size_t *len) {
+  const struct bridge *b = st->c->b;
+  uint8_t *out = NULL;
+  size_t out_len = 0;
+  int rc = kt_bridge_ns_response(b->ns, b->ns_len, st->path, framed, *len, &out, &out_len);
+  if (rc == 0)
+    return framed;
+  free(framed);
+  if (rc < 0)
+    logf_(2, "%s: a response could not be moved out of the namespace: dropped", st->path);
+  *len = out_len;
+  return out;
+}
+
+static void io_send(void *arg, uint8_t *framed, size_t len) {
+  struct stream *st = arg;
+  if (st->c->b->ns && !(framed = ns_response(st, framed, &len)))
+    return;
+  stream_send(st, framed, len);
+}
 
 static bool io_room(void *arg, size_t n) {
   struct stream *st = arg;
@@ -513,6 +536,11 @@ static void on_call_done(void *arg, int status, const char *message, uint8_t *fr
   }
   st->call = NULL;
   st->c->waiting--;
+  if (status == KT_GRPC_OK && framed && st->c->b->ns &&
+      !(framed = ns_response(st, framed, &framed_len))) {
+    status = KT_GRPC_INTERNAL;
+    message = "ketch-grpc: out of memory";
+  }
   stream_respond(st, status, message, framed, framed_len);
   conn_update_read(st->c);
 }
@@ -565,7 +593,23 @@ static void stream_feed(struct stream *st) {
     if (n == 0)
       break;
     off += (size_t)n;
+    uint8_t *nmsg = NULL;
+    if (st->c->b->ns) {
+      size_t nlen = 0;
+      int rc = kt_bridge_ns_request(st->c->b->ns, st->c->b->ns_len, st->path, msg, msg_len, &nmsg,
+                                    &nlen);
+      if (rc < 0) {
+        stream_close_bs(st);
+        stream_finish(st, rc == -1 ? KT_GRPC_INTERNAL : KT_GRPC_RESOURCE_EXHAUSTED,
+                      rc == -1 ? "grpc: error unmarshalling request: malformed protobuf"
+                               : "ketch-grpc: out of memory");
+        break;
+      }
+      if (nmsg)
+        msg = nmsg, msg_len = nlen;
+    }
     kt_bridge_stream_recv(st->bs, msg, msg_len);
+    free(nmsg);
     stream_up(st)->ksubmitted = true; /* what it submitted leaves before the loop sleeps */
   }
   if (st->responded) {
@@ -596,8 +640,23 @@ static void stream_dispatch(struct stream *st) {
                    NULL, 0);
     return;
   }
+  uint8_t *nmsg = NULL;
+  if (c->b->ns) {
+    size_t nlen = 0;
+    int rc = kt_bridge_ns_request(c->b->ns, c->b->ns_len, st->path, msg, msg_len, &nmsg, &nlen);
+    if (rc < 0) {
+      stream_respond(st, rc == -1 ? KT_GRPC_INTERNAL : KT_GRPC_RESOURCE_EXHAUSTED,
+                     rc == -1 ? "grpc: error unmarshalling request: malformed protobuf"
+                              : "ketch-grpc: out of memory",
+                     NULL, 0);
+      return;
+    }
+    if (nmsg)
+      msg = nmsg, msg_len = nlen;
+  }
   struct call_ref *ref = malloc(sizeof *ref);
   if (!ref) {
+    free(nmsg);
     stream_respond(st, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
     return;
   }
@@ -611,6 +670,7 @@ static void stream_dispatch(struct stream *st) {
     kt_bridge_call(stream_up(st)->kc, st->path, msg, msg_len, c->b->max_request_bytes, on_call_done,
                    ref);
   }
+  free(nmsg);
   free(st->body);
   st->body = NULL;
   st->body_len = st->body_cap = 0;
@@ -689,6 +749,13 @@ static void stream_headers_done(struct stream *st) {
     return;
   }
   st->stat = kt_bridge_stat_start(st->path, kind == KT_BRIDGE_STREAM);
+  if (c->b->ns && kt_bridge_ns_refused(st->path)) {
+    stream_respond(st, KT_GRPC_PERMISSION_DENIED,
+                   "ketch-grpc: Snapshot is refused under --namespace (it holds every tenant's "
+                   "keys)",
+                   NULL, 0);
+    return;
+  }
   if (st->token[0] && kt_bridge_auth_method(st->path) != KETCH_OP_AUTHENTICATE) {
     st->up = upstream_for_token(c->b, st->token, c);
     if (!st->up) {
@@ -1461,6 +1528,9 @@ static void usage(FILE *f) {
              "  --log-level          debug, info, warn or error (default info)\n"
              "  --metrics-addr       [http://]HOST:PORT for /metrics (grpc_server_*_total,\n"
              "                       process_*); default: none\n"
+             "  --namespace PREFIX   every key of every request is under PREFIX and comes back\n"
+             "                       without it: KV, watch, lease keys, lock, election, role\n"
+             "                       permissions (etcd grpc-proxy's flag); Snapshot refused\n"
              "TLS toward clients (etcd's flags):\n"
              "  --cert-file, --key-file  the listener's certificate and key (PEM)\n"
              "  --trusted-ca-file    CAs of client certificates (client certificates are then\n"
@@ -1480,6 +1550,7 @@ int main(int argc, char **argv) {
   const char *listen_addr = "127.0.0.1:2379", *endpoints = "127.0.0.1:2479";
   const char *cert_file = NULL, *key_file = NULL, *ca_file = NULL, *data_dir = "default.proxy";
   const char *up_ca = NULL, *up_cert = NULL, *up_key = NULL, *metrics_addr = NULL;
+  const char *ns = NULL;
   bool client_cert_auth = false, auto_tls = false, up_skip = false;
   size_t max_req = 1572864, max_queue = 8u << 20;
   enum {
@@ -1493,7 +1564,8 @@ int main(int argc, char **argv) {
     O_UCERT,
     O_UKEY,
     O_USKIP,
-    O_METRICS
+    O_METRICS,
+    O_NS
   };
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
@@ -1512,6 +1584,7 @@ int main(int argc, char **argv) {
       {"key", required_argument, 0, O_UKEY},
       {"insecure-skip-tls-verify", no_argument, 0, O_USKIP},
       {"metrics-addr", required_argument, 0, O_METRICS},
+      {"namespace", required_argument, 0, O_NS},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1546,6 +1619,9 @@ int main(int argc, char **argv) {
     }
     case O_METRICS:
       metrics_addr = optarg;
+      break;
+    case O_NS:
+      ns = *optarg ? optarg : NULL; /* "" is etcd's default: no namespace */
       break;
     case 'v':
       if (!strcmp(optarg, "debug"))
@@ -1605,7 +1681,10 @@ int main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
 
-  struct bridge b = {.max_request_bytes = max_req, .max_stream_queue_bytes = max_queue};
+  struct bridge b = {.max_request_bytes = max_req,
+                     .max_stream_queue_bytes = max_queue,
+                     .ns = ns,
+                     .ns_len = ns ? strlen(ns) : 0};
   b.loop = EV_DEFAULT;
   /* The listener's TLS: its files are read now; a problem stops the start. */
   char auto_cert[4200], auto_key[4200];
@@ -1732,8 +1811,9 @@ int main(int argc, char **argv) {
   kt_bridge_snap_setup(b.loop, endpoints, &b.ko);
   static const char *const tls_name = "listener";
   struct kt_tls_reloader *reloader = kt_tls_reloader_new(b.loop, &b.tls, &tls_name, 1);
-  logf_(1, "ketch-grpc %s serving etcd v3 gRPC (API %s) on %s (%s), ketch members %s", KT_VERSION,
-        KT_BRIDGE_ETCD_VERSION, listen_addr, b.tls ? "TLS, ALPN h2" : "h2c", endpoints);
+  logf_(1, "ketch-grpc %s serving etcd v3 gRPC (API %s) on %s (%s), ketch members %s%s%s%s",
+        KT_VERSION, KT_BRIDGE_ETCD_VERSION, listen_addr, b.tls ? "TLS, ALPN h2" : "h2c", endpoints,
+        ns ? ", namespace \"" : "", ns ? ns : "", ns ? "\"" : "");
   ev_run(b.loop, 0);
   logf_(1, "stopping");
   ev_io_stop(b.loop, &b.lio);
