@@ -4,12 +4,15 @@
  * instead of a request), the second the namespace's length (0..7 bytes of
  * "t1/\xff\xff\xff\xff"); the rest is the protobuf message. A request that
  * unpacks must come back moved into the namespace and unpack again; a
- * response must come back framed and unpack again. */
+ * response must come back framed and unpack again. Every input is also read
+ * as a registration's value by kt_bridge_reg_name (bridge_reg.c, the Name a
+ * registered proxy's MemberList entry shows). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../tools/grpc-bridge/bridge_ns.c"
+#include "../../tools/grpc-bridge/bridge_reg.c"
 #include "auth.pb-c.c"
 #include "kv.pb-c.c"
 #include "lease.pb-c.c"
@@ -55,8 +58,22 @@ static bool round_trips(const ProtobufCMessageDescriptor *d, const uint8_t *msg,
   return ok;
 }
 
+/* bridge_kv.c's, which bridge_reg.c's MemberList answers through */
+void kt_bridge_finish(kt_bridge_done done, void *arg, const void *m) {
+  size_t n = 0;
+  done(arg, 0, "", kt_bridge_frame(m, &n), n);
+}
+void kt_bridge_fail(kt_bridge_done done, void *arg, int err, const char *detail) {
+  (void)err;
+  done(arg, KT_GRPC_UNAVAILABLE, detail ? detail : "", NULL, 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const char pfx[] = "t1/\xff\xff\xff\xff";
+  char name[16];
+  kt_bridge_reg_name(data, size, name, sizeof name);
+  if (strlen(name) >= sizeof name)
+    abort();
   if (size < 2)
     return 0;
   size_t nm = sizeof methods / sizeof methods[0];

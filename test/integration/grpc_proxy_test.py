@@ -403,6 +403,91 @@ def test_differences_with_etcd_proxy():
     ctl(e.root, "role", "delete", "rd")
 
 
+# ---- registration: --resolver-prefix, --resolver-ttl, --advertise-client-url ----
+
+def member_urls(port):
+    out = json.loads(ctl(port, "member", "list", "-w", "json"))
+    return sorted(u for m in out.get("members", []) for u in m.get("clientURLs", []))
+
+
+def wait_for(what, fn, timeout=10):
+    deadline = time.time() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.1)
+
+
+def test_registration_member_list():
+    e = env()
+    ttl = 2
+    ps = []
+    for _ in range(2):  # the address registered: --listen-addr's
+        ps.append(e.bridge(["--resolver-prefix", "proxies", "--resolver-ttl", str(ttl)]))
+    addrs = sorted("127.0.0.1:%d" % p.port for p in ps)
+    wait_for("two registrations", lambda: keys(e.root, "proxies/", "--prefix") ==
+             ["proxies/" + a for a in addrs])
+    # etcd's naming.Update value, as etcd's grpc-proxy writes it
+    v = json.loads(ctl(e.root, "get", "proxies/" + addrs[0], "--print-value-only"))
+    assert v["Op"] == 0 and v["Addr"] == addrs[0] and "Name" in json.loads(v["Metadata"]), v
+    lease = json.loads(ctl(e.root, "get", "proxies/" + addrs[0], "-w", "json"))["kvs"][0]["lease"]
+    assert lease > 0
+    # MemberList through either proxy lists both; through a plain bridge, the cluster
+    assert member_urls(ps[0].port) == addrs and member_urls(ps[1].port) == addrs
+    assert member_urls(e.root.port) == ["http://" + e.eps]
+    out = ctl(ps[0], "member", "list")
+    assert re.fullmatch(r"(0, started, [^,]+, , 127\.0\.0\.1:\d+, false\n){2}", out), out
+    # the same line as etcd's own grpc-proxy registered under a prefix
+    eport = free_port()
+    ep = e.spawn("etcd-proxy", [g.ETCD, "grpc-proxy", "start", "--endpoints",
+                                "127.0.0.1:%d" % e.etcd_port, "--listen-addr",
+                                "127.0.0.1:%d" % eport, "--resolver-prefix", "eproxies",
+                                "--resolver-ttl", "5", "--advertise-client-url",
+                                "127.0.0.1:%d" % eport])
+    try:
+        g.wait_port(eport, ep, "etcd grpc-proxy")
+        ev = wait_for("etcd's registration", lambda: ctl(e.etcd_port, "get", "eproxies/",
+                                                         "--prefix", "--print-value-only"))
+        assert sorted(json.loads(ev.strip())) == sorted(v), (ev, v)
+        eout = wait_for("etcd proxy member list", lambda: ctl(eport, "member", "list") if
+                        "%d" % eport in ctl(eport, "member", "list") else None)
+        norm = lambda t: re.sub(r"127\.0\.0\.1:\d+", "ADDR", t)  # noqa: E731
+        assert norm(eout) == norm(out.split("\n")[0] + "\n"), (eout, out)
+    finally:
+        ep.terminate()
+        ep.wait(10)
+    # one proxy killed: gone from MemberList once its lease's TTL passed
+    ps[1].kill()
+    ps[1].wait()
+    t0 = time.time()
+    live = "127.0.0.1:%d" % ps[0].port
+    wait_for("the killed proxy to leave", lambda: member_urls(ps[0].port) == [live],
+             timeout=ttl + 5)
+    assert time.time() - t0 > ttl / 2, "gone before its TTL: not the lease's expiry"
+    # the lease revoked under it: the proxy registers again
+    lease = json.loads(ctl(e.root, "get", "proxies/" + live, "-w", "json"))["kvs"][0]["lease"]
+    ctl(e.root, "lease", "revoke", "%x" % lease)
+    wait_for("registration again", lambda: keys(e.root, "proxies/", "--prefix") ==
+             ["proxies/" + live], timeout=ttl + 5)
+    # a clean stop deregisters at once
+    ps[0].terminate()
+    assert ps[0].wait(10) == 0
+    assert keys(e.root, "proxies/", "--prefix") == []
+
+
+def test_advertise_without_prefix():
+    """--advertise-client-url alone: MemberList answers the bridge itself, as
+    etcd's grpc-proxy does; nothing is registered."""
+    e = env()
+    p = e.bridge(["--advertise-client-url", "10.1.2.3:2379"])
+    assert member_urls(p.port) == ["10.1.2.3:2379"]
+    p.terminate()
+    p.wait(10)
+
+
 def teardown():
     global ENV
     if ENV is not None:
@@ -421,4 +506,5 @@ if __name__ == "__main__":
                test_namespace_lock_and_elect, test_namespace_lease_keys,
                test_namespace_role_permissions, test_namespace_snapshot_refused,
                test_namespace_same_as_etcd_proxy, test_differences_with_etcd_proxy,
+               test_registration_member_list, test_advertise_without_prefix,
                test_shutdown_clean])

@@ -192,6 +192,26 @@ int kt_bridge_ns_response(const char *pfx, size_t pfx_len, const char *path, con
  * out every tenant's keys). */
 bool kt_bridge_ns_refused(const char *path);
 
+/* ---- bridge_reg.c: --resolver-prefix, --resolver-ttl, --advertise-client-url ---- */
+struct kt_bridge_reg;
+/* Registers [ns]prefix/addr under a lease of ttl_s seconds kept alive on kc
+ * (registering again whenever it is lost); *submitted is set when kc has
+ * work for ketch_process. NULL if out of memory. */
+struct kt_bridge_reg *kt_bridge_reg_start(struct ev_loop *loop, ketch_client *kc, bool *submitted,
+                                          const char *ns, const char *prefix, const char *addr,
+                                          int ttl_s);
+/* Stops and revokes the registration's lease (a last blocking call: only at
+ * exit). NULL is fine. */
+void kt_bridge_reg_stop(struct kt_bridge_reg *r);
+/* MemberList as etcd's grpc-proxy with an advertised address addr: the
+ * registered proxies under [ns]prefix/ (prefix may be NULL), or the bridge
+ * itself alone; done as kt_bridge_call's. */
+void kt_bridge_reg_member_list(ketch_client *kc, const char *ns, const char *prefix,
+                               const char *addr, kt_bridge_done done, void *arg);
+/* The Name in a registration's value (etcd's naming.Update JSON), "" when
+ * absent; out is always terminated. Pure, bounded. */
+void kt_bridge_reg_name(const uint8_t *v, size_t n, char *out, size_t out_len);
+
 /* ---- bridge_metrics.c: /metrics on --metrics-addr ---- */
 struct kt_buf;
 struct kt_bridge_method_stat;

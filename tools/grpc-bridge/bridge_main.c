@@ -130,8 +130,10 @@ struct bridge {
   size_t max_stream_queue_bytes;
   const char *ns; /* --namespace, NULL when none (bridge_ns.c) */
   size_t ns_len;
-  struct conn *dirty; /* connections with frames to send, flushed in prep */
-  struct conn *conns; /* every open connection */
+  const char *advertise;       /* --advertise-client-url, NULL: MemberList is the cluster's */
+  const char *resolver_prefix; /* --resolver-prefix (bridge_reg.c), or NULL */
+  struct conn *dirty;          /* connections with frames to send, flushed in prep */
+  struct conn *conns;          /* every open connection */
 };
 
 struct stream;
@@ -665,6 +667,10 @@ static void stream_dispatch(struct stream *st) {
   c->waiting++;
   if (kt_bridge_auth_method(st->path) == KETCH_OP_AUTHENTICATE) {
     authenticate(st, msg, msg_len, ref);
+  } else if (c->b->advertise && !strcmp(st->path, "/etcdserverpb.Cluster/MemberList")) {
+    stream_up(st)->ksubmitted = true;
+    kt_bridge_reg_member_list(stream_up(st)->kc, c->b->ns, c->b->resolver_prefix, c->b->advertise,
+                              on_call_done, ref);
   } else {
     stream_up(st)->ksubmitted = true;
     kt_bridge_call(stream_up(st)->kc, st->path, msg, msg_len, c->b->max_request_bytes, on_call_done,
@@ -1531,6 +1537,12 @@ static void usage(FILE *f) {
              "  --namespace PREFIX   every key of every request is under PREFIX and comes back\n"
              "                       without it: KV, watch, lease keys, lock, election, role\n"
              "                       permissions (etcd grpc-proxy's flag); Snapshot refused\n"
+             "  --resolver-prefix P  register as P/ADDR under a lease kept alive (etcd\n"
+             "                       grpc-proxy's); MemberList then lists the live proxies\n"
+             "  --resolver-ttl S     that lease's TTL in seconds (default 60)\n"
+             "  --advertise-client-url ADDR  the address registered and answered by\n"
+             "                       MemberList (default: --listen-addr with a resolver\n"
+             "                       prefix; none: MemberList is the cluster's)\n"
              "TLS toward clients (etcd's flags):\n"
              "  --cert-file, --key-file  the listener's certificate and key (PEM)\n"
              "  --trusted-ca-file    CAs of client certificates (client certificates are then\n"
@@ -1550,7 +1562,8 @@ int main(int argc, char **argv) {
   const char *listen_addr = "127.0.0.1:2379", *endpoints = "127.0.0.1:2479";
   const char *cert_file = NULL, *key_file = NULL, *ca_file = NULL, *data_dir = "default.proxy";
   const char *up_ca = NULL, *up_cert = NULL, *up_key = NULL, *metrics_addr = NULL;
-  const char *ns = NULL;
+  const char *ns = NULL, *resolver_prefix = NULL, *advertise = NULL;
+  int resolver_ttl = 60;
   bool client_cert_auth = false, auto_tls = false, up_skip = false;
   size_t max_req = 1572864, max_queue = 8u << 20;
   enum {
@@ -1565,7 +1578,10 @@ int main(int argc, char **argv) {
     O_UKEY,
     O_USKIP,
     O_METRICS,
-    O_NS
+    O_NS,
+    O_RPREFIX,
+    O_RTTL,
+    O_ADVERTISE
   };
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
@@ -1585,6 +1601,9 @@ int main(int argc, char **argv) {
       {"insecure-skip-tls-verify", no_argument, 0, O_USKIP},
       {"metrics-addr", required_argument, 0, O_METRICS},
       {"namespace", required_argument, 0, O_NS},
+      {"resolver-prefix", required_argument, 0, O_RPREFIX},
+      {"resolver-ttl", required_argument, 0, O_RTTL},
+      {"advertise-client-url", required_argument, 0, O_ADVERTISE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1623,6 +1642,22 @@ int main(int argc, char **argv) {
     case O_NS:
       ns = *optarg ? optarg : NULL; /* "" is etcd's default: no namespace */
       break;
+    case O_RPREFIX:
+      resolver_prefix = *optarg ? optarg : NULL;
+      break;
+    case O_ADVERTISE:
+      advertise = *optarg ? optarg : NULL;
+      break;
+    case O_RTTL: {
+      char *end;
+      long v = strtol(optarg, &end, 10);
+      if (*end || v < 0 || v > 86400) {
+        fprintf(stderr, "ketch-grpc: --resolver-ttl: want 0..86400 seconds (0: 60)\n");
+        return 2;
+      }
+      resolver_ttl = v ? (int)v : 60;
+      break;
+    }
     case 'v':
       if (!strcmp(optarg, "debug"))
         log_level = 0;
@@ -1684,7 +1719,11 @@ int main(int argc, char **argv) {
   struct bridge b = {.max_request_bytes = max_req,
                      .max_stream_queue_bytes = max_queue,
                      .ns = ns,
-                     .ns_len = ns ? strlen(ns) : 0};
+                     .ns_len = ns ? strlen(ns) : 0,
+                     .resolver_prefix = resolver_prefix,
+                     .advertise = advertise         ? advertise
+                                  : resolver_prefix ? listen_addr
+                                                    : NULL};
   b.loop = EV_DEFAULT;
   /* The listener's TLS: its files are read now; a problem stops the start. */
   char auto_cert[4200], auto_key[4200];
@@ -1766,6 +1805,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ketch-grpc: cannot listen on %s: %s\n", listen_addr, strerror(errno));
     return 1;
   }
+  struct kt_bridge_reg *reg = NULL;
+  if (resolver_prefix && !(reg = kt_bridge_reg_start(b.loop, b.up->kc, &b.up->ksubmitted, ns,
+                                                     resolver_prefix, b.advertise, resolver_ttl))) {
+    fprintf(stderr, "ketch-grpc: --resolver-prefix: out of memory\n");
+    return 1;
+  }
   struct kt_http *http = NULL;
   if (metrics_addr) {
     /* etcd's grpc-proxy takes a URL; a bare HOST:PORT is accepted too */
@@ -1818,7 +1863,8 @@ int main(int argc, char **argv) {
   logf_(1, "stopping");
   ev_io_stop(b.loop, &b.lio);
   close(lfd);
-  while (b.conns) /* streams go first: their watches are cancelled */
+  kt_bridge_reg_stop(reg); /* deregisters before the handles close */
+  while (b.conns)          /* streams go first: their watches are cancelled */
     conn_close(b.conns);
   while (b.up) {
     struct upstream *u = b.up;
