@@ -9,6 +9,13 @@ not see each other. The KV / watch sequence is compared with etcd 3.4's own
 differences the README names (etcd 3.4's proxy namespaces lock and election
 names as ketch-grpc does, but not role permissions, and serves Snapshot) are
 shown with etcd's proxy itself.
+
+Registration: two bridges with --resolver-prefix are listed by MemberList;
+one killed leaves the list after its lease's TTL; compared with etcd's own
+grpc-proxy --resolver-prefix (the same value JSON and member list line).
+
+--endpoints-auto-sync-interval: a bridge given one member learns the members
+added later and serves once the first is gone.
 """
 import json
 import os
@@ -488,6 +495,54 @@ def test_advertise_without_prefix():
     p.wait(10)
 
 
+# ---- --endpoints-auto-sync-interval ----
+
+def test_endpoints_auto_sync():
+    """A bridge given only the first member learns the members added later
+    from the member list: once they are synced, it serves with the first
+    member gone. A bridge without the flag, given the same endpoint, cannot."""
+    e = env()
+    first = Member(name="a1", extra=g.TIMING)
+    members = [first]
+    try:
+        synced = e.bridge(["--endpoints-auto-sync-interval", "300ms"], eps=first.endpoint)
+        plain = e.bridge([], eps=first.endpoint)
+        for name in ("a2", "a3"):
+            peer, client = free_port(), free_port()
+            out = ctl(synced, "member", "add", name, "--peer-urls=http://127.0.0.1:%d" % peer)
+            ic = re.search(r'ETCD_INITIAL_CLUSTER="([^"]+)"', out).group(1)
+            members.append(Member(name=name, port=client, peer_port=peer,
+                                  extra=g.TIMING + ["--initial-cluster", ic,
+                                                    "--initial-cluster-state", "existing"]))
+            wait_for(name + " started", lambda: name in [
+                m.get("name") for m in json.loads(ctl(synced, "member", "list",
+                                                      "-w", "json"))["members"]])
+        want = sorted("http://" + m.endpoint for m in members)
+        wait_for("3 members listed", lambda: sorted(
+            u for m in json.loads(ctl(synced, "member", "list", "-w", "json"))["members"]
+            for u in m.get("clientURLs", [])) == want)
+        log = synced.log_name
+
+        def synced_all():
+            with open(log, "rb") as f:
+                lines = [ln for ln in f.read().decode().split("\n") if "auto-sync: members now" in ln]
+            return lines and sorted(lines[-1].split("members now ")[1].split(",")) == want
+        wait_for("the bridge's sync", synced_all)
+        first.kill9()
+        wait_for("a put through the synced bridge with the first member gone",
+                 lambda: e.ctl(synced.port, ["--command-timeout=2s", "put", "sync", "1"])[0] == 0,
+                 timeout=20)
+        assert ctl(synced, "get", "sync", "--print-value-only") == "1\n"
+        rc, _, err = e.ctl(plain.port, ["--command-timeout=2s", "put", "sync", "2"])
+        assert rc != 0, "the bridge without auto-sync reached the new members?"
+        for p in (synced, plain):
+            p.terminate()
+            assert p.wait(10) == 0
+    finally:
+        for m in members:
+            m.cleanup()
+
+
 def teardown():
     global ENV
     if ENV is not None:
@@ -507,4 +562,5 @@ if __name__ == "__main__":
                test_namespace_role_permissions, test_namespace_snapshot_refused,
                test_namespace_same_as_etcd_proxy, test_differences_with_etcd_proxy,
                test_registration_member_list, test_advertise_without_prefix,
+               test_endpoints_auto_sync,
                test_shutdown_clean])

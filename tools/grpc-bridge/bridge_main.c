@@ -131,6 +131,9 @@ struct bridge {
   const char *ns; /* --namespace, NULL when none (bridge_ns.c) */
   size_t ns_len;
   const char *advertise;       /* --advertise-client-url, NULL: MemberList is the cluster's */
+  ev_timer sync_w;             /* --endpoints-auto-sync-interval */
+  bool sync_busy;              /* a member list for it in flight */
+  char *synced;                /* the endpoints last synced (owned), or NULL */
   const char *resolver_prefix; /* --resolver-prefix (bridge_reg.c), or NULL */
   struct conn *dirty;          /* connections with frames to send, flushed in prep */
   struct conn *conns;          /* every open connection */
@@ -1477,6 +1480,83 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents) {
   }
 }
 
+/* ---- --endpoints-auto-sync-interval ---- */
+
+/* The member list's client URLs (voters with a name, as clientv3's Sync)
+ * become every upstream's endpoints, and those of upstreams opened later. */
+static void on_sync_list(void *arg, int err, const ketch_result *res) {
+  struct bridge *b = arg;
+  b->sync_busy = false;
+  if (err) {
+    if (err != KETCH_ECANCELED)
+      logf_(2, "endpoints auto-sync: member list: %s", ketch_strerror(err));
+    return;
+  }
+  struct kt_buf eps = {0};
+  const ketch_member_list_result *ml = &res->member_list;
+  for (size_t i = 0; i < ml->n_members; i++) {
+    const ketch_member *m = &ml->members[i];
+    if (m->is_learner || !m->name || !*m->name)
+      continue;
+    for (size_t j = 0; j < m->n_client_urls; j++) {
+      if (eps.len)
+        kt_buf_append(&eps, ",", 1);
+      kt_buf_append(&eps, m->client_urls[j], strlen(m->client_urls[j]));
+    }
+  }
+  if (!eps.len ||
+      (b->synced && eps.len == strlen(b->synced) && memcmp(b->synced, eps.p, eps.len) == 0)) {
+    kt_buf_free(&eps);
+    return;
+  }
+  kt_buf_append(&eps, "", 1);
+  const char *list = (const char *)eps.p;
+  for (struct upstream *u = b->up; u; u = u->next) {
+    char why[400] = "";
+    if (ketch_set_endpoints(u->kc, list, why, sizeof why) != 0) {
+      logf_(2, "endpoints auto-sync: %s: %s", list, why);
+      kt_buf_free(&eps);
+      return;
+    }
+  }
+  logf_(1, "endpoints auto-sync: members now %s", list);
+  free(b->synced);
+  b->synced = strdup(list);
+  if (b->synced)
+    b->endpoints = b->synced;
+  kt_buf_free(&eps);
+}
+
+static void on_sync(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  struct bridge *b = w->data;
+  if (b->sync_busy)
+    return;
+  if (ketch_member_list_async(b->up->kc, on_sync_list, b) == 0) {
+    b->sync_busy = true;
+    b->up->ksubmitted = true;
+  }
+}
+
+/* A Go duration as etcd's flag takes it ("30s", "1m", "500ms", "1h"; a bare
+ * number is seconds): seconds, or -1. */
+static double parse_duration_s(const char *v) {
+  char *end;
+  double x = strtod(v, &end);
+  if (end == v || x < 0)
+    return -1;
+  if (!*end || !strcmp(end, "s"))
+    return x;
+  if (!strcmp(end, "ms"))
+    return x / 1000;
+  if (!strcmp(end, "m"))
+    return x * 60;
+  if (!strcmp(end, "h"))
+    return x * 3600;
+  return -1;
+}
+
 /* ---- main ---- */
 
 static int listen_on(const char *addr) {
@@ -1543,6 +1623,9 @@ static void usage(FILE *f) {
              "  --advertise-client-url ADDR  the address registered and answered by\n"
              "                       MemberList (default: --listen-addr with a resolver\n"
              "                       prefix; none: MemberList is the cluster's)\n"
+             "  --endpoints-auto-sync-interval D  every D (30s, 1m, 500ms) the members'\n"
+             "                       client URLs from the member list become the endpoints\n"
+             "                       (default 0: never)\n"
              "TLS toward clients (etcd's flags):\n"
              "  --cert-file, --key-file  the listener's certificate and key (PEM)\n"
              "  --trusted-ca-file    CAs of client certificates (client certificates are then\n"
@@ -1564,6 +1647,7 @@ int main(int argc, char **argv) {
   const char *up_ca = NULL, *up_cert = NULL, *up_key = NULL, *metrics_addr = NULL;
   const char *ns = NULL, *resolver_prefix = NULL, *advertise = NULL;
   int resolver_ttl = 60;
+  double sync_s = 0;
   bool client_cert_auth = false, auto_tls = false, up_skip = false;
   size_t max_req = 1572864, max_queue = 8u << 20;
   enum {
@@ -1581,7 +1665,8 @@ int main(int argc, char **argv) {
     O_NS,
     O_RPREFIX,
     O_RTTL,
-    O_ADVERTISE
+    O_ADVERTISE,
+    O_AUTOSYNC
   };
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
@@ -1604,6 +1689,7 @@ int main(int argc, char **argv) {
       {"resolver-prefix", required_argument, 0, O_RPREFIX},
       {"resolver-ttl", required_argument, 0, O_RTTL},
       {"advertise-client-url", required_argument, 0, O_ADVERTISE},
+      {"endpoints-auto-sync-interval", required_argument, 0, O_AUTOSYNC},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1647,6 +1733,14 @@ int main(int argc, char **argv) {
       break;
     case O_ADVERTISE:
       advertise = *optarg ? optarg : NULL;
+      break;
+    case O_AUTOSYNC:
+      sync_s = parse_duration_s(optarg);
+      if (sync_s < 0 || (sync_s > 0 && sync_s < 0.1)) {
+        fprintf(stderr, "ketch-grpc: --endpoints-auto-sync-interval: want a duration such as "
+                        "30s, 1m or 500ms (at least 100ms; 0 disables)\n");
+        return 2;
+      }
       break;
     case O_RTTL: {
       char *end;
@@ -1805,6 +1899,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ketch-grpc: cannot listen on %s: %s\n", listen_addr, strerror(errno));
     return 1;
   }
+  ev_timer_init(&b.sync_w, on_sync, sync_s, sync_s);
+  b.sync_w.data = &b;
+  if (sync_s > 0)
+    ev_timer_start(b.loop, &b.sync_w);
   struct kt_bridge_reg *reg = NULL;
   if (resolver_prefix && !(reg = kt_bridge_reg_start(b.loop, b.up->kc, &b.up->ksubmitted, ns,
                                                      resolver_prefix, b.advertise, resolver_ttl))) {
@@ -1864,7 +1962,8 @@ int main(int argc, char **argv) {
   ev_io_stop(b.loop, &b.lio);
   close(lfd);
   kt_bridge_reg_stop(reg); /* deregisters before the handles close */
-  while (b.conns)          /* streams go first: their watches are cancelled */
+  ev_timer_stop(b.loop, &b.sync_w);
+  while (b.conns) /* streams go first: their watches are cancelled */
     conn_close(b.conns);
   while (b.up) {
     struct upstream *u = b.up;
@@ -1872,6 +1971,7 @@ int main(int argc, char **argv) {
     upstream_free(u);
   }
   kt_http_free(http); /* after: closing libketch answered the health checks waiting */
+  free(b.synced);
   kt_tls_reloader_free(reloader);
   kt_tls_ctx_free(b.tls);
   ev_check_stop(b.loop, &b.turn_w);
