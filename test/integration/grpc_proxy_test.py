@@ -16,6 +16,10 @@ grpc-proxy --resolver-prefix (the same value JSON and member list line).
 
 --endpoints-auto-sync-interval: a bridge given one member learns the members
 added later and serves once the first is gone.
+
+--coalesce-lease-keepalives: 200 clients keeping one lease alive cost the
+member a handful of renewals (the bridge's own counters of what it received
+and sent), answers as etcd's; the lease expires once they all stop.
 """
 import json
 import os
@@ -543,6 +547,88 @@ def test_endpoints_auto_sync():
             m.cleanup()
 
 
+# ---- lease keep-alive coalescing (--coalesce-lease-keepalives) ----
+
+def metric(port, name):
+    import urllib.request
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read().decode()
+    m = re.search(r"^%s (\d+)$" % name, text, re.M)
+    return int(m.group(1))
+
+
+def keep_alive_clients(port, lease, n_streams, rounds, period_s):
+    """n_streams LeaseKeepAlive streams (over 8 channels) each sending one
+    keep-alive of `lease` per period; every answer's (id, ttl)."""
+    import grpc
+    import queue
+    p = gs.pb()
+    chans = [grpc.insecure_channel("127.0.0.1:%d" % port) for _ in range(8)]
+    streams = []
+    for i in range(n_streams):
+        q = queue.Queue()
+        call = chans[i % 8].stream_stream("/etcdserverpb.Lease/LeaseKeepAlive",
+                                          request_serializer=lambda m: m.SerializeToString(),
+                                          response_deserializer=p.LeaseKeepAliveResponse.FromString)
+        streams.append((q, call(iter(q.get, None), timeout=60)))
+    answers = []
+    try:
+        for _ in range(rounds):
+            t0 = time.time()
+            for q, _ in streams:
+                q.put(p.LeaseKeepAliveRequest(ID=lease))
+            for _, it in streams:
+                r = next(it)
+                answers.append((r.ID, r.TTL))
+            time.sleep(max(0, period_s - (time.time() - t0)))
+    finally:
+        for q, it in streams:
+            q.put(None)
+        for c in chans:
+            c.close()
+    return answers
+
+
+def test_lease_keepalive_coalescing():
+    e = env()
+    mport = free_port()
+    co = e.bridge(["--coalesce-lease-keepalives", "--metrics-addr", "127.0.0.1:%d" % mport])
+    ttl = 3
+    lid = re.search(r"lease ([0-9a-f]+) granted", ctl(e.root, "lease", "grant", str(ttl))).group(1)
+    lease = int(lid, 16)
+    ctl(e.root, "put", "ka", "v", "--lease=" + lid)
+    # 200 clients keep the lease alive through the bridge for 4 periods of TTL/3
+    answers = keep_alive_clients(co.port, lease, 200, 4, ttl / 3.0)
+    assert len(answers) == 800 and set(answers) == {(lease, ttl)}, set(answers)
+    got = metric(mport, "ketch_grpc_lease_keepalives_received_total")
+    sent = metric(mport, "ketch_grpc_lease_keepalives_sent_total")
+    assert got == 800, got
+    assert 1 <= sent <= 6, "%d renewals sent to the member for 800 keep-alives" % sent
+    # nobody keeps it alive any more: it expires (no renewal of its own)
+    t0 = time.time()
+    wait_for("the lease to expire", lambda: "TTL(-1s)" in ctl(e.root, "lease", "timetolive", lid)
+             or "expired" in ctl(e.root, "lease", "timetolive", lid), timeout=ttl + 5)
+    assert time.time() - t0 <= ttl + 5
+    assert keys(e.root, "ka") == []
+    # a keep-alive of the gone lease: TTL 0, as etcd
+    assert keep_alive_clients(co.port, lease, 2, 1, 0) == [(lease, 0), (lease, 0)]
+    # a lease revoked through the bridge is not answered from what was cached
+    lid2 = re.search(r"lease ([0-9a-f]+) granted", ctl(e.root, "lease", "grant", "30")).group(1)
+    assert keep_alive_clients(co.port, int(lid2, 16), 1, 1, 0) == [(int(lid2, 16), 30)]
+    ctl(co, "lease", "revoke", lid2)
+    assert keep_alive_clients(co.port, int(lid2, 16), 1, 1, 0) == [(int(lid2, 16), 0)]
+    co.terminate()
+    assert co.wait(10) == 0
+    # without the flag: one renewal per keep-alive
+    mport2 = free_port()
+    plain = e.bridge(["--metrics-addr", "127.0.0.1:%d" % mport2])
+    lid3 = re.search(r"lease ([0-9a-f]+) granted", ctl(e.root, "lease", "grant", "30")).group(1)
+    keep_alive_clients(plain.port, int(lid3, 16), 20, 2, 0)
+    assert metric(mport2, "ketch_grpc_lease_keepalives_sent_total") == 40
+    plain.terminate()
+    assert plain.wait(10) == 0
+    ctl(e.root, "lease", "revoke", lid3)
+
+
 def teardown():
     global ENV
     if ENV is not None:
@@ -562,5 +648,5 @@ if __name__ == "__main__":
                test_namespace_role_permissions, test_namespace_snapshot_refused,
                test_namespace_same_as_etcd_proxy, test_differences_with_etcd_proxy,
                test_registration_member_list, test_advertise_without_prefix,
-               test_endpoints_auto_sync,
+               test_endpoints_auto_sync, test_lease_keepalive_coalescing,
                test_shutdown_clean])

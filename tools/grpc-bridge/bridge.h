@@ -127,6 +127,15 @@ void kt_bridge_stream_room(kt_bridge_stream *s);
  * libketch has delivered their last callbacks. NULL is fine. */
 void kt_bridge_stream_close(kt_bridge_stream *s);
 
+/* Lease keep-alive coalescing (bridge_stream.c, --coalesce-lease-keepalives):
+ * on when kt_bridge_ka_coalesce; keep-alives from clients and renewals sent
+ * to the members (/metrics). kt_bridge_ka_forget drops what is cached for a
+ * handle (kc NULL: any) and lease (id 0: any): a handle closing, a lease
+ * revoked through the bridge. */
+extern bool kt_bridge_ka_coalesce;
+extern uint64_t kt_bridge_ka_requests, kt_bridge_ka_upstream;
+void kt_bridge_ka_forget(ketch_client *kc, int64_t id);
+
 /* ---- Auth (bridge_auth.c) ---- */
 
 /* The KETCH_OP_* of an Auth method's path (KETCH_OP_AUTHENTICATE for

@@ -1442,6 +1442,7 @@ static void authenticate(struct stream *st, const uint8_t *msg, size_t len, stru
 }
 
 static void upstream_free(struct upstream *u) {
+  kt_bridge_ka_forget(u->kc, 0); /* idle entries; in-flight ones go with ketch_close */
   ev_io_stop(u->b->loop, &u->kio);
   ev_timer_stop(u->b->loop, &u->ktimer);
   ketch_close(u->kc); /* pending calls complete, finding their streams gone */
@@ -1626,6 +1627,8 @@ static void usage(FILE *f) {
              "  --endpoints-auto-sync-interval D  every D (30s, 1m, 500ms) the members'\n"
              "                       client URLs from the member list become the endpoints\n"
              "                       (default 0: never)\n"
+             "  --coalesce-lease-keepalives  keep-alives of one lease from any number of\n"
+             "                       clients cost the members one renewal per TTL/3\n"
              "TLS toward clients (etcd's flags):\n"
              "  --cert-file, --key-file  the listener's certificate and key (PEM)\n"
              "  --trusted-ca-file    CAs of client certificates (client certificates are then\n"
@@ -1666,7 +1669,8 @@ int main(int argc, char **argv) {
     O_RPREFIX,
     O_RTTL,
     O_ADVERTISE,
-    O_AUTOSYNC
+    O_AUTOSYNC,
+    O_KACOALESCE
   };
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
@@ -1690,6 +1694,7 @@ int main(int argc, char **argv) {
       {"resolver-ttl", required_argument, 0, O_RTTL},
       {"advertise-client-url", required_argument, 0, O_ADVERTISE},
       {"endpoints-auto-sync-interval", required_argument, 0, O_AUTOSYNC},
+      {"coalesce-lease-keepalives", no_argument, 0, O_KACOALESCE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1733,6 +1738,9 @@ int main(int argc, char **argv) {
       break;
     case O_ADVERTISE:
       advertise = *optarg ? optarg : NULL;
+      break;
+    case O_KACOALESCE:
+      kt_bridge_ka_coalesce = true;
       break;
     case O_AUTOSYNC:
       sync_s = parse_duration_s(optarg);
