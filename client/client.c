@@ -1689,6 +1689,79 @@ int ketch_timeout_ms(const ketch_client *c) {
 
 size_t ketch_pending(const ketch_client *c) { return c->n_pending; }
 
+int ketch_set_endpoints(ketch_client *c, const char *endpoints, char *errmsg, size_t errmsg_len) {
+  if (!c || !endpoints)
+    return KETCH_EINVAL;
+  size_t cap = 2; /* the current one kept, see ketch.h */
+  for (const char *p = endpoints; *p; p++)
+    cap += *p == ',';
+  struct endpoint *eps = calloc(cap, sizeof *eps);
+  if (!eps)
+    return KETCH_ENOMEM;
+  size_t n = 0;
+  int err = 0;
+  for (const char *p = endpoints;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    size_t sp = 0;
+    while (sp < len && (p[sp] == ' ' || p[sp] == '\t'))
+      sp++;
+    if (sp < len) {
+      char why[400] = "";
+      err = parse_endpoint(p, len, &eps[n], why, sizeof why);
+      n++; /* freed below on error too */
+      if (!err && ep_tls(c, &eps[n - 1]) && !c->tls) {
+        snprintf(why, sizeof why, "%s: TLS endpoint on a handle opened without TLS",
+                 eps[n - 1].name);
+        err = KETCH_EINVAL;
+      }
+      if (err) {
+        copy_msg(errmsg, errmsg_len, why);
+        break;
+      }
+    }
+    if (!comma)
+      break;
+    p = comma + 1;
+  }
+  if (!err && n == 0) {
+    copy_msg(errmsg, errmsg_len, "no endpoints given");
+    err = KETCH_EINVAL;
+  }
+  if (err) {
+    for (size_t i = 0; i < n; i++) {
+      free(eps[i].host);
+      free(eps[i].port);
+    }
+    free(eps);
+    return err;
+  }
+  /* the endpoint in use keeps its index's meaning: found in the new list,
+   * or kept at its end until the handle leaves it */
+  struct endpoint *cur = &c->eps[c->ep_idx];
+  size_t idx = n;
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(eps[i].name, cur->name) && eps[i].scheme == cur->scheme)
+      idx = i;
+  bool in_use = c->state != ST_IDLE && c->state != ST_BACKOFF;
+  if (idx == n && in_use) {
+    eps[n++] = *cur; /* moved: not freed below */
+    cur->host = cur->port = NULL;
+  } else if (idx == n) {
+    idx = 0;
+  }
+  for (size_t i = 0; i < c->n_eps; i++) {
+    free(c->eps[i].host);
+    free(c->eps[i].port);
+  }
+  free(c->eps);
+  c->eps = eps;
+  c->n_eps = n;
+  c->ep_idx = idx;
+  c->fails_in_round = 0;
+  return 0;
+}
+
 const char *ketch_endpoint(const ketch_client *c) {
   return c->state == ST_READY ? c->eps[c->ep_idx].name : NULL;
 }

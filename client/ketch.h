@@ -648,6 +648,16 @@ int ketch_open_srv(ketch_client **out, const char *domain, const char *suffix,
  * stay valid. Not to be called from inside a callback. NULL is fine. */
 void ketch_close(ketch_client *c);
 
+/* Replaces the handle's endpoint list (clientv3's SetEndpoints; what an
+ * endpoint auto-sync from the member list calls), in the format of
+ * ketch_open's. Nothing pending is disturbed: the connection in use stays;
+ * if its endpoint is not in the new list it is kept at the list's end until
+ * the handle leaves it (a failure), then dropped by the next call. Failover
+ * goes round the new list. Returns 0, KETCH_EINVAL (a bad endpoint, an empty
+ * list, an https:// one on a handle opened without TLS; errmsg says which,
+ * the list is unchanged) or KETCH_ENOMEM. */
+int ketch_set_endpoints(ketch_client *c, const char *endpoints, char *errmsg, size_t errmsg_len);
+
 /* The endpoint ("host:port") of the current connection, or NULL when not
  * connected. Valid until the next call on c. */
 const char *ketch_endpoint(const ketch_client *c);

@@ -486,6 +486,38 @@ TEST(delete_single_and_prefix_with_prev_kv) {
   ketch_close(c);
 }
 
+TEST(set_endpoints_replaces_the_list_and_keeps_the_connection) {
+  const char *ep = shared_ep();
+  CHECK(ep != NULL);
+  char dead[64], both[160], why[256] = "";
+  snprintf(dead, sizeof dead, "127.0.0.1:%d", free_port());
+  ketch_options o = {.dial_timeout_ms = 200, .request_timeout_ms = 2000};
+  ketch_client *c = open_or_null(ep, &o);
+  CHECK(c != NULL);
+  ketch_result *r = NULL;
+  /* refused lists leave it as it was */
+  CHECK_EQ(ketch_set_endpoints(c, " , ", why, sizeof why), KETCH_EINVAL);
+  CHECK(why[0] != 0);
+  CHECK_EQ(ketch_set_endpoints(c, "https://127.0.0.1:1", why, sizeof why), KETCH_EINVAL);
+  CHECK(strstr(why, "TLS") != NULL);
+  /* the endpoint in use is not in the new list: the connection stays */
+  CHECK_EQ(ketch_set_endpoints(c, dead, NULL, 0), 0);
+  CHECK_EQ(put_s(c, "se/a", "1", &r), 0);
+  CHECK_STR(ketch_endpoint(c), ep);
+  ketch_result_free(r);
+  ketch_close(c);
+  /* a handle on a dead endpoint reaches a live one once it is listed */
+  ketch_options o2 = {.nonblocking_open = true, .dial_timeout_ms = 200, .request_timeout_ms = 3000};
+  c = open_or_null(dead, &o2);
+  CHECK(c != NULL);
+  snprintf(both, sizeof both, "http://%s,%s", dead, ep);
+  CHECK_EQ(ketch_set_endpoints(c, both, NULL, 0), 0);
+  CHECK_EQ(put_s(c, "se/b", "2", &r), 0);
+  CHECK_STR(ketch_endpoint(c), ep);
+  ketch_result_free(r);
+  ketch_close(c);
+}
+
 TEST(txn_compare_branches_and_nesting) {
   ketch_client *c = open_or_null(shared_ep(), NULL);
   CHECK(c != NULL);

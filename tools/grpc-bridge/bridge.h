@@ -135,6 +135,15 @@ void kt_bridge_stream_room(kt_bridge_stream *s);
  * libketch has delivered their last callbacks. NULL is fine. */
 void kt_bridge_stream_close(kt_bridge_stream *s);
 
+/* Lease keep-alive coalescing (bridge_stream.c, --coalesce-lease-keepalives):
+ * on when kt_bridge_ka_coalesce; keep-alives from clients and renewals sent
+ * to the members (/metrics). kt_bridge_ka_forget drops what is cached for a
+ * handle (kc NULL: any) and lease (id 0: any): a handle closing, a lease
+ * revoked through the bridge. */
+extern bool kt_bridge_ka_coalesce;
+extern uint64_t kt_bridge_ka_requests, kt_bridge_ka_upstream;
+void kt_bridge_ka_forget(ketch_client *kc, int64_t id);
+
 /* ---- Auth (bridge_auth.c) ---- */
 
 /* The KETCH_OP_* of an Auth method's path (KETCH_OP_AUTHENTICATE for
@@ -182,6 +191,43 @@ const char *kt_bridge_error(int ketch_err, const char *detail, int *grpc_status)
 /* The milliseconds of a grpc-timeout header value (1-8 ASCII digits and a
  * unit H M S m u n, rounded up), or -1 if it is malformed. Pure. */
 int64_t kt_bridge_parse_timeout(const uint8_t *v, size_t n);
+
+/* ---- bridge_ns.c: --namespace PREFIX ---- */
+/* The request message msg[0..len) (unframed protobuf) of method `path` with
+ * every key moved into the namespace pfx[0..pfx_len): 0 and *out NULL (a
+ * method without keys: use msg), 0 and a malloc'd *out and *out_len, -1 (msg
+ * does not unpack) or -2 (out of memory). Pure. */
+int kt_bridge_ns_request(const char *pfx, size_t pfx_len, const char *path, const uint8_t *msg,
+                         size_t len, uint8_t **out, size_t *out_len);
+/* The framed response message of `path` with the namespace stripped from
+ * its keys (keys outside it left out): 0 (no keys: keep framed), 1 (a
+ * malloc'd framed *out and *out_len), -1 (does not unpack, or out of memory:
+ * the message must not be sent). Pure. */
+int kt_bridge_ns_response(const char *pfx, size_t pfx_len, const char *path, const uint8_t *framed,
+                          size_t len, uint8_t **out, size_t *out_len);
+/* Methods a namespaced bridge refuses (Maintenance.Snapshot: it would hand
+ * out every tenant's keys). */
+bool kt_bridge_ns_refused(const char *path);
+
+/* ---- bridge_reg.c: --resolver-prefix, --resolver-ttl, --advertise-client-url ---- */
+struct kt_bridge_reg;
+/* Registers [ns]prefix/addr under a lease of ttl_s seconds kept alive on kc
+ * (registering again whenever it is lost); *submitted is set when kc has
+ * work for ketch_process. NULL if out of memory. */
+struct kt_bridge_reg *kt_bridge_reg_start(struct ev_loop *loop, ketch_client *kc, bool *submitted,
+                                          const char *ns, const char *prefix, const char *addr,
+                                          int ttl_s);
+/* Stops and revokes the registration's lease (a last blocking call: only at
+ * exit). NULL is fine. */
+void kt_bridge_reg_stop(struct kt_bridge_reg *r);
+/* MemberList as etcd's grpc-proxy with an advertised address addr: the
+ * registered proxies under [ns]prefix/ (prefix may be NULL), or the bridge
+ * itself alone; done as kt_bridge_call's. */
+void kt_bridge_reg_member_list(ketch_client *kc, const char *ns, const char *prefix,
+                               const char *addr, kt_bridge_done done, void *arg);
+/* The Name in a registration's value (etcd's naming.Update JSON), "" when
+ * absent; out is always terminated. Pure, bounded. */
+void kt_bridge_reg_name(const uint8_t *v, size_t n, char *out, size_t out_len);
 
 /* ---- bridge_metrics.c: /metrics on --metrics-addr ---- */
 struct kt_buf;

@@ -1158,8 +1158,10 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
     Etcdserverpb__LeaseRevokeRequest *r =
         etcdserverpb__lease_revoke_request__unpack(NULL, len, msg);
     req = (ProtobufCMessage *)r;
-    if (r)
+    if (r) {
+      kt_bridge_ka_forget(NULL, r->id); /* no cached renewal answers for it */
       err = ketch_lease_revoke_async(kc, r->id, on_result, c);
+    }
     break;
   }
   case M_LEASE_TTL: {

@@ -128,8 +128,15 @@ struct bridge {
   ev_io lio;
   size_t max_request_bytes;
   size_t max_stream_queue_bytes;
-  struct conn *dirty; /* connections with frames to send, flushed in prep */
-  struct conn *conns; /* every open connection */
+  const char *ns; /* --namespace, NULL when none (bridge_ns.c) */
+  size_t ns_len;
+  const char *advertise;       /* --advertise-client-url, NULL: MemberList is the cluster's */
+  ev_timer sync_w;             /* --endpoints-auto-sync-interval */
+  bool sync_busy;              /* a member list for it in flight */
+  char *synced;                /* the endpoints last synced (owned), or NULL */
+  const char *resolver_prefix; /* --resolver-prefix (bridge_reg.c), or NULL */
+  struct conn *dirty;          /* connections with frames to send, flushed in prep */
+  struct conn *conns;          /* every open connection */
 };
 
 struct stream;
@@ -461,7 +468,28 @@ static void stream_respond(struct stream *st, int status, const char *message, u
 
 /* ---- the server side of streaming calls (kt_bridge_stream_io) ---- */
 
-static void io_send(void *arg, uint8_t *framed, size_t len) { stream_send(arg, framed, len); }
+/* A response of a namespaced bridge loses the prefix (NULL: dropped, never
+ * sent with keys of the whole cluster). */
+static uint8_t *ns_response(const struct stream *st, uint8_t *framed, size_t *len) {
+  const struct bridge *b = st->c->b;
+  uint8_t *out = NULL;
+  size_t out_len = 0;
+  int rc = kt_bridge_ns_response(b->ns, b->ns_len, st->path, framed, *len, &out, &out_len);
+  if (rc == 0)
+    return framed;
+  free(framed);
+  if (rc < 0)
+    logf_(2, "%s: a response could not be moved out of the namespace: dropped", st->path);
+  *len = out_len;
+  return out;
+}
+
+static void io_send(void *arg, uint8_t *framed, size_t len) {
+  struct stream *st = arg;
+  if (st->c->b->ns && !(framed = ns_response(st, framed, &len)))
+    return;
+  stream_send(st, framed, len);
+}
 
 static bool io_room(void *arg, size_t n) {
   struct stream *st = arg;
@@ -514,6 +542,11 @@ static void on_call_done(void *arg, int status, const char *message, uint8_t *fr
   }
   st->call = NULL;
   st->c->waiting--;
+  if (status == KT_GRPC_OK && framed && st->c->b->ns &&
+      !(framed = ns_response(st, framed, &framed_len))) {
+    status = KT_GRPC_INTERNAL;
+    message = "ketch-grpc: out of memory";
+  }
   stream_respond(st, status, message, framed, framed_len);
   conn_update_read(st->c);
 }
@@ -566,7 +599,23 @@ static void stream_feed(struct stream *st) {
     if (n == 0)
       break;
     off += (size_t)n;
+    uint8_t *nmsg = NULL;
+    if (st->c->b->ns) {
+      size_t nlen = 0;
+      int rc = kt_bridge_ns_request(st->c->b->ns, st->c->b->ns_len, st->path, msg, msg_len, &nmsg,
+                                    &nlen);
+      if (rc < 0) {
+        stream_close_bs(st);
+        stream_finish(st, rc == -1 ? KT_GRPC_INTERNAL : KT_GRPC_RESOURCE_EXHAUSTED,
+                      rc == -1 ? "grpc: error unmarshalling request: malformed protobuf"
+                               : "ketch-grpc: out of memory");
+        break;
+      }
+      if (nmsg)
+        msg = nmsg, msg_len = nlen;
+    }
     kt_bridge_stream_recv(st->bs, msg, msg_len);
+    free(nmsg);
     stream_up(st)->ksubmitted = true; /* what it submitted leaves before the loop sleeps */
   }
   if (st->responded) {
@@ -597,8 +646,23 @@ static void stream_dispatch(struct stream *st) {
                    NULL, 0);
     return;
   }
+  uint8_t *nmsg = NULL;
+  if (c->b->ns) {
+    size_t nlen = 0;
+    int rc = kt_bridge_ns_request(c->b->ns, c->b->ns_len, st->path, msg, msg_len, &nmsg, &nlen);
+    if (rc < 0) {
+      stream_respond(st, rc == -1 ? KT_GRPC_INTERNAL : KT_GRPC_RESOURCE_EXHAUSTED,
+                     rc == -1 ? "grpc: error unmarshalling request: malformed protobuf"
+                              : "ketch-grpc: out of memory",
+                     NULL, 0);
+      return;
+    }
+    if (nmsg)
+      msg = nmsg, msg_len = nlen;
+  }
   struct call_ref *ref = malloc(sizeof *ref);
   if (!ref) {
+    free(nmsg);
     stream_respond(st, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
     return;
   }
@@ -607,11 +671,16 @@ static void stream_dispatch(struct stream *st) {
   c->waiting++;
   if (kt_bridge_auth_method(st->path) == KETCH_OP_AUTHENTICATE) {
     authenticate(st, msg, msg_len, ref);
+  } else if (c->b->advertise && !strcmp(st->path, "/etcdserverpb.Cluster/MemberList")) {
+    stream_up(st)->ksubmitted = true;
+    kt_bridge_reg_member_list(stream_up(st)->kc, c->b->ns, c->b->resolver_prefix, c->b->advertise,
+                              on_call_done, ref);
   } else {
     stream_up(st)->ksubmitted = true;
     kt_bridge_call(stream_up(st)->kc, st->path, msg, msg_len, c->b->max_request_bytes, on_call_done,
                    ref);
   }
+  free(nmsg);
   free(st->body);
   st->body = NULL;
   st->body_len = st->body_cap = 0;
@@ -690,6 +759,13 @@ static void stream_headers_done(struct stream *st) {
     return;
   }
   st->stat = kt_bridge_stat_start(st->path, kind == KT_BRIDGE_STREAM);
+  if (c->b->ns && kt_bridge_ns_refused(st->path)) {
+    stream_respond(st, KT_GRPC_PERMISSION_DENIED,
+                   "ketch-grpc: Snapshot is refused under --namespace (it holds every tenant's "
+                   "keys)",
+                   NULL, 0);
+    return;
+  }
   if (st->token[0] && kt_bridge_auth_method(st->path) != KETCH_OP_AUTHENTICATE) {
     st->up = upstream_for_token(c->b, st->token, c);
     if (!st->up) {
@@ -1385,6 +1461,7 @@ static void authenticate(struct stream *st, const uint8_t *msg, size_t len, stru
 }
 
 static void upstream_free(struct upstream *u) {
+  kt_bridge_ka_forget(u->kc, 0); /* idle entries; in-flight ones go with ketch_close */
   ev_io_stop(u->b->loop, &u->kio);
   ev_timer_stop(u->b->loop, &u->ktimer);
   ketch_close(u->kc); /* pending calls complete, finding their streams gone */
@@ -1421,6 +1498,83 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents) {
     }
     pp = &u->next;
   }
+}
+
+/* ---- --endpoints-auto-sync-interval ---- */
+
+/* The member list's client URLs (voters with a name, as clientv3's Sync)
+ * become every upstream's endpoints, and those of upstreams opened later. */
+static void on_sync_list(void *arg, int err, const ketch_result *res) {
+  struct bridge *b = arg;
+  b->sync_busy = false;
+  if (err) {
+    if (err != KETCH_ECANCELED)
+      logf_(2, "endpoints auto-sync: member list: %s", ketch_strerror(err));
+    return;
+  }
+  struct kt_buf eps = {0};
+  const ketch_member_list_result *ml = &res->member_list;
+  for (size_t i = 0; i < ml->n_members; i++) {
+    const ketch_member *m = &ml->members[i];
+    if (m->is_learner || !m->name || !*m->name)
+      continue;
+    for (size_t j = 0; j < m->n_client_urls; j++) {
+      if (eps.len)
+        kt_buf_append(&eps, ",", 1);
+      kt_buf_append(&eps, m->client_urls[j], strlen(m->client_urls[j]));
+    }
+  }
+  if (!eps.len ||
+      (b->synced && eps.len == strlen(b->synced) && memcmp(b->synced, eps.p, eps.len) == 0)) {
+    kt_buf_free(&eps);
+    return;
+  }
+  kt_buf_append(&eps, "", 1);
+  const char *list = (const char *)eps.p;
+  for (struct upstream *u = b->up; u; u = u->next) {
+    char why[400] = "";
+    if (ketch_set_endpoints(u->kc, list, why, sizeof why) != 0) {
+      logf_(2, "endpoints auto-sync: %s: %s", list, why);
+      kt_buf_free(&eps);
+      return;
+    }
+  }
+  logf_(1, "endpoints auto-sync: members now %s", list);
+  free(b->synced);
+  b->synced = strdup(list);
+  if (b->synced)
+    b->endpoints = b->synced;
+  kt_buf_free(&eps);
+}
+
+static void on_sync(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  struct bridge *b = w->data;
+  if (b->sync_busy)
+    return;
+  if (ketch_member_list_async(b->up->kc, on_sync_list, b) == 0) {
+    b->sync_busy = true;
+    b->up->ksubmitted = true;
+  }
+}
+
+/* A Go duration as etcd's flag takes it ("30s", "1m", "500ms", "1h"; a bare
+ * number is seconds): seconds, or -1. */
+static double parse_duration_s(const char *v) {
+  char *end;
+  double x = strtod(v, &end);
+  if (end == v || x < 0)
+    return -1;
+  if (!*end || !strcmp(end, "s"))
+    return x;
+  if (!strcmp(end, "ms"))
+    return x / 1000;
+  if (!strcmp(end, "m"))
+    return x * 60;
+  if (!strcmp(end, "h"))
+    return x * 3600;
+  return -1;
 }
 
 /* ---- main ---- */
@@ -1481,6 +1635,20 @@ static void usage(FILE *f) {
              "  --metrics-addr       [http[s]://]HOST:PORT for /metrics (grpc_server_*_total,\n"
              "                       process_*); https:// with the listener's TLS settings;\n"
              "                       default: none\n"
+             "  --namespace PREFIX   every key of every request is under PREFIX and comes back\n"
+             "                       without it: KV, watch, lease keys, lock, election, role\n"
+             "                       permissions (etcd grpc-proxy's flag); Snapshot refused\n"
+             "  --resolver-prefix P  register as P/ADDR under a lease kept alive (etcd\n"
+             "                       grpc-proxy's); MemberList then lists the live proxies\n"
+             "  --resolver-ttl S     that lease's TTL in seconds (default 60)\n"
+             "  --advertise-client-url ADDR  the address registered and answered by\n"
+             "                       MemberList (default: --listen-addr with a resolver\n"
+             "                       prefix; none: MemberList is the cluster's)\n"
+             "  --endpoints-auto-sync-interval D  every D (30s, 1m, 500ms) the members'\n"
+             "                       client URLs from the member list become the endpoints\n"
+             "                       (default 0: never)\n"
+             "  --coalesce-lease-keepalives  keep-alives of one lease from any number of\n"
+             "                       clients cost the members one renewal per TTL/3\n"
              "TLS toward clients (etcd's flags):\n"
              "  --cert-file, --key-file  the listener's certificate and key (PEM)\n"
              "  --trusted-ca-file    CAs of client certificates (client certificates are then\n"
@@ -1500,6 +1668,9 @@ int main(int argc, char **argv) {
   const char *listen_addr = "127.0.0.1:2379", *endpoints = "127.0.0.1:2479";
   const char *cert_file = NULL, *key_file = NULL, *ca_file = NULL, *data_dir = "default.proxy";
   const char *up_ca = NULL, *up_cert = NULL, *up_key = NULL, *metrics_addr = NULL;
+  const char *ns = NULL, *resolver_prefix = NULL, *advertise = NULL;
+  int resolver_ttl = 60;
+  double sync_s = 0;
   bool client_cert_auth = false, auto_tls = false, up_skip = false;
   size_t max_req = 1572864, max_queue = 8u << 20;
   enum {
@@ -1513,7 +1684,13 @@ int main(int argc, char **argv) {
     O_UCERT,
     O_UKEY,
     O_USKIP,
-    O_METRICS
+    O_METRICS,
+    O_NS,
+    O_RPREFIX,
+    O_RTTL,
+    O_ADVERTISE,
+    O_AUTOSYNC,
+    O_KACOALESCE
   };
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
@@ -1532,6 +1709,12 @@ int main(int argc, char **argv) {
       {"key", required_argument, 0, O_UKEY},
       {"insecure-skip-tls-verify", no_argument, 0, O_USKIP},
       {"metrics-addr", required_argument, 0, O_METRICS},
+      {"namespace", required_argument, 0, O_NS},
+      {"resolver-prefix", required_argument, 0, O_RPREFIX},
+      {"resolver-ttl", required_argument, 0, O_RTTL},
+      {"advertise-client-url", required_argument, 0, O_ADVERTISE},
+      {"endpoints-auto-sync-interval", required_argument, 0, O_AUTOSYNC},
+      {"coalesce-lease-keepalives", no_argument, 0, O_KACOALESCE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1567,6 +1750,36 @@ int main(int argc, char **argv) {
     case O_METRICS:
       metrics_addr = optarg;
       break;
+    case O_NS:
+      ns = *optarg ? optarg : NULL; /* "" is etcd's default: no namespace */
+      break;
+    case O_RPREFIX:
+      resolver_prefix = *optarg ? optarg : NULL;
+      break;
+    case O_ADVERTISE:
+      advertise = *optarg ? optarg : NULL;
+      break;
+    case O_KACOALESCE:
+      kt_bridge_ka_coalesce = true;
+      break;
+    case O_AUTOSYNC:
+      sync_s = parse_duration_s(optarg);
+      if (sync_s < 0 || (sync_s > 0 && sync_s < 0.1)) {
+        fprintf(stderr, "ketch-grpc: --endpoints-auto-sync-interval: want a duration such as "
+                        "30s, 1m or 500ms (at least 100ms; 0 disables)\n");
+        return 2;
+      }
+      break;
+    case O_RTTL: {
+      char *end;
+      long v = strtol(optarg, &end, 10);
+      if (*end || v < 0 || v > 86400) {
+        fprintf(stderr, "ketch-grpc: --resolver-ttl: want 0..86400 seconds (0: 60)\n");
+        return 2;
+      }
+      resolver_ttl = v ? (int)v : 60;
+      break;
+    }
     case 'v':
       if (!strcmp(optarg, "debug"))
         log_level = 0;
@@ -1625,7 +1838,14 @@ int main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
 
-  struct bridge b = {.max_request_bytes = max_req, .max_stream_queue_bytes = max_queue};
+  struct bridge b = {.max_request_bytes = max_req,
+                     .max_stream_queue_bytes = max_queue,
+                     .ns = ns,
+                     .ns_len = ns ? strlen(ns) : 0,
+                     .resolver_prefix = resolver_prefix,
+                     .advertise = advertise         ? advertise
+                                  : resolver_prefix ? listen_addr
+                                                    : NULL};
   b.loop = EV_DEFAULT;
   /* The listener's TLS: its files are read now; a problem stops the start. */
   char auto_cert[4200], auto_key[4200];
@@ -1707,6 +1927,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ketch-grpc: cannot listen on %s: %s\n", listen_addr, strerror(errno));
     return 1;
   }
+  ev_timer_init(&b.sync_w, on_sync, sync_s, sync_s);
+  b.sync_w.data = &b;
+  if (sync_s > 0)
+    ev_timer_start(b.loop, &b.sync_w);
+  struct kt_bridge_reg *reg = NULL;
+  if (resolver_prefix && !(reg = kt_bridge_reg_start(b.loop, b.up->kc, &b.up->ksubmitted, ns,
+                                                     resolver_prefix, b.advertise, resolver_ttl))) {
+    fprintf(stderr, "ketch-grpc: --resolver-prefix: out of memory\n");
+    return 1;
+  }
   struct kt_http *http = NULL;
   struct kt_tls_ctx *metrics_tls = NULL; /* https://: the listener's settings without ALPN h2 */
   if (metrics_addr) {
@@ -1774,12 +2004,15 @@ int main(int argc, char **argv) {
   static const char *const tls_names[2] = {"listener", "metrics"};
   struct kt_tls_ctx *const reload_ctxs[2] = {b.tls, metrics_tls};
   struct kt_tls_reloader *reloader = kt_tls_reloader_new(b.loop, reload_ctxs, tls_names, 2);
-  logf_(1, "ketch-grpc %s serving etcd v3 gRPC (API %s) on %s (%s), ketch members %s", KT_VERSION,
-        KT_BRIDGE_ETCD_VERSION, listen_addr, b.tls ? "TLS, ALPN h2" : "h2c", endpoints);
+  logf_(1, "ketch-grpc %s serving etcd v3 gRPC (API %s) on %s (%s), ketch members %s%s%s%s",
+        KT_VERSION, KT_BRIDGE_ETCD_VERSION, listen_addr, b.tls ? "TLS, ALPN h2" : "h2c", endpoints,
+        ns ? ", namespace \"" : "", ns ? ns : "", ns ? "\"" : "");
   ev_run(b.loop, 0);
   logf_(1, "stopping");
   ev_io_stop(b.loop, &b.lio);
   close(lfd);
+  kt_bridge_reg_stop(reg); /* deregisters before the handles close */
+  ev_timer_stop(b.loop, &b.sync_w);
   while (b.conns) /* streams go first: their watches are cancelled */
     conn_close(b.conns);
   while (b.up) {
@@ -1788,6 +2021,7 @@ int main(int argc, char **argv) {
     upstream_free(u);
   }
   kt_http_free(http); /* after: closing libketch answered the health checks waiting */
+  free(b.synced);
   kt_tls_reloader_free(reloader);
   kt_tls_ctx_free(b.tls);
   kt_tls_ctx_free(metrics_tls);

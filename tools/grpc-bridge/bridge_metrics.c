@@ -99,4 +99,13 @@ void kt_bridge_metrics(void *arg, struct kt_buf *b) {
         out_f(b, "grpc_server_handled_total{grpc_code=\"%s\",%s} %llu\n", code_names[c], l,
               (unsigned long long)stats[i].handled[c]);
   }
+  out_f(b,
+        "# HELP ketch_grpc_lease_keepalives_received_total Lease keep-alive requests from "
+        "clients.\n# TYPE ketch_grpc_lease_keepalives_received_total counter\n"
+        "ketch_grpc_lease_keepalives_received_total %llu\n"
+        "# HELP ketch_grpc_lease_keepalives_sent_total Lease renewals the bridge sent to the "
+        "members (fewer than received with --coalesce-lease-keepalives).\n"
+        "# TYPE ketch_grpc_lease_keepalives_sent_total counter\n"
+        "ketch_grpc_lease_keepalives_sent_total %llu\n",
+        (unsigned long long)kt_bridge_ka_requests, (unsigned long long)kt_bridge_ka_upstream);
 }

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../grpc/grpc_client.h"
 #include "kv.pb-c.h"
@@ -503,6 +504,7 @@ static void watch_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
 struct ka_call {
   kt_bridge_stream *s;
   int64_t id;
+  struct ka_call *next; /* coalescing: the waiters of one renewal */
 };
 
 static void on_keepalive(void *arg, int err, const ketch_result *res) {
@@ -537,6 +539,158 @@ static void on_keepalive(void *arg, int err, const ketch_result *res) {
   stream_unref(s);
 }
 
+/* ---- keep-alive coalescing (--coalesce-lease-keepalives) ----
+ * Per (handle, lease): the last renewal's answer and when it came. A
+ * keep-alive arriving less than TTL/3 after it is answered from it at once
+ * (the member's lease then still has at least 2/3 of its TTL left); a later
+ * one renews upstream, and every keep-alive arriving while that renewal is
+ * in flight waits for its answer. So the members see at most one renewal
+ * per lease per TTL/3 however many clients and streams keep it alive, and a
+ * lease nobody asks for is not renewed at all (pull, not a schedule). A
+ * lease revoked or expired elsewhere may be answered alive for at most TTL/3
+ * after the last renewal (a LeaseRevoke through this bridge forgets it at
+ * once). Entries: at most KA_MAX, dropped once older than their TTL. */
+bool kt_bridge_ka_coalesce;
+uint64_t kt_bridge_ka_requests, kt_bridge_ka_upstream;
+
+#define KA_BUCKETS 4096
+#define KA_MAX 65536
+
+struct ka_lease {
+  ketch_client *kc;
+  int64_t id;
+  double renewed_at; /* monotonic seconds */
+  int64_t ttl;       /* of the last renewal; 0: none usable */
+  ketch_header hdr;
+  bool in_flight;
+  struct ka_call *waiters;
+  struct ka_lease *next;
+};
+
+static struct ka_lease *ka_table[KA_BUCKETS];
+static size_t ka_n;
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static size_t ka_bucket(int64_t id) {
+  return (size_t)(((uint64_t)id * 0x9E3779B97F4A7C15ull) >> 52) % KA_BUCKETS;
+}
+
+/* Unlinks and frees idle entries of id's bucket that are past use, and
+ * every idle one matching (kc or any when kc NULL, id or any when 0). */
+static void ka_sweep(size_t bucket, ketch_client *kc, int64_t id, bool match_only) {
+  double now = mono_s();
+  for (struct ka_lease **pp = &ka_table[bucket]; *pp;) {
+    struct ka_lease *e = *pp;
+    bool idle = !e->in_flight && !e->waiters;
+    bool match = (!kc || e->kc == kc) && (!id || e->id == id);
+    if (idle && ((match_only && match) || (!match_only && now - e->renewed_at > e->ttl))) {
+      *pp = e->next;
+      free(e);
+      ka_n--;
+      continue;
+    }
+    if (match && match_only && !idle)
+      e->ttl = 0; /* its renewal answers the waiters, then nothing is cached */
+    pp = &e->next;
+  }
+}
+
+void kt_bridge_ka_forget(ketch_client *kc, int64_t id) {
+  if (id) {
+    ka_sweep(ka_bucket(id), kc, id, true);
+    return;
+  }
+  for (size_t b = 0; b < KA_BUCKETS; b++)
+    ka_sweep(b, kc, 0, true);
+}
+
+static void on_ka_lease(void *arg, int err, const ketch_result *res) {
+  struct ka_lease *e = arg;
+  e->in_flight = false;
+  if (!err && res->lease.ttl > 0) {
+    e->renewed_at = mono_s();
+    e->ttl = res->lease.ttl;
+    e->hdr = res->header;
+  } else {
+    e->ttl = 0;
+  }
+  struct ka_call *w = e->waiters;
+  e->waiters = NULL;
+  while (w) { /* oldest first is not promised by etcd either: any order */
+    struct ka_call *next = w->next;
+    on_keepalive(w, err, res);
+    w = next;
+  }
+  if (e->ttl == 0)
+    ka_sweep(ka_bucket(e->id), e->kc, e->id, true);
+}
+
+/* Answers a keep-alive from the cached renewal of e. */
+static void ka_answer_cached(kt_bridge_stream *s, const struct ka_lease *e) {
+  Etcdserverpb__ResponseHeader h;
+  Etcdserverpb__LeaseKeepAliveResponse r;
+  fill_header(&h, &e->hdr, s->kc);
+  etcdserverpb__lease_keep_alive_response__init(&r);
+  r.header = &h;
+  r.id = e->id;
+  r.ttl = e->ttl;
+  send_msg(s, &r);
+}
+
+/* true when the keep-alive was taken by the coalescing table. */
+static bool keepalive_coalesced(kt_bridge_stream *s, int64_t id) {
+  if (id <= 0)
+    return false;
+  size_t b = ka_bucket(id);
+  ka_sweep(b, NULL, 0, false);
+  struct ka_lease *e = ka_table[b];
+  while (e && (e->kc != s->kc || e->id != id))
+    e = e->next;
+  if (!e) {
+    if (ka_n >= KA_MAX || !(e = calloc(1, sizeof *e)))
+      return false; /* not coalesced: renewed directly */
+    e->kc = s->kc;
+    e->id = id;
+    e->next = ka_table[b];
+    ka_table[b] = e;
+    ka_n++;
+  }
+  if (!e->in_flight && e->ttl > 0 && mono_s() - e->renewed_at < (double)e->ttl / 3.0) {
+    ka_answer_cached(s, e);
+    return true;
+  }
+  struct ka_call *k = malloc(sizeof *k);
+  if (!k) {
+    stream_finish(s, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory");
+    return true;
+  }
+  if (!e->in_flight) {
+    int err = ketch_lease_keepalive_once_async(s->kc, id, on_ka_lease, e);
+    if (err) {
+      free(k);
+      int st;
+      const char *m = kt_bridge_error(err, ketch_errmsg(s->kc), &st);
+      stream_finish(s, st, m);
+      return true;
+    }
+    e->in_flight = true;
+    kt_bridge_ka_upstream++;
+  }
+  k->s = s;
+  k->id = id;
+  k->next = e->waiters;
+  e->waiters = k;
+  s->refs++;
+  s->pending++;
+  s->io->pending(s->arg, +1);
+  return true;
+}
+
 static void keepalive_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) {
   Etcdserverpb__LeaseKeepAliveRequest *r =
       etcdserverpb__lease_keep_alive_request__unpack(NULL, len, msg);
@@ -546,6 +700,9 @@ static void keepalive_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) 
   }
   int64_t id = r->id;
   protobuf_c_message_free_unpacked(&r->base, NULL);
+  kt_bridge_ka_requests++;
+  if (kt_bridge_ka_coalesce && keepalive_coalesced(s, id))
+    return;
   struct ka_call *k = malloc(sizeof *k);
   if (!k) {
     stream_finish(s, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory");
@@ -554,6 +711,8 @@ static void keepalive_recv(kt_bridge_stream *s, const uint8_t *msg, size_t len) 
   k->s = s;
   k->id = id;
   int err = ketch_lease_keepalive_once_async(s->kc, id, on_keepalive, k);
+  if (!err)
+    kt_bridge_ka_upstream++;
   if (err) {
     free(k);
     int st;

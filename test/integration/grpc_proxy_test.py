@@ -1,0 +1,652 @@
+"""ketch-grpc's etcd grpc-proxy features (issue 20), with real etcd clients.
+
+--namespace: one ketch member; a plain ketch-grpc (the whole key space) and two
+namespaced ones (t1/ and t2/, two tenants on one cluster). etcdctl through the
+t1/ bridge can read, write, watch, lock, elect, see lease keys and grant role
+permissions only inside t1/ (from-key and range ends clamped); the tenants do
+not see each other. The KV / watch sequence is compared with etcd 3.4's own
+`etcd grpc-proxy start --namespace=t1/` in front of a real etcd, and the
+differences the README names (etcd 3.4's proxy namespaces lock and election
+names as ketch-grpc does, but not role permissions, and serves Snapshot) are
+shown with etcd's proxy itself.
+
+Registration: two bridges with --resolver-prefix are listed by MemberList;
+one killed leaves the list after its lease's TTL; compared with etcd's own
+grpc-proxy --resolver-prefix (the same value JSON and member list line).
+
+--endpoints-auto-sync-interval: a bridge given one member learns the members
+added later and serves once the first is gone.
+
+--coalesce-lease-keepalives: 200 clients keeping one lease alive cost the
+member a handful of renewals (the bridge's own counters of what it received
+and sent), answers as etcd's; the lease expires once they all stop.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc_test as g  # noqa: E402
+import grpc_stream_test as gs  # noqa: E402
+from harness import BIN, Member, free_port, run_tests  # noqa: E402
+
+
+class Env:
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="ketch-proxy-it-")
+        self.procs, self.logs = [], []
+        self.member = Member(extra=g.TIMING)
+        self.eps = self.member.endpoint
+        self.root = self.bridge([])
+        self.t1 = self.bridge(["--namespace", "t1/"])
+        self.t2 = self.bridge(["--namespace", "t2/"])
+        # etcd 3.4 and its own grpc-proxy with --namespace, for comparison
+        self.etcd_port, peer_port = free_port(), free_port()
+        peer = "http://127.0.0.1:%d" % peer_port
+        client = "http://127.0.0.1:%d" % self.etcd_port
+        self.etcd = self.spawn("etcd", [g.ETCD, "--name", "e0",
+                                        "--data-dir", os.path.join(self.tmp, "etcd"),
+                                        "--listen-client-urls", client,
+                                        "--advertise-client-urls", client,
+                                        "--listen-peer-urls", peer,
+                                        "--initial-advertise-peer-urls", peer,
+                                        "--initial-cluster", "e0=" + peer,
+                                        "--log-outputs", "stderr"])
+        g.wait_port(self.etcd_port, self.etcd, "etcd")
+        self.eproxy_port = free_port()
+        self.eproxy = self.spawn("etcd-proxy", [
+            g.ETCD, "grpc-proxy", "start", "--endpoints", "127.0.0.1:%d" % self.etcd_port,
+            "--listen-addr", "127.0.0.1:%d" % self.eproxy_port, "--namespace", "t1/"])
+        g.wait_port(self.eproxy_port, self.eproxy, "etcd grpc-proxy")
+        deadline = time.time() + 15
+        while time.time() < deadline and self.ctl(self.eproxy_port, ["get", "x"])[0] != 0:
+            time.sleep(0.1)
+
+    def spawn(self, name, args):
+        log = open(os.path.join(self.tmp, "%s-%d.log" % (name, len(self.procs))), "wb")
+        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        p.log_name = log.name
+        self.procs.append(p)
+        self.logs.append(log)
+        return p
+
+    def bridge(self, flags, eps=None):
+        port = free_port()
+        p = self.spawn("ketch-grpc", [os.path.join(BIN, "ketch-grpc"), "--listen-addr",
+                                      "127.0.0.1:%d" % port, "--endpoints", eps or self.eps]
+                       + flags)
+        g.wait_port(port, p, "ketch-grpc")
+        p.port = port
+        return p
+
+    def ctl(self, port, args, stdin=None, timeout=20):
+        return g.Env.ctl(self, port, args, stdin, timeout)
+
+    def close(self):
+        bad = []
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        for p, log in zip(self.procs, self.logs):
+            log.close()
+            with open(p.log_name, "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+            if "Sanitizer" in text or "runtime error" in text:
+                bad.append(text[-3000:])
+        self.member.cleanup()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        assert not bad, "sanitizer report in a log:\n" + "\n".join(bad)
+
+
+ENV = None
+
+
+def env():
+    global ENV
+    if ENV is None:
+        ENV = Env()
+    return ENV
+
+
+def ctl(p, *args, ok=True, stdin=None):
+    port = p if isinstance(p, int) else p.port
+    rc, out, err = env().ctl(port, list(args), stdin)
+    if ok:
+        assert rc == 0, "etcdctl %s: rc %d %r" % (" ".join(args), rc, err)
+    return out.decode()
+
+
+def keys(p, *args):
+    """The keys etcdctl get --keys-only prints (blank lines dropped)."""
+    return [k for k in ctl(p, "get", "--keys-only", *args).split("\n") if k]
+
+
+# ---- --namespace ----
+
+def test_namespace_kv():
+    e = env()
+    ctl(e.root, "put", "a", "root")
+    ctl(e.root, "put", "z", "root")
+    ctl(e.root, "put", "t0", "root")
+    ctl(e.root, "put", "t2/a", "other tenant")
+    ctl(e.t1, "put", "a", "1")
+    ctl(e.t1, "put", "b", "2")
+    ctl(e.t1, "put", "c", "3")
+    assert keys(e.root, "t1/", "--prefix") == ["t1/a", "t1/b", "t1/c"]
+    assert ctl(e.t1, "get", "a", "--print-value-only") == "1\n"
+    assert ctl(e.t2, "get", "a", "--print-value-only") == "other tenant\n"
+    # prefix "" and from-key "" are the whole namespace, nothing beyond it
+    assert keys(e.t1, "", "--prefix") == ["a", "b", "c"]
+    assert keys(e.t1, "--from-key", "") == ["a", "b", "c"]
+    assert keys(e.t1, "--from-key", "b") == ["b", "c"]
+    assert keys(e.t2, "--from-key", "") == ["a"]
+    # an explicit range end stays inside too ("\xff" sorts after every key)
+    assert keys(e.t1, "a", "\xff") == ["a", "b", "c"]
+    assert keys(e.t1, "b", "c") == ["b"]
+    out = json.loads(ctl(e.t1, "get", "", "--prefix", "--keys-only", "-w", "json"))
+    assert out["count"] == 3, out
+    # put --prev-kv and del --prev-kv come back without the prefix
+    assert "a\n1\n" in ctl(e.t1, "put", "a", "1b", "--prev-kv")
+    out = ctl(e.t1, "del", "c", "--prev-kv")
+    assert out == "1\nc\n3\n", out
+    # a delete of everything (from-key "") deletes only the tenant's keys
+    ctl(e.t2, "put", "b", "x")
+    assert ctl(e.t2, "del", "--from-key", "").strip() == "2"
+    assert keys(e.root, "", "--prefix") == ["a", "t0", "t1/a", "t1/b", "z"]
+    ctl(e.t2, "put", "a", "other tenant")
+    # an empty key is refused as without a namespace
+    rc, _, err = e.ctl(e.t1.port, ["get", ""])
+    assert rc != 0 and b"key is not provided" in err, err
+
+
+def test_namespace_txn():
+    e = env()
+    ctl(e.t1, "put", "tx", "1")
+    out = ctl(e.t1, "txn", stdin=b'value("tx") = "1"\n\nput tx 2\nget tx\nget --prefix t\n\n'
+              b'put failed 1\n\n')
+    assert out == "SUCCESS\n\nOK\n\ntx\n2\n\ntx\n2\n", out
+    assert ctl(e.root, "get", "t1/tx", "--print-value-only") == "2\n"
+    # a compare on a key outside: "../a" is just a key name inside t1/
+    out = ctl(e.t1, "txn", stdin=b'value("a") = "root"\n\nput won 1\n\nput lost 1\n\n')
+    assert out.startswith("FAILURE"), out
+    assert keys(e.root, "t1/lost") == ["t1/lost"] and keys(e.root, "lost") == []
+    # nested txns, compares with range ends, prev_kv in ops (grpcio)
+    p = gs.pb()
+    inner = p.TxnRequest(
+        compare=[p.Compare(key=b"a", range_end=b"\0", target=p.Compare.VERSION,
+                           result=p.Compare.GREATER, version=0)],
+        success=[p.RequestOp(request_put=p.PutRequest(key=b"nested", value=b"n", prev_kv=True)),
+                 p.RequestOp(request_range=p.RangeRequest(key=b"\0", range_end=b"\0")),
+                 p.RequestOp(request_delete_range=p.DeleteRangeRequest(
+                     key=b"won", range_end=b"wz", prev_kv=True))])
+    outer = p.TxnRequest(success=[p.RequestOp(request_txn=inner)])
+    st, det, r = gs.unary(e.t1.port, "/etcdserverpb.KV/Txn", outer, p.TxnResponse)
+    assert st == "OK", det
+    ri = r.responses[0].response_txn
+    assert ri.succeeded
+    got = [kv.key for kv in ri.responses[1].response_range.kvs]
+    assert got == [b"a", b"b", b"lost", b"nested", b"tx"], got  # a txn reads its own put
+    assert [kv.key for kv in ri.responses[2].response_delete_range.prev_kvs] == []
+    assert keys(e.root, "t1/nested") == ["t1/nested"]
+    ctl(e.t1, "del", "nested")
+    ctl(e.t1, "del", "lost")
+    ctl(e.t1, "del", "tx")
+
+
+def watch_lines(p, args, actions, expect_lines, timeout=10):
+    """etcdctl watch ARGS in the background while `actions` run; its output
+    once it has printed expect_lines lines (or at the timeout)."""
+    port = p if isinstance(p, int) else p.port
+    w = subprocess.Popen([g.ETCDCTL, "--endpoints", "127.0.0.1:%d" % port, "watch"] + args,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=dict(os.environ, ETCDCTL_API="3"))
+    try:
+        time.sleep(0.7)  # the watch is created
+        actions()
+        import selectors
+        sel = selectors.DefaultSelector()
+        sel.register(w.stdout, selectors.EVENT_READ)
+        buf = b""
+        deadline = time.time() + timeout
+        while buf.count(b"\n") < expect_lines and time.time() < deadline:
+            if sel.select(0.2):
+                chunk = os.read(w.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                buf += chunk
+        time.sleep(0.3)  # nothing more should come
+        if sel.select(0.1):
+            buf += os.read(w.stdout.fileno(), 65536)
+        return buf.decode()
+    finally:
+        w.kill()
+        w.wait()
+
+
+def test_namespace_watch():
+    e = env()
+
+    def act():
+        ctl(e.root, "put", "w1", "root")
+        ctl(e.t2, "put", "w1", "t2")
+        ctl(e.root, "put", "zzz", "root")
+        ctl(e.t1, "put", "w1", "a")
+        ctl(e.t1, "put", "w1", "b")
+        ctl(e.t1, "del", "w1")
+    out = watch_lines(e.t1, ["--prefix", "", "--prev-kv"], act, 10)
+    lines = out.split("\n")
+    assert lines[:3] == ["PUT", "w1", "a"], out
+    assert lines[3:8] == ["PUT", "w1", "a", "w1", "b"], out
+    assert lines[8:11] == ["DELETE", "w1", "b"], out
+    assert "root" not in out and "t2" not in out and "zzz" not in out, out
+    # a range end: inside the namespace
+    out = watch_lines(e.t1, ["m", "\xff"], lambda: (ctl(e.root, "put", "zz", "r"),
+                                                  ctl(e.t1, "put", "mm", "1")), 3)
+    assert out.split("\n")[:3] == ["PUT", "mm", "1"] and "zz" not in out, out
+    # a from-key watch (range end "\0", grpcio): clamped to the namespace
+    p = gs.pb()
+    ws = gs.watch_stream(e.t1.port)
+    try:
+        ws.send(gs.create(key=b"m", range_end=b"\0", prev_kv=True))
+        assert ws.recv().created
+        ctl(e.root, "put", "zz", "r2")
+        ctl(e.t2, "put", "zz", "r3")
+        ctl(e.t1, "put", "mm", "2")
+        r = ws.recv()
+        assert [(ev.kv.key, ev.kv.value, ev.prev_kv.key) for ev in r.events] == \
+            [(b"mm", b"2", b"mm")], r
+    finally:
+        ws.close()
+    del p
+    # history from a revision: only the tenant's events
+    rev = json.loads(ctl(e.root, "get", "x", "-w", "json"))["header"]["revision"]
+    ctl(e.root, "put", "h", "r")
+    ctl(e.t1, "put", "h", "1")
+    out = watch_lines(e.t1, ["--prefix", "h", "--rev", str(rev + 1)], lambda: None, 3)
+    assert out.split("\n")[:4] == ["PUT", "h", "1", ""], out
+
+
+def test_namespace_lock_and_elect():
+    e = env()
+    # t1 and t2 each hold a lock named "L" at the same time: they are two locks
+    p1 = subprocess.Popen([g.ETCDCTL, "--endpoints", "127.0.0.1:%d" % e.t1.port, "lock", "L"],
+                          stdout=subprocess.PIPE, env=dict(os.environ, ETCDCTL_API="3"))
+    p2 = subprocess.Popen([g.ETCDCTL, "--endpoints", "127.0.0.1:%d" % e.t2.port, "lock", "L"],
+                          stdout=subprocess.PIPE, env=dict(os.environ, ETCDCTL_API="3"))
+    try:
+        k1 = p1.stdout.readline().decode().strip()
+        k2 = p2.stdout.readline().decode().strip()
+        assert re.fullmatch(r"L/[0-9a-f]+", k1) and re.fullmatch(r"L/[0-9a-f]+", k2), (k1, k2)
+        assert keys(e.root, "t1/L/", "--prefix") == ["t1/" + k1]
+        assert keys(e.root, "t2/L/", "--prefix") == ["t2/" + k2]
+        assert keys(e.root, "L/", "--prefix") == []
+    finally:
+        for p in (p1, p2):
+            p.send_signal(signal.SIGINT)
+            p.wait(10)
+    # elections: each tenant has its own leader of "E"
+    c1 = subprocess.Popen([g.ETCDCTL, "--endpoints", "127.0.0.1:%d" % e.t1.port, "elect", "E",
+                           "v1"], stdout=subprocess.PIPE, env=dict(os.environ, ETCDCTL_API="3"))
+    c2 = subprocess.Popen([g.ETCDCTL, "--endpoints", "127.0.0.1:%d" % e.t2.port, "elect", "E",
+                           "v2"], stdout=subprocess.PIPE, env=dict(os.environ, ETCDCTL_API="3"))
+    try:
+        l1 = c1.stdout.readline().decode().strip()
+        l2 = c2.stdout.readline().decode().strip()
+        assert l1.startswith("E/") and l2.startswith("E/"), (l1, l2)
+        assert c1.stdout.readline().decode().strip() == "v1"
+        assert c2.stdout.readline().decode().strip() == "v2"
+        # Leader through the gRPC API: the key without the prefix
+        gs.pb()
+        import v3election_pb2 as el
+        st, det, r = gs.unary(e.t1.port, "/v3electionpb.Election/Leader",
+                              el.LeaderRequest(name=b"E"), el.LeaderResponse)
+        assert st == "OK" and r.kv.key.decode() == l1 and r.kv.value == b"v1", (st, det, r)
+        assert len(keys(e.root, "t1/E/", "--prefix")) == 1
+        assert len(keys(e.root, "t2/E/", "--prefix")) == 1
+        assert keys(e.root, "E/", "--prefix") == []
+    finally:
+        for c in (c1, c2):
+            c.send_signal(signal.SIGINT)
+            c.wait(10)
+
+
+def test_namespace_lease_keys():
+    e = env()
+    lid = re.search(r"lease ([0-9a-f]+) granted", ctl(e.root, "lease", "grant", "100")).group(1)
+    ctl(e.root, "put", "t1/lk", "v", "--lease=" + lid)
+    ctl(e.root, "put", "t2/lk", "v", "--lease=" + lid)
+    ctl(e.root, "put", "lk-root", "v", "--lease=" + lid)
+    out = ctl(e.t1, "lease", "timetolive", lid, "--keys")
+    assert "attached keys([lk])" in out, out
+    ctl(e.root, "lease", "revoke", lid)
+
+
+def test_namespace_role_permissions():
+    e = env()
+    ctl(e.t1, "role", "add", "r1")
+    ctl(e.t1, "role", "grant-permission", "r1", "read", "a", "c")
+    ctl(e.t1, "role", "grant-permission", "r1", "write", "p", "--prefix")
+    ctl(e.t1, "role", "grant-permission", "r1", "readwrite", "f", "--from-key")
+    root = ctl(e.root, "role", "get", "r1")
+    assert "[t1/a, t1/c)" in root and "[t1/p, t1/q)" in root and "[t1/f, t10)" in root, root
+    mine = ctl(e.t1, "role", "get", "r1")
+    assert "[a, c)" in mine and "[p, q)" in mine and "[f, <open ended>" in mine, mine
+    # a permission granted outside the namespace is not shown to the tenant
+    ctl(e.root, "role", "grant-permission", "r1", "read", "outside")
+    assert "outside" not in ctl(e.t1, "role", "get", "r1")
+    ctl(e.t1, "role", "revoke-permission", "r1", "a", "c")
+    assert "t1/a" not in ctl(e.root, "role", "get", "r1")
+    ctl(e.root, "role", "delete", "r1")
+
+
+def test_namespace_snapshot_refused():
+    e = env()
+    path = os.path.join(e.tmp, "snap.db")
+    rc, out, err = e.ctl(e.t1.port, ["snapshot", "save", path])
+    assert rc != 0 and b"refused under --namespace" in err, (rc, out, err)
+
+
+def test_namespace_same_as_etcd_proxy():
+    """The KV and watch sequence through etcd's grpc-proxy --namespace=t1/ and
+    ketch-grpc --namespace=t1/ print the same; the root view shows the same
+    prefixed keys."""
+    e = env()
+    seq = [["put", "s1", "1"], ["put", "s2", "2", "--prev-kv"], ["put", "s2", "3", "--prev-kv"],
+           ["get", "s", "--prefix"], ["get", "--from-key", "s2"], ["get", "s1", "s3"],
+           ["del", "s1", "--prev-kv"], ["get", "s", "--prefix", "--keys-only"],
+           ["del", "s", "--prefix"],
+           ["txn"], ["get", "", "--prefix", "--keys-only"], ["get", "--from-key", "", "--keys-only"],
+           ["del", "--from-key", "u"]]
+    stdin = {"txn": b'value("s2") = "3"\n\nput s3 x\nget s3\n\n\n'}
+    # the same keys on both clusters: ketch's, as the tests before left them
+    ctl(e.etcd_port, "del", "", "--prefix")
+    for kv in json.loads(ctl(e.root, "get", "", "--prefix", "-w", "json")).get("kvs", []):
+        import base64
+        ctl(e.etcd_port, "put", base64.b64decode(kv["key"]).decode(),
+            base64.b64decode(kv["value"]).decode())
+    diffs = []
+    for args in seq:
+        want = e.ctl(e.eproxy_port, args, stdin.get(args[0]))
+        got = e.ctl(e.t1.port, args, stdin.get(args[0]))
+        w = (want[0], g.norm_text(want[1]), g.norm_text(want[2]))
+        k = (got[0], g.norm_text(got[1]), g.norm_text(got[2]))
+        if w != k:
+            diffs.append("etcdctl %s:\n  etcd proxy: %r\n  ketch:      %r" % (" ".join(args), w, k))
+    assert not diffs, "\n".join(diffs)
+    assert keys(e.etcd_port, "", "--prefix") == keys(e.root, "", "--prefix")
+
+
+def test_differences_with_etcd_proxy():
+    """etcd 3.4.23's proxy namespaces lock names as ketch-grpc does (both keys
+    land under t1/), but not role permissions (they land outside t1/ there,
+    inside with ketch-grpc), and it serves Snapshot (the whole cluster) where
+    ketch-grpc refuses it."""
+    e = env()
+    for port, root in ((e.eproxy_port, e.etcd_port), (e.t1.port, e.root.port)):
+        p = subprocess.Popen([g.ETCDCTL, "--endpoints", "127.0.0.1:%d" % port, "lock", "EL"],
+                             stdout=subprocess.PIPE, env=dict(os.environ, ETCDCTL_API="3"))
+        try:
+            k = p.stdout.readline().decode().strip()
+            assert k.startswith("EL/"), k
+            assert keys(root, "t1/EL/", "--prefix") == ["t1/" + k]
+            assert keys(root, "EL/", "--prefix") == []
+        finally:
+            p.send_signal(signal.SIGINT)
+            p.wait(10)
+        ctl(port, "role", "add", "rd")
+        ctl(port, "role", "grant-permission", "rd", "read", "a", "c")
+    assert "[a, c)" in ctl(e.etcd_port, "role", "get", "rd")  # etcd: outside the namespace
+    assert "[t1/a, t1/c)" in ctl(e.root, "role", "get", "rd")  # ketch: inside
+    rc, _, _ = e.ctl(e.eproxy_port, ["snapshot", "save", os.path.join(e.tmp, "e.db")])
+    assert rc == 0
+    ctl(e.etcd_port, "role", "delete", "rd")
+    ctl(e.root, "role", "delete", "rd")
+
+
+# ---- registration: --resolver-prefix, --resolver-ttl, --advertise-client-url ----
+
+def member_urls(port):
+    out = json.loads(ctl(port, "member", "list", "-w", "json"))
+    return sorted(u for m in out.get("members", []) for u in m.get("clientURLs", []))
+
+
+def wait_for(what, fn, timeout=10):
+    deadline = time.time() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.1)
+
+
+def test_registration_member_list():
+    e = env()
+    ttl = 2
+    ps = []
+    for _ in range(2):  # the address registered: --listen-addr's
+        ps.append(e.bridge(["--resolver-prefix", "proxies", "--resolver-ttl", str(ttl)]))
+    addrs = sorted("127.0.0.1:%d" % p.port for p in ps)
+    wait_for("two registrations", lambda: keys(e.root, "proxies/", "--prefix") ==
+             ["proxies/" + a for a in addrs])
+    # etcd's naming.Update value, as etcd's grpc-proxy writes it
+    v = json.loads(ctl(e.root, "get", "proxies/" + addrs[0], "--print-value-only"))
+    assert v["Op"] == 0 and v["Addr"] == addrs[0] and "Name" in json.loads(v["Metadata"]), v
+    lease = json.loads(ctl(e.root, "get", "proxies/" + addrs[0], "-w", "json"))["kvs"][0]["lease"]
+    assert lease > 0
+    # MemberList through either proxy lists both; through a plain bridge, the cluster
+    assert member_urls(ps[0].port) == addrs and member_urls(ps[1].port) == addrs
+    assert member_urls(e.root.port) == ["http://" + e.eps]
+    out = ctl(ps[0], "member", "list")
+    assert re.fullmatch(r"(0, started, [^,]+, , 127\.0\.0\.1:\d+, false\n){2}", out), out
+    # the same line as etcd's own grpc-proxy registered under a prefix
+    eport = free_port()
+    ep = e.spawn("etcd-proxy", [g.ETCD, "grpc-proxy", "start", "--endpoints",
+                                "127.0.0.1:%d" % e.etcd_port, "--listen-addr",
+                                "127.0.0.1:%d" % eport, "--resolver-prefix", "eproxies",
+                                "--resolver-ttl", "5", "--advertise-client-url",
+                                "127.0.0.1:%d" % eport])
+    try:
+        g.wait_port(eport, ep, "etcd grpc-proxy")
+        ev = wait_for("etcd's registration", lambda: ctl(e.etcd_port, "get", "eproxies/",
+                                                         "--prefix", "--print-value-only"))
+        assert sorted(json.loads(ev.strip())) == sorted(v), (ev, v)
+        eout = wait_for("etcd proxy member list", lambda: ctl(eport, "member", "list") if
+                        "%d" % eport in ctl(eport, "member", "list") else None)
+        norm = lambda t: re.sub(r"127\.0\.0\.1:\d+", "ADDR", t)  # noqa: E731
+        assert norm(eout) == norm(out.split("\n")[0] + "\n"), (eout, out)
+    finally:
+        ep.terminate()
+        ep.wait(10)
+    # one proxy killed: gone from MemberList once its lease's TTL passed
+    ps[1].kill()
+    ps[1].wait()
+    t0 = time.time()
+    live = "127.0.0.1:%d" % ps[0].port
+    wait_for("the killed proxy to leave", lambda: member_urls(ps[0].port) == [live],
+             timeout=ttl + 5)
+    assert time.time() - t0 > ttl / 2, "gone before its TTL: not the lease's expiry"
+    # the lease revoked under it: the proxy registers again
+    lease = json.loads(ctl(e.root, "get", "proxies/" + live, "-w", "json"))["kvs"][0]["lease"]
+    ctl(e.root, "lease", "revoke", "%x" % lease)
+    wait_for("registration again", lambda: keys(e.root, "proxies/", "--prefix") ==
+             ["proxies/" + live], timeout=ttl + 5)
+    # a clean stop deregisters at once
+    ps[0].terminate()
+    assert ps[0].wait(10) == 0
+    assert keys(e.root, "proxies/", "--prefix") == []
+
+
+def test_advertise_without_prefix():
+    """--advertise-client-url alone: MemberList answers the bridge itself, as
+    etcd's grpc-proxy does; nothing is registered."""
+    e = env()
+    p = e.bridge(["--advertise-client-url", "10.1.2.3:2379"])
+    assert member_urls(p.port) == ["10.1.2.3:2379"]
+    p.terminate()
+    p.wait(10)
+
+
+# ---- --endpoints-auto-sync-interval ----
+
+def test_endpoints_auto_sync():
+    """A bridge given only the first member learns the members added later
+    from the member list: once they are synced, it serves with the first
+    member gone. A bridge without the flag, given the same endpoint, cannot."""
+    e = env()
+    first = Member(name="a1", extra=g.TIMING)
+    members = [first]
+    try:
+        synced = e.bridge(["--endpoints-auto-sync-interval", "300ms"], eps=first.endpoint)
+        plain = e.bridge([], eps=first.endpoint)
+        for name in ("a2", "a3"):
+            peer, client = free_port(), free_port()
+            out = ctl(synced, "member", "add", name, "--peer-urls=http://127.0.0.1:%d" % peer)
+            ic = re.search(r'ETCD_INITIAL_CLUSTER="([^"]+)"', out).group(1)
+            members.append(Member(name=name, port=client, peer_port=peer,
+                                  extra=g.TIMING + ["--initial-cluster", ic,
+                                                    "--initial-cluster-state", "existing"]))
+            wait_for(name + " started", lambda: name in [
+                m.get("name") for m in json.loads(ctl(synced, "member", "list",
+                                                      "-w", "json"))["members"]])
+        want = sorted("http://" + m.endpoint for m in members)
+        wait_for("3 members listed", lambda: sorted(
+            u for m in json.loads(ctl(synced, "member", "list", "-w", "json"))["members"]
+            for u in m.get("clientURLs", [])) == want)
+        log = synced.log_name
+
+        def synced_all():
+            with open(log, "rb") as f:
+                lines = [ln for ln in f.read().decode().split("\n") if "auto-sync: members now" in ln]
+            return lines and sorted(lines[-1].split("members now ")[1].split(",")) == want
+        wait_for("the bridge's sync", synced_all)
+        first.kill9()
+        wait_for("a put through the synced bridge with the first member gone",
+                 lambda: e.ctl(synced.port, ["--command-timeout=2s", "put", "sync", "1"])[0] == 0,
+                 timeout=20)
+        assert ctl(synced, "get", "sync", "--print-value-only") == "1\n"
+        rc, _, err = e.ctl(plain.port, ["--command-timeout=2s", "put", "sync", "2"])
+        assert rc != 0, "the bridge without auto-sync reached the new members?"
+        for p in (synced, plain):
+            p.terminate()
+            assert p.wait(10) == 0
+    finally:
+        for m in members:
+            m.cleanup()
+
+
+# ---- lease keep-alive coalescing (--coalesce-lease-keepalives) ----
+
+def metric(port, name):
+    import urllib.request
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read().decode()
+    m = re.search(r"^%s (\d+)$" % name, text, re.M)
+    return int(m.group(1))
+
+
+def keep_alive_clients(port, lease, n_streams, rounds, period_s):
+    """n_streams LeaseKeepAlive streams (over 8 channels) each sending one
+    keep-alive of `lease` per period; every answer's (id, ttl)."""
+    import grpc
+    import queue
+    p = gs.pb()
+    chans = [grpc.insecure_channel("127.0.0.1:%d" % port) for _ in range(8)]
+    streams = []
+    for i in range(n_streams):
+        q = queue.Queue()
+        call = chans[i % 8].stream_stream("/etcdserverpb.Lease/LeaseKeepAlive",
+                                          request_serializer=lambda m: m.SerializeToString(),
+                                          response_deserializer=p.LeaseKeepAliveResponse.FromString)
+        streams.append((q, call(iter(q.get, None), timeout=60)))
+    answers = []
+    try:
+        for _ in range(rounds):
+            t0 = time.time()
+            for q, _ in streams:
+                q.put(p.LeaseKeepAliveRequest(ID=lease))
+            for _, it in streams:
+                r = next(it)
+                answers.append((r.ID, r.TTL))
+            time.sleep(max(0, period_s - (time.time() - t0)))
+    finally:
+        for q, it in streams:
+            q.put(None)
+        for c in chans:
+            c.close()
+    return answers
+
+
+def test_lease_keepalive_coalescing():
+    e = env()
+    mport = free_port()
+    co = e.bridge(["--coalesce-lease-keepalives", "--metrics-addr", "127.0.0.1:%d" % mport])
+    ttl = 3
+    lid = re.search(r"lease ([0-9a-f]+) granted", ctl(e.root, "lease", "grant", str(ttl))).group(1)
+    lease = int(lid, 16)
+    ctl(e.root, "put", "ka", "v", "--lease=" + lid)
+    # 200 clients keep the lease alive through the bridge for 4 periods of TTL/3
+    answers = keep_alive_clients(co.port, lease, 200, 4, ttl / 3.0)
+    assert len(answers) == 800 and set(answers) == {(lease, ttl)}, set(answers)
+    got = metric(mport, "ketch_grpc_lease_keepalives_received_total")
+    sent = metric(mport, "ketch_grpc_lease_keepalives_sent_total")
+    assert got == 800, got
+    assert 1 <= sent <= 6, "%d renewals sent to the member for 800 keep-alives" % sent
+    # nobody keeps it alive any more: it expires (no renewal of its own)
+    t0 = time.time()
+    wait_for("the lease to expire", lambda: "TTL(-1s)" in ctl(e.root, "lease", "timetolive", lid)
+             or "expired" in ctl(e.root, "lease", "timetolive", lid), timeout=ttl + 5)
+    assert time.time() - t0 <= ttl + 5
+    assert keys(e.root, "ka") == []
+    # a keep-alive of the gone lease: TTL 0, as etcd
+    assert keep_alive_clients(co.port, lease, 2, 1, 0) == [(lease, 0), (lease, 0)]
+    # a lease revoked through the bridge is not answered from what was cached
+    lid2 = re.search(r"lease ([0-9a-f]+) granted", ctl(e.root, "lease", "grant", "30")).group(1)
+    assert keep_alive_clients(co.port, int(lid2, 16), 1, 1, 0) == [(int(lid2, 16), 30)]
+    ctl(co, "lease", "revoke", lid2)
+    assert keep_alive_clients(co.port, int(lid2, 16), 1, 1, 0) == [(int(lid2, 16), 0)]
+    co.terminate()
+    assert co.wait(10) == 0
+    # without the flag: one renewal per keep-alive
+    mport2 = free_port()
+    plain = e.bridge(["--metrics-addr", "127.0.0.1:%d" % mport2])
+    lid3 = re.search(r"lease ([0-9a-f]+) granted", ctl(e.root, "lease", "grant", "30")).group(1)
+    keep_alive_clients(plain.port, int(lid3, 16), 20, 2, 0)
+    assert metric(mport2, "ketch_grpc_lease_keepalives_sent_total") == 40
+    plain.terminate()
+    assert plain.wait(10) == 0
+    ctl(e.root, "lease", "revoke", lid3)
+
+
+def teardown():
+    global ENV
+    if ENV is not None:
+        e, ENV = ENV, None
+        e.close()
+
+
+def test_shutdown_clean():
+    teardown()
+
+
+if __name__ == "__main__":
+    import atexit
+    atexit.register(teardown)
+    run_tests([test_namespace_kv, test_namespace_txn, test_namespace_watch,
+               test_namespace_lock_and_elect, test_namespace_lease_keys,
+               test_namespace_role_permissions, test_namespace_snapshot_refused,
+               test_namespace_same_as_etcd_proxy, test_differences_with_etcd_proxy,
+               test_registration_member_list, test_advertise_without_prefix,
+               test_endpoints_auto_sync, test_lease_keepalive_coalescing,
+               test_shutdown_clean])
