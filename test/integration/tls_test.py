@@ -289,10 +289,9 @@ def test_metrics_over_https_with_the_client_tls_settings():
     """--listen-metrics-urls https://...: served with the client URLs'
     certificate and rules (etcd's: the client TLS info), so a scraper needs a
     client certificate here (--trusted-ca-file is given); keep-alive; 60
-    handshakes at once; a 1 MB
-    header gets MHD's 431 through the relay; a plaintext request gets Go's
-    (etcd's) 400; a silent connection is cut; a real Prometheus scrapes the
-    three members over https."""
+    handshakes at once; a 1 MB header gets MHD's 431 through the relay; a
+    plaintext request gets Go's (etcd's) 400; a silent connection is cut; a
+    real Prometheus scrapes the three members over https."""
     cl = cluster()
     url = "https://127.0.0.1:%d" % cl.metrics[0]
     silent = socket.create_connection(("127.0.0.1", cl.metrics[0]))  # never says hello
