@@ -62,6 +62,7 @@ struct tconn {
   socklen_t sa_len;
   bool tls_eof, u_eof, u_shut;
   bool refused;      /* closed before it was read (kt_io_close_refused) */
+  bool parked;       /* its next handshake step waits for the budget (hs_w) */
   uint8_t *in, *out; /* TLS -> MHD (the request), MHD -> TLS (the answer); RELAY_BYTES each */
   size_t in_len, out_len;
 };
@@ -79,7 +80,9 @@ struct kt_http {
   size_t n_conns;
   struct tconn *tconns; /* https:// connections, in the handshake or relaying */
   size_t n_tconns;
-  ev_tstamp tls_warned; /* when a TLS failure was last logged at warn */
+  ev_tstamp tls_warned;           /* when a TLS failure was last logged at warn */
+  struct kt_tls_budget hs_budget; /* handshake steps per turn and share of the loop (tls.h) */
+  ev_timer hs_w;                  /* resumes parked handshakes */
   bool in_run;
   struct kt_buf body;
   /* the state thread's busy time: from waking (check) to sleeping (prepare) */
@@ -163,7 +166,9 @@ static void add_conn(struct kt_http *h, int fd, const struct sockaddr *sa, sockl
  * (etcd: https metrics URLs use the client TLS info): the same certificate,
  * key, CA, CRL, client-certificate rule, versions and cipher suites, and the
  * same reload on SIGHUP or a file change. This side does the handshake
- * (non-blocking, cut after KT_HTTP_DEADLINE_S) and then relays bytes between
+ * (non-blocking, cut after KT_HTTP_DEADLINE_S, within a handshake budget of
+ * its own like the client port's: KT_TLS_HANDSHAKES_PER_TURN steps a turn and
+ * KT_TLS_HANDSHAKE_SHARE of the loop) and then relays bytes between
  * the TLS connection and one end of a socketpair whose other end MHD serves
  * as any connection (MHD_add_connection): MHD parses, answers and applies
  * its bounds as for plain HTTP. Per connection: the struct, OpenSSL's SSL,
@@ -279,8 +284,21 @@ static bool tconn_pump(struct tconn *t) {
 static void tconn_step(struct tconn *t) {
   struct kt_http *h = t->h;
   if (t->ufd < 0) {
+    if (!kt_tls_budget_room(&h->hs_budget)) { /* as the client port's listener */
+      ev_io_stop(h->loop, &t->rw);
+      ev_io_stop(h->loop, &t->ww);
+      t->parked = true;
+      kt_log(KT_LOG_DEBUG, "http", "an https handshake waits for the handshake budget");
+      if (!ev_is_active(&h->hs_w)) {
+        ev_timer_set(&h->hs_w, kt_tls_budget_wait_s(&h->hs_budget), 0.);
+        ev_timer_start(h->loop, &h->hs_w);
+      }
+      return;
+    }
     struct kt_err e = {0};
+    double t0 = ev_time();
     int r = kt_io_handshake(&t->io, &e);
+    kt_tls_budget_spent(&h->hs_budget, ev_time() - t0);
     if (r == KT_IO_AGAIN) {
       kt_sock_arm(h->loop, &t->rw, &t->ww, kt_io_events(&t->io, true, false));
       return;
@@ -324,6 +342,26 @@ static void on_tconn(struct ev_loop *loop, ev_io *w, int revents) {
   (void)loop;
   (void)revents;
   tconn_step(w->data);
+}
+
+/* The handshake budget has room again: parked handshakes take their step
+ * (those that find none park again and restart the timer). */
+static void on_hs(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  struct kt_http *h = w->data;
+  for (struct tconn *t = h->tconns, *next; t; t = next) {
+    next = t->next; /* tconn_step may free t, never another */
+    if (!t->parked)
+      continue;
+    if (!kt_tls_budget_room(&h->hs_budget)) { /* the rest wait on */
+      ev_timer_set(&h->hs_w, kt_tls_budget_wait_s(&h->hs_budget), 0.);
+      ev_timer_start(h->loop, &h->hs_w);
+      return;
+    }
+    t->parked = false;
+    tconn_step(t);
+  }
 }
 
 static void tconn_new(struct kt_http *h, struct kt_tls_ctx *ctx, int fd,
@@ -442,6 +480,7 @@ static void on_wake(struct ev_loop *loop, ev_check *w, int revents) {
   (void)revents;
   struct kt_http *h = w->data;
   h->woke = ev_time();
+  kt_tls_budget_turn(&h->hs_budget, h->woke);
   (void)loop;
 }
 
@@ -800,6 +839,8 @@ struct kt_http *kt_http_new(struct ev_loop *loop, const struct kt_http_source *s
   ev_io_start(loop, &h->mhd_w);
   ev_timer_init(&h->tmo_w, on_tmo, 0., 0.);
   h->tmo_w.data = h;
+  ev_timer_init(&h->hs_w, on_hs, 0., 0.);
+  h->hs_w.data = h;
   ev_timer_init(&h->reap_w, on_reap, 1., 1.);
   h->reap_w.data = h;
   ev_timer_start(loop, &h->reap_w);
@@ -863,6 +904,7 @@ void kt_http_free(struct kt_http *h) {
   ev_io_stop(h->loop, &h->mhd_w);
   ev_timer_stop(h->loop, &h->tmo_w);
   ev_timer_stop(h->loop, &h->reap_w);
+  ev_timer_stop(h->loop, &h->hs_w);
   ev_check_stop(h->loop, &h->wake_w);
   ev_prepare_stop(h->loop, &h->sleep_w);
   while (h->tconns)

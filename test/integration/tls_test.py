@@ -288,10 +288,10 @@ def curl(url, *args, cert="client", ca="ca"):
 def test_metrics_over_https_with_the_client_tls_settings():
     """--listen-metrics-urls https://...: served with the client URLs'
     certificate and rules (etcd's: the client TLS info), so a scraper needs a
-    client certificate here (--trusted-ca-file is given); keep-alive; a 1 MB
-    header gets MHD's 431 through the relay; a plaintext request gets Go's
-    (etcd's) 400; a silent connection is cut; a real Prometheus scrapes the
-    three members over https."""
+    client certificate here (--trusted-ca-file is given); keep-alive; 60
+    handshakes at once; a 1 MB header gets MHD's 431 through the relay; a
+    plaintext request gets Go's (etcd's) 400; a silent connection is cut; a
+    real Prometheus scrapes the three members over https."""
     cl = cluster()
     url = "https://127.0.0.1:%d" % cl.metrics[0]
     silent = socket.create_connection(("127.0.0.1", cl.metrics[0]))  # never says hello
@@ -309,9 +309,28 @@ def test_metrics_over_https_with_the_client_tls_settings():
                            r"handshake failed: the client presented no certificate", since)
     rc, out, err = curl("https://127.0.0.1:%d/metrics" % cl.metrics[1], ca="other-ca")
     assert rc == 60 and "SSL certificate problem" in err, (rc, err[-1500:])
-    # a 1 MB header through the TLS relay: MHD's 431 comes back, then the end
+    # 60 handshakes at once: past the 8 steps a loop turn allows, the rest wait
+    # for the handshake budget and are all served
+    def one(raw):
+        try:
+            t = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+            t.settimeout(10)
+            t.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            got = b""
+            while True:
+                d = t.recv(4096)
+                if not d:
+                    return got.split(b"\r\n")[0]
+                got += d
+        except OSError as e:
+            return repr(e)
     ctx = ssl.create_default_context(cafile=C["ca"])
     ctx.load_cert_chain(C["client"], C["client-key"])
+    raws = [socket.create_connection(("127.0.0.1", cl.metrics[1]), timeout=10) for _ in range(60)]
+    with ThreadPoolExecutor(60) as ex:
+        firsts = list(ex.map(one, raws))
+    assert firsts == [b"HTTP/1.1 200 OK"] * 60, firsts
+    # a 1 MB header through the TLS relay: MHD's 431 comes back, then the end
     big = ctx.wrap_socket(socket.create_connection(("127.0.0.1", cl.metrics[2]), timeout=10),
                           server_hostname="127.0.0.1")
     try:
