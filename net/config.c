@@ -898,7 +898,7 @@ static int finish(struct loader *l, struct kt_err *e) {
                         ap->v[j].raw, c->initial_cluster);
   }
 
-tls_checks:
+tls_checks:; /* a declaration follows: C11 needs a statement after a label */
   /* TLS: an https:// URL needs a certificate for its link (etcd's message);
    * certificate and key go together. */
   struct {
