@@ -201,7 +201,7 @@ def main():
               (r["p99_ms"], ops(r), line, rate))
         e = servers[1]
         res = {}
-        t = threading.Timer(1.0, etcd_login_storm, (e.port, LOGINS, res))
+        t = threading.Timer(3.0, etcd_login_storm, (e.port, LOGINS, res))
         t.start()
         r, _ = e.bench(["put"], user="bench:" + PW,
                        extra=["--clients", "64", "--conns", "16", "--duration", dur])
