@@ -430,7 +430,8 @@ static void op_out(struct kt_arena *a, ketch_op_result *o, const struct kt_respo
   }
 }
 
-static const char *const *urls_out(struct kt_arena *a, const struct kt_bytes *u, uint32_t n) {
+/* n byte strings (URLs, names) as NUL-terminated copies in a; NULL when none. */
+static const char *const *strs_out(struct kt_arena *a, const struct kt_bytes *u, uint32_t n) {
   if (!n)
     return NULL;
   const char **o = kt_arena_alloc(a, sizeof *o * n);
@@ -442,9 +443,9 @@ static const char *const *urls_out(struct kt_arena *a, const struct kt_bytes *u,
 static void member_out(struct kt_arena *a, ketch_member *o, const struct kt_member_info *m) {
   *o = (ketch_member){.id = m->id,
                       .name = dup_str(a, m->name.p, m->name.n),
-                      .peer_urls = urls_out(a, m->peer_urls, m->n_peer_urls),
+                      .peer_urls = strs_out(a, m->peer_urls, m->n_peer_urls),
                       .n_peer_urls = m->n_peer_urls,
-                      .client_urls = urls_out(a, m->client_urls, m->n_client_urls),
+                      .client_urls = strs_out(a, m->client_urls, m->n_client_urls),
                       .n_client_urls = m->n_client_urls,
                       .is_learner = m->is_learner};
 }
@@ -502,24 +503,13 @@ static void lease_out(struct kt_arena *a, ketch_lease_result *o, const struct kt
   }
 }
 
-/* Builds the public result of resp (or of an error when err != 0) in arena a.
- * copy: duplicate every byte string (the result outlives the input buffer). */
-static const char *const *names_out(struct kt_arena *a, const struct kt_bytes *v, uint32_t n) {
-  if (!n)
-    return NULL;
-  const char **o = kt_arena_alloc(a, sizeof *o * n);
-  for (uint32_t i = 0; i < n; i++)
-    o[i] = dup_str(a, v[i].p, v[i].n);
-  return o;
-}
-
 static void auth_out(struct kt_arena *a, ketch_auth_result *o, const struct kt_auth_resp *r) {
   o->token = r->token.n ? dup_str(a, r->token.p, r->token.n) : NULL;
   o->enabled = r->enabled;
   o->auth_revision = r->auth_revision;
-  o->users = names_out(a, r->users, r->n_users);
+  o->users = strs_out(a, r->users, r->n_users);
   o->n_users = r->n_users;
-  o->roles = names_out(a, r->roles, r->n_roles);
+  o->roles = strs_out(a, r->roles, r->n_roles);
   o->n_roles = r->n_roles;
   if (r->n_perms) {
     ketch_auth_perm *p = kt_arena_alloc(a, sizeof *p * r->n_perms);
@@ -533,20 +523,11 @@ static void auth_out(struct kt_arena *a, ketch_auth_result *o, const struct kt_a
   }
 }
 
-static const char *const *dup_names(struct kt_arena *a, const char *const *v, size_t n) {
-  if (!n)
-    return NULL;
-  const char **o = kt_arena_alloc(a, sizeof *o * n);
-  for (size_t i = 0; i < n; i++)
-    o[i] = dup_str(a, v[i], strlen(v[i]));
-  return o;
-}
-
 static void auth_dup(struct kt_arena *a, ketch_auth_result *o, const ketch_auth_result *r) {
   *o = *r;
   o->token = r->token ? dup_str(a, r->token, strlen(r->token)) : NULL;
-  o->users = dup_names(a, r->users, r->n_users);
-  o->roles = dup_names(a, r->roles, r->n_roles);
+  o->users = dup_strs(a, r->users, r->n_users);
+  o->roles = dup_strs(a, r->roles, r->n_roles);
   if (r->n_perms) {
     ketch_auth_perm *p = kt_arena_alloc(a, sizeof *p * r->n_perms);
     for (size_t i = 0; i < r->n_perms; i++) {
@@ -558,6 +539,8 @@ static void auth_dup(struct kt_arena *a, ketch_auth_result *o, const ketch_auth_
   }
 }
 
+/* Builds the public result of resp (or of an error when err != 0) in arena a.
+ * copy: duplicate every byte string (the result outlives the input buffer). */
 static void result_build(struct kt_arena *a, ketch_result *res, uint8_t type, int err,
                          const char *msg, size_t msg_len, const struct kt_resp *resp, bool copy) {
   memset(res, 0, sizeof *res);

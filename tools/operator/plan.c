@@ -53,6 +53,12 @@ static int wday_of(const char *p, size_t n) {
   return -1;
 }
 
+/* The weekday (0 = Sunday) of Unix time ms, in UTC. */
+static int weekday(int64_t ms) {
+  int64_t days = ms >= 0 ? ms / 86400000 : (ms - 86399999) / 86400000;
+  return (int)((days % 7 + 7 + 4) % 7); /* 1970-01-01 was a Thursday */
+}
+
 /* "HH:MM" (00:00 .. 24:00) -> minutes; -1 if malformed. */
 static int hhmm(const char *p) {
   if (!isdigit((unsigned char)p[0]) || !isdigit((unsigned char)p[1]) || p[2] != ':' ||
@@ -103,7 +109,7 @@ bool op_in_window(const struct op_spec *spec, int64_t ms, int64_t *next_ms) {
     return true;
   const int64_t day = 86400000, minute = 60000;
   int64_t midnight = ms - ((ms % day) + day) % day;
-  int wd = (int)((midnight / day % 7 + 7 + 4) % 7); /* 1970-01-01 was a Thursday */
+  int wd = weekday(midnight);
   int64_t best = INT64_MAX;
   /* a window opened yesterday may run past midnight into today */
   for (int k = -1; k <= 7; k++) {
@@ -526,8 +532,8 @@ static void rules(const struct ctx *c, struct op_step *s) {
       set(s, OP_WAIT, -1, 0,
           "rolling upgrade (%d members) waits for an upgrade window: the next opens in %" PRId64
           "h%02" PRId64 "m (%s %02" PRId64 ":%02" PRId64 " UTC)",
-          n_out, mins / 60, mins % 60, wdays[(next / 86400000 % 7 + 4) % 7],
-          next % 86400000 / 3600000, next % 3600000 / 60000);
+          n_out, mins / 60, mins % 60, wdays[weekday(next)], next % 86400000 / 3600000,
+          next % 3600000 / 60000);
       return;
     }
     for (size_t i = 0; i < obs->n_members; i++) {
