@@ -26,6 +26,8 @@ import os
 import re
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -630,6 +632,237 @@ def test_lease_keepalive_coalescing():
     ctl(e.root, "lease", "revoke", lid3)
 
 
+# ---- watch coalescing (always on) ----
+
+def member_watchers():
+    """The member's own count of the watches it serves."""
+    import urllib.request
+    text = urllib.request.urlopen("http://%s/metrics" % env().member.endpoint,
+                                  timeout=5).read().decode()
+    return int(re.search(r"^etcd_debugging_mvcc_watcher_total (\d+)$", text, re.M).group(1))
+
+
+def co_bridge():
+    """One bridge for the coalescing cases (a 1 MiB stream queue for the slow
+    client), with /metrics."""
+    e = env()
+    if getattr(e, "co", None) is None:
+        e.co_mport = free_port()
+        e.co = e.bridge(["--metrics-addr", "127.0.0.1:%d" % e.co_mport,
+                         "--max-stream-queue-bytes", "1048576"])
+    return e.co
+
+
+def kv_op(port, key, value=None):
+    """A put (value) or delete through the plain bridge; its revision."""
+    p = gs.pb()
+    if value is None:
+        st, det, r = gs.unary(port, "/etcdserverpb.KV/DeleteRange",
+                              p.DeleteRangeRequest(key=key), p.DeleteRangeResponse)
+    else:
+        st, det, r = gs.unary(port, "/etcdserverpb.KV/Put", p.PutRequest(key=key, value=value),
+                              p.PutResponse)
+    assert st == "OK", det
+    return r.header.revision
+
+
+N_WATCH_STREAMS = 1000
+
+
+def test_watch_coalescing_1000_streams():
+    """1,000 Watch streams (grpc.aio: 8 connections, one thread) on one key
+    through one bridge: the member serves a handful of watches; every client
+    gets every event of its key exactly once, in order, from its own start
+    (some in history, some now), with its own filters and prev_kv; progress
+    requests are answered without claiming events not yet sent."""
+    import asyncio
+    import grpc
+    e = env()
+    br = co_bridge()
+    p = gs.pb()
+    key = b"co/k"
+    ops = []  # (revision, type, value, prev value)
+    prev = None
+    for v in (b"h1", b"h2", b"h3"):
+        ops.append((kv_op(e.root.port, key, v), 0, v, prev))
+        prev = v
+    base = member_watchers()
+    # who starts where: now (0), in old history, at the latest put, at the next revision
+    starts = [0, ops[0][0], ops[2][0], ops[2][0] + 1]
+    clients = []
+    for i in range(N_WATCH_STREAMS):
+        clients.append({"start": starts[i % 4] if i % 5 else 0, "prev_kv": i % 10 == 3,
+                        "nodelete": i % 10 == 7, "events": [], "created": None})
+
+    def expected(c):
+        out = []
+        for rev, typ, v, pv in ops:
+            if c["start"] and rev < c["start"]:
+                continue
+            if not c["start"] and rev <= c["created"]:
+                continue
+            if typ == 1 and c["nodelete"]:
+                continue
+            out.append((rev, typ, v, pv if c["prev_kv"] else None))
+        return out
+
+    async def main():
+        chans = [grpc.aio.insecure_channel("127.0.0.1:%d" % br.port,
+                                           options=[("grpc.use_local_subchannel_pool", 1)])
+                 for _ in range(8)]
+        calls = []
+        for i, c in enumerate(clients):
+            call = chans[i % 8].stream_stream(
+                "/etcdserverpb.Watch/Watch", request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=p.WatchResponse.FromString)()
+            filters = [p.WatchCreateRequest.NODELETE] if c["nodelete"] else []
+            await call.write(p.WatchRequest(create_request=p.WatchCreateRequest(
+                key=key, start_revision=c["start"], prev_kv=c["prev_kv"], filters=filters)))
+            calls.append(call)
+
+        async def created(i):
+            r = await asyncio.wait_for(calls[i].read(), 20)
+            assert r.created and not r.canceled and r.watch_id == 0, r
+            clients[i]["created"] = r.header.revision
+
+        await asyncio.gather(*[created(i) for i in range(len(calls))])
+        return chans, calls
+
+    async def rest(chans, calls, last):
+        async def reader(i):
+            c = clients[i]
+            want = expected(c)
+            answered = None
+            while len(c["events"]) < len(want) or answered is None:
+                r = await asyncio.wait_for(calls[i].read(), 20)
+                assert not r.canceled and not r.created, (i, r)
+                if r.watch_id == -1 and not r.events:  # the progress answer
+                    assert answered is None, (i, r)
+                    answered = r.header.revision
+                    sent = [ev for ev in want if ev[0] <= answered]
+                    assert c["events"][:len(sent)] == sent, (i, answered, c["events"], want)
+                    continue
+                assert r.watch_id == 0, (i, r)
+                for ev in r.events:
+                    c["events"].append((ev.kv.mod_revision, ev.type, ev.kv.value,
+                                        ev.prev_kv.value if ev.HasField("prev_kv") else None))
+            assert c["events"] == want, (i, c, want)
+            assert answered >= last, (i, answered, last)
+
+        for call in calls:
+            await call.write(p.WatchRequest(progress_request=p.WatchProgressRequest()))
+        await asyncio.gather(*[reader(i) for i in range(len(calls))])
+        for call in calls:
+            call.cancel()
+        for ch in chans:
+            await ch.close()
+
+    loop = asyncio.new_event_loop()
+    try:
+        t0 = time.time()
+        chans, calls = loop.run_until_complete(main())
+        print("grpc_proxy_test: %d watch streams created in %.1f s" % (len(calls), time.time() - t0),
+              flush=True)
+        # the catch-up watches join their group: a handful left on the member
+        groups = 2  # prev_kv and not
+        wait_for("the member's watch count to drop", lambda: member_watchers() - base <= groups)
+        served = member_watchers() - base
+        coalescing = metric(e.co_mport, "etcd_grpc_proxy_watchers_coalescing_total")
+        assert coalescing == N_WATCH_STREAMS - groups, coalescing
+        for v in (b"n1", b"n2", None, b"n3"):
+            rev = kv_op(e.root.port, key, v)
+            ops.append((rev, 1 if v is None else 0, v or b"", prev))
+            prev = v
+        loop.run_until_complete(rest(chans, calls, ops[-1][0]))
+    finally:
+        loop.close()
+    events = metric(e.co_mport, "etcd_grpc_proxy_events_coalescing_total")
+    assert events >= 3 * (N_WATCH_STREAMS - groups), events
+    print("grpc_proxy_test: %d client watches, %d watches on the member, events coalesced %d"
+          % (N_WATCH_STREAMS, served, events), flush=True)
+    # every client left: nothing stays on the member, the gauge is back to 0
+    wait_for("the member's watches to end", lambda: member_watchers() <= base)
+    assert metric(e.co_mport, "etcd_grpc_proxy_watchers_coalescing_total") == 0
+
+
+def test_watch_coalescing_slow_client():
+    """A client that stops reading shares its upstream watch with three that
+    read: its own watch is cancelled with a reason, the others get every
+    event and go on (their upstream watch is not disturbed)."""
+    e = env()
+    br = co_bridge()
+    p = gs.pb()
+    readers = [gs.watch_stream(br.port) for _ in range(3)]
+    sock = None
+    try:
+        for s in readers:
+            s.send(gs.create(key=b"cs/", range_end=b"cs0"))
+            assert s.recv().created
+        sock = socket.create_connection(("127.0.0.1", br.port), timeout=10)
+        hdrs = b"".join(gs.h2_lit(n, v) for n, v in [
+            (b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/etcdserverpb.Watch/Watch"),
+            (b":authority", b"x"), (b"content-type", b"application/grpc"), (b"te", b"trailers")])
+        req = gs.create(key=b"cs/", range_end=b"cs0").SerializeToString()
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + gs.h2_frame(4, 0, 0, b"") +
+                     gs.h2_frame(1, 4, 1, hdrs) +
+                     gs.h2_frame(0, 0, 1, b"\x00" + struct.pack(">I", len(req)) + req))
+        time.sleep(0.5)
+        base = member_watchers()
+        val = b"s" * (128 * 1024)
+        for i in range(24):  # 3 MiB of events; the slow client's queue holds 1 MiB
+            kv_op(e.root.port, b"cs/%02d" % i, val)
+        for s in readers:
+            got = []
+            while len(got) < 24:
+                r = s.recv()
+                assert not r.canceled, r
+                got += [ev.kv.key for ev in r.events]
+            assert got == [b"cs/%02d" % i for i in range(24)], got
+        # the slow one: its events up to what fitted, then its cancellation
+        sock.sendall(gs.h2_frame(8, 0, 0, struct.pack(">I", 1 << 30)) +
+                     gs.h2_frame(8, 0, 1, struct.pack(">I", 1 << 30)))
+        buf, data, resps = b"", b"", []
+        deadline = time.time() + 15
+        while time.time() < deadline and not any(r.canceled for r in resps):
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            buf += chunk
+            while len(buf) >= 9:
+                n = int.from_bytes(buf[:3], "big")
+                if len(buf) < 9 + n:
+                    break
+                typ, flags, sid = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff
+                payload, buf = buf[9:9 + n], buf[9 + n:]
+                if typ == 4 and not flags & 1:
+                    sock.sendall(gs.h2_frame(4, 1, 0, b""))
+                if typ == 0 and sid == 1:
+                    data += payload
+                    if n:
+                        sock.sendall(gs.h2_frame(8, 0, 0, struct.pack(">I", n)) +
+                                     gs.h2_frame(8, 0, 1, struct.pack(">I", n)))
+                    while len(data) >= 5 and len(data) >= 5 + int.from_bytes(data[1:5], "big"):
+                        m = int.from_bytes(data[1:5], "big")
+                        resps.append(p.WatchResponse.FromString(data[5:5 + m]))
+                        data = data[5 + m:]
+        assert resps and resps[0].created, resps[:1]
+        keys = [ev.kv.key for r in resps for ev in r.events]
+        assert keys == [b"cs/%02d" % i for i in range(len(keys))] and len(keys) < 24, keys
+        assert resps[-1].canceled and "watcher too slow" in resps[-1].cancel_reason, resps[-1]
+        # the readers' shared watch goes on
+        kv_op(e.root.port, b"cs/after", b"1")
+        for s in readers:
+            r = s.recv()
+            assert [ev.kv.key for ev in r.events] == [b"cs/after"], r
+        assert member_watchers() == base, (member_watchers(), base)
+        assert br.poll() is None
+    finally:
+        if sock:
+            sock.close()
+        for s in readers:
+            s.close()
+
+
 def teardown():
     global ENV
     if ENV is not None:
@@ -650,4 +883,5 @@ if __name__ == "__main__":
                test_namespace_same_as_etcd_proxy, test_differences_with_etcd_proxy,
                test_registration_member_list, test_advertise_without_prefix,
                test_endpoints_auto_sync, test_lease_keepalive_coalescing,
+               test_watch_coalescing_1000_streams, test_watch_coalescing_slow_client,
                test_shutdown_clean])
