@@ -666,6 +666,17 @@ def kv_op(port, key, value=None):
     return r.header.revision
 
 
+def aio_loop_close(loop):
+    """Lets grpc.aio's own tasks of cancelled calls finish, then closes."""
+    import asyncio
+    try:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=5))
+    finally:
+        loop.close()
+
+
 N_WATCH_STREAMS = 1000
 
 
@@ -775,7 +786,7 @@ def test_watch_coalescing_1000_streams():
             prev = v
         loop.run_until_complete(rest(chans, calls, ops[-1][0]))
     finally:
-        loop.close()
+        aio_loop_close(loop)
     events = metric(e.co_mport, "etcd_grpc_proxy_events_coalescing_total")
     assert events >= 3 * (N_WATCH_STREAMS - groups), events
     print("grpc_proxy_test: %d client watches, %d watches on the member, events coalesced %d"
@@ -783,6 +794,82 @@ def test_watch_coalescing_1000_streams():
     # every client left: nothing stays on the member, the gauge is back to 0
     wait_for("the member's watches to end", lambda: member_watchers() <= base)
     assert metric(e.co_mport, "etcd_grpc_proxy_watchers_coalescing_total") == 0
+
+
+def test_watch_coalescing_merge_under_writes():
+    """Watches created while a writer keeps changing their key (from now,
+    from history, from the revision just written, from a few revisions
+    ahead) catch up and join the shared watch mid-stream: each gets every
+    event from its own start exactly once, in order."""
+    import asyncio
+    import grpc
+    import random
+    e = env()
+    br = co_bridge()
+    p = gs.pb()
+    key = b"cm/k"
+    rnd = random.Random(20)
+    ops = []  # put revisions, in order
+    clients = []  # [start, created revision, events, call]
+    base = member_watchers()
+
+    async def main():
+        opts = [("grpc.use_local_subchannel_pool", 1)]
+        wch = grpc.aio.insecure_channel("127.0.0.1:%d" % e.root.port, options=opts)
+        chans = [grpc.aio.insecure_channel("127.0.0.1:%d" % br.port, options=opts)
+                 for _ in range(2)]
+        put = wch.unary_unary("/etcdserverpb.KV/Put", request_serializer=lambda m: m.SerializeToString(),
+                              response_deserializer=p.PutResponse.FromString)
+
+        async def open_watch(start):
+            call = chans[len(clients) % 2].stream_stream(
+                "/etcdserverpb.Watch/Watch", request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=p.WatchResponse.FromString)()
+            c = [start, None, [], call]
+            clients.append(c)
+            await call.write(p.WatchRequest(create_request=p.WatchCreateRequest(
+                key=key, start_revision=start)))
+            r = await asyncio.wait_for(call.read(), 20)
+            assert r.created and not r.canceled, r
+            c[1] = r.header.revision
+
+        for i in range(240):
+            r = await put(p.PutRequest(key=key, value=b"%d" % i), timeout=20)
+            ops.append(r.header.revision)
+            if i % 12 == 5:
+                last = ops[-1]
+                for start in (0, rnd.choice(ops), last, last + 1, last + 3):
+                    await open_watch(start)
+        final = ops[-1]
+
+        async def reader(c):
+            while not c[2] or c[2][-1] < final:
+                r = await asyncio.wait_for(c[3].read(), 20)
+                assert not r.canceled and not r.created and r.watch_id == 0, r
+                c[2] += [ev.kv.mod_revision for ev in r.events]
+
+        await asyncio.gather(*[reader(c) for c in clients])
+        # every catching-up watch has joined: one watch left on the member
+        deadline = time.time() + 10
+        while member_watchers() - base > 1 and time.time() < deadline:
+            await asyncio.sleep(0.1)
+        assert member_watchers() - base == 1, (member_watchers(), base)
+        for c in clients:
+            c[3].cancel()
+        for ch in chans + [wch]:
+            await ch.close()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        aio_loop_close(loop)
+    for start, created, events, _ in clients:
+        want = [r for r in ops if (r >= start if start else r > created)]
+        assert events == want, (start, created, events, want)
+    print("grpc_proxy_test: %d watches joined a shared watch during %d puts" % (len(clients), len(ops)),
+          flush=True)
+    wait_for("the member's watches to end", lambda: member_watchers() <= base)
 
 
 def test_watch_coalescing_slow_client():
@@ -883,5 +970,6 @@ if __name__ == "__main__":
                test_namespace_same_as_etcd_proxy, test_differences_with_etcd_proxy,
                test_registration_member_list, test_advertise_without_prefix,
                test_endpoints_auto_sync, test_lease_keepalive_coalescing,
-               test_watch_coalescing_1000_streams, test_watch_coalescing_slow_client,
+               test_watch_coalescing_1000_streams, test_watch_coalescing_merge_under_writes,
+               test_watch_coalescing_slow_client,
                test_shutdown_clean])

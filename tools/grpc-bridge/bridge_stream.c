@@ -837,7 +837,8 @@ static int rop_key(struct rop *op, const ProtobufCBinaryData *name, int64_t leas
   op->key = malloc(op->key_len);
   if (!op->name || !op->key)
     return KETCH_ENOMEM;
-  memcpy(op->key, name->data, name->len);
+  if (name->len) /* an empty name has no data pointer */
+    memcpy(op->key, name->data, name->len);
   op->key[name->len] = '/';
   memcpy(op->key + name->len + 1, hex, (size_t)hn);
   op->lease = lease;
