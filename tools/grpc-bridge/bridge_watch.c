@@ -785,7 +785,9 @@ static bool cw_try_join(struct cw *c) {
   p->owner = NULL;
   uw_cancel(p);
   c->p = NULL;
-  cw_created(c, &g->hdr, g->hdr.revision > c->sent ? g->hdr.revision : c->sent);
+  /* a watch from a start revision: the revision the cluster was at (as
+   * etcd's created response), not its start, which may be ahead */
+  cw_created(c, &g->hdr, g->hdr.revision);
   return true;
 }
 
@@ -1085,7 +1087,7 @@ static void watch_create(kt_bridge_wstream *s, const Etcdserverpb__WatchCreateRe
   } else {
     c->sent = c->start ? c->start - 1 : g->rev;
     grp_link(g, c, C_MEMB);
-    cw_created(c, &g->hdr, c->start ? max64(g->hdr.revision, c->sent) : c->sent);
+    cw_created(c, &g->hdr, c->start ? g->hdr.revision : c->sent);
   }
 }
 
