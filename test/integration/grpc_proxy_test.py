@@ -36,8 +36,6 @@ import os
 import re
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -888,21 +886,13 @@ def test_watch_coalescing_slow_client():
     event and go on (their upstream watch is not disturbed)."""
     e = env()
     br = co_bridge()
-    p = gs.pb()
     readers = [gs.watch_stream(br.port) for _ in range(3)]
     sock = None
     try:
         for s in readers:
             s.send(gs.create(key=b"cs/", range_end=b"cs0"))
             assert s.recv().created
-        sock = socket.create_connection(("127.0.0.1", br.port), timeout=10)
-        hdrs = b"".join(gs.h2_lit(n, v) for n, v in [
-            (b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/etcdserverpb.Watch/Watch"),
-            (b":authority", b"x"), (b"content-type", b"application/grpc"), (b"te", b"trailers")])
-        req = gs.create(key=b"cs/", range_end=b"cs0").SerializeToString()
-        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + gs.h2_frame(4, 0, 0, b"") +
-                     gs.h2_frame(1, 4, 1, hdrs) +
-                     gs.h2_frame(0, 0, 1, b"\x00" + struct.pack(">I", len(req)) + req))
+        sock = gs.h2_watch_open(br.port, gs.create(key=b"cs/", range_end=b"cs0"))
         time.sleep(0.5)
         base = member_watchers()
         val = b"s" * (128 * 1024)
@@ -916,32 +906,7 @@ def test_watch_coalescing_slow_client():
                 got += [ev.kv.key for ev in r.events]
             assert got == [b"cs/%02d" % i for i in range(24)], got
         # the slow one: its events up to what fitted, then its cancellation
-        sock.sendall(gs.h2_frame(8, 0, 0, struct.pack(">I", 1 << 30)) +
-                     gs.h2_frame(8, 0, 1, struct.pack(">I", 1 << 30)))
-        buf, data, resps = b"", b"", []
-        deadline = time.time() + 15
-        while time.time() < deadline and not any(r.canceled for r in resps):
-            chunk = sock.recv(1 << 20)
-            if not chunk:
-                break
-            buf += chunk
-            while len(buf) >= 9:
-                n = int.from_bytes(buf[:3], "big")
-                if len(buf) < 9 + n:
-                    break
-                typ, flags, sid = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff
-                payload, buf = buf[9:9 + n], buf[9 + n:]
-                if typ == 4 and not flags & 1:
-                    sock.sendall(gs.h2_frame(4, 1, 0, b""))
-                if typ == 0 and sid == 1:
-                    data += payload
-                    if n:
-                        sock.sendall(gs.h2_frame(8, 0, 0, struct.pack(">I", n)) +
-                                     gs.h2_frame(8, 0, 1, struct.pack(">I", n)))
-                    while len(data) >= 5 and len(data) >= 5 + int.from_bytes(data[1:5], "big"):
-                        m = int.from_bytes(data[1:5], "big")
-                        resps.append(p.WatchResponse.FromString(data[5:5 + m]))
-                        data = data[5 + m:]
+        resps = gs.h2_watch_read_until_canceled(sock)
         assert resps and resps[0].created, resps[:1]
         keys = [ev.kv.key for r in resps for ev in r.events]
         assert keys == [b"cs/%02d" % i for i in range(len(keys))] and len(keys) < 24, keys

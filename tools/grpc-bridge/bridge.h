@@ -57,6 +57,8 @@
 #include <stdint.h>
 
 #include "../../client/ketch.h"
+#include "kv.pb-c.h"
+#include "rpc.pb-c.h"
 
 /* The etcd server version the bridge reports where etcd reports its own
  * (Maintenance.Status.version, what `etcdctl endpoint status` shows and
@@ -147,6 +149,13 @@ void kt_bridge_stream_close(kt_bridge_stream *s);
 extern bool kt_bridge_ka_coalesce;
 extern uint64_t kt_bridge_ka_requests, kt_bridge_ka_upstream;
 void kt_bridge_ka_forget(ketch_client *kc, int64_t id);
+
+/* A response header from a ketch header (k NULL: ids of kc, revision and
+ * term 0; zero ids in k: kc's) and a KeyValue from a ketch kv (pointing at
+ * its bytes). bridge_stream.c. */
+void kt_bridge_fill_header(Etcdserverpb__ResponseHeader *h, const ketch_header *k,
+                           ketch_client *kc);
+void kt_bridge_fill_kv(Mvccpb__KeyValue *o, const ketch_kv *kv);
 
 /* ---- Watch (bridge_watch.c) ---- */
 

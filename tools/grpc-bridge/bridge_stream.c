@@ -111,7 +111,8 @@ static void send_msg(kt_bridge_stream *s, const void *m) {
   s->io->send(s->arg, f, n);
 }
 
-static void fill_header(Etcdserverpb__ResponseHeader *h, const ketch_header *k, ketch_client *kc) {
+void kt_bridge_fill_header(Etcdserverpb__ResponseHeader *h, const ketch_header *k,
+                           ketch_client *kc) {
   etcdserverpb__response_header__init(h);
   h->cluster_id = k && k->cluster_id ? k->cluster_id : ketch_cluster_id(kc);
   h->member_id = k && k->member_id ? k->member_id : ketch_member_id(kc);
@@ -119,7 +120,7 @@ static void fill_header(Etcdserverpb__ResponseHeader *h, const ketch_header *k, 
   h->raft_term = k ? k->raft_term : 0;
 }
 
-static void fill_kv(Mvccpb__KeyValue *o, const ketch_kv *kv) {
+void kt_bridge_fill_kv(Mvccpb__KeyValue *o, const ketch_kv *kv) {
   mvccpb__key_value__init(o);
   o->key.data = (uint8_t *)kv->key;
   o->key.len = kv->key_len;
@@ -154,7 +155,7 @@ static void on_keepalive(void *arg, int err, const ketch_result *res) {
     } else {
       Etcdserverpb__ResponseHeader h;
       Etcdserverpb__LeaseKeepAliveResponse r;
-      fill_header(&h, err ? &last_hdr : &res->header, s->kc);
+      kt_bridge_fill_header(&h, err ? &last_hdr : &res->header, s->kc);
       etcdserverpb__lease_keep_alive_response__init(&r);
       r.header = &h;
       r.id = k->id;
@@ -266,7 +267,7 @@ static void on_ka_lease(void *arg, int err, const ketch_result *res) {
 static void ka_answer_cached(kt_bridge_stream *s, const struct ka_lease *e) {
   Etcdserverpb__ResponseHeader h;
   Etcdserverpb__LeaseKeepAliveResponse r;
-  fill_header(&h, &e->hdr, s->kc);
+  kt_bridge_fill_header(&h, &e->hdr, s->kc);
   etcdserverpb__lease_keep_alive_response__init(&r);
   r.header = &h;
   r.id = e->id;
@@ -480,7 +481,7 @@ static void observe_start(kt_bridge_stream *s);
 static void recipe_acquired(kt_bridge_stream *s) {
   struct rop *op = s->op;
   Etcdserverpb__ResponseHeader h;
-  fill_header(&h, &op->hdr, s->kc);
+  kt_bridge_fill_header(&h, &op->hdr, s->kc);
   op->have_key = false; /* the caller owns it now */
   if (s->method == S_LOCK) {
     V3lockpb__LockResponse r;
@@ -588,8 +589,8 @@ static void send_leader(kt_bridge_stream *s, const ketch_header *kh, const ketch
   Etcdserverpb__ResponseHeader h;
   Mvccpb__KeyValue k;
   V3electionpb__LeaderResponse r;
-  fill_header(&h, kh, s->kc);
-  fill_kv(&k, kv);
+  kt_bridge_fill_header(&h, kh, s->kc);
+  kt_bridge_fill_kv(&k, kv);
   v3electionpb__leader_response__init(&r);
   r.header = &h;
   r.kv = &k;
@@ -724,7 +725,7 @@ static void on_simple(void *arg, int err, const ketch_result *res) {
     } else {
       Etcdserverpb__ResponseHeader h;
       V3lockpb__UnlockResponse r; /* the same wire shape as the others */
-      fill_header(&h, &res->header, s->kc);
+      kt_bridge_fill_header(&h, &res->header, s->kc);
       v3lockpb__unlock_response__init(&r);
       r.header = &h;
       recipe_answer(s, &r);

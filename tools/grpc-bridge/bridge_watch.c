@@ -296,32 +296,12 @@ static void ws_send(kt_bridge_wstream *s, const void *m) {
   s->io->send(s->arg, f, n);
 }
 
-static void whdr(Etcdserverpb__ResponseHeader *h, const ketch_header *k, ketch_client *kc) {
-  etcdserverpb__response_header__init(h);
-  h->cluster_id = k && k->cluster_id ? k->cluster_id : ketch_cluster_id(kc);
-  h->member_id = k && k->member_id ? k->member_id : ketch_member_id(kc);
-  h->revision = k ? k->revision : 0;
-  h->raft_term = k ? k->raft_term : 0;
-}
-
-static void wkv(Mvccpb__KeyValue *o, const ketch_kv *kv) {
-  mvccpb__key_value__init(o);
-  o->key.data = (uint8_t *)kv->key;
-  o->key.len = kv->key_len;
-  o->value.data = (uint8_t *)kv->value;
-  o->value.len = kv->value_len;
-  o->create_revision = kv->create_revision;
-  o->mod_revision = kv->mod_revision;
-  o->version = kv->version;
-  o->lease = kv->lease;
-}
-
 /* A control response: created / canceled / progress, no events. */
 static void ws_ctrl(kt_bridge_wstream *s, const ketch_header *kh, int64_t id, bool created,
                     bool canceled, int64_t compact_revision, const char *reason) {
   Etcdserverpb__ResponseHeader h;
   Etcdserverpb__WatchResponse r;
-  whdr(&h, kh, s->kc);
+  kt_bridge_fill_header(&h, kh, s->kc);
   etcdserverpb__watch_response__init(&r);
   r.header = &h;
   r.watch_id = id;
@@ -435,14 +415,20 @@ static void cw_ended_by(struct cw *c, int err, const ketch_result *res) {
   cw_end(c);
 }
 
-/* The client does not take what it is sent: its watch alone is cancelled. */
-static void cw_too_slow(struct cw *c, const ketch_header *h, int64_t from_rev) {
+/* The client does not take the events of res: its watch alone is
+ * cancelled, naming the first revision it was not sent. */
+static void cw_too_slow(struct cw *c, const ketch_result *res) {
+  const ketch_watch_result *wr = &res->watch;
+  int64_t from = INT64_MAX;
+  for (size_t i = 0; i < wr->n_events; i++)
+    if (wr->events[i].kv.mod_revision > c->sent && wr->events[i].kv.mod_revision < from)
+      from = wr->events[i].kv.mod_revision;
   char m[160];
   snprintf(m, sizeof m,
            "ketch-grpc: watcher too slow: its stream has more queued than the bridge "
            "holds (the client does not read); watch again from revision %lld",
-           (long long)from_rev);
-  ws_ctrl(c->s, h, c->id, false, true, 0, m);
+           (long long)from);
+  ws_ctrl(c->s, &res->header, c->id, false, true, 0, m);
   cw_end(c);
 }
 
@@ -454,10 +440,60 @@ static void cw_progress(struct cw *c, const ketch_header *h) {
   ws_ctrl(c->s, &x, c->id, false, false, 0, NULL);
 }
 
-static bool ev_wanted(const struct cw *c, const ketch_event *e) {
-  if (e->kv.mod_revision <= c->sent)
+/* The protobuf events of a delivery: those after revision `after` that
+ * pass the filters, with prev_kv when `prev` (pointing at wr's bytes). */
+struct evset {
+  Mvccpb__Event *ev, **evp;
+  Mvccpb__KeyValue *kv;
+  size_t n;
+};
+
+static bool ev_pass(const ketch_event *e, int64_t after, bool no_put, bool no_delete) {
+  if (e->kv.mod_revision <= after)
     return false;
-  return e->type == KETCH_EVENT_DELETE ? !c->no_delete : !c->no_put;
+  return e->type == KETCH_EVENT_DELETE ? !no_delete : !no_put;
+}
+
+static void evset_free(struct evset *x) {
+  free(x->ev);
+  free(x->evp);
+  free(x->kv);
+}
+
+/* Returns false if out of memory (x freed). x->n may be 0. */
+static bool evset_build(struct evset *x, const ketch_watch_result *wr, int64_t after, bool no_put,
+                        bool no_delete, bool prev) {
+  size_t n = 0;
+  for (size_t i = 0; i < wr->n_events; i++)
+    n += ev_pass(&wr->events[i], after, no_put, no_delete);
+  *x = (struct evset){.n = n};
+  if (n == 0)
+    return true;
+  x->ev = calloc(n, sizeof *x->ev);
+  x->evp = calloc(n, sizeof *x->evp);
+  x->kv = calloc(2 * n, sizeof *x->kv);
+  if (!x->ev || !x->evp || !x->kv) {
+    evset_free(x);
+    return false;
+  }
+  size_t j = 0;
+  for (size_t i = 0; i < wr->n_events; i++) {
+    const ketch_event *e = &wr->events[i];
+    if (!ev_pass(e, after, no_put, no_delete))
+      continue;
+    mvccpb__event__init(&x->ev[j]);
+    x->ev[j].type = e->type == KETCH_EVENT_DELETE ? MVCCPB__EVENT__EVENT_TYPE__DELETE
+                                                  : MVCCPB__EVENT__EVENT_TYPE__PUT;
+    kt_bridge_fill_kv(&x->kv[2 * j], &e->kv);
+    x->ev[j].kv = &x->kv[2 * j];
+    if (e->prev_kv && prev) {
+      kt_bridge_fill_kv(&x->kv[2 * j + 1], e->prev_kv);
+      x->ev[j].prev_kv = &x->kv[2 * j + 1];
+    }
+    x->evp[j] = &x->ev[j];
+    j++;
+  }
+  return true;
 }
 
 /* The events of res that c wants, as etcd's sendFragments when c asked for
@@ -466,42 +502,21 @@ static bool ev_wanted(const struct cw *c, const ketch_event *e) {
 static bool cw_send_events(struct cw *c, const ketch_result *res) {
   kt_bridge_wstream *s = c->s;
   const ketch_watch_result *wr = &res->watch;
-  size_t n = 0;
-  for (size_t i = 0; i < wr->n_events; i++)
-    n += ev_wanted(c, &wr->events[i]);
-  if (n == 0 || !ws_live(s))
+  if (!ws_live(s))
     return true;
-  Etcdserverpb__ResponseHeader h;
-  Etcdserverpb__WatchResponse r;
-  Mvccpb__Event *ev = calloc(n, sizeof *ev);
-  Mvccpb__Event **evp = calloc(n, sizeof *evp);
-  Mvccpb__KeyValue *kv = calloc(2 * n, sizeof *kv);
-  bool ok = true;
-  if (!ev || !evp || !kv) {
-    free(ev);
-    free(evp);
-    free(kv);
+  struct evset x;
+  if (!evset_build(&x, wr, c->sent, c->no_put, c->no_delete, c->prev_kv)) {
     ws_finish(s, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory");
     return true;
   }
-  size_t j = 0;
-  for (size_t i = 0; i < wr->n_events; i++) {
-    const ketch_event *e = &wr->events[i];
-    if (!ev_wanted(c, e))
-      continue;
-    mvccpb__event__init(&ev[j]);
-    ev[j].type = e->type == KETCH_EVENT_DELETE ? MVCCPB__EVENT__EVENT_TYPE__DELETE
-                                               : MVCCPB__EVENT__EVENT_TYPE__PUT;
-    wkv(&kv[2 * j], &e->kv);
-    ev[j].kv = &kv[2 * j];
-    if (e->prev_kv && c->prev_kv) {
-      wkv(&kv[2 * j + 1], e->prev_kv);
-      ev[j].prev_kv = &kv[2 * j + 1];
-    }
-    evp[j] = &ev[j];
-    j++;
-  }
-  whdr(&h, &res->header, s->kc);
+  if (x.n == 0)
+    return true;
+  size_t n = x.n;
+  Mvccpb__Event **evp = x.evp;
+  Etcdserverpb__ResponseHeader h;
+  Etcdserverpb__WatchResponse r;
+  bool ok = true;
+  kt_bridge_fill_header(&h, &res->header, s->kc);
   etcdserverpb__watch_response__init(&r);
   r.header = &h;
   r.watch_id = c->id;
@@ -530,9 +545,7 @@ static bool cw_send_events(struct cw *c, const ketch_result *res) {
       ws_send(s, &r);
     }
   }
-  free(ev);
-  free(evp);
-  free(kv);
+  evset_free(&x);
   return ok;
 }
 
@@ -569,7 +582,7 @@ static bool dc_header(struct dcache *d) {
     return !d->failed;
   d->hdr_done = true;
   Etcdserverpb__ResponseHeader h;
-  whdr(&h, &d->res->header, d->kc);
+  kt_bridge_fill_header(&h, &d->res->header, d->kc);
   size_t n = etcdserverpb__response_header__get_packed_size(&h);
   d->hdr = malloc(n + 11);
   if (!d->hdr) {
@@ -588,52 +601,26 @@ static struct dvar *dc_variant(struct dcache *d, bool prev, int filt) {
   if (v->done)
     return v;
   v->done = true;
-  const ketch_watch_result *wr = &d->res->watch;
-  size_t n = 0;
-  for (size_t i = 0; i < wr->n_events; i++) {
-    int t = wr->events[i].type;
-    n += !((filt == 1 && t != KETCH_EVENT_DELETE) || (filt == 2 && t == KETCH_EVENT_DELETE));
-  }
-  if (n == 0)
-    return v;
-  Mvccpb__Event *ev = calloc(n, sizeof *ev);
-  Mvccpb__Event **evp = calloc(n, sizeof *evp);
-  Mvccpb__KeyValue *kv = calloc(2 * n, sizeof *kv);
-  if (ev && evp && kv) {
-    size_t j = 0;
-    for (size_t i = 0; i < wr->n_events; i++) {
-      const ketch_event *e = &wr->events[i];
-      if ((filt == 1 && e->type != KETCH_EVENT_DELETE) ||
-          (filt == 2 && e->type == KETCH_EVENT_DELETE))
-        continue;
-      mvccpb__event__init(&ev[j]);
-      ev[j].type = e->type == KETCH_EVENT_DELETE ? MVCCPB__EVENT__EVENT_TYPE__DELETE
-                                                 : MVCCPB__EVENT__EVENT_TYPE__PUT;
-      wkv(&kv[2 * j], &e->kv);
-      ev[j].kv = &kv[2 * j];
-      if (e->prev_kv && prev) {
-        wkv(&kv[2 * j + 1], e->prev_kv);
-        ev[j].prev_kv = &kv[2 * j + 1];
-      }
-      evp[j] = &ev[j];
-      j++;
-    }
-    Etcdserverpb__WatchResponse r;
-    etcdserverpb__watch_response__init(&r);
-    r.events = evp;
-    r.n_events = n;
-    size_t sz = etcdserverpb__watch_response__get_packed_size(&r);
-    v->p = malloc(sz ? sz : 1);
-    if (v->p) {
-      etcdserverpb__watch_response__pack(&r, v->p);
-      v->n = sz;
-    }
-  }
-  if (!v->p)
+  struct evset x;
+  if (!evset_build(&x, &d->res->watch, -1, filt == 1, filt == 2, prev)) {
     d->failed = true;
-  free(ev);
-  free(evp);
-  free(kv);
+    return v;
+  }
+  if (x.n == 0)
+    return v;
+  Etcdserverpb__WatchResponse r;
+  etcdserverpb__watch_response__init(&r);
+  r.events = x.evp;
+  r.n_events = x.n;
+  size_t sz = etcdserverpb__watch_response__get_packed_size(&r);
+  v->p = malloc(sz ? sz : 1);
+  if (v->p) {
+    etcdserverpb__watch_response__pack(&r, v->p);
+    v->n = sz;
+  } else {
+    d->failed = true;
+  }
+  evset_free(&x);
   return v;
 }
 
@@ -851,11 +838,7 @@ static void grp_delivery(struct uw *g, const ketch_result *res) {
     for (struct cw *c = g->list[C_MEMB], *next; c; c = next) {
       next = c->gnext;
       if (!cw_deliver(c, &d)) {
-        int64_t from = top;
-        for (size_t i = 0; i < wr->n_events; i++)
-          if (wr->events[i].kv.mod_revision > c->sent && wr->events[i].kv.mod_revision < from)
-            from = wr->events[i].kv.mod_revision;
-        cw_too_slow(c, &res->header, from);
+        cw_too_slow(c, res);
         continue;
       }
       c->sent = max64(c->sent, top);
@@ -887,11 +870,7 @@ static void priv_delivery(struct uw *p, const ketch_result *res) {
   } else if (wr->n_events > 0) {
     int64_t top = max_event_rev(wr);
     if (!cw_send_events(c, res)) {
-      int64_t from = top;
-      for (size_t i = 0; i < wr->n_events; i++)
-        if (wr->events[i].kv.mod_revision > c->sent && wr->events[i].kv.mod_revision < from)
-          from = wr->events[i].kv.mod_revision;
-      cw_too_slow(c, &res->header, from);
+      cw_too_slow(c, res);
       return;
     }
     p->rev = max64(p->rev, top);
