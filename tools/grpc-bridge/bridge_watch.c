@@ -16,7 +16,9 @@
  *     filters: filters and fragments are per client, here) and three lists
  *     of client watches: WAIT (no start revision, group not created yet),
  *     PRIV (catching up on a private upstream watch), MEMB (members: the
- *     group's deliveries are theirs). The handle is part of the key: a
+ *     group's deliveries are theirs). A client without prev_kv joins the
+ *     group with prev_kv when none without exists (stripped for it). The
+ *     handle is part of the key: a
  *     handle is one identity toward the members (bridge_main.c), so clients
  *     of different users never share what the member checked for one;
  *   - per client catching up, a PRIVATE upstream ketch_watch (struct uw,
