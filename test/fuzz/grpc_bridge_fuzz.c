@@ -24,6 +24,7 @@
 #include "../../tools/grpc-bridge/bridge_kv.c"
 #include "../../tools/grpc-bridge/bridge_snap.c"
 #include "../../tools/grpc-bridge/bridge_stream.c"
+#include "../../tools/grpc-bridge/bridge_watch.c"
 #include "auth.pb-c.c"
 #include "kv.pb-c.c"
 #include "lease.pb-c.c"
