@@ -925,6 +925,43 @@ def test_watch_coalescing_slow_client():
             s.close()
 
 
+def progress_round_trip(port, key, with_now):
+    """One stream: a watch of key from 50 revisions ahead (progress_notify),
+    with one from now beside it or not, then a progress request; the
+    cluster's revision and every response up to and including the answer
+    (watch_id -1)."""
+    p = gs.pb()
+    rev = kv_op(port, key, b"x")
+    s = gs.watch_stream(port)
+    try:
+        if with_now:
+            s.send(gs.create(key=key))
+            assert s.recv().created
+        s.send(gs.create(key=key, start_revision=rev + 50, progress_notify=True))
+        assert s.recv().created
+        s.send(p.WatchRequest(progress_request=p.WatchProgressRequest()))
+        resps = [s.recv()]
+        while resps[-1].watch_id != -1:
+            resps.append(s.recv())
+    finally:
+        s.close()
+    return rev, resps
+
+
+def test_watch_coalescing_progress_never_ahead():
+    """A watch from a revision the cluster has not reached yet claims no
+    revision beyond the cluster's: the progress answer is the cluster's
+    revision (etcd 3.4 answers the same), and no progress notification names
+    a later one."""
+    e = env()
+    br = co_bridge()
+    for port in (e.etcd_port, br.port):
+        for with_now in (True, False):
+            rev, resps = progress_round_trip(port, b"cf/k", with_now)
+            assert all(r.header.revision <= rev for r in resps), (port, with_now, rev, resps)
+            assert resps[-1].header.revision == rev and not resps[-1].events, (port, rev, resps)
+
+
 def teardown():
     global ENV
     if ENV is not None:
@@ -946,5 +983,5 @@ if __name__ == "__main__":
                test_registration_member_list, test_advertise_without_prefix,
                test_endpoints_auto_sync, test_lease_keepalive_coalescing,
                test_watch_coalescing_1000_streams, test_watch_coalescing_merge_under_writes,
-               test_watch_coalescing_slow_client,
+               test_watch_coalescing_slow_client, test_watch_coalescing_progress_never_ahead,
                test_shutdown_clean])

@@ -58,8 +58,11 @@
  * the smallest `sent` of the stream's created watches (never a revision
  * whose events the client was not sent; ketch's member has just told every
  * idle upstream watch its revision), or the member's revision when it has
- * none. Requests arriving while a round is in flight wait for the next one
- * (one round in flight per handle, however many streams ask).
+ * none; and never beyond the newest revision of the cluster the bridge has
+ * seen (a watch from a revision not reached yet has `sent` = start - 1: it
+ * is answered the cluster's revision, as etcd does). Progress notifications
+ * to a client watch follow the same rule. Requests arriving while a round is in flight wait for the
+ * next one (one round in flight per handle, however many streams ask).
  *
  * Back pressure: a delivery that does not fit a client's stream
  * (io->room()) cancels that client's watch alone ("watcher too slow ...");
@@ -175,6 +178,16 @@ static void wnote_header(const ketch_header *h) {
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* The revision a progress response names for a client sent everything up
+ * to `sent`: no later than the cluster's newest revision the bridge knows
+ * (h: a header just received, may be NULL). A watch from a start revision
+ * the cluster has not reached has sent = start - 1, ahead of the cluster:
+ * etcd answers its store's revision there, never a future one. */
+static int64_t progress_rev(int64_t sent, const ketch_header *h) {
+  int64_t top = max64(h ? h->revision : 0, wlast_hdr.revision);
+  return sent < top ? sent : top;
+}
 
 /* ---- handles ---- */
 
@@ -438,7 +451,7 @@ static void cw_progress(struct cw *c, const ketch_header *h) {
   if (!c->progress_notify || !c->created || !ws_live(c->s) || !c->s->io->room(c->s->arg, 64))
     return;
   ketch_header x = *h;
-  x.revision = c->sent;
+  x.revision = progress_rev(c->sent, h);
   ws_ctrl(c->s, &x, c->id, false, false, 0, NULL);
 }
 
@@ -699,7 +712,7 @@ static void ws_progress_answer(kt_bridge_wstream *s, int n, const ketch_header *
     rev = h->revision;
   }
   ketch_header x = h && h->raft_term ? *h : wlast_hdr;
-  x.revision = rev;
+  x.revision = progress_rev(rev, h);
   for (int i = 0; i < n; i++)
     ws_ctrl(s, &x, -1, false, false, 0, NULL);
 }
