@@ -962,6 +962,36 @@ def test_watch_coalescing_progress_never_ahead():
             assert resps[-1].header.revision == rev and not resps[-1].events, (port, rev, resps)
 
 
+def test_watch_coalescing_created_revision_fresh():
+    """A watch from now that joins a shared watch is created at the newest
+    revision the bridge has seen, not at the shared watch's last event:
+    clientv3 resumes a watch from now at its created revision after a
+    reconnect, so a stale one would replay a change made before the watch
+    existed. etcd answers its current revision (the same here: the bridge
+    saw it on another watch)."""
+    e = env()
+    br = co_bridge()
+    for port in (e.etcd_port, br.port):
+        a, b = gs.watch_stream(port), gs.watch_stream(port)
+        s = gs.watch_stream(port)
+        try:
+            a.send(gs.create(key=b"cr/a"))
+            b.send(gs.create(key=b"cr/b"))
+            assert a.recv().created and b.recv().created
+            ra = kv_op(port, b"cr/a", b"1")
+            assert [ev.kv.mod_revision for ev in a.recv().events] == [ra]
+            rb = kv_op(port, b"cr/b", b"1")  # the newest revision, seen on b's watch
+            assert [ev.kv.mod_revision for ev in b.recv().events] == [rb]
+            s.send(gs.create(key=b"cr/a"))
+            r = s.recv()
+            assert r.created and r.header.revision == rb, (port, ra, rb, r)
+            rc = kv_op(port, b"cr/a", b"2")
+            assert [ev.kv.mod_revision for ev in s.recv().events] == [rc]
+        finally:
+            for x in (a, b, s):
+                x.close()
+
+
 def teardown():
     global ENV
     if ENV is not None:
@@ -984,4 +1014,4 @@ if __name__ == "__main__":
                test_endpoints_auto_sync, test_lease_keepalive_coalescing,
                test_watch_coalescing_1000_streams, test_watch_coalescing_merge_under_writes,
                test_watch_coalescing_slow_client, test_watch_coalescing_progress_never_ahead,
-               test_shutdown_clean])
+               test_watch_coalescing_created_revision_fresh, test_shutdown_clean])

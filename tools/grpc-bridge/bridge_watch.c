@@ -36,8 +36,15 @@
  *
  * Join protocol (client watch c with start revision S, group g found or made
  * for its key):
- *   S == 0, g created  -> member at once, c->sent = g->rev; its created
- *                         response carries g->rev (events after it follow).
+ *   S == 0, g created  -> member at once at the newest revision the
+ *                         bridge has seen (seen_rev: g->rev, the header of
+ *                         g's last delivery, any other watch's): c->sent =
+ *                         that, and its created response carries it, as
+ *                         etcd's carries its current revision (events after
+ *                         it follow; g's events up to it are older than the
+ *                         watch). Not g->rev alone: clientv3 resumes a watch
+ *                         from now at its created revision, and g->rev is
+ *                         often the key's last change, made before c existed.
  *   S == 0, g not yet  -> WAIT; when g's created arrives, every waiter
  *                         becomes a member as above.
  *   S > 0, g created and S-1 >= g->rev -> member at once with c->sent = S-1
@@ -178,6 +185,12 @@ static void wnote_header(const ketch_header *h) {
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* The newest revision of the cluster the bridge has seen on g or on any
+ * watch: a revision every one up to which was committed before now. */
+static int64_t seen_rev(const struct uw *g) {
+  return max64(max64(g->rev, g->hdr.revision), wlast_hdr.revision);
+}
 
 /* The revision a progress response names for a client sent everything up
  * to `sent`: no later than the cluster's newest revision the bridge knows
@@ -789,7 +802,7 @@ static bool cw_try_join(struct cw *c) {
   c->p = NULL;
   /* a watch from a start revision: the revision the cluster was at (as
    * etcd's created response), not its start, which may be ahead */
-  cw_created(c, &g->hdr, g->hdr.revision);
+  cw_created(c, &g->hdr, seen_rev(g));
   return true;
 }
 
@@ -1079,9 +1092,9 @@ static void watch_create(kt_bridge_wstream *s, const Etcdserverpb__WatchCreateRe
   } else if (!g->created) {
     grp_link(g, c, C_WAIT);
   } else {
-    c->sent = c->start ? c->start - 1 : g->rev;
+    c->sent = c->start ? c->start - 1 : seen_rev(g);
     grp_link(g, c, C_MEMB);
-    cw_created(c, &g->hdr, c->start ? g->hdr.revision : c->sent);
+    cw_created(c, &g->hdr, c->start ? seen_rev(g) : c->sent);
   }
 }
 
