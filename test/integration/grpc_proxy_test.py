@@ -30,6 +30,9 @@ without claiming an event it was not sent; watches created while the key
 keeps changing join the shared watch mid-stream without a duplicate or a
 gap; a client that stops reading loses its own watch while three readers of
 the same shared watch go on. etcd's proxy metrics are checked on /metrics.
+Beside etcd itself: a watch from a revision not reached yet gets progress
+at the cluster's revision, never a later one, and a watch from now that
+joins a shared one is created at the newest revision the bridge has seen.
 """
 import json
 import os
