@@ -108,4 +108,5 @@ void kt_bridge_metrics(void *arg, struct kt_buf *b) {
         "# TYPE ketch_grpc_lease_keepalives_sent_total counter\n"
         "ketch_grpc_lease_keepalives_sent_total %llu\n",
         (unsigned long long)kt_bridge_ka_requests, (unsigned long long)kt_bridge_ka_upstream);
+  kt_bridge_cache_metrics(b);
 }
