@@ -1067,6 +1067,8 @@ static bool txn_writes(const Etcdserverpb__TxnRequest *r, int depth) {
 
 void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size_t len,
                     size_t max_request_bytes, kt_bridge_done done, void *arg) {
+  if (!strcmp(path, method_paths[M_RANGE]) && kt_bridge_cache_get(kc, msg, len, done, arg))
+    return; /* a cache hit: answered without the member */
   if (member_index(path) >= 0) {
     member_call(kc, member_index(path), msg, len, done, arg);
     return;
@@ -1090,8 +1092,6 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
     kt_bridge_fail(done, arg, KETCH_ETOOLARGE, NULL);
     return;
   }
-  if (method == M_RANGE && kt_bridge_cache_get(kc, msg, len, done, arg))
-    return; /* a cache hit: answered without the member */
   struct call *c = malloc(sizeof *c);
   if (!c) {
     done(arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
