@@ -920,6 +920,26 @@ def test_cache_size_0_disables():
         assert metric(e.cache_0m, "etcd_grpc_proxy_cache_%s_total" % name) == 0
 
 
+def test_cache_difference_with_etcd_proxy():
+    """etcd 3.4's grpc-proxy keeps serving a cached answer after a write made
+    straight to etcd (its cache hears only of writes through itself); a
+    ketch-grpc shows a write made straight to the member within the bound."""
+    e = cache_env()
+    ctl(e.etcd_port, "put", "t1/cd", "old")
+    for _ in range(2):
+        assert ctl(e.eproxy_port, "get", "cd", "--consistency=s",
+                   "--print-value-only") == "old\n"
+    ctl(e.etcd_port, "put", "t1/cd", "new")
+    time.sleep(0.5)
+    assert ctl(e.eproxy_port, "get", "cd", "--consistency=s", "--print-value-only") == "old\n"
+    assert ctl(e.eproxy_port, "get", "cd", "--print-value-only") == "new\n"  # linearizable
+    native().put("cache/cd", "old")
+    warm(e, b"cache/cd")
+    native().put("cache/cd", "new")
+    time.sleep(STALE_S + 0.01)
+    assert ctl(e.cache_a, "get", "cache/cd", "--consistency=s", "--print-value-only") == "new\n"
+
+
 def test_cache_metrics_are_etcds():
     """The three figures with etcd's names, types and help (etcd's
     proxy/grpcproxy/metrics.go declares them as gauges)."""
@@ -958,4 +978,5 @@ if __name__ == "__main__":
                test_cache_lagging_watch_not_served,
                test_cache_linearizable_always_fresh, test_cache_compaction_honoured,
                test_cache_member_stopped_nothing_served, test_cache_size_0_disables,
-               test_cache_metrics_are_etcds, test_shutdown_clean])
+               test_cache_difference_with_etcd_proxy, test_cache_metrics_are_etcds,
+               test_shutdown_clean])
