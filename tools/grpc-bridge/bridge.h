@@ -251,7 +251,7 @@ struct kt_bridge_cache_fill *kt_bridge_cache_miss(ketch_client *kc, const uint8_
 /* The member answered ticket f with header h and resp (an
  * Etcdserverpb__RangeResponse whose header is h; left as it was): consumes
  * f, may store the answer, and returns the framed answer for the client
- * (malloc'd, *len bytes), or NULL (out of memory: frame resp yourself). */
+ * (malloc'd, *len bytes), or NULL (too large to keep, or out of memory: frame resp yourself). */
 uint8_t *kt_bridge_cache_fill(struct kt_bridge_cache_fill *f, const ketch_header *h, void *resp,
                               size_t *len);
 /* The ticket's request failed with err (0: not sent): consumes f (NULL is

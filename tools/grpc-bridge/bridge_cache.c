@@ -781,6 +781,11 @@ uint8_t *kt_bridge_cache_fill(struct kt_bridge_cache_fill *f, const ketch_header
   Etcdserverpb__ResponseHeader *hdr = r->header;
   r->header = NULL;
   size_t bn = protobuf_c_message_get_packed_size(&r->base);
+  if (e->bytes + bn > C.max_bytes / 8) { /* never kept: framed the usual way */
+    r->header = hdr;
+    entry_free(e);
+    return NULL;
+  }
   e->body = malloc(bn ? bn : 1);
   if (e->body)
     protobuf_c_message_pack(&r->base, e->body);
