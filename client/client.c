@@ -4,9 +4,11 @@
  * Owns: the handle's lifetime. ketch_open checks the options, parses the
  * endpoints, builds the TLS context when an endpoint needs one, takes the
  * credentials (auth.c) and, unless nonblocking_open, connects (conn.c) until
- * a member completed the handshake. ketch_close completes everything
- * pending with KETCH_ECANCELED (callbacks may submit more: it loops until
- * nothing is left), then frees what each module owns.
+ * a member completed the handshake (with a resolver prefix, resolver.c
+ * first reads the registered proxies, and those are the endpoints).
+ * ketch_close completes everything pending with KETCH_ECANCELED (callbacks
+ * may submit more: it loops until nothing is left), then frees what each
+ * module owns.
  *
  * The other modules and what they own: client/client_int.h.
  */
@@ -78,6 +80,7 @@ static void free_client(ketch_client *c) {
   free(c->srv_domain);
   free(c->srv_suffix);
   free(c->srv_dns);
+  kt_cl_resolver_free(c);
   if (c->slots)
     for (uint32_t i = 0; i < c->max_outstanding; i++)
       kt_buf_free(&c->slots[i].frame);
@@ -197,6 +200,8 @@ int ketch_open(ketch_client **out, const char *endpoints, const ketch_options *o
     kt_cl_copy_msg(errmsg, errmsg_len, "no endpoints given");
     return KETCH_EINVAL;
   }
+  if (opts && opts->resolver_prefix && *opts->resolver_prefix)
+    return kt_cl_open_resolved(out, endpoints, opts, errmsg, errmsg_len);
   ketch_client *c = calloc(1, sizeof *c);
   if (!c)
     return KETCH_ENOMEM;
@@ -255,8 +260,8 @@ int ketch_open_srv(ketch_client **out, const char *domain, const char *suffix,
   c->srv_domain = strdup(domain);
   c->srv_suffix = suffix ? strdup(suffix) : NULL;
   c->srv_dns = dns_servers ? strdup(dns_servers) : NULL;
-  c->srv_interval_ms = KETCH_SRV_REFRESH_MS;
-  c->srv_next_ms = kt_cl_now_ms() + c->srv_interval_ms;
+  c->refresh_interval_ms = KETCH_SRV_REFRESH_MS;
+  c->refresh_next_ms = kt_cl_now_ms() + c->refresh_interval_ms;
   if (!c->srv_domain || (suffix && !c->srv_suffix) || (dns_servers && !c->srv_dns)) {
     free_client(c);
     *out = NULL;

@@ -15,6 +15,7 @@
  *   lease.c     lease calls and the keep-alive manager
  *   watch.c     watch streams, exactly once across reconnects
  *   snapshot.c  ketch_snapshot_save (stream to a file, hash checked)
+ *   resolver.c  proxies registered under a resolver prefix
  *   srv.c       DNS SRV discovery; recipes.c: mutex, election (public API only)
  *
  * Internal names are kt_cl_<verb>; nothing here is exported from
@@ -150,13 +151,16 @@ struct ketch_client {
   char errmsg[512];
   char round_err[1024]; /* why each endpoint failed in this round */
 
-  /* ketch_open_srv: the records are looked up again (kt_cl_srv_refresh)
-   * before a new connection when the last lookup is older than
-   * srv_interval_ms, and after every endpoint of a round failed. NULL
-   * srv_domain: a fixed list. */
+  /* Discovered endpoints (conn.c's discovery_refresh): ketch_open_srv's
+   * SRV records, or the registrations under ketch_options.resolver_prefix
+   * (resolver.c), are looked up again before a new connection when the last
+   * lookup is older than refresh_interval_ms, and after every endpoint of a
+   * round failed. Neither srv_domain nor res_prefix: a fixed list. */
   char *srv_domain, *srv_suffix, *srv_dns;
-  int srv_interval_ms;
-  int64_t srv_next_ms;
+  char *res_prefix, *res_cluster; /* the prefix; the cluster's endpoints */
+  ketch_options *res_opts;        /* a private copy, to read them again */
+  int refresh_interval_ms;
+  int64_t refresh_next_ms;
   bool nonblocking;
 };
 
@@ -260,6 +264,21 @@ void kt_cl_auth_async_done(ketch_client *c, int err, const struct kt_resp *resp)
 /* ---- lease.c ---- */
 void kt_cl_ka_tick(ketch_client *c, int64_t now);
 void kt_cl_ka_free_all(ketch_client *c);
+
+/* ---- resolver.c ---- */
+/* One registration's value (etcd's naming.Update JSON, n bytes from
+ * outside): 1 and its Addr (NUL-terminated, in addr_len bytes) for an Add of
+ * a native ketch endpoint, 0 for an Add of another kind (a gRPC proxy), -1
+ * for anything else (a Delete, no usable Addr). Reads only v[0, n). */
+int kt_cl_naming_parse(const uint8_t *v, size_t n, char *addr, size_t addr_len);
+/* ketch_open with opts->resolver_prefix set. */
+int kt_cl_open_resolved(ketch_client **out, const char *endpoints, const ketch_options *opts,
+                        char *errmsg, size_t errmsg_len);
+int kt_cl_resolver_set(ketch_client *c, const char *cluster, const char *prefix,
+                       const ketch_options *opts);
+/* The registrations read again (blocking): the list into list[cap]. */
+int kt_cl_resolver_lookup(ketch_client *c, char *list, size_t cap);
+void kt_cl_resolver_free(ketch_client *c);
 
 /* ---- watch.c ---- */
 void kt_cl_watches_conn_lost(ketch_client *c);

@@ -8,8 +8,8 @@
  * endpoint after another) -> TLS (https:// endpoints) -> HELLO -> AUTH (with
  * credentials, auth.c) -> READY; any failure goes to the next endpoint
  * (round robin), and after a whole round of failures to BACKOFF (20 ms
- * doubling to 1 s). A handle opened with ketch_open_srv looks its SRV
- * records up again before a new connection when due.
+ * doubling to 1 s). A handle with discovered endpoints (SRV records, a
+ * resolver prefix) looks them up again before a new connection when due.
  *
  * Data flow: kt_cl_process() reads what arrived into `in`, splits frames,
  * decodes each (dec_arena) and routes it: HELLO, the connection's
@@ -191,22 +191,30 @@ int ketch_set_endpoints(ketch_client *c, const char *endpoints, char *errmsg, si
   return 0;
 }
 
-/* ketch_open_srv's handles: the SRV records looked up again (blocking, at
- * most min(dial timeout, 2 s)). A list that resolves and needs no TLS the
- * handle was not opened with replaces the endpoints, and the next connection
- * starts from its first (best) one; otherwise the list is kept. Called from
- * IDLE only, with no address list in use. */
-static void srv_refresh(ketch_client *c) {
-  c->srv_next_ms = kt_cl_now_ms() + c->srv_interval_ms;
-  char list[64 * 80], why[400];
+/* Handles with discovered endpoints (ketch_open_srv's SRV records, a
+ * resolver prefix's registrations): they are looked up again (blocking: SRV
+ * at most min(dial timeout, 2 s); registrations about a dial timeout per
+ * cluster endpoint plus one request). A list that resolves and needs no TLS
+ * the handle was not opened with replaces the endpoints, and the next
+ * connection starts from its first one; otherwise the list is kept. Called
+ * from IDLE only, with no address list in use. */
+static void discovery_refresh(ketch_client *c) {
+  c->refresh_next_ms = kt_cl_now_ms() + c->refresh_interval_ms;
+  size_t cap = 64 * 1024;
+  char *list = malloc(cap), why[400];
   int tmo = c->dial_timeout_ms < 2000 ? c->dial_timeout_ms : 2000;
-  if (ketch_srv_endpoints(c->srv_domain, c->srv_suffix, c->srv_dns, tmo, list, sizeof list, why,
-                          sizeof why))
-    return; /* the resolver failed or found nothing: keep what we have */
+  int err = !list           ? KETCH_ENOMEM
+            : c->srv_domain ? ketch_srv_endpoints(c->srv_domain, c->srv_suffix, c->srv_dns, tmo,
+                                                  list, cap, why, sizeof why)
+                            : kt_cl_resolver_lookup(c, list, cap);
   struct endpoint *eps;
   size_t n;
-  if (kt_cl_parse_endpoints(list, 0, &eps, &n, why, sizeof why))
+  /* the lookup failed or found nothing: keep what we have */
+  if (err || kt_cl_parse_endpoints(list, 0, &eps, &n, why, sizeof why)) {
+    free(list);
     return;
+  }
+  free(list);
   bool same = n == c->n_eps, ok = n > 0;
   for (size_t i = 0; i < n; i++) {
     ok &= !kt_cl_ep_tls(c, &eps[i]) || c->tls;
@@ -309,10 +317,10 @@ void kt_cl_conn_start(ketch_client *c) {
   for (;;) {
     if (c->state != ST_IDLE)
       return;
-    if (c->srv_domain && !c->nonblocking && !c->ai_cur &&
-        (c->fails_in_round >= c->n_eps || kt_cl_now_ms() >= c->srv_next_ms)) {
+    if ((c->srv_domain || c->res_prefix) && !c->nonblocking && !c->ai_cur &&
+        (c->fails_in_round >= c->n_eps || kt_cl_now_ms() >= c->refresh_next_ms)) {
       bool round_done = c->fails_in_round >= c->n_eps;
-      srv_refresh(c); /* a new list starts a new round at its first endpoint */
+      discovery_refresh(c); /* a new list starts a new round at its first endpoint */
       if (round_done && c->fails_in_round == 0)
         continue;
     }
