@@ -27,9 +27,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = strnlen(addr, cap);
     if (n == 0 || n >= cap || !memmem(v, size, addr, n))
       abort();
-    for (size_t i = 0; i < n; i++)
-      if (addr[i] <= ' ' || addr[i] == ',' || addr[i] == '"' || addr[i] == '\\')
+    for (size_t i = 0; i < n; i++) {
+      unsigned char ch = (unsigned char)addr[i];
+      if (ch <= ' ' || ch == ',' || ch == '"' || ch == '\\')
         abort();
+    }
   }
   free(v);
   free(addr);
