@@ -32,15 +32,15 @@ static size_t walk(const struct centry *t, size_t depth) {
   if (depth > 4096)
     abort();
   const struct centry *m = t;
-  if (t->left && hi_cmp(t->left->maxe, m) > 0)
+  if (t->left && tree_hi_cmp(t->left->maxe, m) > 0)
     m = t->left->maxe;
-  if (t->right && hi_cmp(t->right->maxe, m) > 0)
+  if (t->right && tree_hi_cmp(t->right->maxe, m) > 0)
     m = t->right->maxe;
-  if (hi_cmp(m, t->maxe) != 0 || !t->in_tree || t->revision != 0)
+  if (tree_hi_cmp(m, t->maxe) != 0 || !t->in_tree || t->revision != 0)
     abort();
-  if (t->left && (node_cmp(t->left, t) >= 0 || t->left->prio > t->prio))
+  if (t->left && (tree_node_cmp(t->left, t) >= 0 || t->left->prio > t->prio))
     abort();
-  if (t->right && (node_cmp(t->right, t) <= 0 || t->right->prio > t->prio))
+  if (t->right && (tree_node_cmp(t->right, t) <= 0 || t->right->prio > t->prio))
     abort();
   return 1 + walk(t->left, depth + 1) + walk(t->right, depth + 1);
 }
@@ -49,7 +49,7 @@ static void check(void) {
   size_t n = 0, bytes = 0, in_tree = 0;
   const struct centry *prev = NULL;
   for (const struct centry *e = C.head; e; e = e->next) {
-    if (e->prev != prev || find(e->req, e->req_len, e->hash) != e)
+    if (e->prev != prev || cache_find(e->req, e->req_len, e->hash) != e)
       abort();
     n++;
     bytes += e->bytes;
@@ -65,13 +65,13 @@ static void check(void) {
 }
 
 static bool holds(const struct centry *e, const uint8_t *k, size_t kn) {
-  return bcmp3(e->lo, e->lo_len, k, kn) <= 0 && below_hi(e, k, kn);
+  return cache_bcmp(e->lo, e->lo_len, k, kn) <= 0 && tree_below_hi(e, k, kn);
 }
 
 static void check_stab(const uint8_t *k, size_t kn) {
   C.n_hit = 0;
   C.hit_oom = false;
-  stab(C.root, k, kn);
+  tree_stab(C.root, k, kn);
   size_t want = 0;
   for (const struct centry *e = C.head; e; e = e->next)
     if (e->in_tree && holds(e, k, kn)) {
@@ -131,7 +131,7 @@ static void make_rq(struct rq *r, uint8_t a, uint8_t b) {
 }
 
 static void check_answer(const uint8_t *framed, size_t len, int64_t rev, const struct centry *e) {
-  if (len < 5 || framed_revision(framed, len) != rev)
+  if (len < 5 || cache_framed_revision(framed, len) != rev)
     abort();
   Etcdserverpb__RangeResponse *r = etcdserverpb__range_response__unpack(NULL, len - 5, framed + 5);
   if (!r || !r->header || r->header->revision != rev)
@@ -139,7 +139,7 @@ static void check_answer(const uint8_t *framed, size_t len, int64_t rev, const s
   Etcdserverpb__ResponseHeader hdr = *r->header;
   uint8_t a[64], b[64];
   size_t an = etcdserverpb__response_header__pack(&hdr, a);
-  size_t bn = put_header(b, hdr.cluster_id, hdr.member_id, hdr.revision, hdr.raft_term);
+  size_t bn = cache_put_header(b, hdr.cluster_id, hdr.member_id, hdr.revision, hdr.raft_term);
   if (an != bn || memcmp(a, b, an))
     abort();
   if (e && (len - 5 < e->body_len || memcmp(framed + len - e->body_len, e->body, e->body_len)))
@@ -192,7 +192,7 @@ static void fill(const struct rq *r, uint8_t nkv) {
 }
 
 static void lookup_one(const struct rq *r) {
-  struct centry *e = find(r->msg, r->len, hash_bytes(r->msg, r->len));
+  struct centry *e = cache_find(r->msg, r->len, cache_hash(r->msg, r->len));
   int64_t S = C.S;
   bool may = e && C.live;
   if (may) {
@@ -205,12 +205,12 @@ static void lookup_one(const struct rq *r) {
                                                           g_now - C.ok_t <= C.max_stale_s)));
   }
   int64_t cur = 0;
-  struct centry *got = C.n ? lookup(r->msg, r->len, g_now, &cur) : NULL;
+  struct centry *got = C.n ? cache_lookup(r->msg, r->len, g_now, &cur) : NULL;
   if ((got != NULL) != may || (got && got != e))
     abort();
   if (got) {
     size_t len;
-    uint8_t *framed = frame_answer(got, cur, &len);
+    uint8_t *framed = cache_frame_answer(got, cur, &len);
     if (framed) {
       check_answer(framed, len, cur, got);
       free(framed);
@@ -220,7 +220,7 @@ static void lookup_one(const struct rq *r) {
   }
 }
 
-/* mono_s() is the real clock; the fuzz target's own clock drives lookup
+/* cache_now_s() is the real clock; the fuzz target's own clock drives lookup
  * directly, and fill times are moved onto it after each fill. */
 static void retime(double before) {
   for (struct centry *e = C.head; e; e = e->next)
@@ -236,7 +236,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   framed[0] = 0;
   memcpy(framed + 5, data, size);
-  (void)framed_revision(framed, size + 5);
+  (void)cache_framed_revision(framed, size + 5);
   free(framed);
   Etcdserverpb__RangeResponse *rr = etcdserverpb__range_response__unpack(NULL, size, data);
   if (rr) {
@@ -246,7 +246,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       f[0] = 0;
       etcdserverpb__range_response__pack(rr, f + 5);
       int64_t want = rr->header && rr->header->revision > 0 ? rr->header->revision : 0;
-      if (framed_revision(f, n + 5) != want)
+      if (cache_framed_revision(f, n + 5) != want)
         abort();
       free(f);
     }
@@ -272,14 +272,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     make_rq(&r, op[1], op[2]);
     switch (op[0] % 9) {
     case 0: { /* a miss answered at the current revision */
-      double before = mono_s();
+      double before = cache_now_s();
       fill(&r, op[1]);
       retime(before);
       break;
     }
     case 1: { /* an event on r's key at the next revision */
       g_rev++;
-      invalidate(r.key, r.q.key_len, g_rev);
+      cache_invalidate(r.key, r.q.key_len, g_rev);
       if (op[2] & 1)
         C.W = g_rev;
       for (const struct centry *e = C.head; e; e = e->next)

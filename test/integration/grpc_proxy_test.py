@@ -20,6 +20,29 @@ added later and serves once the first is gone.
 --coalesce-lease-keepalives: 200 clients keeping one lease alive cost the
 member a handful of renewals (the bridge's own counters of what it received
 and sent), answers as etcd's; the lease expires once they all stop.
+
+Watch coalescing (always on): 1,000 Watch streams (grpc.aio, 8 connections)
+on one key through one bridge cost the member 2 watches (its own
+etcd_debugging_mvcc_watcher_total), every client gets every event once, in
+order, from its own start (now, history, the latest revision, the next),
+with its own filters and prev_kv, and its progress request is answered
+without claiming an event it was not sent; watches created while the key
+keeps changing join the shared watch mid-stream without a duplicate or a
+gap; a client that stops reading loses its own watch while three readers of
+the same shared watch go on. etcd's proxy metrics are checked on /metrics.
+
+The range cache (--cache-size, on by default), with bridges A (cache,
+/metrics), B and one with --cache-size 0: serializable reads served by A
+cost the member no range (its own etcd_mvcc_range_total) and equal the
+member's answers; writes through B and native ones (put, delete) are seen
+through A by any read starting --cache-max-staleness after they were
+acknowledged, a put through A by the next read at once; A stopped (SIGSTOP)
+while 16 MB are written shows the change once it runs again; linearizable
+reads never touch the cache; a compacted revision answers etcd's compacted
+error (compacted natively: within the bound; through A: at once); a member
+stopped serves nothing from the cache after the bound; --cache-size 0 sends
+every read to the member; etcd 3.4's own grpc-proxy keeps serving a value
+written straight to etcd, and the three etcd cache metrics.
 """
 import json
 import os
@@ -630,6 +653,291 @@ def test_lease_keepalive_coalescing():
     ctl(e.root, "lease", "revoke", lid3)
 
 
+# ---- watch coalescing (always on) ----
+
+def member_watchers():
+    """The member's own count of the watches it serves."""
+    import urllib.request
+    text = urllib.request.urlopen("http://%s/metrics" % env().member.endpoint,
+                                  timeout=5).read().decode()
+    return int(re.search(r"^etcd_debugging_mvcc_watcher_total (\d+)$", text, re.M).group(1))
+
+
+def co_bridge():
+    """One bridge for the coalescing cases (a 1 MiB stream queue for the slow
+    client), with /metrics."""
+    e = env()
+    if getattr(e, "co", None) is None:
+        e.co_mport = free_port()
+        e.co = e.bridge(["--metrics-addr", "127.0.0.1:%d" % e.co_mport,
+                         "--max-stream-queue-bytes", "1048576"])
+    return e.co
+
+
+def kv_op(port, key, value=None):
+    """A put (value) or delete through the plain bridge; its revision."""
+    p = gs.pb()
+    if value is None:
+        st, det, r = gs.unary(port, "/etcdserverpb.KV/DeleteRange",
+                              p.DeleteRangeRequest(key=key), p.DeleteRangeResponse)
+    else:
+        st, det, r = gs.unary(port, "/etcdserverpb.KV/Put", p.PutRequest(key=key, value=value),
+                              p.PutResponse)
+    assert st == "OK", det
+    return r.header.revision
+
+
+def aio_loop_close(loop):
+    """Lets grpc.aio's own tasks of cancelled calls finish, then closes."""
+    import asyncio
+    try:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=5))
+    finally:
+        loop.close()
+
+
+N_WATCH_STREAMS = 1000
+
+
+def test_watch_coalescing_1000_streams():
+    """1,000 Watch streams (grpc.aio: 8 connections, one thread) on one key
+    through one bridge: the member serves a handful of watches; every client
+    gets every event of its key exactly once, in order, from its own start
+    (some in history, some now), with its own filters and prev_kv; progress
+    requests are answered without claiming events not yet sent."""
+    import asyncio
+    import grpc
+    e = env()
+    br = co_bridge()
+    p = gs.pb()
+    key = b"co/k"
+    ops = []  # (revision, type, value, prev value)
+    prev = None
+    for v in (b"h1", b"h2", b"h3"):
+        ops.append((kv_op(e.root.port, key, v), 0, v, prev))
+        prev = v
+    base = member_watchers()
+    # who starts where: now (0), in old history, at the latest put, at the next revision
+    starts = [0, ops[0][0], ops[2][0], ops[2][0] + 1]
+    clients = []
+    for i in range(N_WATCH_STREAMS):
+        clients.append({"start": starts[i % 4] if i % 5 else 0, "prev_kv": i % 10 == 3,
+                        "nodelete": i % 10 == 7, "events": [], "created": None})
+
+    def expected(c):
+        out = []
+        for rev, typ, v, pv in ops:
+            if c["start"] and rev < c["start"]:
+                continue
+            if not c["start"] and rev <= c["created"]:
+                continue
+            if typ == 1 and c["nodelete"]:
+                continue
+            out.append((rev, typ, v, pv if c["prev_kv"] else None))
+        return out
+
+    async def main():
+        chans = [grpc.aio.insecure_channel("127.0.0.1:%d" % br.port,
+                                           options=[("grpc.use_local_subchannel_pool", 1)])
+                 for _ in range(8)]
+        calls = []
+        for i, c in enumerate(clients):
+            call = chans[i % 8].stream_stream(
+                "/etcdserverpb.Watch/Watch", request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=p.WatchResponse.FromString)()
+            filters = [p.WatchCreateRequest.NODELETE] if c["nodelete"] else []
+            await call.write(p.WatchRequest(create_request=p.WatchCreateRequest(
+                key=key, start_revision=c["start"], prev_kv=c["prev_kv"], filters=filters)))
+            calls.append(call)
+
+        async def created(i):
+            r = await asyncio.wait_for(calls[i].read(), 20)
+            assert r.created and not r.canceled and r.watch_id == 0, r
+            clients[i]["created"] = r.header.revision
+
+        await asyncio.gather(*[created(i) for i in range(len(calls))])
+        return chans, calls
+
+    async def rest(chans, calls, last):
+        async def reader(i):
+            c = clients[i]
+            want = expected(c)
+            answered = None
+            while len(c["events"]) < len(want) or answered is None:
+                r = await asyncio.wait_for(calls[i].read(), 20)
+                assert not r.canceled and not r.created, (i, r)
+                if r.watch_id == -1 and not r.events:  # the progress answer
+                    assert answered is None, (i, r)
+                    answered = r.header.revision
+                    sent = [ev for ev in want if ev[0] <= answered]
+                    assert c["events"][:len(sent)] == sent, (i, answered, c["events"], want)
+                    continue
+                assert r.watch_id == 0, (i, r)
+                for ev in r.events:
+                    c["events"].append((ev.kv.mod_revision, ev.type, ev.kv.value,
+                                        ev.prev_kv.value if ev.HasField("prev_kv") else None))
+            assert c["events"] == want, (i, c, want)
+            assert answered >= last, (i, answered, last)
+
+        for call in calls:
+            await call.write(p.WatchRequest(progress_request=p.WatchProgressRequest()))
+        await asyncio.gather(*[reader(i) for i in range(len(calls))])
+        for call in calls:
+            call.cancel()
+        for ch in chans:
+            await ch.close()
+
+    loop = asyncio.new_event_loop()
+    try:
+        t0 = time.time()
+        chans, calls = loop.run_until_complete(main())
+        print("grpc_proxy_test: %d watch streams created in %.1f s" % (len(calls), time.time() - t0),
+              flush=True)
+        # the catch-up watches join their group: a handful left on the member
+        groups = 2  # prev_kv and not
+        wait_for("the member's watch count to drop", lambda: member_watchers() - base <= groups)
+        served = member_watchers() - base
+        coalescing = metric(e.co_mport, "etcd_grpc_proxy_watchers_coalescing_total")
+        assert coalescing == N_WATCH_STREAMS - groups, coalescing
+        for v in (b"n1", b"n2", None, b"n3"):
+            rev = kv_op(e.root.port, key, v)
+            ops.append((rev, 1 if v is None else 0, v or b"", prev))
+            prev = v
+        loop.run_until_complete(rest(chans, calls, ops[-1][0]))
+    finally:
+        aio_loop_close(loop)
+    events = metric(e.co_mport, "etcd_grpc_proxy_events_coalescing_total")
+    assert events >= 3 * (N_WATCH_STREAMS - groups), events
+    print("grpc_proxy_test: %d client watches, %d watches on the member, events coalesced %d"
+          % (N_WATCH_STREAMS, served, events), flush=True)
+    # every client left: nothing stays on the member, the gauge is back to 0
+    wait_for("the member's watches to end", lambda: member_watchers() <= base)
+    assert metric(e.co_mport, "etcd_grpc_proxy_watchers_coalescing_total") == 0
+
+
+def test_watch_coalescing_merge_under_writes():
+    """Watches created while a writer keeps changing their key (from now,
+    from history, from the revision just written, from a few revisions
+    ahead) catch up and join the shared watch mid-stream: each gets every
+    event from its own start exactly once, in order."""
+    import asyncio
+    import grpc
+    import random
+    e = env()
+    br = co_bridge()
+    p = gs.pb()
+    key = b"cm/k"
+    rnd = random.Random(20)
+    ops = []  # put revisions, in order
+    clients = []  # [start, created revision, events, call]
+    base = member_watchers()
+
+    async def main():
+        opts = [("grpc.use_local_subchannel_pool", 1)]
+        wch = grpc.aio.insecure_channel("127.0.0.1:%d" % e.root.port, options=opts)
+        chans = [grpc.aio.insecure_channel("127.0.0.1:%d" % br.port, options=opts)
+                 for _ in range(2)]
+        put = wch.unary_unary("/etcdserverpb.KV/Put", request_serializer=lambda m: m.SerializeToString(),
+                              response_deserializer=p.PutResponse.FromString)
+
+        async def open_watch(start):
+            call = chans[len(clients) % 2].stream_stream(
+                "/etcdserverpb.Watch/Watch", request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=p.WatchResponse.FromString)()
+            c = [start, None, [], call]
+            clients.append(c)
+            await call.write(p.WatchRequest(create_request=p.WatchCreateRequest(
+                key=key, start_revision=start)))
+            r = await asyncio.wait_for(call.read(), 20)
+            assert r.created and not r.canceled, r
+            c[1] = r.header.revision
+
+        for i in range(240):
+            r = await put(p.PutRequest(key=key, value=b"%d" % i), timeout=20)
+            ops.append(r.header.revision)
+            if i % 12 == 5:
+                last = ops[-1]
+                for start in (0, rnd.choice(ops), last, last + 1, last + 3):
+                    await open_watch(start)
+        final = ops[-1]
+
+        async def reader(c):
+            while not c[2] or c[2][-1] < final:
+                r = await asyncio.wait_for(c[3].read(), 20)
+                assert not r.canceled and not r.created and r.watch_id == 0, r
+                c[2] += [ev.kv.mod_revision for ev in r.events]
+
+        await asyncio.gather(*[reader(c) for c in clients])
+        # every catching-up watch has joined: one watch left on the member
+        deadline = time.time() + 10
+        while member_watchers() - base > 1 and time.time() < deadline:
+            await asyncio.sleep(0.1)
+        assert member_watchers() - base == 1, (member_watchers(), base)
+        for c in clients:
+            c[3].cancel()
+        for ch in chans + [wch]:
+            await ch.close()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        aio_loop_close(loop)
+    for start, created, events, _ in clients:
+        want = [r for r in ops if (r >= start if start else r > created)]
+        assert events == want, (start, created, events, want)
+    print("grpc_proxy_test: %d watches joined a shared watch during %d puts" % (len(clients), len(ops)),
+          flush=True)
+    wait_for("the member's watches to end", lambda: member_watchers() <= base)
+
+
+def test_watch_coalescing_slow_client():
+    """A client that stops reading shares its upstream watch with three that
+    read: its own watch is cancelled with a reason, the others get every
+    event and go on (their upstream watch is not disturbed)."""
+    e = env()
+    br = co_bridge()
+    readers = [gs.watch_stream(br.port) for _ in range(3)]
+    sock = None
+    try:
+        for s in readers:
+            s.send(gs.create(key=b"cs/", range_end=b"cs0"))
+            assert s.recv().created
+        sock = gs.h2_watch_open(br.port, gs.create(key=b"cs/", range_end=b"cs0"))
+        time.sleep(0.5)
+        base = member_watchers()
+        val = b"s" * (128 * 1024)
+        for i in range(24):  # 3 MiB of events; the slow client's queue holds 1 MiB
+            kv_op(e.root.port, b"cs/%02d" % i, val)
+        for s in readers:
+            got = []
+            while len(got) < 24:
+                r = s.recv()
+                assert not r.canceled, r
+                got += [ev.kv.key for ev in r.events]
+            assert got == [b"cs/%02d" % i for i in range(24)], got
+        # the slow one: its events up to what fitted, then its cancellation
+        resps = gs.h2_watch_read_until_canceled(sock)
+        assert resps and resps[0].created, resps[:1]
+        keys = [ev.kv.key for r in resps for ev in r.events]
+        assert keys == [b"cs/%02d" % i for i in range(len(keys))] and len(keys) < 24, keys
+        assert resps[-1].canceled and "watcher too slow" in resps[-1].cancel_reason, resps[-1]
+        # the readers' shared watch goes on
+        kv_op(e.root.port, b"cs/after", b"1")
+        for s in readers:
+            r = s.recv()
+            assert [ev.kv.key for ev in r.events] == [b"cs/after"], r
+        assert member_watchers() == base, (member_watchers(), base)
+        assert br.poll() is None
+    finally:
+        if sock:
+            sock.close()
+        for s in readers:
+            s.close()
+
+
 # ---- the serializable range cache (--cache-size, on by default) ----
 
 STALE_S = 0.1  # --cache-max-staleness's default: the bound the tests hold the cache to
@@ -974,6 +1282,8 @@ if __name__ == "__main__":
                test_namespace_same_as_etcd_proxy, test_differences_with_etcd_proxy,
                test_registration_member_list, test_advertise_without_prefix,
                test_endpoints_auto_sync, test_lease_keepalive_coalescing,
+               test_watch_coalescing_1000_streams, test_watch_coalescing_merge_under_writes,
+               test_watch_coalescing_slow_client,
                test_cache_hit_costs_no_member_request, test_cache_writes_elsewhere_invalidate,
                test_cache_lagging_watch_not_served,
                test_cache_linearizable_always_fresh, test_cache_compaction_honoured,

@@ -14,12 +14,16 @@
  *   bridge_snap.c  Maintenance.Snapshot: the member's state as an etcd
  *                  database (tools/etcddb) made by a job thread, streamed as
  *                  the client takes it.
- *   bridge_stream.c  the etcd side of streaming calls: Watch.Watch (one
- *                  ketch_watch per gRPC watch), Lease.LeaseKeepAlive, and
+ *   bridge_stream.c  the etcd side of streaming calls: Watch.Watch (handed
+ *                  to bridge_watch.c), Lease.LeaseKeepAlive, and
  *                  v3lock.Lock / v3election.Election (etcd's concurrency
  *                  recipes run asynchronously on KV, Watch and the caller's
  *                  lease; their unary calls take this path too, so a client
  *                  that gives up while waiting is noticed).
+ *   bridge_watch.c Watch.Watch: client watches of one range share one
+ *                  upstream ketch_watch (etcd's grpc-proxy coalescing; its
+ *                  header comment is the design: the shared-watch table,
+ *                  per-client state, the join protocol by revision).
  *
  * Data flow of a unary call: HEADERS (path, grpc-timeout) -> DATA (one
  * length-prefixed message, at END_STREAM) -> kt_bridge_call() decodes and
@@ -53,6 +57,8 @@
 #include <stdint.h>
 
 #include "../../client/ketch.h"
+#include "kv.pb-c.h"
+#include "rpc.pb-c.h"
 
 /* The etcd server version the bridge reports where etcd reports its own
  * (Maintenance.Status.version, what `etcdctl endpoint status` shows and
@@ -143,6 +149,31 @@ void kt_bridge_stream_close(kt_bridge_stream *s);
 extern bool kt_bridge_ka_coalesce;
 extern uint64_t kt_bridge_ka_requests, kt_bridge_ka_upstream;
 void kt_bridge_ka_forget(ketch_client *kc, int64_t id);
+
+/* A response header from a ketch header (k NULL: ids of kc, revision and
+ * term 0; zero ids in k: kc's) and a KeyValue from a ketch kv (pointing at
+ * its bytes). bridge_stream.c. */
+void kt_bridge_fill_header(Etcdserverpb__ResponseHeader *h, const ketch_header *k,
+                           ketch_client *kc);
+void kt_bridge_fill_kv(Mvccpb__KeyValue *o, const ketch_kv *kv);
+
+/* ---- Watch (bridge_watch.c) ---- */
+
+/* One Watch stream on handle kc, answering through io/arg (as a
+ * kt_bridge_stream's); fragment_bytes: etcd's fragment limit. NULL if out
+ * of memory. recv: one WatchRequest message; close: no io call after it, its
+ * watches leave their shared upstream watches (the last one leaving cancels
+ * it); memory is freed once no progress round refers to it. */
+typedef struct kt_bridge_wstream kt_bridge_wstream;
+kt_bridge_wstream *kt_bridge_watch_open(ketch_client *kc, size_t fragment_bytes,
+                                        const struct kt_bridge_stream_io *io, void *arg);
+void kt_bridge_watch_recv(kt_bridge_wstream *s, const uint8_t *msg, size_t len);
+void kt_bridge_watch_close(kt_bridge_wstream *s);
+/* etcd's grpc-proxy figures (/metrics): client watches sharing an upstream
+ * watch beyond each one's first (gauge), and responses fanned out beyond
+ * the first per upstream delivery (counter). */
+extern int64_t kt_bridge_watchers_coalescing;
+extern uint64_t kt_bridge_events_coalescing;
 
 /* ---- Auth (bridge_auth.c) ---- */
 

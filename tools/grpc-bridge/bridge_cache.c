@@ -169,20 +169,20 @@ static struct {
   bool hit_oom;
 } C;
 
-static double mono_s(void) {
+static double cache_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static uint64_t hash_bytes(const uint8_t *p, size_t n) {
+static uint64_t cache_hash(const uint8_t *p, size_t n) {
   uint64_t h = 1469598103934665603ULL; /* FNV-1a */
   for (size_t i = 0; i < n; i++)
     h = (h ^ p[i]) * 1099511628211ULL;
   return h ^ (h >> 29);
 }
 
-static int bcmp3(const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
+static int cache_bcmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
   size_t n = an < bn ? an : bn;
   int c = n ? memcmp(a, b, n) : 0;
   return c ? c : (an > bn) - (an < bn);
@@ -190,41 +190,41 @@ static int bcmp3(const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
 
 /* ---- the interval index: a treap by (lo, address), max hi per subtree ---- */
 
-static int hi_cmp(const struct centry *a, const struct centry *b) {
+static int tree_hi_cmp(const struct centry *a, const struct centry *b) {
   if (a->hi_inf || b->hi_inf)
     return (int)a->hi_inf - (int)b->hi_inf;
-  return bcmp3(a->hi, a->hi_len, b->hi, b->hi_len);
+  return cache_bcmp(a->hi, a->hi_len, b->hi, b->hi_len);
 }
 
-static int node_cmp(const struct centry *a, const struct centry *b) {
-  int c = bcmp3(a->lo, a->lo_len, b->lo, b->lo_len);
+static int tree_node_cmp(const struct centry *a, const struct centry *b) {
+  int c = cache_bcmp(a->lo, a->lo_len, b->lo, b->lo_len);
   if (c)
     return c;
   return (a > b) - (a < b);
 }
 
-static void fix(struct centry *t) {
+static void tree_fix(struct centry *t) {
   t->maxe = t;
-  if (t->left && hi_cmp(t->left->maxe, t->maxe) > 0)
+  if (t->left && tree_hi_cmp(t->left->maxe, t->maxe) > 0)
     t->maxe = t->left->maxe;
-  if (t->right && hi_cmp(t->right->maxe, t->maxe) > 0)
+  if (t->right && tree_hi_cmp(t->right->maxe, t->maxe) > 0)
     t->maxe = t->right->maxe;
 }
 
 static struct centry *tree_insert(struct centry *t, struct centry *e) {
   if (!t) {
     e->left = e->right = NULL;
-    fix(e);
+    tree_fix(e);
     return e;
   }
-  if (node_cmp(e, t) < 0) {
+  if (tree_node_cmp(e, t) < 0) {
     t->left = tree_insert(t->left, e);
     if (t->left->prio > t->prio) { /* rotate right */
       struct centry *l = t->left;
       t->left = l->right;
       l->right = t;
-      fix(t);
-      fix(l);
+      tree_fix(t);
+      tree_fix(l);
       return l;
     }
   } else {
@@ -233,12 +233,12 @@ static struct centry *tree_insert(struct centry *t, struct centry *e) {
       struct centry *r = t->right;
       t->right = r->left;
       r->left = t;
-      fix(t);
-      fix(r);
+      tree_fix(t);
+      tree_fix(r);
       return r;
     }
   }
-  fix(t);
+  tree_fix(t);
   return t;
 }
 
@@ -249,11 +249,11 @@ static struct centry *tree_merge(struct centry *a, struct centry *b) {
     return a;
   if (a->prio > b->prio) {
     a->right = tree_merge(a->right, b);
-    fix(a);
+    tree_fix(a);
     return a;
   }
   b->left = tree_merge(a, b->left);
-  fix(b);
+  tree_fix(b);
   return b;
 }
 
@@ -262,25 +262,25 @@ static struct centry *tree_remove(struct centry *t, struct centry *e) {
     return NULL;
   if (t == e)
     return tree_merge(t->left, t->right);
-  if (node_cmp(e, t) < 0)
+  if (tree_node_cmp(e, t) < 0)
     t->left = tree_remove(t->left, e);
   else
     t->right = tree_remove(t->right, e);
-  fix(t);
+  tree_fix(t);
   return t;
 }
 
 /* Whether key k lies below e's range end. */
-static bool below_hi(const struct centry *e, const uint8_t *k, size_t kn) {
-  return e->hi_inf || bcmp3(k, kn, e->hi, e->hi_len) < 0;
+static bool tree_below_hi(const struct centry *e, const uint8_t *k, size_t kn) {
+  return e->hi_inf || cache_bcmp(k, kn, e->hi, e->hi_len) < 0;
 }
 
-static void hit_push(struct centry *e) {
+static void cache_hit_push(struct centry *e) {
   if (C.n_hit == C.cap_hit) {
     size_t cap = C.cap_hit ? 2 * C.cap_hit : 64;
     struct centry **v = realloc(C.hit, cap * sizeof *v);
     if (!v) {
-      C.hit_oom = true; /* invalidate() drops everything instead */
+      C.hit_oom = true; /* cache_invalidate() drops everything instead */
       return;
     }
     C.hit = v;
@@ -290,27 +290,27 @@ static void hit_push(struct centry *e) {
 }
 
 /* Every entry whose interval holds k, into C.hit. */
-static void stab(const struct centry *t, const uint8_t *k, size_t kn) {
-  while (t && below_hi(t->maxe, k, kn)) {
-    stab(t->left, k, kn);
-    if (bcmp3(t->lo, t->lo_len, k, kn) > 0)
+static void tree_stab(const struct centry *t, const uint8_t *k, size_t kn) {
+  while (t && tree_below_hi(t->maxe, k, kn)) {
+    tree_stab(t->left, k, kn);
+    if (cache_bcmp(t->lo, t->lo_len, k, kn) > 0)
       return; /* this node and everything right of it start after k */
-    if (below_hi(t, k, kn))
-      hit_push((struct centry *)t);
+    if (tree_below_hi(t, k, kn))
+      cache_hit_push((struct centry *)t);
     t = t->right;
   }
 }
 
 /* ---- entries ---- */
 
-static void entry_free(struct centry *e) {
+static void cache_entry_free(struct centry *e) {
   if (e) {
     free(e->body);
     free(e);
   }
 }
 
-static void unlink_entry(struct centry *e) {
+static void cache_unlink(struct centry *e) {
   struct centry **pp = &C.buckets[e->hash & (C.n_buckets - 1)];
   while (*pp != e)
     pp = &(*pp)->hnext;
@@ -327,25 +327,25 @@ static void unlink_entry(struct centry *e) {
     C.root = tree_remove(C.root, e);
   C.n--;
   C.bytes -= e->bytes;
-  entry_free(e);
+  cache_entry_free(e);
 }
 
-static void clear_all(void) {
+static void cache_clear_all(void) {
   while (C.head)
-    unlink_entry(C.head);
+    cache_unlink(C.head);
   C.gen++;
   C.fresh_t = C.ok_t = -1e18;
   C.ok_rev = 0;
 }
 
-static struct centry *find(const uint8_t *req, size_t n, uint64_t h) {
+static struct centry *cache_find(const uint8_t *req, size_t n, uint64_t h) {
   for (struct centry *e = C.buckets ? C.buckets[h & (C.n_buckets - 1)] : NULL; e; e = e->hnext)
     if (e->hash == h && e->req_len == n && !memcmp(e->req, req, n))
       return e;
   return NULL;
 }
 
-static void lru_front(struct centry *e) {
+static void cache_lru_front(struct centry *e) {
   if (C.head == e)
     return;
   e->prev->next = e->next; /* e is not the head: it has a prev */
@@ -361,14 +361,14 @@ static void lru_front(struct centry *e) {
 
 /* Stores e (a filled ticket), replacing an entry of the same request read
  * earlier, then evicts from the LRU tail down to the bounds. */
-static void store(struct centry *e) {
-  struct centry *old = find(e->req, e->req_len, e->hash);
+static void cache_store(struct centry *e) {
+  struct centry *old = cache_find(e->req, e->req_len, e->hash);
   if (old) {
     if (old->read_rev > e->read_rev) {
-      entry_free(e);
+      cache_entry_free(e);
       return;
     }
-    unlink_entry(old);
+    cache_unlink(old);
   }
   size_t b = e->hash & (C.n_buckets - 1);
   e->hnext = C.buckets[b];
@@ -391,40 +391,40 @@ static void store(struct centry *e) {
   C.n++;
   C.bytes += e->bytes;
   while (C.n > C.max_entries || C.bytes > C.max_bytes)
-    unlink_entry(C.tail);
+    cache_unlink(C.tail);
 }
 
 /* An event at revision rev on key k: drops the entries it makes stale. */
-static void invalidate(const uint8_t *k, size_t kn, int64_t rev) {
+static void cache_invalidate(const uint8_t *k, size_t kn, int64_t rev) {
   if (!C.root)
     return;
   C.n_hit = 0;
   C.hit_oom = false;
-  stab(C.root, k, kn);
+  tree_stab(C.root, k, kn);
   if (C.hit_oom) {
-    clear_all();
+    cache_clear_all();
     return;
   }
   for (size_t i = 0; i < C.n_hit; i++)
     if (C.hit[i]->read_rev < rev) {
       C.invalidated++;
-      unlink_entry(C.hit[i]);
+      cache_unlink(C.hit[i]);
     }
 }
 
 /* Drops the explicit-revision entries below the compaction floor. */
-static void drop_compacted(void) {
+static void cache_drop_compacted(void) {
   for (struct centry *e = C.head, *next; e; e = next) {
     next = e->next;
     if (e->revision > 0 && e->revision < C.floor)
-      unlink_entry(e);
+      cache_unlink(e);
   }
 }
 
 /* The entry of request req that may be served now, and its header revision
  * (*cur); NULL when none. */
-static struct centry *lookup(const uint8_t *req, size_t n, double now, int64_t *cur) {
-  struct centry *e = find(req, n, hash_bytes(req, n));
+static struct centry *cache_lookup(const uint8_t *req, size_t n, double now, int64_t *cur) {
+  struct centry *e = cache_find(req, n, cache_hash(req, n));
   if (!e)
     return NULL;
   int64_t c = e->read_rev > C.W ? e->read_rev : C.W;
@@ -440,14 +440,14 @@ static struct centry *lookup(const uint8_t *req, size_t n, double now, int64_t *
     C.stale++;
     return NULL;
   }
-  lru_front(e);
+  cache_lru_front(e);
   *cur = c;
   return e;
 }
 
 /* ---- answers ---- */
 
-static size_t put_varint(uint8_t *p, uint64_t v) {
+static size_t cache_put_varint(uint8_t *p, uint64_t v) {
   size_t n = 0;
   while (v >= 0x80) {
     p[n++] = (uint8_t)(v | 0x80);
@@ -459,24 +459,24 @@ static size_t put_varint(uint8_t *p, uint64_t v) {
 
 /* etcd's ResponseHeader (cluster_id 1, member_id 2, revision 3, raft_term 4;
  * zero fields left out, as protobuf-c packs it) into p (>= 44 bytes). */
-static size_t put_header(uint8_t *p, uint64_t cluster_id, uint64_t member_id, int64_t revision,
-                         uint64_t raft_term) {
+static size_t cache_put_header(uint8_t *p, uint64_t cluster_id, uint64_t member_id,
+                               int64_t revision, uint64_t raft_term) {
   size_t n = 0;
   const uint64_t v[4] = {cluster_id, member_id, (uint64_t)revision, raft_term};
   for (int i = 0; i < 4; i++) {
     if (v[i]) {
       p[n++] = (uint8_t)((i + 1) << 3);
-      n += put_varint(p + n, v[i]);
+      n += cache_put_varint(p + n, v[i]);
     }
   }
   return n;
 }
 
 /* The framed RangeResponse: e's body under a header at revision rev. */
-static uint8_t *frame_answer(const struct centry *e, int64_t rev, size_t *len) {
+static uint8_t *cache_frame_answer(const struct centry *e, int64_t rev, size_t *len) {
   uint8_t hdr[48], hl[10];
-  size_t hn = put_header(hdr, e->cluster_id, e->member_id, rev, e->raft_term);
-  size_t ln = put_varint(hl, hn);
+  size_t hn = cache_put_header(hdr, e->cluster_id, e->member_id, rev, e->raft_term);
+  size_t ln = cache_put_varint(hl, hn);
   size_t n = 1 + ln + hn + e->body_len;
   if (n > 0xffffffffu)
     return NULL;
@@ -500,7 +500,7 @@ static uint8_t *frame_answer(const struct centry *e, int64_t rev, size_t *len) {
 /* The revision in the header of a framed etcd response (every etcd response
  * has its ResponseHeader as field 1, which protobuf-c packs first), or 0.
  * Bounded: reads only within len. */
-static bool get_varint(const uint8_t *p, size_t n, size_t *off, uint64_t *v) {
+static bool cache_get_varint(const uint8_t *p, size_t n, size_t *off, uint64_t *v) {
   uint64_t x = 0;
   for (int s = 0; s < 64 && *off < n; s += 7) {
     uint8_t b = p[(*off)++];
@@ -513,20 +513,20 @@ static bool get_varint(const uint8_t *p, size_t n, size_t *off, uint64_t *v) {
   return false;
 }
 
-static int64_t framed_revision(const uint8_t *f, size_t len) {
+static int64_t cache_framed_revision(const uint8_t *f, size_t len) {
   if (len < 7 || f[0] != 0 || f[5] != 0x0a)
     return 0;
   const uint8_t *p = f + 5;
   size_t n = len - 5, off = 1;
   uint64_t hl;
-  if (!get_varint(p, n, &off, &hl) || hl > n - off)
+  if (!cache_get_varint(p, n, &off, &hl) || hl > n - off)
     return 0;
   size_t end = off + (size_t)hl;
   while (off < end) {
     uint64_t tag, v;
-    if (!get_varint(p, end, &off, &tag))
+    if (!cache_get_varint(p, end, &off, &tag))
       return 0;
-    if ((tag & 7) != 0 || !get_varint(p, end, &off, &v))
+    if ((tag & 7) != 0 || !cache_get_varint(p, end, &off, &v))
       return 0; /* the header has only varints */
     if (tag >> 3 == 3)
       return (int64_t)v > 0 ? (int64_t)v : 0;
@@ -536,20 +536,20 @@ static int64_t framed_revision(const uint8_t *f, size_t len) {
 
 /* ---- the watch and the probes ---- */
 
-static void watch_down(double now) {
+static void cache_watch_down(double now) {
   if (C.live || C.watching)
-    clear_all();
+    cache_clear_all();
   C.live = C.watching = false;
   C.wseq++; /* deliveries of the old watch are ignored */
   C.retry_at = now + RETRY_S;
 }
 
-static void on_watch(void *arg, int err, const ketch_result *res) {
+static void cache_on_watch(void *arg, int err, const ketch_result *res) {
   if ((uintptr_t)arg != C.wseq || !C.on)
     return; /* a watch stopped before */
   const ketch_watch_result *w = &res->watch;
   if (err || w->canceled) {
-    watch_down(mono_s());
+    cache_watch_down(cache_now_s());
     return;
   }
   if (w->created) {
@@ -560,7 +560,7 @@ static void on_watch(void *arg, int err, const ketch_result *res) {
   int64_t last = 0;
   for (size_t i = 0; i < w->n_events; i++) {
     const ketch_kv *kv = &w->events[i].kv;
-    invalidate((const uint8_t *)kv->key, kv->key_len, kv->mod_revision);
+    cache_invalidate((const uint8_t *)kv->key, kv->key_len, kv->mod_revision);
     if (kv->mod_revision > last)
       last = kv->mod_revision;
   }
@@ -570,28 +570,28 @@ static void on_watch(void *arg, int err, const ketch_result *res) {
     C.W = last;
 }
 
-static void watch_start(void) {
+static void cache_watch_start(void) {
   static const uint8_t all[1] = {0};
   ketch_watch_req q = {.key = all, .key_len = 1, .range_end = all, .range_end_len = 1};
   C.wseq++;
-  if (ketch_watch(C.kc, &q, on_watch, (void *)(uintptr_t)C.wseq, &C.wid) == 0) {
+  if (ketch_watch(C.kc, &q, cache_on_watch, (void *)(uintptr_t)C.wseq, &C.wid) == 0) {
     C.watching = true;
     *C.submitted = true;
   } else {
-    C.retry_at = mono_s() + RETRY_S;
+    C.retry_at = cache_now_s() + RETRY_S;
   }
 }
 
-static void watch_stop(void) {
+static void cache_watch_stop(void) {
   if (C.watching)
     ketch_watch_cancel(C.kc, C.wid);
   C.watching = C.live = false;
   C.wseq++;
   *C.submitted = true;
-  clear_all();
+  cache_clear_all();
 }
 
-static void on_probe(void *arg, int err, const ketch_result *res) {
+static void cache_on_probe(void *arg, int err, const ketch_result *res) {
   if ((uintptr_t)arg != C.pseq || !C.on)
     return;
   C.probing = false;
@@ -610,7 +610,7 @@ static void on_probe(void *arg, int err, const ketch_result *res) {
   case KETCH_ECOMPACTED: /* the lowest cached revision is gone: probe the next one now */
     if (C.probe_rev + 1 > C.floor)
       C.floor = C.probe_rev + 1;
-    drop_compacted();
+    cache_drop_compacted();
     ev_feed_event(C.loop, &C.tick, EV_TIMER);
     break;
   case KETCH_EFUTUREREV: /* a member behind the one the entries came from */
@@ -621,12 +621,12 @@ static void on_probe(void *arg, int err, const ketch_result *res) {
   case KETCH_ENOLEADER:
     break; /* freshness ages: nothing served past max-staleness */
   default:
-    clear_all(); /* e.g. auth enabled: the default handle may read nothing now */
+    cache_clear_all(); /* e.g. auth enabled: the default handle may read nothing now */
     break;
   }
 }
 
-static void probe_send(double now) {
+static void cache_probe_send(double now) {
   int64_t m = 0;
   for (const struct centry *e = C.head; e; e = e->next)
     if (e->revision > 0 && (m == 0 || e->revision < m))
@@ -635,7 +635,7 @@ static void probe_send(double now) {
   ketch_range_req q = {
       .key = key, .key_len = 1, .revision = m, .serializable = true, .count_only = true};
   C.pseq++;
-  if (ketch_range_async(C.kc, &q, on_probe, (void *)(uintptr_t)C.pseq) == 0) {
+  if (ketch_range_async(C.kc, &q, cache_on_probe, (void *)(uintptr_t)C.pseq) == 0) {
     C.probing = true;
     C.probe_t = now;
     C.probe_rev = m;
@@ -643,21 +643,21 @@ static void probe_send(double now) {
   }
 }
 
-static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
+static void cache_on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
   (void)revents;
-  double now = mono_s();
+  double now = cache_now_s();
   if (now - C.last_use > IDLE_S) {
-    watch_stop();
+    cache_watch_stop();
     ev_timer_stop(loop, w);
     return;
   }
   if (!C.watching && now >= C.retry_at)
-    watch_start();
+    cache_watch_start();
   if (!C.probing)
-    probe_send(now);
+    cache_probe_send(now);
 }
 
-static void use(double now) {
+static void cache_use(double now) {
   C.last_use = now;
   if (C.loop && !ev_is_active(&C.tick)) {
     ev_timer_set(&C.tick, 0., C.max_stale_s / 2);
@@ -687,7 +687,7 @@ int kt_bridge_cache_setup(struct ev_loop *loop, ketch_client *kc, bool *submitte
   C.max_stale_s = max_stale_s;
   C.rng = 0x9e3779b9u;
   C.fresh_t = C.ok_t = C.retry_at = -1e18;
-  ev_timer_init(&C.tick, on_tick, 0., max_stale_s / 2);
+  ev_timer_init(&C.tick, cache_on_tick, 0., max_stale_s / 2);
   return 0;
 }
 
@@ -699,7 +699,7 @@ void kt_bridge_cache_stop(void) {
   if (C.watching)
     ketch_watch_cancel(C.kc, C.wid);
   C.watching = C.live = false;
-  clear_all();
+  cache_clear_all();
   C.on = false;
   C.wseq++;
   C.pseq++;
@@ -714,16 +714,16 @@ bool kt_bridge_cache_get(ketch_client *kc, const uint8_t *msg, size_t len, kt_br
                          void *arg) {
   if (!C.on || kc != C.kc || !C.n)
     return false;
-  double now = mono_s();
+  double now = cache_now_s();
   int64_t cur;
-  struct centry *e = lookup(msg, len, now, &cur);
+  struct centry *e = cache_lookup(msg, len, now, &cur);
   if (!e)
     return false;
   size_t n;
-  uint8_t *framed = frame_answer(e, cur, &n);
+  uint8_t *framed = cache_frame_answer(e, cur, &n);
   if (!framed)
     return false;
-  use(now);
+  cache_use(now);
   C.hits++;
   if (cur > C.S)
     C.S = cur;
@@ -735,8 +735,8 @@ struct kt_bridge_cache_fill *kt_bridge_cache_miss(ketch_client *kc, const uint8_
                                                   const ketch_range_req *q) {
   if (!C.on || kc != C.kc || !q->serializable)
     return NULL;
-  double now = mono_s();
-  use(now);
+  double now = cache_now_s();
+  cache_use(now);
   C.misses++;
   int64_t rev = q->revision > 0 ? q->revision : 0;
   if (!C.live || (rev > 0 && rev < C.floor))
@@ -754,7 +754,7 @@ struct kt_bridge_cache_fill *kt_bridge_cache_miss(ketch_client *kc, const uint8_
   e->req = p;
   e->req_len = len;
   memcpy(p, msg, len);
-  e->hash = hash_bytes(msg, len);
+  e->hash = cache_hash(msg, len);
   e->lo = p + len;
   e->lo_len = q->key_len;
   memcpy(e->lo, q->key, q->key_len);
@@ -783,7 +783,7 @@ uint8_t *kt_bridge_cache_fill(struct kt_bridge_cache_fill *f, const ketch_header
   size_t bn = protobuf_c_message_get_packed_size(&r->base);
   if (e->bytes + bn > C.max_bytes / 8) { /* never kept: framed the usual way */
     r->header = hdr;
-    entry_free(e);
+    cache_entry_free(e);
     return NULL;
   }
   e->body = malloc(bn ? bn : 1);
@@ -791,7 +791,7 @@ uint8_t *kt_bridge_cache_fill(struct kt_bridge_cache_fill *f, const ketch_header
     protobuf_c_message_pack(&r->base, e->body);
   r->header = hdr;
   if (!e->body) {
-    entry_free(e);
+    cache_entry_free(e);
     return NULL;
   }
   e->body_len = bn;
@@ -800,12 +800,12 @@ uint8_t *kt_bridge_cache_fill(struct kt_bridge_cache_fill *f, const ketch_header
   e->cluster_id = h->cluster_id;
   e->member_id = h->member_id;
   e->raft_term = h->raft_term;
-  uint8_t *framed = frame_answer(e, h->revision, len);
+  uint8_t *framed = cache_frame_answer(e, h->revision, len);
   if (C.on && e->gen == C.gen && C.live && e->read_rev >= C.W && e->bytes <= C.max_bytes / 8 &&
       (e->revision == 0 || e->revision >= C.floor))
-    store(e);
+    cache_store(e);
   else
-    entry_free(e);
+    cache_entry_free(e);
   return framed;
 }
 
@@ -815,26 +815,26 @@ void kt_bridge_cache_fill_failed(struct kt_bridge_cache_fill *f, int err) {
     return;
   if (C.on && err == KETCH_ECOMPACTED && e->revision > 0 && e->revision + 1 > C.floor) {
     C.floor = e->revision + 1;
-    drop_compacted();
+    cache_drop_compacted();
   }
-  entry_free(e);
+  cache_entry_free(e);
 }
 
 void kt_bridge_cache_compacting(int64_t revision) {
   if (C.on && revision > C.floor) {
     C.floor = revision;
-    drop_compacted();
+    cache_drop_compacted();
   }
 }
 
 void kt_bridge_cache_clear(void) {
   if (C.on)
-    clear_all();
+    cache_clear_all();
 }
 
 void kt_bridge_cache_seen(const uint8_t *framed, size_t len) {
   if (C.on) {
-    int64_t r = framed_revision(framed, len);
+    int64_t r = cache_framed_revision(framed, len);
     if (r > C.S)
       C.S = r;
   }
