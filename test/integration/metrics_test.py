@@ -36,9 +36,9 @@ ETCD_TOTAL_GAUGES = {
     "etcd_server_proposals_committed_total", "etcd_server_proposals_applied_total",
     "etcd_debugging_mvcc_keys_total", "etcd_debugging_mvcc_watcher_total",
     "etcd_debugging_mvcc_slow_watcher_total",
-    # ketch-grpc's range cache, as etcd's grpc-proxy declares them
+    # ketch-grpc's proxy figures, as etcd's grpc-proxy declares them
     "etcd_grpc_proxy_cache_keys_total", "etcd_grpc_proxy_cache_hits_total",
-    "etcd_grpc_proxy_cache_misses_total",
+    "etcd_grpc_proxy_cache_misses_total", "etcd_grpc_proxy_watchers_coalescing_total",
 }
 
 S = {}  # the shared cluster and Prometheus
