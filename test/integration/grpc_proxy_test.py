@@ -33,6 +33,19 @@ the same shared watch go on. etcd's proxy metrics are checked on /metrics.
 Beside etcd itself: a watch from a revision not reached yet gets progress
 at the cluster's revision, never a later one, and a watch from now that
 joins a shared one is created at the newest revision the bridge has seen.
+
+The range cache (--cache-size, on by default), with bridges A (cache,
+/metrics), B and one with --cache-size 0: serializable reads served by A
+cost the member no range (its own etcd_mvcc_range_total) and equal the
+member's answers; writes through B and native ones (put, delete) are seen
+through A by any read starting --cache-max-staleness after they were
+acknowledged, a put through A by the next read at once; A stopped (SIGSTOP)
+while 16 MB are written shows the change once it runs again; linearizable
+reads never touch the cache; a compacted revision answers etcd's compacted
+error (compacted natively: within the bound; through A: at once); a member
+stopped serves nothing from the cache after the bound; --cache-size 0 sends
+every read to the member; etcd 3.4's own grpc-proxy keeps serving a value
+written straight to etcd, and the three etcd cache metrics.
 """
 import json
 import os
@@ -995,6 +1008,330 @@ def test_watch_coalescing_created_revision_fresh():
                 x.close()
 
 
+# ---- the serializable range cache (--cache-size, on by default) ----
+
+STALE_S = 0.1  # --cache-max-staleness's default: the bound the tests hold the cache to
+
+
+class KV:
+    """Range / Put / Compact over one grpcio channel (no connection set-up per call)."""
+
+    def __init__(self, port):
+        import grpc
+        self.p = gs.pb()
+        self.ch = grpc.insecure_channel("127.0.0.1:%d" % port)
+        ser = (lambda m: m.SerializeToString())
+        self._range = self.ch.unary_unary("/etcdserverpb.KV/Range", request_serializer=ser,
+                                          response_deserializer=self.p.RangeResponse.FromString)
+        self._put = self.ch.unary_unary("/etcdserverpb.KV/Put", request_serializer=ser,
+                                        response_deserializer=self.p.PutResponse.FromString)
+        self._compact = self.ch.unary_unary(
+            "/etcdserverpb.KV/Compact", request_serializer=ser,
+            response_deserializer=self.p.CompactionResponse.FromString)
+
+    def get(self, key, timeout=5, **kw):
+        return self._range(self.p.RangeRequest(key=key, **kw), timeout=timeout)
+
+    def sget(self, key, **kw):
+        return self.get(key, serializable=True, **kw)
+
+    def put(self, key, value):
+        return self._put(self.p.PutRequest(key=key, value=value), timeout=5).header.revision
+
+    def compact(self, rev):
+        self._compact(self.p.CompactionRequest(revision=rev, physical=True), timeout=5)
+
+    def close(self):
+        self.ch.close()
+
+
+def cache_env():
+    """Bridges A (cache on, the default; /metrics) and B (cache on), and one
+    with --cache-size 0, shared by the cache tests."""
+    e = env()
+    if not hasattr(e, "cache_a"):
+        e.cache_am = free_port()
+        e.cache_a = e.bridge(["--metrics-addr", "127.0.0.1:%d" % e.cache_am])
+        e.cache_b = e.bridge([])
+        e.cache_0m = free_port()
+        e.cache_0 = e.bridge(["--cache-size", "0", "--metrics-addr", "127.0.0.1:%d" % e.cache_0m])
+        e.kv_a, e.kv_b, e.kv_0 = KV(e.cache_a.port), KV(e.cache_b.port), KV(e.cache_0.port)
+    return e
+
+
+def hits(e):
+    return metric(e.cache_am, "etcd_grpc_proxy_cache_hits_total")
+
+
+def misses(e):
+    return metric(e.cache_am, "etcd_grpc_proxy_cache_misses_total")
+
+
+def member_ranges(e):
+    return metric(e.member.port, "etcd_mvcc_range_total")
+
+
+def warm(e, key):
+    """Reads key through A until A answers it from its cache."""
+    h = hits(e)
+    wait_for("a cache hit on %r" % key, lambda: e.kv_a.sget(key) and hits(e) > h, timeout=5)
+
+
+def native():
+    from harness import Conn
+    return Conn(env().member.port)
+
+
+def test_cache_hit_costs_no_member_request():
+    e = cache_env()
+    rev = native().put("cache/k", "v1")["header"][2]
+    warm(e, b"cache/k")
+    h0, m0, r0, t0 = hits(e), misses(e), member_ranges(e), time.monotonic()
+    n = 300
+    for _ in range(n):
+        r = e.kv_a.sget(b"cache/k")
+        assert [(kv.key, kv.value) for kv in r.kvs] == [(b"cache/k", b"v1")], r
+    elapsed = time.monotonic() - t0
+    h, m, ranges = hits(e) - h0, misses(e) - m0, member_ranges(e) - r0
+    assert h + m == n, (h, m)
+    # the member saw only the misses and the cache's probes (one per
+    # STALE_S/2): a hit cost it nothing
+    probes = int(elapsed / (STALE_S / 2)) + 2
+    assert h >= n // 2, "%d of %d served from the cache" % (h, n)
+    assert ranges <= m + probes, "member served %d ranges for %d misses in %.2f s" % (
+        ranges, m, elapsed)
+    print("grpc_proxy_test: %d serializable reads through A: %d hits, %d misses, %d member "
+          "ranges in %.2f s" % (n, h, m, ranges, elapsed), flush=True)
+    # a hit is what the member answers, header included (its revision is
+    # the store's, not older than the key's)
+    hit, direct = e.kv_a.sget(b"cache/k"), e.kv_0.sget(b"cache/k")
+    assert list(hit.kvs) == list(direct.kvs) and hit.count == direct.count
+    assert hit.header.cluster_id == direct.header.cluster_id
+    assert rev <= hit.header.revision <= direct.header.revision
+    # range forms are cached and answered whole: prefix, limit, count, keys only
+    for k in ("cache/p1", "cache/p2", "cache/p3"):
+        native().put(k, "p")
+    forms = [dict(range_end=b"cache/q"), dict(range_end=b"cache/q", limit=2),
+             dict(range_end=b"cache/q", count_only=True), dict(range_end=b"cache/q", keys_only=True),
+             dict(range_end=b"\0", sort_order=2)]
+    for kw in forms:
+        warm_h = hits(e)
+        wait_for("a hit on %r" % kw, lambda: e.kv_a.sget(b"cache/p", **kw) and hits(e) > warm_h,
+                 timeout=5)
+        a, z = e.kv_a.sget(b"cache/p", **kw), e.kv_0.sget(b"cache/p", **kw)
+        assert (list(a.kvs), a.count, a.more) == (list(z.kvs), z.count, z.more), kw
+    assert metric(e.cache_am, "etcd_grpc_proxy_cache_keys_total") >= len(forms) + 1
+
+
+def visible_within_bound(e, key, write, label):
+    """write() changes key (returning its revision and the new value) while A
+    has it cached: a read through A that starts STALE_S after the write was
+    acknowledged must show it (earlier reads may or may not)."""
+    warm(e, key)
+    rev, value = write()
+    t_ack = time.monotonic()
+    seen_at = None
+    while True:
+        t = time.monotonic()
+        r = e.kv_a.sget(key)
+        fresh = r.kvs and r.kvs[0].value == value
+        if fresh and seen_at is None:
+            seen_at = t - t_ack
+            assert r.header.revision >= rev
+        if t >= t_ack + STALE_S:
+            assert fresh, "%s: a read %.0f ms after the write still shows %r" % (
+                label, (t - t_ack) * 1000, r.kvs[0].value if r.kvs else None)
+            break
+        time.sleep(0.002)
+    print("grpc_proxy_test: %s visible through A after %.1f ms" % (label, seen_at * 1000),
+          flush=True)
+
+
+def test_cache_writes_elsewhere_invalidate():
+    e = cache_env()
+    n = native()
+    n.put("cache/w", "0")
+    for i in range(3):
+        v = ("b%d" % i).encode()
+        visible_within_bound(e, b"cache/w", lambda: (e.kv_b.put(b"cache/w", v), v),
+                             "a put through proxy B")
+        v = ("n%d" % i).encode()
+        visible_within_bound(e, b"cache/w", lambda: (n.put(b"cache/w", v)["header"][2], v),
+                             "a native put")
+    # a delete made natively invalidates a prefix range holding the key
+    warm(e, b"cache/w")
+    e.kv_a.sget(b"cache/", range_end=b"cache0")
+    warm_h = hits(e)
+    wait_for("a prefix hit", lambda: e.kv_a.sget(b"cache/", range_end=b"cache0") and
+             hits(e) > warm_h, timeout=5)
+    from harness import DELETE
+    n.call(DELETE, {"key": b"cache/w"})
+    time.sleep(STALE_S + 0.01)
+    keys_now = [kv.key for kv in e.kv_a.sget(b"cache/", range_end=b"cache0").kvs]
+    assert b"cache/w" not in keys_now, keys_now
+    # through A itself: the next read sees the write at once (never older
+    # than what a client saw through the proxy)
+    for i in range(20):
+        warm(e, b"cache/w")
+        v = ("a%d" % i).encode()
+        rev = e.kv_a.put(b"cache/w", v)
+        r = e.kv_a.sget(b"cache/w")
+        assert r.kvs[0].value == v and r.header.revision >= rev, (i, r)
+
+
+def test_cache_lagging_watch_not_served():
+    """A's watch falls far behind: A is stopped (SIGSTOP) while other writers
+    put 16 MB, then the cached key is changed natively; once A runs again,
+    every read through it shows the change (made more than the bound
+    earlier), although its watch has 16 MB of events to catch up on."""
+    from harness import PUT, TXN, DELETE
+    e = cache_env()
+    n = native()
+    n.put("cache/lag", "0")
+    big = b"x" * 10000
+    for i in range(2):
+        warm(e, b"cache/lag")
+        os.kill(e.cache_a.pid, signal.SIGSTOP)
+        try:
+            rids = [n.send(TXN, {"success": [[PUT, {"key": b"cache/bulk/%03d" % k,
+                                                    "value": big}] for k in range(100)]})
+                    for _ in range(16)]
+            for _ in rids:
+                assert n.recv()[1] in rids
+            v = ("lag%d" % i).encode()
+            rev = n.put(b"cache/lag", v)["header"][2]
+            time.sleep(STALE_S)
+        finally:
+            os.kill(e.cache_a.pid, signal.SIGCONT)
+        t_end = time.monotonic() + 0.3
+        while time.monotonic() < t_end:
+            r = e.kv_a.sget(b"cache/lag")
+            got = r.kvs[0].value if r.kvs else None
+            assert got == v and r.header.revision >= rev, (i, got, v)
+            time.sleep(0.002)
+    n.call(DELETE, {"key": b"cache/bulk/", "range_end": b"cache/bulk0"})
+
+
+def test_cache_linearizable_always_fresh():
+    e = cache_env()
+    n = native()
+    n.put("cache/l", "0")
+    warm(e, b"cache/l")
+    h0, m0 = hits(e), misses(e)
+    for i in range(30):
+        v = ("%d" % i).encode()
+        rev = n.put(b"cache/l", v)["header"][2]
+        r = e.kv_a.get(b"cache/l")  # linearizable, right after the write
+        assert r.kvs[0].value == v and r.header.revision >= rev, (i, r)
+    # never looked up in the cache: neither a hit nor a miss
+    assert (hits(e), misses(e)) == (h0, m0)
+
+
+def test_cache_compaction_honoured():
+    import grpc
+    e = cache_env()
+    n = native()
+    r1 = n.put("cache/c", "1")["header"][2]
+    n.put("cache/c", "2")
+    # an old revision, cached
+    h = hits(e)
+    wait_for("a hit at revision %d" % r1, lambda: e.kv_a.sget(b"cache/c", revision=r1).kvs[0]
+             .value == b"1" and hits(e) > h, timeout=5)
+    # compacted natively: within the bound, the compacted error
+    r3 = n.put("cache/c", "3")["header"][2]
+    from harness import COMPACT
+    n.call(COMPACT, {"revision": r3, "physical": True})
+    time.sleep(STALE_S + 0.01)
+    try:
+        e.kv_a.sget(b"cache/c", revision=r1)
+        assert False, "a compacted revision answered"
+    except grpc.RpcError as err:
+        assert err.code() == grpc.StatusCode.OUT_OF_RANGE, err
+        assert "required revision has been compacted" in err.details()
+    # compacted through A: at once
+    r4 = n.put("cache/c", "4")["header"][2]
+    h = hits(e)
+    wait_for("a hit at revision %d" % r4, lambda: e.kv_a.sget(b"cache/c", revision=r4).kvs[0]
+             .value == b"4" and hits(e) > h, timeout=5)
+    r5 = n.put("cache/c", "5")["header"][2]
+    e.kv_a.compact(r5)
+    try:
+        e.kv_a.sget(b"cache/c", revision=r4)
+        assert False, "a revision compacted through the proxy answered"
+    except grpc.RpcError as err:
+        assert err.code() == grpc.StatusCode.OUT_OF_RANGE, err
+    # the current revision keeps being cached
+    warm(e, b"cache/c")
+
+
+def test_cache_member_stopped_nothing_served():
+    """The member stops answering (SIGSTOP): once the bound has passed, A
+    serves nothing from its cache (the read waits for the member)."""
+    import grpc
+    e = cache_env()
+    native().put("cache/s", "1")
+    warm(e, b"cache/s")
+    os.kill(e.member.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(STALE_S + 0.02)
+        h = hits(e)
+        try:
+            e.kv_a.sget(b"cache/s", timeout=0.5)
+            assert False, "a cached answer served %d ms after the member stopped" % (
+                (STALE_S + 0.02) * 1000)
+        except grpc.RpcError as err:
+            assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED, err
+        assert hits(e) == h
+    finally:
+        os.kill(e.member.proc.pid, signal.SIGCONT)
+    warm(e, b"cache/s")
+
+
+def test_cache_size_0_disables():
+    e = cache_env()
+    native().put("cache/z", "1")
+    r0 = member_ranges(e)
+    for _ in range(50):
+        assert e.kv_0.sget(b"cache/z").kvs[0].value == b"1"
+    assert member_ranges(e) - r0 >= 50  # each one reached the member
+    for name in ("keys", "hits", "misses"):
+        assert metric(e.cache_0m, "etcd_grpc_proxy_cache_%s_total" % name) == 0
+
+
+def test_cache_difference_with_etcd_proxy():
+    """etcd 3.4's grpc-proxy keeps serving a cached answer after a write made
+    straight to etcd (its cache hears only of writes through itself); a
+    ketch-grpc shows a write made straight to the member within the bound."""
+    e = cache_env()
+    ctl(e.etcd_port, "put", "t1/cd", "old")
+    for _ in range(2):
+        assert ctl(e.eproxy_port, "get", "cd", "--consistency=s",
+                   "--print-value-only") == "old\n"
+    ctl(e.etcd_port, "put", "t1/cd", "new")
+    time.sleep(0.5)
+    assert ctl(e.eproxy_port, "get", "cd", "--consistency=s", "--print-value-only") == "old\n"
+    assert ctl(e.eproxy_port, "get", "cd", "--print-value-only") == "new\n"  # linearizable
+    native().put("cache/cd", "old")
+    warm(e, b"cache/cd")
+    native().put("cache/cd", "new")
+    time.sleep(STALE_S + 0.01)
+    assert ctl(e.cache_a, "get", "cache/cd", "--consistency=s", "--print-value-only") == "new\n"
+
+
+def test_cache_metrics_are_etcds():
+    """The three figures with etcd's names, types and help (etcd's
+    proxy/grpcproxy/metrics.go declares them as gauges)."""
+    import urllib.request
+    e = cache_env()
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % e.cache_am,
+                                  timeout=5).read().decode()
+    for name, help_ in (("keys", "Total number of keys/ranges cached"),
+                        ("hits", "Total number of cache hits"),
+                        ("misses", "Total number of cache misses")):
+        m = "etcd_grpc_proxy_cache_%s_total" % name
+        assert "# HELP %s %s\n# TYPE %s gauge\n" % (m, help_, m) in text, text
+
+
 def teardown():
     global ENV
     if ENV is not None:
@@ -1017,4 +1354,10 @@ if __name__ == "__main__":
                test_endpoints_auto_sync, test_lease_keepalive_coalescing,
                test_watch_coalescing_1000_streams, test_watch_coalescing_merge_under_writes,
                test_watch_coalescing_slow_client, test_watch_coalescing_progress_never_ahead,
-               test_watch_coalescing_created_revision_fresh, test_shutdown_clean])
+               test_watch_coalescing_created_revision_fresh,
+               test_cache_hit_costs_no_member_request, test_cache_writes_elsewhere_invalidate,
+               test_cache_lagging_watch_not_served,
+               test_cache_linearizable_always_fresh, test_cache_compaction_honoured,
+               test_cache_member_stopped_nothing_served, test_cache_size_0_disables,
+               test_cache_difference_with_etcd_proxy, test_cache_metrics_are_etcds,
+               test_shutdown_clean])

@@ -260,6 +260,47 @@ void kt_bridge_reg_member_list(ketch_client *kc, const char *ns, const char *pre
  * absent; out is always terminated. Pure, bounded. */
 void kt_bridge_reg_name(const uint8_t *v, size_t n, char *out, size_t out_len);
 
+/* ---- bridge_cache.c: the serializable range cache (--cache-size) ----
+ * Its header comment has the data flow, the rules and what a hit promises.
+ * Off (every call a no-op) unless kt_bridge_cache_setup ran with entries. */
+struct kt_bridge_cache_fill;
+/* Caches on kc (the default handle; *submitted set when it queued work)
+ * at most max_entries answers and max_bytes bytes, none older than
+ * max_stale_s. 0 (max_entries 0: off), -1 out of memory. */
+int kt_bridge_cache_setup(struct ev_loop *loop, ketch_client *kc, bool *submitted,
+                          size_t max_entries, size_t max_bytes, double max_stale_s);
+/* At exit, before kc closes: drops everything, cancels the watch. */
+void kt_bridge_cache_stop(void);
+/* A Range request msg[0..len) (after --namespace) on kc: true when it was
+ * answered from the cache (done ran), false to send it to the member. */
+bool kt_bridge_cache_get(ketch_client *kc, const uint8_t *msg, size_t len, kt_bridge_done done,
+                         void *arg);
+/* The miss of a decoded Range q on kc: a fill ticket when its answer may be
+ * cached (serializable, the cache on and its watch live), else NULL. */
+struct kt_bridge_cache_fill *kt_bridge_cache_miss(ketch_client *kc, const uint8_t *msg, size_t len,
+                                                  const ketch_range_req *q);
+/* The member answered ticket f with header h and resp (an
+ * Etcdserverpb__RangeResponse whose header is h; left as it was): consumes
+ * f, may store the answer, and returns the framed answer for the client
+ * (malloc'd, *len bytes), or NULL (too large to keep, or out of memory: frame resp yourself). */
+uint8_t *kt_bridge_cache_fill(struct kt_bridge_cache_fill *f, const ketch_header *h, void *resp,
+                              size_t *len);
+/* The ticket's request failed with err (0: not sent): consumes f (NULL is
+ * fine); KETCH_ECOMPACTED raises the compaction floor. */
+void kt_bridge_cache_fill_failed(struct kt_bridge_cache_fill *f, int err);
+/* A Compact to revision is about to be sent: cached reads below it go. */
+void kt_bridge_cache_compacting(int64_t revision);
+/* Drops every entry (an Auth call: what the default handle may read may
+ * change). */
+void kt_bridge_cache_clear(void);
+/* A framed response message a client is about to get: its header revision
+ * is something a client saw (S). */
+void kt_bridge_cache_seen(const uint8_t *framed, size_t len);
+/* Appends etcd_grpc_proxy_cache_{keys,hits,misses}_total and ketch's own
+ * cache figures to /metrics. */
+struct kt_buf;
+void kt_bridge_cache_metrics(struct kt_buf *out);
+
 /* ---- bridge_metrics.c: /metrics on --metrics-addr ---- */
 struct kt_buf;
 struct kt_bridge_method_stat;

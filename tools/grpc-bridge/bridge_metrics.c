@@ -119,4 +119,5 @@ void kt_bridge_metrics(void *arg, struct kt_buf *b) {
         "# TYPE etcd_grpc_proxy_events_coalescing_total counter\n"
         "etcd_grpc_proxy_events_coalescing_total %llu\n",
         (long long)kt_bridge_watchers_coalescing, (unsigned long long)kt_bridge_events_coalescing);
+  kt_bridge_cache_metrics(b);
 }
