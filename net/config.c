@@ -60,6 +60,7 @@ enum {
   O_AUTH_HASH_OPS,
   O_AUTH_HASH_MEM,
   O_AUTH_HASH_THREADS,
+  O_IO_THREADS,
   O_CERT_FILE,
   O_KEY_FILE,
   O_CLIENT_CERT_AUTH,
@@ -199,6 +200,9 @@ static const struct opt opts[O_COUNT] = {
                          "Argon2id memory per password hash (libsodium's memlimit)."},
     [O_AUTH_HASH_THREADS] = {"auth-hash-threads", K_U32, OFF(auth_hash_threads), "1", 1, 64, 0, "N",
                              "Threads hashing passwords off the state thread."},
+    [O_IO_THREADS] = {"io-threads", K_U32, OFF(io_threads), "0", 0, 64, 0, "N",
+                      "Threads that own the client connections (accept, TLS, reading, "
+                      "writing); 0: the state thread does that work too."},
     [O_LOG_LEVEL] = {"log-level", K_LEVEL, OFF(log_level), "info", 0, 0, 0, "debug|info|warn|error",
                      "Log level."},
     [O_CERT_FILE] = {"cert-file", K_FILE, OFF(client_tls.cert_file), "", 0, 0, OPT_EMPTY, "PATH",

@@ -134,6 +134,7 @@ struct kt_config {
   uint64_t auth_hash_opslimit;          /* --auth-hash-opslimit, 2 */
   uint64_t auth_hash_memlimit;          /* --auth-hash-memlimit, 64 MiB */
   uint32_t auth_hash_threads;           /* --auth-hash-threads, 1 */
+  uint32_t io_threads;                  /* --io-threads, 0 (net/THREADS.md) */
   int log_level;                        /* KT_LOG_DEBUG..KT_LOG_ERROR, default KT_LOG_INFO */
   const char *config_file;              /* the file used, or NULL */
   /* Bootstrap by DNS SRV or by a discovery service (NULL when not given);
