@@ -1173,6 +1173,7 @@ struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_con
                                      .state_loop = loop,
                                      .state_wake = &s->io_wake};
     s->iot = kt_iothreads_start(&ic);
+    kt_log(KT_LOG_INFO, "server", "client connections on %d I/O threads", cfg->io_threads);
   }
   return s;
 }
