@@ -3,6 +3,7 @@
 #   make run        install what is missing, build, start one member on 127.0.0.1
 #   make test       install what is missing, build, run every test ("N passed, M failed")
 #   make asan       the same suite under ASan+UBSan (objects in build/asan)
+#   make tsan       the threaded server's tests under ThreadSanitizer (build/tsan)
 #   make fuzz F=wal_record SECONDS=60   run one libFuzzer target (clang)
 #   make sim-soak SEEDS=20000           the cluster simulation over more seeds
 #   make sim SEED=S                     replay one seed of it, with its trace
@@ -31,6 +32,10 @@ CFLAGS ?= -O2 -g
 ifeq ($(SAN),1)
 CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=address,undefined
+endif
+ifeq ($(TSAN),1)
+CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
+LDFLAGS += -fsanitize=thread
 endif
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -DKT_VERSION='"$(VERSION)"' -fPIC $(WARN) $(CFLAGS) \
              $(shell pkg-config --cflags $(PKGS) 2>/dev/null) -MMD -MP
@@ -92,7 +97,7 @@ FUZZ_REPLAYS := $(patsubst test/fuzz/%_fuzz.c,$(O)/test/fuzz/%_replay,$(FUZZ_TAR
 PERF_BINS := $(patsubst test/perf/%.c,$(O)/perf/%,$(PERF_SRCS))
 INTEG_BINS := $(patsubst test/integration/%.c,$(O)/test/integration/%,$(INTEG_SRCS))
 
-.PHONY: all deps run test asan fuzz perf sim sim-soak soak clean format format-check bench
+.PHONY: all deps run test asan tsan fuzz perf sim sim-soak soak clean format format-check bench
 .SECONDARY:
 all: $(BINS) $(LIBS)
 
@@ -256,6 +261,18 @@ test: deps
 
 asan:
 	$(MAKE) O=build/asan SAN=1 test
+
+# ThreadSanitizer over the tests of the threaded server (--io-threads,
+# net/THREADS.md): every member they start runs with 4 I/O threads; a race
+# report in a member's log fails its test (harness.py looks for "Sanitizer").
+TSAN_TESTS ?= iothreads_test server_test server_watch_lease_test metrics_test
+tsan: deps
+	$(MAKE) O=build/tsan TSAN=1 all
+	@fail=0; for t in $(TSAN_TESTS); do \
+	  KETCH_BIN=$(abspath build/tsan/bin) KT_IO_THREADS=4 KT_IOTHREADS_RUN_S=3 \
+	  TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" \
+	  timeout 600 /usr/bin/python3 test/integration/$$t.py || fail=1; done; \
+	if [ $$fail = 0 ]; then echo "tsan: clean"; else echo "tsan: FAILED"; exit 1; fi
 
 run: deps all
 	$(BINDIR)/ketch --data-dir default.ketch

@@ -1718,7 +1718,8 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
                                 .on_drained = on_conn_drained,
                                 .arg = n,
                                 .cluster_id = n->cluster_id,
-                                .member_id = n->member_id};
+                                .member_id = n->member_id,
+                                .io_threads = cfg->io_threads};
   n->server = kt_server_new(loop, &sc);
   start_auto_compaction(n);
   kt_log(

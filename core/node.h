@@ -121,6 +121,9 @@ struct kt_node_config {
   uint64_t auth_hash_opslimit;
   size_t auth_hash_memlimit;
   int auth_hash_threads;
+  /* Threads that own the client sockets (net/THREADS.md); 0: the loop's
+   * thread does that work too. */
+  int io_threads;
 };
 
 /* The id a new cluster gives the member `name` (a hash of the cluster

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sched.h>
+#include <unistd.h>
 #include <yaml.h>
 
 /* ---- the option table ---- */
@@ -30,6 +32,7 @@ enum opt_kind {
   K_FILE,      /* a file path; empty means none (NULL) */
   K_TLSVER,    /* TLS1.2|TLS1.3, stored as 12 / 13 */
   K_AUTHTOKEN, /* simple | signed,priv-key=F,pub-key=F,ttl=D (also etcd's jwt,...) */
+  K_THREADS,   /* auto, or an integer in [min, max]; uint32_t, auto = KT_CONFIG_THREADS_AUTO */
 };
 
 enum {
@@ -60,6 +63,7 @@ enum {
   O_AUTH_HASH_OPS,
   O_AUTH_HASH_MEM,
   O_AUTH_HASH_THREADS,
+  O_IO_THREADS,
   O_CERT_FILE,
   O_KEY_FILE,
   O_CLIENT_CERT_AUTH,
@@ -199,6 +203,10 @@ static const struct opt opts[O_COUNT] = {
                          "Argon2id memory per password hash (libsodium's memlimit)."},
     [O_AUTH_HASH_THREADS] = {"auth-hash-threads", K_U32, OFF(auth_hash_threads), "1", 1, 64, 0, "N",
                              "Threads hashing passwords off the state thread."},
+    [O_IO_THREADS] = {"io-threads", K_THREADS, OFF(io_threads), "auto", 0, 64, 0, "N|auto",
+                      "Threads that own the client connections (accept, TLS, reading, "
+                      "writing); 0: the state thread does that work too; auto: cores - 1, "
+                      "at most 8, and 0 below 4 cores."},
     [O_LOG_LEVEL] = {"log-level", K_LEVEL, OFF(log_level), "info", 0, 0, 0, "debug|info|warn|error",
                      "Log level."},
     [O_CERT_FILE] = {"cert-file", K_FILE, OFF(client_tls.cert_file), "", 0, 0, OPT_EMPTY, "PATH",
@@ -719,6 +727,16 @@ static int opt_set(struct loader *l, const struct opt *o, const char *where, con
     }
     if (o->kind == K_U64)
       *(uint64_t *)field = x;
+    else
+      *(uint32_t *)field = (uint32_t)x;
+    break;
+  }
+  case K_THREADS: {
+    uint64_t x;
+    if (strcmp(v, "auto") == 0)
+      *(uint32_t *)field = KT_CONFIG_THREADS_AUTO;
+    else if (parse_u64(v, &x) || x < o->min || x > o->max)
+      return bad_value(e, where, v, "auto or an integer from 0 to 64");
     else
       *(uint32_t *)field = (uint32_t)x;
     break;
@@ -1321,6 +1339,19 @@ int kt_config_load(struct kt_config *c, int argc, char **argv, char **envp, stru
       return rc;
   }
   return finish(&l, e);
+}
+
+uint32_t kt_config_io_threads(const struct kt_config *c, int cores) {
+  if (c->io_threads != KT_CONFIG_THREADS_AUTO)
+    return c->io_threads;
+  if (cores <= 0) {
+    cpu_set_t set;
+    cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                        : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  }
+  if (cores < 4)
+    return 0;
+  return cores - 1 < 8 ? (uint32_t)(cores - 1) : 8;
 }
 
 void kt_config_free(struct kt_config *c) {

@@ -364,6 +364,7 @@ int main(int argc, char **argv) {
       .auth_hash_opslimit = cfg.auth_hash_opslimit,
       .auth_hash_memlimit = (size_t)cfg.auth_hash_memlimit,
       .auth_hash_threads = (int)cfg.auth_hash_threads,
+      .io_threads = (int)kt_config_io_threads(&cfg, 0),
   };
   if (kt_node_open(loop, &nc, &the_node, &e)) {
     kt_log(KT_LOG_FATAL, "main", "cannot start: %s", e.msg);

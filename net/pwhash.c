@@ -60,6 +60,7 @@ static void run(struct kt_pwhash *p, struct kt_pwhash_job *j) {
 
 static void *worker(void *arg) {
   struct kt_pwhash *p = arg;
+  pthread_setname_np(pthread_self(), "ketch-pwhash");
   pthread_mutex_lock(&p->mu);
   for (;;) {
     while (!p->stop && !p->todo_head)

@@ -1,6 +1,7 @@
 /* net/server.c — see server.h. */
 #include "server.h"
 
+#include "iothread.h"
 #include "sock.h"
 #include "tls.h"
 
@@ -48,6 +49,18 @@ struct kt_conn {
   char token[KT_CONN_TOKEN_MAX]; /* kt_conn_set_token */
   uint32_t token_len;
   int64_t token_expires_ms, token_checked_ms;
+  /* With I/O threads (net/THREADS.md): the socket side's shared part, and
+   * nothing above from io to wio is used; c->out holds the replies encoded
+   * this turn, handed to the I/O thread at its end. NULL: this struct owns
+   * the socket (--io-threads 0). */
+  struct kt_ioconn_shared *sh;
+  bool threaded;    /* sh was set (it is NULL again once RELEASE went) */
+  bool node_drain;  /* the handler asked kt_conn_want_drain */
+  bool frames_wait; /* held frames wait for the output to drain */
+  bool drain_due;   /* found drained: handle it at the end of the turn */
+  bool tls;         /* a TLS connection (kt_conn_is_tls) */
+  const char *tls_version;
+  struct kt_iomsg *held, *held_tail; /* FRAMES not handled yet (backpressure), in order */
 };
 
 struct kt_listener {
@@ -85,11 +98,23 @@ struct kt_server {
   kt_server_http_fn on_http;    /* kt_server_set_http */
   void *http_arg;
   bool accepting;
+  /* --io-threads N > 0: the threads, and the wake-up they send when they
+   * published messages for this (the state) thread */
+  struct kt_iothreads *iot;
+  ev_async io_wake;
+  struct kt_conn *tconns; /* connections the I/O threads told about, until CLOSED */
 };
 
 static void conn_close(struct kt_conn *c, const char *why);
+static void st_close(struct kt_conn *c, const char *why, bool flush);
+static void st_arm_drain(struct kt_conn *c);
 
 static void conn_free(struct kt_conn *c) {
+  while (c->held) {
+    struct kt_iomsg *m = c->held;
+    c->held = m->next;
+    kt_iomsg_free(m);
+  }
   kt_buf_free(&c->in);
   kt_buf_free(&c->out);
   free(c->cert_cn);
@@ -202,6 +227,15 @@ static void set_reading(struct kt_conn *c, bool on) {
 void kt_conn_sent(struct kt_conn *c) {
   if (c->closed)
     return;
+  if (c->threaded) { /* the I/O thread stops reading above the soft limit */
+    if (c->out.len + atomic_load_explicit(&c->sh->unsent, memory_order_relaxed) >
+        KT_CONN_OUT_HARD) {
+      st_close(c, "output buffer over hard limit (client not reading)", false);
+      return;
+    }
+    mark_dirty(c);
+    return;
+  }
   if (c->out.len > KT_CONN_OUT_HARD) {
     conn_close(c, "output buffer over hard limit (client not reading)");
     return;
@@ -211,8 +245,22 @@ void kt_conn_sent(struct kt_conn *c) {
   mark_dirty(c);
 }
 
-size_t kt_conn_unsent(const struct kt_conn *c) { return c->closed ? 0 : c->out.len; }
-void kt_conn_want_drain(struct kt_conn *c) { c->want_drain = true; }
+size_t kt_conn_unsent(const struct kt_conn *c) {
+  if (c->closed)
+    return 0;
+  return c->out.len + (c->threaded ? atomic_load(&c->sh->unsent) : 0);
+}
+
+void kt_conn_want_drain(struct kt_conn *c) {
+  if (!c->threaded) {
+    c->want_drain = true;
+    return;
+  }
+  if (c->closed)
+    return;
+  c->node_drain = true;
+  st_arm_drain(c);
+}
 void kt_conn_set_user(struct kt_conn *c, struct kt_bytes user, uint64_t auth_revision) {
   c->user_len = user.n <= KT_CONN_USER_MAX ? user.n : 0;
   if (c->user_len)
@@ -315,6 +363,10 @@ static bool conn_flush(struct kt_conn *c) {
 }
 
 static void conn_close(struct kt_conn *c, const char *why) {
+  if (c->threaded) {
+    st_close(c, why, false);
+    return;
+  }
   if (c->closed)
     return;
   struct kt_server *s = c->srv;
@@ -342,6 +394,10 @@ static void conn_fail(struct kt_conn *c, uint64_t id, int code, const char *msg)
   kt_log(KT_LOG_WARN, "server", "closing connection peer=%s code=%s reason=\"%s\"", c->peer,
          kt_errname(code), msg);
   kt_proto_encode_error(&c->out, id, code, msg);
+  if (c->threaded) { /* the error, then CLOSE: the I/O thread writes once and closes */
+    st_close(c, msg, true);
+    return;
+  }
   /* Best effort: one flush attempt, then close. */
   struct kt_err e = {0};
   if (kt_io_ready(&c->io))
@@ -375,9 +431,9 @@ static void handle_hello(struct kt_conn *c, const struct kt_req *req) {
     kt_assert(c->identity);
   }
   c->hello_done = true;
-  if (kt_io_is_tls(&c->io))
+  if (c->threaded ? c->tls : kt_io_is_tls(&c->io))
     kt_log(KT_LOG_DEBUG, "server", "client hello peer=%s tls=%s cert-cn=%s identity=%s", c->peer,
-           kt_io_version(&c->io), c->cert_cn ? c->cert_cn : "-",
+           c->threaded ? c->tls_version : kt_io_version(&c->io), c->cert_cn ? c->cert_cn : "-",
            kt_conn_identity(c) ? kt_conn_identity(c) : "-");
   static const char server_name[] = "ketch " KT_VERSION;
   struct kt_resp r = {.type = KT_MSG_HELLO, .id = req->id};
@@ -418,6 +474,44 @@ static bool proposes(const struct kt_req *req) {
   default:
     return true;
   }
+}
+
+/* One whole request frame's body (both modes): decode, the HELLO and limit
+ * checks of server.h, then the handler. */
+static void handle_frame(struct kt_conn *c, const uint8_t *body, uint32_t blen) {
+  struct kt_server *s = c->srv;
+  struct kt_req req;
+  struct kt_err err = {0};
+  kt_arena_reset(&s->arena);
+  int rc = kt_proto_decode_req(body, blen, &s->arena, &req, &err);
+  if (rc == KT_EUNSUPPORTED && c->hello_done) {
+    kt_conn_send_error(c, req.id, rc, err.msg[0] ? err.msg : kt_strerror(rc));
+    return;
+  }
+  if (rc) {
+    if (rc == KT_EPROTO || !c->hello_done)
+      conn_fail(c, req.id, rc, err.msg[0] ? err.msg : kt_strerror(rc));
+    else
+      kt_conn_send_error(c, req.id, rc, err.msg[0] ? err.msg : kt_strerror(rc));
+    return;
+  }
+  if (req.type == KT_MSG_HELLO) {
+    handle_hello(c, &req);
+    return;
+  }
+  if (!c->hello_done) {
+    conn_fail(c, req.id, KT_EPROTO, "first request must be HELLO");
+    return;
+  }
+  if (blen > s->cfg.max_request_bytes && proposes(&req)) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "request of %u bytes exceeds --max-request-bytes (%u)", blen,
+             s->cfg.max_request_bytes);
+    kt_log(KT_LOG_WARN, "server", "request too large peer=%s bytes=%u", c->peer, blen);
+    kt_conn_send_error(c, req.id, KT_ETOOLARGE, msg);
+    return;
+  }
+  s->cfg.on_request(s->cfg.arg, c, &req, body, blen);
 }
 
 /* Decode and dispatch every whole frame in c->in. */
@@ -484,38 +578,7 @@ static void conn_process(struct kt_conn *c) {
       break;
     }
     off += used;
-    struct kt_req req;
-    struct kt_err err = {0};
-    kt_arena_reset(&s->arena);
-    int rc = kt_proto_decode_req(body, blen, &s->arena, &req, &err);
-    if (rc == KT_EUNSUPPORTED && c->hello_done) {
-      kt_conn_send_error(c, req.id, rc, err.msg[0] ? err.msg : kt_strerror(rc));
-      continue;
-    }
-    if (rc) {
-      if (rc == KT_EPROTO || !c->hello_done)
-        conn_fail(c, req.id, rc, err.msg[0] ? err.msg : kt_strerror(rc));
-      else
-        kt_conn_send_error(c, req.id, rc, err.msg[0] ? err.msg : kt_strerror(rc));
-      continue;
-    }
-    if (req.type == KT_MSG_HELLO) {
-      handle_hello(c, &req);
-      continue;
-    }
-    if (!c->hello_done) {
-      conn_fail(c, req.id, KT_EPROTO, "first request must be HELLO");
-      break;
-    }
-    if (blen > s->cfg.max_request_bytes && proposes(&req)) {
-      char msg[128];
-      snprintf(msg, sizeof msg, "request of %u bytes exceeds --max-request-bytes (%u)", blen,
-               s->cfg.max_request_bytes);
-      kt_log(KT_LOG_WARN, "server", "request too large peer=%s bytes=%u", c->peer, blen);
-      kt_conn_send_error(c, req.id, KT_ETOOLARGE, msg);
-      continue;
-    }
-    s->cfg.on_request(s->cfg.arg, c, &req, body, blen);
+    handle_frame(c, body, blen);
   }
   if (!c->closed && off)
     kt_buf_consume(&c->in, off);
@@ -740,6 +803,255 @@ static void on_hs_timer(struct ev_loop *loop, ev_timer *w, int revents) {
   (void)loop, (void)w, (void)revents; /* it woke the loop: on_turn runs the handshakes */
 }
 
+/* ---- with I/O threads: the state side (net/THREADS.md) ---- */
+
+#define TAKE_BUDGET 1024 /* messages taken from one I/O thread per wake-up */
+
+static void drop_held(struct kt_conn *c) {
+  while (c->held) {
+    struct kt_iomsg *m = c->held;
+    c->held = m->next;
+    kt_iomsg_free(m);
+  }
+  c->held_tail = NULL;
+  c->frames_wait = false;
+}
+
+/* The replies encoded so far go to the connection's I/O thread (unsent
+ * counts them until the socket took them). */
+static void st_hand_out(struct kt_conn *c) {
+  size_t len = c->out.len;
+  if (!len)
+    return;
+  atomic_fetch_add(&c->sh->unsent, len);
+  struct kt_iomsg *m;
+  if (len >= 16384) { /* a big buffer moves whole */
+    m = kt_iomsg_new(KT_IOM_WRITE, c->sh, 0);
+    m->ext = true;
+    m->p = c->out.p;
+    m->len = len;
+    m->cap = c->out.cap;
+    c->out = (struct kt_buf){0};
+  } else {
+    m = kt_iomsg_new(KT_IOM_WRITE, c->sh, len);
+    memcpy(m->data, c->out.p, len);
+    m->len = len;
+    c->out.len = 0;
+  }
+  kt_iothreads_send(c->srv->iot, m);
+}
+
+/* The state thread closes c: nothing more is sent on it; the I/O thread
+ * writes what it has once (flush: this turn's replies too, e.g. an error
+ * frame) and answers CLOSED. */
+static void st_close(struct kt_conn *c, const char *why, bool flush) {
+  if (c->closed)
+    return;
+  struct kt_server *s = c->srv;
+  kt_log(KT_LOG_DEBUG, "server", "connection closed peer=%s reason=\"%s\"", c->peer, why);
+  c->closed = true;
+  if (c->udata && s->cfg.on_close)
+    s->cfg.on_close(s->cfg.arg, c);
+  if (flush)
+    st_hand_out(c);
+  kt_buf_free(&c->out);
+  drop_held(c);
+  kt_iothreads_send(s->iot, kt_iomsg_new(KT_IOM_CLOSE, c->sh, 0));
+}
+
+/* Wait until every byte handed over is written (the I/O thread then sends
+ * DRAINED), or note it now if that is already so. */
+static void st_arm_drain(struct kt_conn *c) {
+  atomic_store(&c->sh->want_drain, true);
+  if (c->out.len == 0 && atomic_load(&c->sh->unsent) == 0 &&
+      atomic_exchange(&c->sh->want_drain, false)) {
+    c->drain_due = true; /* handled at the end of the turn */
+    mark_dirty(c);
+  }
+}
+
+/* Handle held frames in order until done or the output passes the soft
+ * limit (then they wait for DRAINED, as the single-threaded server stops
+ * reading a connection's buffer). */
+static void st_run_frames(struct kt_conn *c) {
+  kt_conn_ref(c);
+  while (!c->closed && c->held) {
+    struct kt_iomsg *m = c->held;
+    while (!c->closed && m->off < m->len) {
+      if (c->out.len + atomic_load_explicit(&c->sh->unsent, memory_order_relaxed) >
+          KT_CONN_OUT_SOFT) {
+        c->frames_wait = true;
+        st_arm_drain(c);
+        goto out;
+      }
+      kt_assert(m->len - m->off >= KT_FRAME_HDR); /* whole frames, split by the I/O thread */
+      uint32_t blen = kt_get_u32be(m->p + m->off);
+      kt_assert(m->len - m->off - KT_FRAME_HDR >= blen);
+      const uint8_t *body = m->p + m->off + KT_FRAME_HDR;
+      m->off += KT_FRAME_HDR + (size_t)blen;
+      handle_frame(c, body, blen);
+    }
+    if (c->closed)
+      break;
+    c->held = m->next;
+    if (!c->held)
+      c->held_tail = NULL;
+    kt_iomsg_free(m);
+  }
+out:
+  kt_conn_unref(c);
+}
+
+/* Everything handed over is written (DRAINED, or found so when asked). */
+static void st_drained(struct kt_conn *c) {
+  struct kt_server *s = c->srv;
+  if (c->closed)
+    return;
+  if (c->out.len || atomic_load(&c->sh->unsent)) { /* more went out since: wait again */
+    if (c->node_drain || c->frames_wait)
+      st_arm_drain(c);
+    return;
+  }
+  kt_conn_ref(c);
+  if (c->node_drain && s->cfg.on_drained) {
+    c->node_drain = false;
+    s->cfg.on_drained(s->cfg.arg, c); /* a stream refills */
+  }
+  if (!c->closed && c->frames_wait) {
+    if (c->out.len) {
+      st_arm_drain(c); /* refilled: the frames wait for this to go too */
+    } else {
+      c->frames_wait = false;
+      st_run_frames(c);
+    }
+  }
+  kt_conn_unref(c);
+}
+
+static struct kt_conn *st_conn_new(struct kt_server *s, struct kt_ioconn_shared *sh) {
+  struct kt_conn *c = calloc(1, sizeof *c);
+  kt_assert(c);
+  c->srv = s;
+  c->refs = 1; /* the server's, dropped on CLOSED */
+  c->threaded = true;
+  c->sh = sh;
+  sh->sc = c;
+  c->io.fd = -1;
+  c->reading = true;
+  c->tls = sh->tls;
+  c->tls_version = sh->tls_version;
+  snprintf(c->peer, sizeof c->peer, "%s", sh->peer);
+  if (sh->cert_cn[0]) {
+    c->cert_cn = strdup(sh->cert_cn);
+    kt_assert(c->cert_cn);
+  }
+  c->next = s->tconns;
+  if (s->tconns)
+    s->tconns->prev = c;
+  s->tconns = c;
+  return c;
+}
+
+static void st_unlink(struct kt_server *s, struct kt_conn *c) {
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    s->tconns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+}
+
+/* The I/O thread closed c (its last message about it): RELEASE the socket
+ * side, drop the server's reference. */
+static void st_closed(struct kt_server *s, struct kt_iomsg *m) {
+  struct kt_conn *c = m->sh->sc;
+  kt_assert(c && c->sh == m->sh);
+  if (!c->closed) {
+    kt_log(KT_LOG_DEBUG, "server", "connection closed peer=%s", c->peer);
+    c->closed = true;
+    if (c->udata && s->cfg.on_close)
+      s->cfg.on_close(s->cfg.arg, c);
+    kt_buf_free(&c->out);
+    drop_held(c);
+  }
+  m->type = KT_IOM_RELEASE;
+  kt_iothreads_send(s->iot, m);
+  c->sh = NULL;
+  st_unlink(s, c);
+  kt_conn_unref(c);
+}
+
+static void st_message(struct kt_server *s, struct kt_iomsg *m) {
+  struct kt_conn *c;
+  switch (m->type) {
+  case KT_IOM_FRAMES:
+    c = m->sh->sc ? m->sh->sc : st_conn_new(s, m->sh);
+    if (c->closed) {
+      kt_iomsg_free(m);
+      return;
+    }
+    m->next = NULL;
+    if (c->held_tail)
+      c->held_tail->next = m;
+    else
+      c->held = m;
+    c->held_tail = m;
+    if (!c->frames_wait)
+      st_run_frames(c);
+    return;
+  case KT_IOM_DRAINED:
+    c = m->sh->sc;
+    kt_iomsg_free(m);
+    if (c && !c->closed)
+      st_drained(c);
+    return;
+  case KT_IOM_CLOSED:
+    st_closed(s, m);
+    return;
+  case KT_IOM_HTTP:
+    if (s->on_http)
+      s->on_http(s->http_arg, m->fd);
+    else
+      close(m->fd);
+    kt_iomsg_free(m);
+    return;
+  default:
+    kt_assert(!"unexpected message from an I/O thread");
+  }
+}
+
+/* The I/O threads published messages: take them, within a budget per
+ * thread (the rest next turn). */
+static void on_io_wake(struct ev_loop *loop, ev_async *w, int revents) {
+  (void)revents;
+  struct kt_server *s = w->data;
+  bool more = false;
+  for (int i = 0; i < kt_iothreads_count(s->iot); i++) {
+    int k = 0;
+    struct kt_iomsg *m;
+    while (k < TAKE_BUDGET && (m = kt_iothreads_take(s->iot, i))) {
+      st_message(s, m);
+      k++;
+    }
+    if (k)
+      kt_iothreads_taken(s->iot, i);
+    more |= k == TAKE_BUDGET;
+  }
+  if (more)
+    ev_async_send(loop, w);
+}
+
+/* End of the turn for a connection with replies (or a drain to tell). */
+static void st_flush(struct kt_conn *c) {
+  if (c->drain_due) {
+    c->drain_due = false;
+    st_drained(c);
+  }
+  if (!c->closed)
+    st_hand_out(c);
+}
+
 /* End of a loop turn: one write per connection that got replies. */
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
   (void)loop;
@@ -750,11 +1062,17 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     struct kt_conn *c = s->dirty;
     s->dirty = c->dirty_next;
     c->in_dirty_list = false;
-    if (!c->closed && conn_flush(c) && !c->closed && c->reading && c->in.len &&
-        c->out.len <= KT_CONN_OUT_SOFT)
+    if (c->threaded) {
+      if (!c->closed)
+        st_flush(c);
+    } else if (!c->closed && conn_flush(c) && !c->closed && c->reading && c->in.len &&
+               c->out.len <= KT_CONN_OUT_SOFT) {
       conn_process(c);
+    }
     kt_conn_unref(c);
   }
+  if (s->iot) /* this turn's messages to the I/O threads, one wake-up each */
+    kt_iothreads_publish(s->iot);
 }
 
 static void on_stall_timer(struct ev_loop *loop, ev_timer *w, int revents) {
@@ -855,6 +1173,18 @@ struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_con
   s->spin_w.data = s;
   ev_timer_init(&s->hs_w, on_hs_timer, 0, 0);
   s->hs_w.data = s;
+  if (cfg->io_threads > 0) {
+    ev_async_init(&s->io_wake, on_io_wake);
+    s->io_wake.data = s;
+    ev_async_start(loop, &s->io_wake);
+    struct kt_iothreads_config ic = {.n = cfg->io_threads,
+                                     .max_frame = cfg->max_request_bytes + KT_READ_EXTRA_BYTES,
+                                     .max_request_bytes = cfg->max_request_bytes,
+                                     .state_loop = loop,
+                                     .state_wake = &s->io_wake};
+    s->iot = kt_iothreads_start(&ic);
+    kt_log(KT_LOG_INFO, "server", "client connections on %d I/O threads", cfg->io_threads);
+  }
   return s;
 }
 
@@ -870,6 +1200,10 @@ int kt_server_listen(struct kt_server *s, const char *host, int port, struct kt_
   int fd = kt_sock_listen(host, port, 1024, e);
   if (fd < 0)
     return e->code;
+  if (s->iot) { /* accepted on I/O thread 0 */
+    kt_iothreads_listen(s->iot, fd, tls, also_plain);
+    return 0;
+  }
   struct kt_listener *l = calloc(1, sizeof *l);
   kt_assert(l);
   l->fd = fd;
@@ -888,6 +1222,8 @@ int kt_server_listen(struct kt_server *s, const char *host, int port, struct kt_
 
 void kt_server_stop_accepting(struct kt_server *s) {
   s->accepting = false;
+  if (s->iot)
+    kt_iothreads_stop_accepting(s->iot);
   for (struct kt_listener *l = s->listeners; l; l = l->next) {
     if (ev_is_active(&l->io))
       ev_io_stop(s->loop, &l->io);
@@ -917,14 +1253,47 @@ size_t kt_server_unsent(const struct kt_server *s) {
   size_t n = 0;
   for (const struct kt_conn *c = s->conns; c; c = c->next)
     n += c->out.len;
+  for (const struct kt_conn *c = s->tconns; c; c = c->next)
+    n += kt_conn_unsent(c);
   return n;
 }
 
-size_t kt_server_conn_count(const struct kt_server *s) { return s->n_conns; }
+size_t kt_server_conn_count(const struct kt_server *s) {
+  return s->iot ? kt_iothreads_conns(s->iot) : s->n_conns;
+}
+
+/* With I/O threads: stop them first; then every connection closes here. */
+static void st_free(struct kt_server *s) {
+  kt_iothreads_join(s->iot);
+  while (s->tconns) {
+    struct kt_conn *c = s->tconns;
+    st_unlink(s, c);
+    if (!c->closed) {
+      c->closed = true;
+      if (c->udata && s->cfg.on_close)
+        s->cfg.on_close(s->cfg.arg, c);
+      kt_buf_free(&c->out);
+      drop_held(c);
+    }
+    c->sh = NULL;
+    kt_conn_unref(c);
+  }
+  while (s->dirty) { /* closed now: nothing to hand over */
+    struct kt_conn *c = s->dirty;
+    s->dirty = c->dirty_next;
+    c->in_dirty_list = false;
+    kt_conn_unref(c);
+  }
+  kt_iothreads_free(s->iot); /* messages left in the rings, the sockets */
+  s->iot = NULL;
+  ev_async_stop(s->loop, &s->io_wake);
+}
 
 void kt_server_free(struct kt_server *s) {
   if (!s)
     return;
+  if (s->iot)
+    st_free(s);
   on_prepare(s->loop, &s->flush_w, 0);
   while (s->conns)
     conn_close(s->conns, "server shutting down");
@@ -949,6 +1318,10 @@ void kt_server_free(struct kt_server *s) {
 }
 
 void kt_server_bytes(const struct kt_server *s, uint64_t *in, uint64_t *out) {
+  if (s->iot) {
+    kt_iothreads_bytes(s->iot, in, out);
+    return;
+  }
   *in = s->bytes_in;
   *out = s->bytes_out;
 }
@@ -956,4 +1329,6 @@ void kt_server_bytes(const struct kt_server *s, uint64_t *in, uint64_t *out) {
 void kt_server_set_http(struct kt_server *s, kt_server_http_fn fn, void *arg) {
   s->on_http = fn;
   s->http_arg = arg;
+  if (s->iot)
+    kt_iothreads_set_http(s->iot, fn != NULL);
 }

@@ -1,5 +1,14 @@
 /* net/server.h — client listeners and connections on the member's libev loop.
  *
+ * Threads (net/THREADS.md): with io_threads 0 (below) everything here runs
+ * on the loop's thread. With io_threads N > 0, N I/O threads
+ * (net/iothread.c) own the sockets — accept, TLS, reads, framing, writes —
+ * and this file keeps the state side of each connection: frames arrive in
+ * batches and are decoded and handled here, replies are encoded here and
+ * handed over at the end of the turn. Every call below is made on the loop's
+ * (the state) thread in both modes; the data flow and limits below hold in
+ * both.
+ *
  * Owns: listening sockets, every client connection, its bounded input and
  * output buffers, and the per-turn flush of replies.
  *
@@ -87,6 +96,10 @@ struct kt_server_config {
   void (*on_drained)(void *arg, struct kt_conn *c);
   /* Filled into HELLO answers. */
   uint64_t cluster_id, member_id;
+  /* I/O threads (net/THREADS.md): 0 = this loop's thread does the socket
+   * work too; N > 0 = N threads own the sockets, this thread never touches
+   * one (handlers and every kt_conn call still run here). */
+  int io_threads;
 };
 
 struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_config *cfg);

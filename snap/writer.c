@@ -233,6 +233,7 @@ static void finish_state(struct kt_snap_writer *w, enum kt_snap_state st) {
 
 static void *writer_main(void *arg) {
   struct kt_snap_writer *w = arg;
+  pthread_setname_np(pthread_self(), "ketch-snap");
   crypto_generichash_state h;
   crypto_generichash_init(&h, NULL, 0, KT_SNAP_HASH_BYTES);
   uint8_t *comp = NULL;

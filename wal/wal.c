@@ -353,6 +353,7 @@ static int write_batch(struct kt_wal *w, struct batch *b, struct kt_err *e) {
 
 static void *sync_main(void *arg) {
   struct kt_wal *w = arg;
+  pthread_setname_np(pthread_self(), "ketch-wal-sync"); /* top -H, /proc/PID/task/TID/comm */
   for (;;) {
     pthread_mutex_lock(&w->mu);
     while (!w->inflight && !w->stop)
@@ -392,6 +393,7 @@ static void *sync_main(void *arg) {
  * and the node skips); the error goes to the next kt_wal_purge. */
 static void *purge_main(void *arg) {
   struct kt_wal *w = arg;
+  pthread_setname_np(pthread_self(), "ketch-wal-purge");
   const struct kt_wal_fileops *ops = w->ops;
   char path[PATH_BYTES];
   pthread_mutex_lock(&w->mu);

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from harness import free_port  # noqa: E402
+from harness import free_port, io_threads_flag  # noqa: E402
 
 AUTHENTICATE, ALARM = 59, 40
 EPERMDENIED = 38
@@ -95,7 +95,8 @@ class Side:
              "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
              "--initial-cluster", self.ic, "--initial-cluster-token", "auth-" + self.kind,
              "--initial-cluster-state", state,
-             "--heartbeat-interval", "50", "--election-timeout", "500"] + self.extra,
+             "--heartbeat-interval", "50", "--election-timeout", "500"] +
+            (io_threads_flag(self.extra) if self.kind == "ketch" else []) + self.extra,
             stdout=self.logs[i], stderr=subprocess.STDOUT, cwd=self.dir)
 
     def stop(self, i):

@@ -25,7 +25,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import BIN, Member, free_port  # noqa: E402
+from harness import BIN, Conn, Member, free_port  # noqa: E402
 
 BENCH = os.path.join(BIN, "ketch-bench")
 failures = 0
@@ -105,6 +105,39 @@ def ketch_tests(m):
         return sane(r, 3000) or first((rc, "exit %d" % rc),
                                       (r["write"]["n"] != 3000, "write histogram"))
     check("ketch/put", put)
+
+    def threads_and_state_thread():
+        # 3 generator threads share 1000 sequential keys of 13 characters
+        # (thread i puts i, i + 3, ...): each key written exactly once; with
+        # --server-pid the report gives the member's state-thread CPU per
+        # request and the ceiling it implies
+        rc, r = bench_json(ep, ["put", "--key-size", "13", "--val-size", "8",
+                                "--key-space-size", "1000", "--sequential-keys"],
+                           ["--clients", "12", "--conns", "6", "--total", "1000", "--threads", "3",
+                            "--server-pid", str(m.proc.pid)])
+        why = sane(r, 1000) or first((rc, "exit %d" % rc))
+        if why:
+            return why
+        kvs = Conn(m.port).get("0000000000000", range_end=b"0000000001000").get("kvs") or []
+        ours = sorted(int(kv[0]) for kv in kvs if len(kv[0]) == 13)
+        if ours != list(range(1000)):
+            return "keys written: %d, want 0..999 once each (missing %r)" % (
+                len(ours), sorted(set(range(1000)) - set(ours))[:10])
+        if any(kv[4] != 1 for kv in kvs if len(kv[0]) == 13):
+            return "a key written twice (version != 1)"
+        us, ceil = r.get("server_state_us_per_req"), r.get("server_state_ceiling_rps")
+        if us is None or ceil is None or r.get("server_cpu_us_per_req") is None:
+            return "no state-thread figures: %r" % r
+        # 1000 puts may cost less than one 10 ms clock tick: 0 is possible
+        if us < 0 or (us > 0 and abs(ceil - 1e6 / us) > 0.01 * ceil + 1):
+            return "state thread %r us/req, ceiling %r" % (us, ceil)
+        rc, out, err = run(["--endpoints", ep, "--clients", "4", "--total", "400", "--threads",
+                            "2", "--server-pid", str(m.proc.pid), "put"])
+        if rc or "Requests: 400 issued, 400 ok, 0 errors" not in out or \
+                "Server state thread: " not in out or "requests/s (process: " not in out:
+            return "text report (exit %d): %s" % (rc, out[-600:])
+        return None
+    check("ketch/threads-and-state-thread", threads_and_state_thread)
 
     def range_one():
         rc, r = bench_json(ep, ["range", "0000000000000001", "--consistency", "s"],

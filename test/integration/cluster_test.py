@@ -11,13 +11,22 @@ EUNKNOWN, ENOLEADER, ETIMEOUT = 13, 11, 12
 TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]
 
 
+def io_mix(i, extra):
+    """Unless KT_IO_THREADS or the test chose: member i of a cluster runs with
+    0, 1 or 3 I/O threads (net/THREADS.md), so every cluster test has members
+    of both kinds side by side."""
+    if os.environ.get("KT_IO_THREADS") or any(str(a).startswith("--io-threads") for a in extra):
+        return []
+    return ["--io-threads", ("0", "1", "3")[i % 3]]
+
+
 def start_cluster(n=3, token="it-cluster", extra=()):
     ports = [(free_port(), free_port()) for _ in range(n)]
     names = ["n%d" % i for i in range(n)]
     ic = ",".join("%s=http://127.0.0.1:%d" % (names[i], ports[i][1]) for i in range(n))
     ms = [Member(name=names[i], port=ports[i][0], peer_port=ports[i][1], wait=False,
                  extra=["--initial-cluster", ic, "--initial-cluster-token", token] + TIMING +
-                 list(extra))
+                 io_mix(i, extra) + list(extra))
           for i in range(n)]
     for m in ms:
         m.wait_ready()

@@ -1,7 +1,9 @@
 """test/integration/harness.py — real ketch processes on loopback for tests.
 
 Member(...) starts bin/ketch on a free 127.0.0.1 port with its own data dir,
-waits until it answers a HELLO, and kills it at the end. Conn speaks the
+waits until it answers a HELLO, and kills it at the end. KT_IO_THREADS=N in
+the environment starts every member with --io-threads N (net/THREADS.md), so
+the suite runs against the threaded server too. Conn speaks the
 native protocol (net/PROTOCOL.md) directly, so tests can send exactly the bytes
 they want, including bad ones. Tests print "ok NAME" / "FAIL NAME: why".
 """
@@ -42,6 +44,15 @@ def free_port():
             return p
 
 
+def io_threads_flag(extra=()):
+    """["--io-threads", N] from KT_IO_THREADS, unless the flags already
+    name it or a config file (which ignores flags) is used."""
+    n = os.environ.get("KT_IO_THREADS")
+    if not n or any(str(a).startswith(("--io-threads", "--config-file")) for a in extra):
+        return []
+    return ["--io-threads", n]
+
+
 class Member:
     def __init__(self, data_dir=None, extra=(), name="m1", port=None, wait=True, peer_port=None):
         self.own_dir = data_dir is None
@@ -67,7 +78,7 @@ class Member:
                 "--listen-client-urls", url, "--advertise-client-urls", url,
                 "--listen-peer-urls", "http://127.0.0.1:%d" % peer,
                 "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % peer,
-                ] + self.extra
+                ] + io_threads_flag(self.extra) + self.extra
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         if wait:

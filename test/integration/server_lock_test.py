@@ -71,20 +71,32 @@ def test_lock_waits_for_predecessor_and_hands_over():
 
 
 def test_lock_then_disconnect_before_it_applies():
-    """A LOCK whose client leaves before the lock txn applies: the member
-    deletes the key (it once proposed that from inside its apply loop and
-    aborted)."""
+    """A LOCK whose client leaves before the lock txn applies, or while it
+    waits: the member deletes the key (it once proposed that from inside its
+    apply loop and aborted). A live client holds the lock first, so every
+    one of the 20 waits whether its close or its txn reaches the state
+    thread first (with I/O threads either may)."""
     m = Member()
     try:
         c = Conn(m.port)
+        holder = grant(c)
+        c.call(LOCK, {"name": b"gone", "lease": holder})
         for i in range(20):
             lid = grant(c)
             x = Conn(m.port)
             x.send(LOCK, {"name": b"gone", "lease": lid})
             x.close()
+        def count():
+            return c.call(RANGE, {"key": b"gone/", "range_end": b"gone0",
+                                  "count_only": True}).get("count", 0)
         time.sleep(0.5)
-        assert c.call(RANGE, {"key": b"gone/", "range_end": b"gone0",
-                              "count_only": True}).get("count", 0) == 0
+        c.call(REVOKE, {"id": holder})
+        # every waiter's key goes (a late one becomes the holder, finds its
+        # client gone and releases too)
+        deadline = time.time() + 5
+        while time.time() < deadline and count():
+            time.sleep(0.1)
+        assert count() == 0
         assert m.proc.poll() is None
     finally:
         m.cleanup()

@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 import msgpack
 
 import tlscerts
-from harness import BIN, HELLO, PUT, RANGE, STATUS, Conn, ServerError, free_port, run_tests
+from harness import (BIN, HELLO, PUT, RANGE, STATUS, Conn, ServerError, free_port,  # noqa: E402
+                     io_threads_flag, run_tests)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TLS_CLIENT = os.path.join(ROOT, os.environ.get("O", "build"), "test", "integration", "tls_client")
@@ -57,7 +58,8 @@ class Proc:
         self.name = name
         self.data_dir = data_dir or os.path.join(TMP, "data-" + name)
         self.log_path = os.path.join(TMP, name + ".log")
-        self.args = [os.path.join(BIN, "ketch"), "--name", name, "--data-dir", self.data_dir] + args
+        self.args = [os.path.join(BIN, "ketch"), "--name", name, "--data-dir", self.data_dir] + \
+            io_threads_flag(args) + args
         self.env = env
         self.proc = None
         self.start()

@@ -838,6 +838,31 @@ TEST(config_retention) {
   kt_config_free(&c);
 }
 
+TEST(config_io_threads) {
+  struct kt_config c;
+  struct kt_err e;
+  CHECK_EQ(load_v(&c, &e, NULL, NOARGS), 0);
+  CHECK_EQ(c.io_threads, KT_CONFIG_THREADS_AUTO);
+  /* auto: cores - 1, at most 8; none below 4 cores */
+  static const int cores[] = {1, 2, 3, 4, 5, 9, 16, 64}, want[] = {0, 0, 0, 3, 4, 8, 8, 8};
+  for (size_t i = 0; i < KT_ARRAY_LEN(cores); i++)
+    CHECK_EQ(kt_config_io_threads(&c, cores[i]), (uint32_t)want[i]);
+  CHECK(kt_config_io_threads(&c, 0) <= 8);
+  kt_config_free(&c);
+  CHECK_EQ(load_v(&c, &e, ENV("KETCH_IO_THREADS=0"), ARGS("--io-threads", "4")), 0);
+  CHECK_EQ(kt_config_io_threads(&c, 16), 4);
+  CHECK_EQ(kt_config_io_threads(&c, 2), 4); /* given: as given */
+  kt_config_free(&c);
+  CHECK_EQ(load_v(&c, &e, ENV("KETCH_IO_THREADS=0"), NOARGS), 0);
+  CHECK_EQ(kt_config_io_threads(&c, 16), 0);
+  kt_config_free(&c);
+  CHECK_EQ(load_v(&c, &e, NULL, ARGS("--io-threads=65")), KT_EINVAL);
+  CHECK_STR(e.msg, "--io-threads: invalid value \"65\" (want auto or an integer from 0 to 64)");
+  kt_config_free(&c);
+  CHECK_EQ(load_v(&c, &e, NULL, ARGS("--io-threads", "many")), KT_EINVAL);
+  kt_config_free(&c);
+}
+
 TEST(config_auth_token) {
   struct kt_config c;
   struct kt_err e;

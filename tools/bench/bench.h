@@ -18,7 +18,8 @@
  * process() → completion callbacks record the latency (from the send time in
  * closed loop, from the SCHEDULED send time in open loop, so coordinated
  * omission is accounted for) and count ok / errors by code → the next
- * request is issued. Single-threaded.
+ * request is issued. One thread, or with --threads N, N such loops each on
+ * its own connections and share of the clients, their results merged.
  *
  * Invariants: every request issued completes exactly once (ok or an error
  * code), so ok + errors == issued at the end of a run; no request is issued
@@ -109,6 +110,13 @@ struct bench_cfg {
    * into the run, from a child process (storm.c) */
   int storm;
   double storm_after_s;
+  /* --threads N: generator threads, each with its share of the clients,
+   * connections, --total and --rate (bench_run); gen_index / gen_count: this
+   * thread's place (workload.c) */
+  int threads, gen_index, gen_count;
+  /* --server-pid PID: the ketch member whose state thread's CPU per request
+   * the report gives (0: none) */
+  int server_pid;
 };
 
 /* TLS, etcd benchmark's flags (--cacert, --cert, --key) and
@@ -236,6 +244,9 @@ struct bench_result {
   int n_err;
   long leases;    /* lease-keepalive: leases granted before the run */
   double grant_s; /* ... in this many seconds */
+  /* with --server-pid: CPU seconds during the run of the member's state
+   * thread and of the whole process (-1: not measured) */
+  double state_cpu_s, server_cpu_s;
 };
 /* Runs cfg's workload. Returns 0, or 1 with err filled (could not connect).
  * The result is filled either way (counts of what ran). */
@@ -278,6 +289,11 @@ void watch_report(const struct bench_cfg *cfg, const struct watch_result *r);
  * (a client could not connect or open its session). */
 int lock_run(const struct bench_cfg *cfg, struct bench_result *res, char *err, size_t err_len);
 uint64_t bench_now_ns(void);
+/* servers.c: user + system CPU seconds so far of process pid, and of its
+ * state thread (the thread named ketch-state, else the main thread: tid ==
+ * pid); -1 if unknown. */
+double proc_cpu_s(int pid);
+double state_thread_cpu_s(int pid);
 /* The floor (floor.c): count x (write 256 B + fdatasync) on a preallocated
  * file in dir, and count loopback TCP round trips. 0, or -1 with err. */
 int floor_measure(const char *dir, int count, struct hist *fsync_h, struct hist *rtt_h, char *err,

@@ -29,6 +29,17 @@
  * workloads every event missing from a watcher (watchers x ok puts minus
  * events received) counts as an error.
  *
+ * Steady state: both servers run with the same auto-compaction
+ * (--compaction RETENTION, default 10s: --auto-compaction-mode periodic
+ * --auto-compaction-retention 10s; 0 = off). Without it every revision of a
+ * long put run stays in memory until ketch's quota raises NOSPACE (at 250k
+ * puts/s of 256 B values the 2 GiB quota lasts ~25 s of puts: the failures
+ * of issue 17's 1024-client row). Failed requests are named by error code in
+ * the table and the JSON (errors_by_code). For ketch the table also gives the
+ * busiest member's state-thread CPU per request (/proc/PID/task/TID/stat)
+ * and the requests/s that cost allows one state thread (the ceiling, on any
+ * machine). --ketch-flag F (repeatable) passes F to every ketch member.
+ *
  * --tls: both servers also serve an https:// client URL (a self-signed
  * server certificate and a self-signed client certificate made under the
  * run's directory by net/tls's auto-tls code, client certificates required:
@@ -62,10 +73,48 @@ struct wl {
   bool tls;  /* over the https:// URLs (compare --tls) */
   int plain; /* tls: the index of its plaintext twin */
   double rps[2][MAX_ROUNDS], p50[2][MAX_ROUNDS], p99[2][MAX_ROUNDS], cpu[2][MAX_ROUNDS];
+  double st[MAX_ROUNDS]; /* ketch: the busiest member's state thread, us CPU per request */
   long errors[2];
+  struct { /* the failures by error code ("ENOSPACE", gRPC's "RESOURCE_EXHAUSTED"...) */
+    const char *name;
+    long n;
+  } errk[2][8];
+  int n_errk[2];
   double med_rps[2], med_p50[2], med_p99[2], med_cpu[2]; /* cpu: server s per 100k requests */
+  double med_st;
   int64_t lease_base[2]; /* lease-keepalive: leases granted on that server, 0 = not yet */
 };
+
+static void count_errors(struct wl *w, int t, const char *name, long n) {
+  if (n <= 0)
+    return;
+  int i = 0;
+  while (i < w->n_errk[t] && strcmp(w->errk[t][i].name, name))
+    i++;
+  if (i == w->n_errk[t]) {
+    if (i == 8) /* the last slot collects the rest */
+      i = 7, name = "OTHER";
+    else
+      w->n_errk[t]++;
+    w->errk[t][i].name = name;
+  }
+  w->errk[t][i].n += n;
+}
+
+/* "ENOSPACE 1234, ETIMEOUT 5" */
+static const char *error_list(const struct wl *w, int t, char *buf, size_t len) {
+  buf[0] = 0;
+  for (int i = 0; i < w->n_errk[t]; i++)
+    snprintf(buf + strlen(buf), len - strlen(buf), "%s%s %ld", i ? ", " : "", w->errk[t][i].name,
+             w->errk[t][i].n);
+  return buf;
+}
+
+/* The busiest member's state thread CPU seconds so far, per member: st[m]. */
+static void state_cpu(struct server *m, int n, double *st) {
+  for (int i = 0; i < n; i++)
+    st[i] = state_thread_cpu_s(m[i].pid);
+}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -168,8 +217,8 @@ static double aim(const struct wl *w) {
 static void usage_compare(void) {
   fprintf(stderr, "usage: ketch-bench compare [--rounds N] [--run-seconds S] [--keys N] [--json]\n"
                   "         [--out-dir DIR] [--ketch PATH] [--etcd PATH] [--data-dir-base DIR]\n"
-                  "         [--leases N] [--resource-keys N] [--tls] [WORKLOAD...]   (put:C "
-                  "range-l:C range-s:C "
+                  "         [--leases N] [--resource-keys N] [--tls] [--compaction RETENTION]\n"
+                  "         [--ketch-flag FLAG]... [WORKLOAD...]   (put:C range-l:C range-s:C "
                   "txn-put:C\n"
                   "         mixed:C lease-keepalive:C watch-latency:W watch:W lock:C; put, range\n"
                   "         and mixed take @R: open loop at R requests/s; default put:1\n"
@@ -186,6 +235,8 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   bool json = gcfg->json, tls = false;
   const char *out_dir = NULL, *etcd_bin = "etcd", *base = getenv("TMPDIR");
   char ketch_bin[PATH_MAX] = "";
+  const char *compaction = "10s";
+  int n_kflags = 0;
   static struct wl wls[MAX_WL];
   int n_wl = 0;
   for (int i = 1; i < argc; i++) {
@@ -215,6 +266,10 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
       members = atoi(argv[++i]);
     else if (!strcmp(a, "--tls"))
       tls = true;
+    else if (!strcmp(a, "--compaction") && more)
+      compaction = argv[++i];
+    else if (!strcmp(a, "--ketch-flag") && more && n_kflags < 8)
+      server_ketch_flags[n_kflags++] = argv[++i];
     else if (a[0] != '-' && n_wl < MAX_WL && !parse_wl(a, &wls[n_wl]))
       n_wl++;
     else
@@ -266,6 +321,10 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
   }
   if (!base)
     base = "/tmp";
+  /* Both servers keep the same history (a steady state: without compaction
+   * every revision stays until the quota's NOSPACE, which ketch reaches in
+   * tens of seconds at 100k+ puts/s) */
+  server_compaction = strcmp(compaction, "0") && strcmp(compaction, "off") ? compaction : NULL;
   static struct server all[2][3]; /* [T_KETCH / T_ETCD][member] */
   memset(all, 0, sizeof all);
   static char eps[2][256], ics[2][512]; /* endpoint lists, --initial-cluster */
@@ -407,11 +466,17 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
           c.put_total = 1000000000000L;
           c.key_space = 1000;
         }
+        c.threads = gcfg->threads;
         double cpu0 = cluster_cpu_s(all[t], members);
+        double st0[3], st1[3];
+        if (t == T_KETCH)
+          state_cpu(all[t], members, st0);
         int brc = is_watch(w)             ? watch_run(&c, &wr, err, sizeof err)
                   : w->workload == W_LOCK ? lock_run(&c, &r, err, sizeof err)
                                           : bench_run(&c, &r, err, sizeof err);
         double cpu1 = cluster_cpu_s(all[t], members);
+        if (t == T_KETCH)
+          state_cpu(all[t], members, st1);
         long ops = is_watch(w) ? wr.events : r.ok;
         double secs = is_watch(w) ? wr.seconds : r.seconds;
         const struct hist *lat_h = is_watch(w) ? &wr.lat : &r.all;
@@ -419,6 +484,23 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
         if (is_watch(w))
           errors = wr.put_errors + labs(wr.expected - wr.events) + wr.foreign + wr.ended;
         w->cpu[t][round] = ops && cpu0 >= 0 && cpu1 >= 0 ? (cpu1 - cpu0) / (double)ops * 1e5 : 0;
+        if (t == T_KETCH) {
+          double busiest = 0;
+          for (int m = 0; m < members; m++)
+            if (st0[m] >= 0 && st1[m] >= 0 && st1[m] - st0[m] > busiest)
+              busiest = st1[m] - st0[m];
+          w->st[round] = ops ? busiest * 1e6 / (double)ops : 0;
+        }
+        if (is_watch(w)) {
+          for (int k = 0; k < wr.n_err; k++)
+            count_errors(w, t, wr.err[k].name, wr.err[k].n);
+          count_errors(w, t, "MISSING_EVENTS", labs(wr.expected - wr.events));
+          count_errors(w, t, "FOREIGN_EVENTS", wr.foreign);
+          count_errors(w, t, "WATCH_ENDED", wr.ended);
+        } else {
+          for (int k = 0; k < r.n_err; k++)
+            count_errors(w, t, r.err[k].name, r.err[k].n);
+        }
         if (brc) {
           fprintf(stderr, "ketch-bench compare: %s on %s: %s\n", w->name, target_name(t), err);
           goto out;
@@ -441,6 +523,7 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
       wls[i].med_p50[t] = median(wls[i].p50[t], rounds);
       wls[i].med_p99[t] = median(wls[i].p99[t], rounds);
       wls[i].med_cpu[t] = median(wls[i].cpu[t], rounds);
+      wls[i].med_st = median(wls[i].st, rounds);
     }
   char date[64];
   time_t now = time(NULL);
@@ -477,11 +560,20 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
               "%s{\"workload\":\"%s\",\"clients\":%d,\"etcd\":{\"rps\":%.1f,\"p50_ms\":%.4f,"
               "\"p99_ms\":%.4f,\"errors\":%ld,\"server_cpu_s_per_100k\":%.3f},"
               "\"ketch\":{\"rps\":%.1f,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"errors\":%ld,"
-              "\"server_cpu_s_per_100k\":%.3f},\"ratio\":%.3f,\"aim\":%.0f}",
+              "\"server_cpu_s_per_100k\":%.3f,\"state_us_per_req\":%.4f,"
+              "\"state_ceiling_rps\":%.0f},\"ratio\":%.3f,\"aim\":%.0f,\"errors_by_code\":{",
               i ? "," : "", w->name, w->clients, w->med_rps[T_ETCD], w->med_p50[T_ETCD],
               w->med_p99[T_ETCD], w->errors[T_ETCD], w->med_cpu[T_ETCD], w->med_rps[T_KETCH],
               w->med_p50[T_KETCH], w->med_p99[T_KETCH], w->errors[T_KETCH], w->med_cpu[T_KETCH],
+              w->med_st, w->med_st > 0 ? 1e6 / w->med_st : 0,
               w->med_rps[T_ETCD] > 0 ? w->med_rps[T_KETCH] / w->med_rps[T_ETCD] : 0, aim(w));
+      for (int t = 0; t < 2; t++) {
+        fprintf(f, "%s\"%s\":{", t ? "," : "", target_name(t));
+        for (int k = 0; k < w->n_errk[t]; k++)
+          fprintf(f, "%s\"%s\":%ld", k ? "," : "", w->errk[t][k].name, w->errk[t][k].n);
+        fprintf(f, "}");
+      }
+      fprintf(f, "}}");
     }
     fprintf(f, "]}\n");
   }
@@ -500,8 +592,9 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
           "%g s alternating, medians; %ld keys of 16 B with 256 B values loaded; %s\n\n",
           members, members > 1 ? "s" : "", ncpu, rounds, run_s, keys, date);
   fprintf(f, "| workload | etcd ops/s | ketch ops/s | ketch/etcd | aim | etcd p50 / p99 ms | "
-             "ketch p50 / p99 ms | server CPU s per 100k, etcd / ketch |\n"
-             "|---|---|---|---|---|---|---|---|\n");
+             "ketch p50 / p99 ms | server CPU s per 100k, etcd / ketch | ketch state thread "
+             "us/req (ceiling/s) |\n"
+             "|---|---|---|---|---|---|---|---|---|\n");
   for (int i = 0; i < n_wl; i++) {
     struct wl *w = &wls[i];
     char title[96];
@@ -512,11 +605,19 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     if (w->rate) /* equal offered load: the aim is p99 <= 1/10 of etcd's */
       snprintf(aimb, sizeof aimb, "p99 <= 1/10: %s",
                w->med_p99[T_KETCH] * 10 <= w->med_p99[T_ETCD] ? "met" : "NOT MET");
-    fprintf(f, "| %s | %.0f | %.0f | %.2fx | %s | %.2f / %.2f | %.2f / %.2f | %.1f / %.1f |%s\n",
+    char failed[400] = "", ek[180], ee[180];
+    if (w->errors[0] || w->errors[1]) /* which codes: ENOSPACE is not a timeout */
+      snprintf(failed, sizeof failed, " (some requests failed: ketch %s; etcd %s)",
+               w->n_errk[T_KETCH] ? error_list(w, T_KETCH, ek, sizeof ek) : "none",
+               w->n_errk[T_ETCD] ? error_list(w, T_ETCD, ee, sizeof ee) : "none");
+    char stb[48] = "-";
+    if (w->med_st > 0)
+      snprintf(stb, sizeof stb, "%.2f (%.0fk)", w->med_st, 1e3 / w->med_st);
+    fprintf(f,
+            "| %s | %.0f | %.0f | %.2fx | %s | %.2f / %.2f | %.2f / %.2f | %.1f / %.1f | %s |%s\n",
             wl_title(w, title, sizeof title), w->med_rps[T_ETCD], w->med_rps[T_KETCH], ratio, aimb,
             w->med_p50[T_ETCD], w->med_p99[T_ETCD], w->med_p50[T_KETCH], w->med_p99[T_KETCH],
-            w->med_cpu[T_ETCD], w->med_cpu[T_KETCH],
-            w->errors[0] || w->errors[1] ? " (some requests failed: see stderr)" : "");
+            w->med_cpu[T_ETCD], w->med_cpu[T_KETCH], stb, failed);
   }
   /* TLS: what it costs each server, and the ratio over TLS beside plaintext */
   for (int i = 0; i < n_wl; i++) {
@@ -547,10 +648,22 @@ int compare_main(const struct bench_cfg *gcfg, int argc, char **argv) {
     if (w->med_p99[T_KETCH] > w->med_p99[T_ETCD])
       fprintf(f, "\n- SHORT: %s: ketch's p99 %.3f ms is above etcd's %.3f ms", title,
               w->med_p99[T_KETCH], w->med_p99[T_ETCD]);
+    char ek[180];
     if (w->errors[T_KETCH])
-      fprintf(f, "\n- SHORT: %s: %ld ketch %s failed or missing (etcd: %ld)", title,
-              w->errors[T_KETCH], is_watch(w) ? "puts/events" : "requests", w->errors[T_ETCD]);
+      fprintf(f, "\n- SHORT: %s: %ld ketch %s failed or missing (%s; etcd: %ld)", title,
+              w->errors[T_KETCH], is_watch(w) ? "puts/events" : "requests",
+              error_list(w, T_KETCH, ek, sizeof ek), w->errors[T_ETCD]);
   }
+  if (server_compaction)
+    fprintf(f,
+            "\n- both servers run with --auto-compaction-mode periodic "
+            "--auto-compaction-retention %s (history kept: a steady state, not a race to the "
+            "quota)",
+            server_compaction);
+  else
+    fprintf(f, "\n- no auto-compaction (--compaction 0): every revision stays until the quota");
+  fprintf(f, "\n- ketch state thread: its CPU per request (the busiest member's; /proc/PID/task/"
+             "TID/stat), and the requests/s one state thread could serve at that cost");
   fprintf(f,
           "\n- floor (this disk, this kernel; median of the rounds): fdatasync p50 %.3f ms + "
           "loopback round trip p50 %.3f ms = %.3f ms\n",

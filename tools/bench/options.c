@@ -57,6 +57,10 @@ void usage(int status) {
       "                     its token on every call; ketch: libketch's login)\n"
       "  --storm N  --storm-after S  N new TLS clients connect at once S s (1) into the run,\n"
       "                     from a child process that reports how long they took (ketch)\n"
+      "  --threads N        N generator threads, each with its share of the clients,\n"
+      "                     connections, --total and --rate (when one cannot drive the load)\n"
+      "  --server-pid PID   the ketch member's process: report its state thread's CPU per\n"
+      "                     request and the throughput ceiling that implies (1e6 / us)\n"
       "commands:\n"
       "  put       [--key-size N] [--val-size N] [--key-space-size N] [--sequential-keys]\n"
       "  range KEY [END] [--consistency l|s] [--limit N] [--prefix]\n"
@@ -122,6 +126,8 @@ enum {
   O_STORM,
   O_STORM_AFTER,
   O_USER,
+  O_THREADS,
+  O_SERVER_PID,
 };
 
 static const struct option opts[] = {{"endpoints", 1, 0, O_EP},
@@ -161,6 +167,8 @@ static const struct option opts[] = {{"endpoints", 1, 0, O_EP},
                                      {"storm", 1, 0, O_STORM},
                                      {"storm-after", 1, 0, O_STORM_AFTER},
                                      {"user", 1, 0, O_USER},
+                                     {"threads", 1, 0, O_THREADS},
+                                     {"server-pid", 1, 0, O_SERVER_PID},
                                      {0, 0, 0, 0}};
 
 static long num(const char *flag, const char *s, long lo, long hi) {
@@ -215,6 +223,12 @@ static int apply(struct bench_cfg *c, int o, const char *arg) {
     bench_auth.password = colon + 1;
     break;
   }
+  case O_THREADS:
+    c->threads = (int)num("threads", arg, 1, 256);
+    break;
+  case O_SERVER_PID:
+    c->server_pid = (int)num("server-pid", arg, 1, 1 << 30);
+    break;
   case O_STORM:
     c->storm = (int)num("storm", arg, 1, 100000);
     break;

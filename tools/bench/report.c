@@ -49,6 +49,12 @@ void report_text(const struct bench_cfg *cfg, const struct bench_result *r) {
          r->seconds > 0 ? 100 * r->cpu_s / r->seconds : 0);
   for (int i = 0; i < r->n_err; i++)
     printf("  %s: %ld\n", r->err[i].name, r->err[i].n);
+  if (r->state_cpu_s >= 0 && r->ok) {
+    double us = r->state_cpu_s * 1e6 / (double)r->ok;
+    printf("Server state thread: %.3f us CPU per request: ceiling %.0f requests/s (process: %.3f "
+           "us per request)\n",
+           us, us > 0 ? 1e6 / us : 0, r->server_cpu_s * 1e6 / (double)r->ok);
+  }
 }
 
 static void lat_json(const char *name, const struct hist *h) {
@@ -81,5 +87,11 @@ void report_json(const struct bench_cfg *cfg, const struct bench_result *r) {
   lat_json("write", &r->write);
   if (r->leases)
     printf(",\"leases\":%ld,\"grant_s\":%.3f", r->leases, r->grant_s);
+  if (r->state_cpu_s >= 0 && r->ok) {
+    double us = r->state_cpu_s * 1e6 / (double)r->ok;
+    printf(",\"server_state_us_per_req\":%.4f,\"server_state_ceiling_rps\":%.0f,"
+           "\"server_cpu_us_per_req\":%.4f",
+           us, us > 0 ? 1e6 / us : 0, r->server_cpu_s * 1e6 / (double)r->ok);
+  }
   printf("}\n");
 }

@@ -7,9 +7,15 @@
  * so a stalled server is charged for the requests it delayed (no coordinated
  * omission). --clients bounds the requests in flight in both modes.
  * The run ends when no request may be issued any more (--total reached or
- * --duration passed) and every issued request has completed. */
+ * --duration passed) and every issued request has completed.
+ *
+ * --threads N: N such loops, one per thread (R is per thread), each with its
+ * share of the clients, connections, --total and --rate; their results are
+ * merged (counts, histograms, errors by code; the generator's CPU is the
+ * sum of the threads'). */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +33,7 @@ struct client {
   bool is_read;
 };
 
-static struct run {
+static _Thread_local struct run {
   const struct bench_cfg *cfg;
   const struct target *t;
   struct bench_result *res;
@@ -41,9 +47,9 @@ static struct run {
   bool stop;
 } R;
 
-static double cpu_s(void) {
+static double cpu_s(void) { /* this thread's: the generator loop's */
   struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
+  getrusage(RUSAGE_THREAD, &ru);
   return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
          (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
@@ -143,7 +149,8 @@ static void issue_idle(uint64_t now) {
   }
 }
 
-int bench_run(const struct bench_cfg *cfg, struct bench_result *res, char *err, size_t err_len) {
+static int run_one(const struct bench_cfg *cfg, struct bench_result *res, char *err,
+                   size_t err_len) {
   memset(res, 0, sizeof *res);
   memset(&R, 0, sizeof R);
   R.cfg = cfg;
@@ -236,6 +243,109 @@ out:
   free(R.idle);
   free(pf);
   workload_free(&R.w);
+  return rc;
+}
+
+struct gen_thread {
+  struct bench_cfg cfg;
+  struct bench_result res;
+  char err[512];
+  int rc;
+  pthread_t th;
+};
+
+static void *gen_main(void *arg) {
+  struct gen_thread *g = arg;
+  g->rc = run_one(&g->cfg, &g->res, g->err, sizeof g->err);
+  return NULL;
+}
+
+/* i's share of total over n: total / n, one more for the first total % n */
+static long share(long total, int n, int i) { return total / n + (i < total % n); }
+
+static void merge(struct bench_result *into, const struct bench_result *r) {
+  into->issued += r->issued;
+  into->ok += r->ok;
+  into->errors += r->errors;
+  if (r->seconds > into->seconds)
+    into->seconds = r->seconds;
+  into->cpu_s += r->cpu_s;
+  hist_merge(&into->all, &r->all);
+  hist_merge(&into->read, &r->read);
+  hist_merge(&into->write, &r->write);
+  for (int i = 0; i < r->n_err; i++) {
+    int j = 0;
+    while (j < into->n_err && strcmp(into->err[j].name, r->err[i].name))
+      j++;
+    if (j == into->n_err && into->n_err < BENCH_MAX_ERR_KINDS)
+      into->err[into->n_err++].name = r->err[i].name;
+    if (j < into->n_err)
+      into->err[j].n += r->err[i].n;
+  }
+}
+
+/* cfg->threads loops on their own threads, results merged into res. */
+static int run_threads(const struct bench_cfg *cfg, int n, struct bench_result *res, char *err,
+                       size_t err_len) {
+  struct gen_thread *g = calloc((size_t)n, sizeof *g);
+  if (!g) {
+    snprintf(err, err_len, "out of memory");
+    return 1;
+  }
+  if (cfg->target == T_ETCD && (bench_tls.cacert || bench_tls.cert))
+    (void)bench_etcd_tls(err, err_len); /* made once, before the threads share it */
+  int started = 0, rc = 0;
+  int conns = cfg->conns < n ? n : cfg->conns;
+  for (int i = 0; i < n; i++) {
+    struct bench_cfg *c = &g[i].cfg;
+    *c = *cfg;
+    c->threads = 1;
+    c->gen_index = i;
+    c->gen_count = n;
+    c->clients = (int)share(cfg->clients, n, i);
+    c->conns = (int)share(conns, n, i);
+    if (c->conns > c->clients)
+      c->conns = c->clients;
+    if (cfg->total)
+      c->total = share(cfg->total, n, i);
+    if (cfg->rate)
+      c->rate = cfg->rate / n;
+    c->progress = cfg->progress && i == 0;
+    if (cfg->total && !c->total)
+      continue; /* fewer requests than threads */
+    if (pthread_create(&g[i].th, NULL, gen_main, &g[i])) {
+      snprintf(err, err_len, "cannot start generator thread %d", i);
+      rc = 1;
+      break;
+    }
+    started = i + 1;
+  }
+  memset(res, 0, sizeof *res);
+  for (int i = 0; i < started; i++) {
+    if (cfg->total && !g[i].cfg.total)
+      continue;
+    pthread_join(g[i].th, NULL);
+    merge(res, &g[i].res);
+    if (g[i].rc && !rc) {
+      rc = g[i].rc;
+      snprintf(err, err_len, "%s", g[i].err);
+    }
+  }
+  free(g);
+  return rc;
+}
+
+int bench_run(const struct bench_cfg *cfg, struct bench_result *res, char *err, size_t err_len) {
+  int n = cfg->threads > 1 ? cfg->threads : 1;
+  if (n > cfg->clients)
+    n = cfg->clients;
+  double st0 = cfg->server_pid ? state_thread_cpu_s(cfg->server_pid) : -1;
+  double pc0 = cfg->server_pid ? proc_cpu_s(cfg->server_pid) : -1;
+  int rc = n > 1 ? run_threads(cfg, n, res, err, err_len) : run_one(cfg, res, err, err_len);
+  double st1 = cfg->server_pid ? state_thread_cpu_s(cfg->server_pid) : -1;
+  double pc1 = cfg->server_pid ? proc_cpu_s(cfg->server_pid) : -1;
+  res->state_cpu_s = st0 >= 0 && st1 >= 0 ? st1 - st0 : -1;
+  res->server_cpu_s = pc0 >= 0 && pc1 >= 0 ? pc1 - pc0 : -1;
   return rc;
 }
 

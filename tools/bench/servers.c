@@ -1,5 +1,6 @@
 /* tools/bench/servers.c — starting, stopping and measuring the servers of
  * `ketch-bench compare` (servers.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <netinet/in.h>
@@ -15,6 +16,8 @@
 #include "servers.h"
 
 struct server_tls server_tls;
+const char *server_compaction;
+const char *server_ketch_flags[9];
 
 int free_port(void) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -79,7 +82,7 @@ void server_start(struct server *s, int t, const char *name, const char *ic) {
   if (server_tls.cert && s->tls_port)
     snprintf(lcu, sizeof lcu, "%s,https://127.0.0.1:%d", cu, s->tls_port);
   snprintf(pu, sizeof pu, "http://127.0.0.1:%d", s->peer);
-  char *av[36];
+  char *av[48];
   int n = 0;
   av[n++] = (char *)s->bin;
   av[n++] = "--name";
@@ -109,14 +112,21 @@ void server_start(struct server *s, int t, const char *name, const char *ic) {
     av[n++] = (char *)server_tls.client_ca;
     av[n++] = "--client-cert-auth";
   }
+  if (server_compaction) {
+    av[n++] = "--auto-compaction-mode";
+    av[n++] = "periodic";
+    av[n++] = "--auto-compaction-retention";
+    av[n++] = (char *)server_compaction;
+  }
+  for (int i = 0; t == T_KETCH && server_ketch_flags[i] && i < 8; i++)
+    av[n++] = (char *)server_ketch_flags[i];
   av[n] = NULL;
   s->pid = spawn(av, s->log);
 }
 
-/* user + system CPU seconds of a process so far; -1 if unknown */
-static double proc_cpu_s(pid_t pid) {
-  char p[64], buf[1024];
-  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+/* user + system CPU seconds so far of a /proc stat file; -1 if unknown */
+static double stat_cpu_s(const char *p) {
+  char buf[1024];
   FILE *f = fopen(p, "r");
   if (!f)
     return -1;
@@ -128,6 +138,41 @@ static double proc_cpu_s(pid_t pid) {
   if (!q || sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
     return -1;
   return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+double proc_cpu_s(int pid) {
+  char p[64];
+  snprintf(p, sizeof p, "/proc/%d/stat", pid);
+  return stat_cpu_s(p);
+}
+
+/* The member's state thread: the one named ketch-state if there is one, else
+ * the main thread (ketch runs its loop there: tid == pid). */
+static int state_tid(int pid) {
+  char p[64];
+  snprintf(p, sizeof p, "/proc/%d/task", pid);
+  DIR *d = opendir(p);
+  int tid = pid;
+  struct dirent *de;
+  while (d && (de = readdir(d))) {
+    char cp[300], comm[32] = "";
+    snprintf(cp, sizeof cp, "/proc/%d/task/%.100s/comm", pid, de->d_name);
+    FILE *f = fopen(cp, "r");
+    if (!f)
+      continue;
+    if (fgets(comm, sizeof comm, f) && !strcmp(comm, "ketch-state\n"))
+      tid = atoi(de->d_name);
+    fclose(f);
+  }
+  if (d)
+    closedir(d);
+  return tid;
+}
+
+double state_thread_cpu_s(int pid) {
+  char p[96];
+  snprintf(p, sizeof p, "/proc/%d/task/%d/stat", pid, state_tid(pid));
+  return stat_cpu_s(p);
 }
 
 double cluster_cpu_s(struct server *m, int n) {

@@ -31,6 +31,12 @@ struct server_tls {
   const char *cert, *key, *client_ca;
 };
 extern struct server_tls server_tls;
+/* Servers started after it is set run with --auto-compaction-mode periodic
+ * --auto-compaction-retention server_compaction (both ketch and etcd: the
+ * same history kept, so a long run measures a steady state); NULL: off. */
+extern const char *server_compaction;
+/* Extra flags for ketch members only (compare --ketch-flag), NULL-ended. */
+extern const char *server_ketch_flags[9];
 
 /* A free loopback TCP port (bound once and released), -1 if none. */
 int free_port(void);

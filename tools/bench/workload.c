@@ -33,7 +33,12 @@ size_t workload_key(char *out, int key_size, uint64_t k) {
 
 int workload_init(struct workload_state *w, const struct bench_cfg *cfg) {
   memset(w, 0, sizeof *w);
-  w->rng = 0x9E3779B97F4A7C15ull;
+  /* generator thread i of n (--threads): its own random stream, and every
+   * n-th sequential key / lease starting at i, so n threads together issue
+   * what one would */
+  w->rng = 0x9E3779B97F4A7C15ull ^ ((uint64_t)cfg->gen_index * 0xD1B54A32D192ED03ull);
+  if (!w->rng)
+    w->rng = 1;
   w->val = malloc((size_t)cfg->val_size + 1);
   if (!w->val)
     return -1;
@@ -48,9 +53,15 @@ void workload_free(struct workload_state *w) {
   w->val = NULL;
 }
 
+/* The next of this generator thread's share of 0, 1, 2...: i, i + n, ... */
+static uint64_t next_seq(struct workload_state *w, const struct bench_cfg *cfg) {
+  uint64_t n = cfg->gen_count > 1 ? (uint64_t)cfg->gen_count : 1;
+  return w->seq++ * n + (uint64_t)cfg->gen_index;
+}
+
 static uint64_t next_key(struct workload_state *w, const struct bench_cfg *cfg) {
   if (cfg->sequential)
-    return w->seq++ % (uint64_t)cfg->key_space;
+    return next_seq(w, cfg) % (uint64_t)cfg->key_space;
   return rnd(w) % (uint64_t)cfg->key_space;
 }
 
@@ -124,7 +135,7 @@ void workload_next(struct workload_state *w, const struct bench_cfg *cfg, struct
   case W_LEASE_KEEPALIVE: /* lease_base + 0, 1, ... in turn */
     op->kind = cfg->workload == W_LEASE_GRANT ? OP_LEASE_GRANT : OP_KEEPALIVE;
     op->is_read = false;
-    op->lease = cfg->lease_base + (int64_t)(w->seq++ % (uint64_t)cfg->leases);
+    op->lease = cfg->lease_base + (int64_t)(next_seq(w, cfg) % (uint64_t)cfg->leases);
     op->ttl_s = cfg->lease_ttl_s;
     break;
   }
