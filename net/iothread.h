@@ -25,6 +25,7 @@
 #include <ev.h>
 
 #include "../core/base.h"
+#include "tls.h"
 
 struct kt_conn;
 struct kt_tls_ctx;
@@ -55,7 +56,7 @@ enum kt_iomsg_type {
   KT_IOM_FRAMES = 1, /* whole request frames of sh, in order: p[0..len) */
   KT_IOM_DRAINED,    /* sh's unsent reached 0 while want_drain was set */
   KT_IOM_CLOSED,     /* sh is closed: the last message naming it */
-  KT_IOM_HTTP,       /* fd: an HTTP request on a client port, for the endpoints */
+  KT_IOM_HTTP,       /* io: an HTTP request on a client port, for the endpoints; p[0..len) read */
   /* state thread -> I/O thread */
   KT_IOM_WRITE,   /* encoded replies for sh: p[0..len), in order */
   KT_IOM_CLOSE,   /* write what sh has once, then close it (answered by CLOSED) */
@@ -67,7 +68,7 @@ struct kt_iomsg {
   uint8_t type;
   bool ext; /* p is a malloc'd buffer of its own (cap bytes), not data[] */
   struct kt_ioconn_shared *sh;
-  int fd;               /* HTTP */
+  struct kt_io io;      /* HTTP: the connection, moved here (TLS: handshake done) */
   uint8_t *p;           /* FRAMES, WRITE: the bytes */
   size_t len, cap, off; /* off: FRAMES bytes the state thread has handled */
   uint8_t data[];

@@ -1011,9 +1011,9 @@ static void st_message(struct kt_server *s, struct kt_iomsg *m) {
     return;
   case KT_IOM_HTTP:
     if (s->on_http)
-      s->on_http(s->http_arg, m->fd);
+      s->on_http(s->http_arg, &m->io, m->p, m->len);
     else
-      close(m->fd);
+      kt_io_close(&m->io);
     kt_iomsg_free(m);
     return;
   default:
