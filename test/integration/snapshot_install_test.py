@@ -94,7 +94,7 @@ def test_members_take_snapshots_at_different_points():
     try:
         leader = wait_leader(ms)
         c = Conn(leader.port)
-        total = 40000
+        total = 60000
         for i in range(total):
             c.send(PUT, {"key": b"k%03d" % (i % 500), "value": b"v%05d" % i + b"x" * 100})
             if i % 500 == 499:
@@ -116,7 +116,7 @@ def test_members_take_snapshots_at_different_points():
         # same rule for all gave equal indexes every time)
         low = [a for a in by_rank[0] if a > 2500]
         high = [b for b in by_rank[-1] if b > 2500]
-        assert len(low) >= 3 and len(high) >= 1, by_rank
+        assert len(low) >= 2 and len(high) >= 1, by_rank
         near = [a for a in low if any(abs(a - b) <= a // 50 for b in high)]
         assert len(near) <= len(low) // 2, (near, by_rank)
     finally:
