@@ -129,8 +129,11 @@ struct kt_iomsg *kt_iomsg_new(uint8_t type, struct kt_ioconn_shared *sh, size_t 
   m->sh = sh;
   m->fd = -1;
   m->p = m->data;
-  m->len = m->off = 0;
+  m->len = 0;
   m->cap = len;
+  m->reqs = NULL;
+  m->n_reqs = m->next_req = 0;
+  m->arena = (struct kt_arena){0};
   return m;
 }
 
@@ -139,6 +142,7 @@ void kt_iomsg_free(struct kt_iomsg *m) {
     return;
   if (m->ext)
     free(m->p);
+  kt_arena_free(&m->arena);
   free(m);
 }
 
@@ -371,13 +375,30 @@ static void conn_fail(struct ioconn *c, uint64_t id, int code, const char *msg) 
   conn_close(c, msg);
 }
 
-/* Whole frames p[0..n) for the state thread, in one message. */
+/* Whole frames p[0..n) for the state thread, in one message, each decoded
+ * here into a struct kt_req (the state thread answers decoding errors). */
 static void emit_frames(struct ioconn *c, const uint8_t *p, size_t n) {
   if (!n)
     return;
   struct kt_iomsg *m = kt_iomsg_new(KT_IOM_FRAMES, &c->sh, n);
   memcpy(m->data, p, n);
   m->len = n;
+  uint32_t count = 0;
+  for (size_t off = 0; off < n; off += KT_FRAME_HDR + (size_t)kt_get_u32be(m->data + off))
+    count++;
+  m->reqs = kt_arena_alloc(&m->arena, count * sizeof *m->reqs);
+  size_t off = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    struct kt_ioreq *r = &m->reqs[i];
+    r->len = kt_get_u32be(m->data + off);
+    r->body = m->data + off + KT_FRAME_HDR;
+    off += KT_FRAME_HDR + (size_t)r->len;
+    struct kt_err e = {0};
+    r->rc = kt_proto_decode_req(r->body, r->len, &m->arena, &r->req, &e);
+    r->err = r->rc && e.msg[0] ? kt_arena_dup(&m->arena, e.msg, strlen(e.msg) + 1) : NULL;
+  }
+  kt_assert(off == n);
+  m->n_reqs = count;
   c->introduced = true;
   to_state(c->thr, m);
 }
