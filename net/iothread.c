@@ -380,13 +380,17 @@ static void conn_fail(struct ioconn *c, uint64_t id, int code, const char *msg) 
 static void emit_frames(struct ioconn *c, const uint8_t *p, size_t n) {
   if (!n)
     return;
-  struct kt_iomsg *m = kt_iomsg_new(KT_IOM_FRAMES, &c->sh, n);
+  uint32_t count = 0;
+  for (size_t off = 0; off < n; off += KT_FRAME_HDR + (size_t)kt_get_u32be(p + off))
+    count++;
+  /* the frames, then the decoded requests, in one allocation; the arena is
+   * for what a request needs beyond its struct (txn ops...), often nothing */
+  size_t reqs_at = (n + 15) & ~(size_t)15;
+  struct kt_iomsg *m =
+      kt_iomsg_new(KT_IOM_FRAMES, &c->sh, reqs_at + (size_t)count * sizeof(struct kt_ioreq));
   memcpy(m->data, p, n);
   m->len = n;
-  uint32_t count = 0;
-  for (size_t off = 0; off < n; off += KT_FRAME_HDR + (size_t)kt_get_u32be(m->data + off))
-    count++;
-  m->reqs = kt_arena_alloc(&m->arena, count * sizeof *m->reqs);
+  m->reqs = (struct kt_ioreq *)(void *)(m->data + reqs_at);
   size_t off = 0;
   for (uint32_t i = 0; i < count; i++) {
     struct kt_ioreq *r = &m->reqs[i];

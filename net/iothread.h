@@ -81,7 +81,7 @@ struct kt_iomsg {
   int fd;     /* HTTP */
   uint8_t *p; /* FRAMES, WRITE: the bytes */
   size_t len, cap;
-  struct kt_ioreq *reqs;     /* FRAMES: one per frame, in order (in arena) */
+  struct kt_ioreq *reqs;     /* FRAMES: one per frame, in order (in data[], after the frames) */
   uint32_t n_reqs, next_req; /* next_req: the next the state thread handles */
   struct kt_arena arena;
   uint8_t data[];
