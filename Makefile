@@ -183,6 +183,13 @@ $(O)/test/fuzz/grpc_ns_replay: $(O)/obj/test/fuzz/grpc_ns_fuzz.o $(O)/obj/test/f
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS)
 
+# ketch-grpc's range cache (bridge_cache.c): its index and rules, with protobuf-c.
+$(O)/obj/test/fuzz/grpc_cache_fuzz.o: ALL_CFLAGS += $(GRPC_CFLAGS)
+$(O)/obj/test/fuzz/grpc_cache_fuzz.o: $(PROTO_C:.c=.h) $(PROTO_C)
+$(O)/test/fuzz/grpc_cache_replay: $(O)/obj/test/fuzz/grpc_cache_fuzz.o $(O)/obj/test/fuzz/replay_main.o $(LIBKT) $(LIBDIR)/libketch.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GRPC_LIBS)
+
 # etcd's schema decoder over arbitrary bbolt bytes (tools/etcddb), with protobuf-c.
 $(O)/obj/test/fuzz/etcddb_fuzz.o: ALL_CFLAGS += $(GRPC_CFLAGS)
 $(O)/obj/test/fuzz/etcddb_fuzz.o: $(PROTO_C:.c=.h) $(PROTO_C)

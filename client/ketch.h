@@ -585,6 +585,20 @@ typedef struct ketch_options {
    * that presented a verified client certificate (net/PROTOCOL.md). NULL:
    * none. */
   const char *identity;
+  /* Proxies registered under a resolver prefix (ketchctl's
+   * --resolver-prefix; etcd's grpc-proxy --resolver-prefix layout): with a
+   * prefix P, ketch_open's `endpoints` are the cluster's, where it reads the
+   * registrations (ketch_resolve_prefix, blocking even with
+   * nonblocking_open), and the handle's endpoints are the registered
+   * proxies, tried from a random one (many clients spread over them) and
+   * round robin from there, as any endpoint list. They are read again, as
+   * ketch_open_srv's records, before a new connection when the last reading
+   * is more than KETCH_SRV_REFRESH_MS old and when every proxy failed in a
+   * row (blocking for about a dial timeout per cluster endpoint, not in
+   * handles opened with nonblocking_open). NULL: none. Added after the
+   * fields above: a program built against an older ketch.h must be built
+   * again (its ketch_options is smaller). */
+  const char *resolver_prefix;
 } ketch_options;
 
 /* Fills *opts with the defaults (a zeroed struct means the same). */
@@ -641,6 +655,20 @@ int ketch_srv_endpoints(const char *domain, const char *suffix, const char *dns_
 int ketch_open_srv(ketch_client **out, const char *domain, const char *suffix,
                    const char *dns_servers, const ketch_options *opts, char *errmsg,
                    size_t errmsg_len);
+
+/* The native endpoints registered under `prefix` in the cluster at
+ * `endpoints` (opts as ketch_open's; its resolver_prefix is ignored): one
+ * linearizable range of PREFIX/ on a blocking handle. The registrations are
+ * etcd's grpc-proxy ones (key PREFIX/ADDR on a lease, value
+ * {"Op":0,"Addr":ADDR,"Metadata":...}); only those whose Metadata carries
+ * \"Protocol\":\"ketch\" (what `ketch gateway start --resolver-prefix`
+ * writes) are endpoints libketch can talk to: ketch-grpc's speak gRPC and
+ * are skipped. Writes "ADDR,ADDR,..." into buf (buf_len bytes), rotated to
+ * start at a random entry. Returns 0, KETCH_ENOTFOUND (none registered;
+ * errmsg says whether gRPC proxies were), KETCH_EINVAL (bad argument, buf
+ * too small), or ketch_open's and the range's errors (errmsg: why). */
+int ketch_resolve_prefix(const char *endpoints, const char *prefix, const ketch_options *opts,
+                         char *buf, size_t buf_len, char *errmsg, size_t errmsg_len);
 
 /* Closes the connection and frees the handle. Pending asynchronous requests
  * complete first, from inside this call, with KETCH_ECANCELED (writes among

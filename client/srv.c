@@ -1,6 +1,6 @@
 /* client/srv.c — ketch_srv_endpoints: the endpoints from
- * DNS SRV records, for libketch (client/ketch.h); ketch_open_srv, which
- * keeps them for looking the records up again, is in client.c.
+ * DNS SRV records, for libketch (client/ketch.h); ketch_open_srv is in
+ * client.c, and the handle's lookups again (discovery_refresh) in conn.c.
  *
  * Data flow: two SRV queries (…-ssl and plain) -> c-ares parses each answer
  * (ares_parse_srv_reply; no DNS bytes are read here) -> one address lookup

@@ -567,7 +567,7 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
   if (kt_node_auth_gate(n, c, req, body, body_len))
     return;
   dispatch(n, c, req, body, body_len);
-  memset(&n->prop_as, 0, sizeof n->prop_as); /* proposals from now on are the member's */
+  kt_ident_clear(&n->prop_as); /* proposals from now on are the member's */
 }
 
 static void dispatch(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,

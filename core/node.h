@@ -195,9 +195,12 @@ void kt_node_metrics(struct kt_node *n, struct kt_buf *out);
 #define KT_NODE_MAX_PROBES 64
 typedef void (*kt_node_probe_fn)(void *ctx, int code, const char *why);
 void kt_node_probe_linearizable(struct kt_node *n, kt_node_probe_fn done, void *ctx);
-/* HTTP requests on the client URLs go to fn(arg, fd) (net/server.h,
+/* HTTP requests on the client URLs go to fn (net/server.h,
  * kt_server_set_http), as etcd serves /metrics and /health there too. */
-void kt_node_serve_http(struct kt_node *n, void (*fn)(void *arg, int fd), void *arg);
+struct kt_io;
+void kt_node_serve_http(struct kt_node *n,
+                        void (*fn)(void *arg, struct kt_io *io, const uint8_t *pre, size_t n),
+                        void *arg);
 struct kt_hist;
 /* Appends one histogram `name` (HELP, TYPE, cumulative buckets, sum, count). */
 void kt_node_render_hist(struct kt_buf *out, const char *name, const char *help,

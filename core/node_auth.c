@@ -183,8 +183,8 @@ void kt_node_auth_free(struct kt_node *n) {
 /* ---- identity ---- */
 
 static void ident_set(struct kt_node_ident *id, struct kt_bytes user, uint64_t rev) {
-  memset(id, 0, sizeof *id);
   id->set = true;
+  id->member = false;
   id->user_len = user.n <= KT_AUTH_NAME_MAX ? user.n : KT_AUTH_NAME_MAX;
   memcpy(id->user, user.p, id->user_len);
   id->rev = rev;
@@ -240,7 +240,7 @@ static int ident_of(struct kt_node *n, struct kt_conn *c, struct kt_node_ident *
               kt_auth_revision(n->auth));
     return 0;
   }
-  memset(id, 0, sizeof *id);
+  kt_ident_clear(id);
   return kt_err_set(e, KT_EUSEREMPTY, "%s", kt_strerror(KT_EUSEREMPTY));
 }
 
@@ -483,7 +483,7 @@ static int check_conn(struct kt_node *n, struct kt_conn *c, const struct kt_req 
 
 int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
                       const uint8_t *body, size_t body_len) {
-  memset(&n->prop_as, 0, sizeof n->prop_as);
+  kt_ident_clear(&n->prop_as);
   if (req->type >= KT_MSG_AUTH_ENABLE && req->type <= KT_MSG_ROLE_REVOKE_PERMISSION) {
     kt_node_auth_request(n, c, req, body, body_len);
     return 1;
@@ -497,7 +497,7 @@ int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req 
     kt_node_reply_err(c, req->id, rc, &e);
     return 1;
   }
-  n->prop_as = id;
+  kt_ident_copy(&n->prop_as, &id);
   return 0;
 }
 
@@ -645,7 +645,7 @@ static void submit(struct kt_node *n, struct kt_conn *c, const struct kt_req *re
   x->type = req->type;
   x->rev = kt_auth_revision(n->auth);
   if (as)
-    x->as = *as;
+    kt_ident_copy(&x->as, as);
   x->name_len = r->name.n <= KT_AUTH_NAME_MAX ? r->name.n : KT_AUTH_NAME_MAX;
   memcpy(x->name, r->name.p, x->name_len);
   x->no_password = r->no_password;
@@ -714,9 +714,9 @@ static void on_pw_done(struct ev_loop *loop, ev_async *w, int revents) {
       q.u.auth.name = name;
       q.u.auth.no_password = x->no_password;
       q.u.auth.hash = (struct kt_bytes){(const uint8_t *)j.hash, (uint32_t)strlen(j.hash)};
-      n->prop_as = x->as;
+      kt_ident_copy(&n->prop_as, &x->as);
       propose_auth(n, x->conn, x->req_id, &q);
-      memset(&n->prop_as, 0, sizeof n->prop_as);
+      kt_ident_clear(&n->prop_as);
     }
     sodium_memzero(&j, sizeof j);
     kt_conn_unref(x->conn);
@@ -818,9 +818,9 @@ void kt_node_auth_request(struct kt_node *n, struct kt_conn *c, const struct kt_
     break;
   }
   /* the other changes: through the log (n->prop_as: who asked, if anyone) */
-  n->prop_as = id;
+  kt_ident_copy(&n->prop_as, &id);
   kt_node_propose(n, c, req->id, body, body_len);
-  memset(&n->prop_as, 0, sizeof n->prop_as);
+  kt_ident_clear(&n->prop_as);
 }
 
 /* A linearized AUTH_STATUS / USER_GET / USER_LIST / ROLE_GET / ROLE_LIST. */

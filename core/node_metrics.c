@@ -106,7 +106,9 @@ void kt_node_probes_cancel(struct kt_node *n, int code) {
     probe_finish(n, n->n_probes - 1, code, "member stopped");
 }
 
-void kt_node_serve_http(struct kt_node *n, void (*fn)(void *arg, int fd), void *arg) {
+void kt_node_serve_http(struct kt_node *n,
+                        void (*fn)(void *arg, struct kt_io *io, const uint8_t *pre, size_t n),
+                        void *arg) {
   kt_server_set_http(n->server, fn, arg);
 }
 

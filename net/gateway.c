@@ -670,6 +670,7 @@ struct gw_flags {
   const char *max_buffer, *max_conns;
   const char *health_check, *health_interval;
   const char *listen_metrics_urls;
+  const char *resolver_prefix, *resolver_ttl, *advertise_client_url;
   bool insecure_discovery, help, splice;
 };
 
@@ -696,6 +697,10 @@ static void usage(FILE *f) {
              "  --health-interval DURATION   between native health checks (5s)\n"
              "  --stats-interval DURATION    per-endpoint counters in the log (1m)\n"
              "  --listen-metrics-urls URLS   http://HOST:PORT,... serving /metrics (none)\n"
+             "  --resolver-prefix PREFIX     register under PREFIX/ADDR in the cluster, for\n"
+             "                               clients with --resolver-prefix (none)\n"
+             "  --resolver-ttl SECONDS       the registration's lease TTL (60)\n"
+             "  --advertise-client-url ADDR  the address registered (--listen-addr)\n"
              "  --log-level LEVEL            debug|info|warn|error (info)\n");
 }
 
@@ -720,6 +725,9 @@ static int parse_flags(int argc, char **argv, struct gw_flags *f) {
       {"health-check", &f->health_check, NULL},
       {"health-interval", &f->health_interval, NULL},
       {"listen-metrics-urls", &f->listen_metrics_urls, NULL},
+      {"resolver-prefix", &f->resolver_prefix, NULL},
+      {"resolver-ttl", &f->resolver_ttl, NULL},
+      {"advertise-client-url", &f->advertise_client_url, NULL},
       {"insecure-discovery", NULL, &f->insecure_discovery},
       {"splice", NULL, &f->splice},
       {"help", NULL, &f->help},
@@ -1165,6 +1173,7 @@ int kt_gateway_main(int argc, char **argv) {
                        .max_conns = "10000",
                        .health_check = "tcp",
                        .health_interval = "5s",
+                       .resolver_ttl = "60",
                        .insecure_discovery = true};
   if (parse_flags(argc - 2, argv + 2, &f))
     return 2;
@@ -1194,6 +1203,11 @@ int kt_gateway_main(int argc, char **argv) {
   mc = strtol(f.max_conns, &end, 10);
   if (*end || mc < 1 || mc > 1000000) {
     fprintf(stderr, "ketch gateway: --max-conns: want 1 to 1000000\n");
+    return 2;
+  }
+  long ttl = strtol(f.resolver_ttl, &end, 10);
+  if (*end || ttl < 1 || ttl > 86400) {
+    fprintf(stderr, "ketch gateway: --resolver-ttl: want 1 to 86400 seconds\n");
     return 2;
   }
   g.buf_cap = (size_t)mb;
@@ -1249,12 +1263,24 @@ int kt_gateway_main(int argc, char **argv) {
   size_t l = 0;
   for (size_t i = 0; i < g.n_eps && l < sizeof eps; i++)
     l += (size_t)snprintf(eps + l, sizeof eps - l, "%s%s", i ? "," : "", g.eps[i].label);
+  struct kt_gw_reg *reg = NULL;
+  if (f.resolver_prefix && *f.resolver_prefix) {
+    char why[400];
+    const char *addr = f.advertise_client_url ? f.advertise_client_url : f.listen_addr;
+    reg = kt_gw_reg_start(g.loop, eps, f.resolver_prefix, addr, (int)ttl,
+                          (int)(g.connect_timeout_s * 1000), why, sizeof why);
+    if (!reg) {
+      fprintf(stderr, "ketch gateway: --resolver-prefix: %s\n", why);
+      return 2;
+    }
+  }
   kt_log(KT_LOG_INFO, "gateway",
          "ready to proxy client requests listen=%s endpoints=%s retry-delay=%.0fms "
          "connect-timeout=%.0fms max-buffer=%zu splice=%s",
          f.listen_addr, eps, g.retry_delay_s * 1000, g.connect_timeout_s * 1000, g.buf_cap,
          g.splice ? "true" : "false");
   ev_run(g.loop, 0);
+  kt_gw_reg_stop(reg);
   ev_io_stop(g.loop, &g.accept_w);
   close(g.lfd);
   while (g.conns)

@@ -23,6 +23,9 @@
  *      TCP connections: only a request finds it out)
  *   -> per-endpoint counters (connections, active, failures, bytes each way)
  *      logged every --stats-interval and at exit.
+ *   -> with --resolver-prefix, the gateway registers its --advertise-client-url
+ *      in the cluster as etcd's grpc-proxy does (net/gateway_reg.c), marked as
+ *      a native endpoint: libketch and ketchctl --resolver-prefix use it.
  * Names in --endpoints are resolved once at start with c-ares (net/srv.h),
  * before the loop serves; the loop never calls getaddrinfo. SRV records are
  * looked up again asynchronously (kt_srv_lookup_start) when the targets'
@@ -33,9 +36,22 @@
 #ifndef KT_GATEWAY_H
 #define KT_GATEWAY_H
 
+#include <stddef.h>
+
 #define KT_GW_MAX_ENDPOINTS 64
 
 /* argv[0] is "gateway"; argv[1] must be "start". Returns the exit code. */
 int kt_gateway_main(int argc, char **argv);
+
+/* --resolver-prefix (net/gateway_reg.c): registers addr under prefix in the
+ * cluster at endpoints, on a lease of ttl_s seconds kept alive from loop,
+ * until kt_gw_reg_stop (which revokes it). NULL with why on a bad address or
+ * endpoint list. */
+struct ev_loop;
+struct kt_gw_reg;
+struct kt_gw_reg *kt_gw_reg_start(struct ev_loop *loop, const char *endpoints, const char *prefix,
+                                  const char *addr, int ttl_s, int dial_timeout_ms, char *why,
+                                  size_t why_len);
+void kt_gw_reg_stop(struct kt_gw_reg *r);
 
 #endif

@@ -281,6 +281,25 @@ static bool tconn_pump(struct tconn *t) {
   return true;
 }
 
+/* The handshake is done: the socketpair to MHD and the relay's buffers.
+ * false: over the limit (t is to be freed). */
+static bool tconn_relay(struct tconn *t) {
+  struct kt_http *h = t->h;
+  int sp[2];
+  if (h->n_conns >= KT_HTTP_MAX_CONNS ||
+      socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) != 0)
+    return false;
+  t->in = malloc(RELAY_BYTES);
+  t->out = malloc(RELAY_BYTES);
+  kt_assert(t->in && t->out);
+  t->ufd = sp[0];
+  ev_io_init(&t->urw, on_tconn, sp[0], EV_READ);
+  ev_io_init(&t->uww, on_tconn, sp[0], EV_WRITE);
+  t->urw.data = t->uww.data = t;
+  add_conn(h, sp[1], (struct sockaddr *)&t->sa, t->sa_len); /* MHD owns sp[1] */
+  return true;
+}
+
 static void tconn_step(struct tconn *t) {
   struct kt_http *h = t->h;
   if (t->ufd < 0) {
@@ -318,20 +337,10 @@ static void tconn_step(struct tconn *t) {
       tconn_free(t);
       return;
     }
-    int sp[2];
-    if (h->n_conns >= KT_HTTP_MAX_CONNS ||
-        socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) != 0) {
+    if (!tconn_relay(t)) {
       tconn_free(t);
       return;
     }
-    t->in = malloc(RELAY_BYTES);
-    t->out = malloc(RELAY_BYTES);
-    kt_assert(t->in && t->out);
-    t->ufd = sp[0];
-    ev_io_init(&t->urw, on_tconn, sp[0], EV_READ);
-    ev_io_init(&t->uww, on_tconn, sp[0], EV_WRITE);
-    t->urw.data = t->uww.data = t;
-    add_conn(h, sp[1], (struct sockaddr *)&t->sa, t->sa_len); /* MHD owns sp[1] */
   }
   if (!tconn_pump(t))
     tconn_free(t);
@@ -364,22 +373,18 @@ static void on_hs(struct ev_loop *loop, ev_timer *w, int revents) {
   }
 }
 
-static void tconn_new(struct kt_http *h, struct kt_tls_ctx *ctx, int fd,
-                      const struct sockaddr_storage *sa, socklen_t len) {
-  struct kt_err e = {0};
+/* A tconn for io (moved in), linked; NULL over the limit (io closed). */
+static struct tconn *tconn_add(struct kt_http *h, struct kt_io *io,
+                               const struct sockaddr_storage *sa, socklen_t len) {
   if (h->n_tconns >= KT_HTTP_MAX_CONNS) {
     kt_log(KT_LOG_DEBUG, "http", "https connection refused: %d open", KT_HTTP_MAX_CONNS);
-    close(fd);
-    return;
+    kt_io_close(io);
+    return NULL;
   }
   struct tconn *t = calloc(1, sizeof *t);
   kt_assert(t);
-  if (kt_io_init_tls(&t->io, fd, ctx, NULL, &e)) {
-    kt_log(KT_LOG_WARN, "http", "https metrics connection: %s", e.msg);
-    close(fd);
-    free(t);
-    return;
-  }
+  kt_io_move(&t->io, io);
+  int fd = t->io.fd;
   t->h = h;
   t->ufd = -1;
   t->sa = *sa;
@@ -393,18 +398,49 @@ static void tconn_new(struct kt_http *h, struct kt_tls_ctx *ctx, int fd,
     h->tconns->prev = t;
   h->tconns = t;
   h->n_tconns++;
-  tconn_step(t);
+  return t;
 }
 
-void kt_http_adopt(struct kt_http *h, int fd) {
-  struct sockaddr_storage sa;
-  socklen_t len = sizeof sa;
-  if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0) {
+static void tconn_new(struct kt_http *h, struct kt_tls_ctx *ctx, int fd,
+                      const struct sockaddr_storage *sa, socklen_t len) {
+  struct kt_err e = {0};
+  struct kt_io io;
+  if (kt_io_init_tls(&io, fd, ctx, NULL, &e)) {
+    kt_log(KT_LOG_WARN, "http", "https metrics connection: %s", e.msg);
     close(fd);
     return;
   }
-  add_conn(h, fd, (struct sockaddr *)&sa, len);
-  mhd_run(h);
+  struct tconn *t = tconn_add(h, &io, sa, len);
+  if (t)
+    tconn_step(t);
+}
+
+void kt_http_adopt(struct kt_http *h, struct kt_io *io, const uint8_t *pre, size_t n) {
+  struct sockaddr_storage sa;
+  socklen_t len = sizeof sa;
+  if (getpeername(io->fd, (struct sockaddr *)&sa, &len) != 0) {
+    kt_io_close(io);
+    return;
+  }
+  if (!kt_io_is_tls(io)) {
+    kt_assert(n == 0);
+    int fd = io->fd;
+    io->fd = -1; /* MHD's now */
+    add_conn(h, fd, (struct sockaddr *)&sa, len);
+    mhd_run(h);
+    return;
+  }
+  /* an https:// client URL's request: the handshake is done, relay it */
+  struct tconn *t = tconn_add(h, io, &sa, len);
+  if (!t)
+    return;
+  if (n > RELAY_BYTES || !tconn_relay(t)) {
+    tconn_free(t);
+    return;
+  }
+  memcpy(t->in, pre, n);
+  t->in_len = n;
+  tconn_step(t);
 }
 
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {

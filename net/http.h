@@ -3,8 +3,9 @@
  *
  * Served on --listen-metrics-urls (this module's listeners; https:// ones
  * with the client URLs' TLS settings, kt_http_listen_tls) and on the
- * plaintext client URLs: net/server.c hands over a connection whose first
- * byte is an ASCII capital (kt_http_adopt). ketch-grpc serves them on
+ * client URLs: net/server.c hands over a connection whose first byte (the
+ * first decrypted one on an https:// URL) is an ASCII capital
+ * (kt_http_adopt). ketch-grpc serves them on
  * --metrics-addr (its /health: a linearizable get through the cluster).
  *
  * HTTP is libmicrohttpd's (Debian's libmicrohttpd-dev): no hand-written
@@ -88,10 +89,14 @@ int kt_http_listen(struct kt_http *h, const char *host, int port, struct kt_err 
 struct kt_tls_ctx;
 int kt_http_listen_tls(struct kt_http *h, const char *host, int port, struct kt_tls_ctx *tls,
                        struct kt_err *e);
-int kt_http_port(const struct kt_http *h, size_t i);
+int kt_http_port(const struct kt_http *h, size_t i); /* the i-th listener's port, or -1 */
 /* Serve one connection accepted elsewhere (an HTTP request on a client URL,
- * net/server.h): h owns fd from now on (closed at once over the limit). */
-void kt_http_adopt(struct kt_http *h, int fd); /* the i-th listener's port, or -1 */
+ * net/server.h): h owns io from now on (moved out of *io; closed at once
+ * over the limit). A TLS connection (its handshake done) is relayed to MHD
+ * as an https:// metrics URL's, pre[0..n) (what was read and decrypted of
+ * it) first; a plain one is MHD's own (n must be 0). */
+struct kt_io;
+void kt_http_adopt(struct kt_http *h, struct kt_io *io, const uint8_t *pre, size_t n);
 /* Stop accepting (shutdown starts); open connections finish or time out. */
 void kt_http_stop_accepting(struct kt_http *h);
 /* Closes everything; not from inside a handler. NULL is a no-op. */

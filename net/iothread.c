@@ -127,7 +127,9 @@ struct kt_iomsg *kt_iomsg_new(uint8_t type, struct kt_ioconn_shared *sh, size_t 
   m->type = type;
   m->ext = false;
   m->sh = sh;
-  m->fd = -1;
+  m->io.ops = NULL;
+  m->io.ssl = NULL;
+  m->io.fd = -1;
   m->p = m->data;
   m->len = 0;
   m->cap = len;
@@ -488,20 +490,30 @@ static void conn_block(struct ioconn *c) {
   update_reading(c);
 }
 
+/* An HTTP request (net/server.c's conn_sniff_http, the same rule): the
+ * connection (socket and TLS state) and what was read of it go to the state
+ * thread's HTTP endpoints in one message. */
 static bool conn_sniff_http(struct ioconn *c) {
   c->sniffed = true;
   struct kt_iothreads *t = c->thr->t;
-  if (!atomic_load_explicit(&t->http_on, memory_order_acquire) || kt_io_is_tls(&c->io) || c->in.len)
+  if (!atomic_load_explicit(&t->http_on, memory_order_acquire))
     return false;
   uint8_t b;
-  if (recv(c->io.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1 || b < 'A' || b > 'Z')
+  if (kt_io_is_tls(&c->io)) {
+    if (c->in.len == 0 || c->in.p[0] < 'A' || c->in.p[0] > 'Z')
+      return false;
+  } else if (c->in.len || recv(c->io.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1 || b < 'A' ||
+             b > 'Z') {
     return false;
-  int fd = fcntl(c->io.fd, F_DUPFD_CLOEXEC, 0);
-  if (fd >= 0) {
-    struct kt_iomsg *m = kt_iomsg_new(KT_IOM_HTTP, NULL, 0);
-    m->fd = fd;
-    to_state(c->thr, m);
   }
+  struct kt_iomsg *m = kt_iomsg_new(KT_IOM_HTTP, NULL, c->in.len);
+  if (c->in.len)
+    memcpy(m->p, c->in.p, c->in.len);
+  m->len = c->in.len;
+  ev_io_stop(c->thr->loop, &c->rio);
+  ev_io_stop(c->thr->loop, &c->wio);
+  kt_io_move(&m->io, &c->io);
+  to_state(c->thr, m);
   conn_close(c, "an HTTP request: handed to the HTTP endpoints");
   return true;
 }
@@ -512,11 +524,11 @@ static void conn_read(struct ioconn *c) {
     conn_block(c);
     return;
   }
-  if (!c->sniffed && conn_sniff_http(c))
+  bool tls = kt_io_is_tls(&c->io);
+  if (!c->sniffed && !tls && conn_sniff_http(c))
     return;
   kt_buf_reserve(&c->in, KT_CONN_READ_CHUNK);
   size_t got = 0;
-  bool tls = kt_io_is_tls(&c->io);
   for (;;) {
     struct kt_err e = {0};
     ssize_t n = kt_io_read(&c->io, c->in.p + c->in.len, c->in.cap - c->in.len, &e);
@@ -539,6 +551,8 @@ static void conn_read(struct ioconn *c) {
   }
   if (got == 0)
     return;
+  if (!c->sniffed && conn_sniff_http(c))
+    return; /* TLS: decrypted "GET /metrics ..." */
   atomic_fetch_add_explicit(&thr->bytes_in, got, memory_order_relaxed);
   if (c->skip) {
     size_t drop = c->in.len < c->skip ? c->in.len : (size_t)c->skip;
@@ -1099,8 +1113,8 @@ void kt_iothreads_join(struct kt_iothreads *t) {
 }
 
 static void free_msg(struct kt_iomsg *m) {
-  if (m->type == KT_IOM_HTTP && m->fd >= 0)
-    close(m->fd);
+  if (m->type == KT_IOM_HTTP)
+    kt_io_close(&m->io);
   kt_iomsg_free(m);
 }
 

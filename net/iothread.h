@@ -26,6 +26,7 @@
 
 #include "../core/base.h"
 #include "proto.h"
+#include "tls.h"
 
 struct kt_conn;
 struct kt_tls_ctx;
@@ -66,7 +67,7 @@ enum kt_iomsg_type {
   KT_IOM_FRAMES = 1, /* whole request frames of sh, in order: p[0..len), decoded: reqs */
   KT_IOM_DRAINED,    /* sh's unsent reached 0 while want_drain was set */
   KT_IOM_CLOSED,     /* sh is closed: the last message naming it */
-  KT_IOM_HTTP,       /* fd: an HTTP request on a client port, for the endpoints */
+  KT_IOM_HTTP,       /* io: an HTTP request on a client port, for the endpoints; p[0..len) read */
   /* state thread -> I/O thread */
   KT_IOM_WRITE,   /* encoded replies for sh: p[0..len), in order */
   KT_IOM_CLOSE,   /* write what sh has once, then close it (answered by CLOSED) */
@@ -78,8 +79,8 @@ struct kt_iomsg {
   uint8_t type;
   bool ext; /* p is a malloc'd buffer of its own (cap bytes), not data[] */
   struct kt_ioconn_shared *sh;
-  int fd;     /* HTTP */
-  uint8_t *p; /* FRAMES, WRITE: the bytes */
+  struct kt_io io; /* HTTP: the connection, moved here (TLS: handshake done) */
+  uint8_t *p;      /* FRAMES, WRITE: the bytes; HTTP: what was read */
   size_t len, cap;
   struct kt_ioreq *reqs;     /* FRAMES: one per frame, in order (in data[], after the frames) */
   uint32_t n_reqs, next_req; /* next_req: the next the state thread handles */

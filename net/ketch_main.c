@@ -104,7 +104,9 @@ static void probe_src(void *arg, void (*done)(void *ctx, int code, const char *w
   kt_node_probe_linearizable(the_node, done, ctx);
 }
 
-static void http_adopt(void *arg, int fd) { kt_http_adopt(arg, fd); }
+static void http_adopt(void *arg, struct kt_io *io, const uint8_t *pre, size_t n) {
+  kt_http_adopt(arg, io, pre, n);
+}
 
 enum { TLS_CLIENT, TLS_PEER_IN, TLS_PEER_OUT, TLS_N };
 

@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <stdarg.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -95,8 +94,8 @@ struct kt_server {
     unsigned repeats;
   } warned[32];
   struct kt_arena arena;
-  uint64_t bytes_in, bytes_out;       /* client bytes (after TLS), for /metrics */
-  void (*on_http)(void *arg, int fd); /* kt_server_set_http */
+  uint64_t bytes_in, bytes_out; /* client bytes (after TLS), for /metrics */
+  kt_server_http_fn on_http;    /* kt_server_set_http */
   void *http_arg;
   bool accepting;
   /* --io-threads N > 0: the threads, and the wake-up they send when they
@@ -594,31 +593,40 @@ static void conn_process(struct kt_conn *c) {
 }
 
 /* Read what the socket (and TLS) has, up to one chunk, and process it. */
-/* An HTTP request on a plaintext client connection (its first byte an
- * ASCII capital: "GET ", "HEAD "...; a native frame starts with its length's
- * high byte, 0): the socket goes to the HTTP server (a copy of the fd) and
- * this connection closes. Returns true if handed over. */
+/* An HTTP request on a client connection (its first byte an ASCII
+ * capital: "GET ", "HEAD "...; a native frame starts with its length's high
+ * byte, 0): the connection (socket and TLS state) goes to the HTTP server
+ * with what was read of it, and this connection closes. Plaintext: peeked
+ * before the first read; TLS: the first decrypted bytes, after it.
+ * Returns true if handed over. */
 static bool conn_sniff_http(struct kt_conn *c) {
   c->sniffed = true;
   struct kt_server *s = c->srv;
-  if (!s->on_http || kt_io_is_tls(&c->io) || c->in.len)
+  if (!s->on_http)
     return false;
   uint8_t b;
-  if (recv(c->io.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1 || b < 'A' || b > 'Z')
+  if (kt_io_is_tls(&c->io)) {
+    if (c->in.len == 0 || c->in.p[0] < 'A' || c->in.p[0] > 'Z')
+      return false;
+  } else if (c->in.len || recv(c->io.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1 || b < 'A' ||
+             b > 'Z') {
     return false;
-  int fd = fcntl(c->io.fd, F_DUPFD_CLOEXEC, 0);
-  if (fd >= 0)
-    s->on_http(s->http_arg, fd);
+  }
+  struct kt_io io;
+  kt_io_move(&io, &c->io);
+  ev_io_stop(s->loop, &c->rio);
+  ev_io_stop(s->loop, &c->wio);
+  s->on_http(s->http_arg, &io, c->in.p, c->in.len);
   conn_close(c, "an HTTP request: handed to the HTTP endpoints");
   return true;
 }
 
 static void conn_read(struct kt_conn *c) {
-  if (!c->sniffed && conn_sniff_http(c))
+  bool tls = kt_io_is_tls(&c->io);
+  if (!c->sniffed && !tls && conn_sniff_http(c))
     return;
   kt_buf_reserve(&c->in, KT_CONN_READ_CHUNK);
   size_t got = 0;
-  bool tls = kt_io_is_tls(&c->io);
   for (;;) {
     struct kt_err e = {0};
     ssize_t n = kt_io_read(&c->io, c->in.p + c->in.len, c->in.cap - c->in.len, &e);
@@ -641,6 +649,8 @@ static void conn_read(struct kt_conn *c) {
   }
   if (got == 0)
     return;
+  if (!c->sniffed && conn_sniff_http(c))
+    return; /* TLS: decrypted "GET /metrics ..." */
   c->srv->bytes_in += got;
   if (c->skip) { /* the rest of an oversized request: dropped unread */
     size_t drop = c->in.len < c->skip ? c->in.len : (size_t)c->skip;
@@ -1004,9 +1014,9 @@ static void st_message(struct kt_server *s, struct kt_iomsg *m) {
     return;
   case KT_IOM_HTTP:
     if (s->on_http)
-      s->on_http(s->http_arg, m->fd);
+      s->on_http(s->http_arg, &m->io, m->p, m->len);
     else
-      close(m->fd);
+      kt_io_close(&m->io);
     kt_iomsg_free(m);
     return;
   default:
@@ -1319,7 +1329,7 @@ void kt_server_bytes(const struct kt_server *s, uint64_t *in, uint64_t *out) {
   *out = s->bytes_out;
 }
 
-void kt_server_set_http(struct kt_server *s, void (*fn)(void *arg, int fd), void *arg) {
+void kt_server_set_http(struct kt_server *s, kt_server_http_fn fn, void *arg) {
   s->on_http = fn;
   s->http_arg = arg;
   if (s->iot)

@@ -115,11 +115,17 @@ size_t kt_server_unsent(const struct kt_server *s);
 void kt_server_free(struct kt_server *s);
 size_t kt_server_conn_count(const struct kt_server *s);
 /* HTTP on the client URLs (as etcd serves /metrics and /health there): a
- * plaintext connection whose first byte is an ASCII capital letter is an
- * HTTP request; fn(arg, fd) gets its own descriptor of the socket (to own and
- * close) and the native connection closes. NULL fn: off (such a connection
- * gets the native protocol's error for a bad length prefix). */
-void kt_server_set_http(struct kt_server *s, void (*fn)(void *arg, int fd), void *arg);
+ * connection whose first byte (after TLS's handshake on an https:// URL) is
+ * an ASCII capital letter is an HTTP request (a native frame starts with 0).
+ * fn(arg, io, pre, n) takes the connection: io, moved out of the server
+ * (plain TCP, or TLS with its handshake done: fn owns and closes it), and
+ * pre[0..n) the bytes already read from it (TLS: decrypted; plain: none,
+ * they are still in the socket); the native connection closes. NULL fn:
+ * off (such a connection gets the native protocol's error for a bad length
+ * prefix). */
+struct kt_io;
+typedef void (*kt_server_http_fn)(void *arg, struct kt_io *io, const uint8_t *pre, size_t n);
+void kt_server_set_http(struct kt_server *s, kt_server_http_fn fn, void *arg);
 /* Client bytes received and sent since start (after TLS), for /metrics. */
 void kt_server_bytes(const struct kt_server *s, uint64_t *in, uint64_t *out);
 

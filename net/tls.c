@@ -1035,6 +1035,12 @@ int kt_io_events(const struct kt_io *io, bool want_read, bool want_write) {
   return ev;
 }
 
+void kt_io_move(struct kt_io *dst, struct kt_io *src) {
+  *dst = *src;
+  memset(src, 0, sizeof *src);
+  src->fd = -1;
+}
+
 void kt_io_close(struct kt_io *io) {
   if (io->ops)
     io->ops->close(io);

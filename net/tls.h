@@ -173,6 +173,9 @@ struct kt_io {
   int verify_note; /* why our policy refused it (CN, hostname, revoked) */
 };
 
+/* Moves a connection's socket and TLS state from src to dst; src is left
+ * closed (closing it again does nothing). */
+void kt_io_move(struct kt_io *dst, struct kt_io *src);
 /* A plain TCP connection on fd (non-blocking). */
 void kt_io_init_plain(struct kt_io *io, int fd);
 /* A TLS connection on fd over ctx's current SSL_CTX. Server: handshake as

@@ -20,10 +20,12 @@
 
 #include "../../tools/etcddb/etcddb.c"
 #include "../../tools/grpc-bridge/bridge_auth.c"
+#include "../../tools/grpc-bridge/bridge_cache.c"
 #include "../../tools/grpc-bridge/bridge_http1.c"
 #include "../../tools/grpc-bridge/bridge_kv.c"
 #include "../../tools/grpc-bridge/bridge_snap.c"
 #include "../../tools/grpc-bridge/bridge_stream.c"
+#include "../../tools/grpc-bridge/bridge_watch.c"
 #include "auth.pb-c.c"
 #include "kv.pb-c.c"
 #include "lease.pb-c.c"

@@ -20,6 +20,32 @@ added later and serves once the first is gone.
 --coalesce-lease-keepalives: 200 clients keeping one lease alive cost the
 member a handful of renewals (the bridge's own counters of what it received
 and sent), answers as etcd's; the lease expires once they all stop.
+
+Watch coalescing (always on): 1,000 Watch streams (grpc.aio, 8 connections)
+on one key through one bridge cost the member 2 watches (its own
+etcd_debugging_mvcc_watcher_total), every client gets every event once, in
+order, from its own start (now, history, the latest revision, the next),
+with its own filters and prev_kv, and its progress request is answered
+without claiming an event it was not sent; watches created while the key
+keeps changing join the shared watch mid-stream without a duplicate or a
+gap; a client that stops reading loses its own watch while three readers of
+the same shared watch go on. etcd's proxy metrics are checked on /metrics.
+Beside etcd itself: a watch from a revision not reached yet gets progress
+at the cluster's revision, never a later one, and a watch from now that
+joins a shared one is created at the newest revision the bridge has seen.
+
+The range cache (--cache-size, on by default), with bridges A (cache,
+/metrics), B and one with --cache-size 0: serializable reads served by A
+cost the member no range (its own etcd_mvcc_range_total) and equal the
+member's answers; writes through B and native ones (put, delete) are seen
+through A by any read starting --cache-max-staleness after they were
+acknowledged, a put through A by the next read at once; A stopped (SIGSTOP)
+while 16 MB are written shows the change once it runs again; linearizable
+reads never touch the cache; a compacted revision answers etcd's compacted
+error (compacted natively: within the bound; through A: at once); a member
+stopped serves nothing from the cache after the bound; --cache-size 0 sends
+every read to the member; etcd 3.4's own grpc-proxy keeps serving a value
+written straight to etcd, and the three etcd cache metrics.
 """
 import json
 import os
@@ -630,6 +656,682 @@ def test_lease_keepalive_coalescing():
     ctl(e.root, "lease", "revoke", lid3)
 
 
+# ---- watch coalescing (always on) ----
+
+def member_watchers():
+    """The member's own count of the watches it serves."""
+    import urllib.request
+    text = urllib.request.urlopen("http://%s/metrics" % env().member.endpoint,
+                                  timeout=5).read().decode()
+    return int(re.search(r"^etcd_debugging_mvcc_watcher_total (\d+)$", text, re.M).group(1))
+
+
+def co_bridge():
+    """One bridge for the coalescing cases (a 1 MiB stream queue for the slow
+    client), with /metrics."""
+    e = env()
+    if getattr(e, "co", None) is None:
+        e.co_mport = free_port()
+        e.co = e.bridge(["--metrics-addr", "127.0.0.1:%d" % e.co_mport,
+                         "--max-stream-queue-bytes", "1048576"])
+    return e.co
+
+
+def kv_op(port, key, value=None):
+    """A put (value) or delete through the plain bridge; its revision."""
+    p = gs.pb()
+    if value is None:
+        st, det, r = gs.unary(port, "/etcdserverpb.KV/DeleteRange",
+                              p.DeleteRangeRequest(key=key), p.DeleteRangeResponse)
+    else:
+        st, det, r = gs.unary(port, "/etcdserverpb.KV/Put", p.PutRequest(key=key, value=value),
+                              p.PutResponse)
+    assert st == "OK", det
+    return r.header.revision
+
+
+def aio_loop_close(loop):
+    """Lets grpc.aio's own tasks of cancelled calls finish, then closes."""
+    import asyncio
+    try:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=5))
+    finally:
+        loop.close()
+
+
+N_WATCH_STREAMS = 1000
+
+
+def test_watch_coalescing_1000_streams():
+    """1,000 Watch streams (grpc.aio: 8 connections, one thread) on one key
+    through one bridge: the member serves a handful of watches; every client
+    gets every event of its key exactly once, in order, from its own start
+    (some in history, some now), with its own filters and prev_kv; progress
+    requests are answered without claiming events not yet sent."""
+    import asyncio
+    import grpc
+    e = env()
+    br = co_bridge()
+    p = gs.pb()
+    key = b"co/k"
+    ops = []  # (revision, type, value, prev value)
+    prev = None
+    for v in (b"h1", b"h2", b"h3"):
+        ops.append((kv_op(e.root.port, key, v), 0, v, prev))
+        prev = v
+    base = member_watchers()
+    # who starts where: now (0), in old history, at the latest put, at the next revision
+    starts = [0, ops[0][0], ops[2][0], ops[2][0] + 1]
+    clients = []
+    for i in range(N_WATCH_STREAMS):
+        clients.append({"start": starts[i % 4] if i % 5 else 0, "prev_kv": i % 10 == 3,
+                        "nodelete": i % 10 == 7, "events": [], "created": None})
+
+    def expected(c):
+        out = []
+        for rev, typ, v, pv in ops:
+            if c["start"] and rev < c["start"]:
+                continue
+            if not c["start"] and rev <= c["created"]:
+                continue
+            if typ == 1 and c["nodelete"]:
+                continue
+            out.append((rev, typ, v, pv if c["prev_kv"] else None))
+        return out
+
+    async def main():
+        chans = [grpc.aio.insecure_channel("127.0.0.1:%d" % br.port,
+                                           options=[("grpc.use_local_subchannel_pool", 1)])
+                 for _ in range(8)]
+        calls = []
+        for i, c in enumerate(clients):
+            call = chans[i % 8].stream_stream(
+                "/etcdserverpb.Watch/Watch", request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=p.WatchResponse.FromString)()
+            filters = [p.WatchCreateRequest.NODELETE] if c["nodelete"] else []
+            await call.write(p.WatchRequest(create_request=p.WatchCreateRequest(
+                key=key, start_revision=c["start"], prev_kv=c["prev_kv"], filters=filters)))
+            calls.append(call)
+
+        async def created(i):
+            r = await asyncio.wait_for(calls[i].read(), 20)
+            assert r.created and not r.canceled and r.watch_id == 0, r
+            clients[i]["created"] = r.header.revision
+
+        await asyncio.gather(*[created(i) for i in range(len(calls))])
+        return chans, calls
+
+    async def rest(chans, calls, last):
+        async def reader(i):
+            c = clients[i]
+            want = expected(c)
+            answered = None
+            while len(c["events"]) < len(want) or answered is None:
+                r = await asyncio.wait_for(calls[i].read(), 20)
+                assert not r.canceled and not r.created, (i, r)
+                if r.watch_id == -1 and not r.events:  # the progress answer
+                    assert answered is None, (i, r)
+                    answered = r.header.revision
+                    sent = [ev for ev in want if ev[0] <= answered]
+                    assert c["events"][:len(sent)] == sent, (i, answered, c["events"], want)
+                    continue
+                assert r.watch_id == 0, (i, r)
+                for ev in r.events:
+                    c["events"].append((ev.kv.mod_revision, ev.type, ev.kv.value,
+                                        ev.prev_kv.value if ev.HasField("prev_kv") else None))
+            assert c["events"] == want, (i, c, want)
+            assert answered >= last, (i, answered, last)
+
+        for call in calls:
+            await call.write(p.WatchRequest(progress_request=p.WatchProgressRequest()))
+        await asyncio.gather(*[reader(i) for i in range(len(calls))])
+        for call in calls:
+            call.cancel()
+        for ch in chans:
+            await ch.close()
+
+    loop = asyncio.new_event_loop()
+    try:
+        t0 = time.time()
+        chans, calls = loop.run_until_complete(main())
+        print("grpc_proxy_test: %d watch streams created in %.1f s" % (len(calls), time.time() - t0),
+              flush=True)
+        # the catch-up watches join their group: a handful left on the member
+        groups = 2  # prev_kv and not
+        wait_for("the member's watch count to drop", lambda: member_watchers() - base <= groups)
+        served = member_watchers() - base
+        coalescing = metric(e.co_mport, "etcd_grpc_proxy_watchers_coalescing_total")
+        assert coalescing == N_WATCH_STREAMS - groups, coalescing
+        for v in (b"n1", b"n2", None, b"n3"):
+            rev = kv_op(e.root.port, key, v)
+            ops.append((rev, 1 if v is None else 0, v or b"", prev))
+            prev = v
+        loop.run_until_complete(rest(chans, calls, ops[-1][0]))
+    finally:
+        aio_loop_close(loop)
+    events = metric(e.co_mport, "etcd_grpc_proxy_events_coalescing_total")
+    assert events >= 3 * (N_WATCH_STREAMS - groups), events
+    print("grpc_proxy_test: %d client watches, %d watches on the member, events coalesced %d"
+          % (N_WATCH_STREAMS, served, events), flush=True)
+    # every client left: nothing stays on the member, the gauge is back to 0
+    wait_for("the member's watches to end", lambda: member_watchers() <= base)
+    assert metric(e.co_mport, "etcd_grpc_proxy_watchers_coalescing_total") == 0
+
+
+def test_watch_coalescing_merge_under_writes():
+    """Watches created while a writer keeps changing their key (from now,
+    from history, from the revision just written, from a few revisions
+    ahead) catch up and join the shared watch mid-stream: each gets every
+    event from its own start exactly once, in order."""
+    import asyncio
+    import grpc
+    import random
+    e = env()
+    br = co_bridge()
+    p = gs.pb()
+    key = b"cm/k"
+    rnd = random.Random(20)
+    ops = []  # put revisions, in order
+    clients = []  # [start, created revision, events, call]
+    base = member_watchers()
+
+    async def main():
+        opts = [("grpc.use_local_subchannel_pool", 1)]
+        wch = grpc.aio.insecure_channel("127.0.0.1:%d" % e.root.port, options=opts)
+        chans = [grpc.aio.insecure_channel("127.0.0.1:%d" % br.port, options=opts)
+                 for _ in range(2)]
+        put = wch.unary_unary("/etcdserverpb.KV/Put", request_serializer=lambda m: m.SerializeToString(),
+                              response_deserializer=p.PutResponse.FromString)
+
+        async def open_watch(start):
+            call = chans[len(clients) % 2].stream_stream(
+                "/etcdserverpb.Watch/Watch", request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=p.WatchResponse.FromString)()
+            c = [start, None, [], call]
+            clients.append(c)
+            await call.write(p.WatchRequest(create_request=p.WatchCreateRequest(
+                key=key, start_revision=start)))
+            r = await asyncio.wait_for(call.read(), 20)
+            assert r.created and not r.canceled, r
+            c[1] = r.header.revision
+
+        for i in range(240):
+            r = await put(p.PutRequest(key=key, value=b"%d" % i), timeout=20)
+            ops.append(r.header.revision)
+            if i % 12 == 5:
+                last = ops[-1]
+                for start in (0, rnd.choice(ops), last, last + 1, last + 3):
+                    await open_watch(start)
+        final = ops[-1]
+
+        async def reader(c):
+            while not c[2] or c[2][-1] < final:
+                r = await asyncio.wait_for(c[3].read(), 20)
+                assert not r.canceled and not r.created and r.watch_id == 0, r
+                c[2] += [ev.kv.mod_revision for ev in r.events]
+
+        await asyncio.gather(*[reader(c) for c in clients])
+        # every catching-up watch has joined: one watch left on the member
+        deadline = time.time() + 10
+        while member_watchers() - base > 1 and time.time() < deadline:
+            await asyncio.sleep(0.1)
+        assert member_watchers() - base == 1, (member_watchers(), base)
+        for c in clients:
+            c[3].cancel()
+        for ch in chans + [wch]:
+            await ch.close()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        aio_loop_close(loop)
+    for start, created, events, _ in clients:
+        want = [r for r in ops if (r >= start if start else r > created)]
+        assert events == want, (start, created, events, want)
+    print("grpc_proxy_test: %d watches joined a shared watch during %d puts" % (len(clients), len(ops)),
+          flush=True)
+    wait_for("the member's watches to end", lambda: member_watchers() <= base)
+
+
+def test_watch_coalescing_slow_client():
+    """A client that stops reading shares its upstream watch with three that
+    read: its own watch is cancelled with a reason, the others get every
+    event and go on (their upstream watch is not disturbed)."""
+    e = env()
+    br = co_bridge()
+    readers = [gs.watch_stream(br.port) for _ in range(3)]
+    sock = None
+    try:
+        for s in readers:
+            s.send(gs.create(key=b"cs/", range_end=b"cs0"))
+            assert s.recv().created
+        sock = gs.h2_watch_open(br.port, gs.create(key=b"cs/", range_end=b"cs0"))
+        time.sleep(0.5)
+        base = member_watchers()
+        val = b"s" * (128 * 1024)
+        for i in range(24):  # 3 MiB of events; the slow client's queue holds 1 MiB
+            kv_op(e.root.port, b"cs/%02d" % i, val)
+        for s in readers:
+            got = []
+            while len(got) < 24:
+                r = s.recv()
+                assert not r.canceled, r
+                got += [ev.kv.key for ev in r.events]
+            assert got == [b"cs/%02d" % i for i in range(24)], got
+        # the slow one: its events up to what fitted, then its cancellation
+        resps = gs.h2_watch_read_until_canceled(sock)
+        assert resps and resps[0].created, resps[:1]
+        keys = [ev.kv.key for r in resps for ev in r.events]
+        assert keys == [b"cs/%02d" % i for i in range(len(keys))] and len(keys) < 24, keys
+        assert resps[-1].canceled and "watcher too slow" in resps[-1].cancel_reason, resps[-1]
+        # the readers' shared watch goes on
+        kv_op(e.root.port, b"cs/after", b"1")
+        for s in readers:
+            r = s.recv()
+            assert [ev.kv.key for ev in r.events] == [b"cs/after"], r
+        assert member_watchers() == base, (member_watchers(), base)
+        assert br.poll() is None
+    finally:
+        if sock:
+            sock.close()
+        for s in readers:
+            s.close()
+
+
+def progress_round_trip(port, key, with_now):
+    """One stream: a watch of key from 50 revisions ahead (progress_notify),
+    with one from now beside it or not, then a progress request; the
+    cluster's revision and every response up to and including the answer
+    (watch_id -1)."""
+    p = gs.pb()
+    rev = kv_op(port, key, b"x")
+    s = gs.watch_stream(port)
+    try:
+        if with_now:
+            s.send(gs.create(key=key))
+            assert s.recv().created
+        s.send(gs.create(key=key, start_revision=rev + 50, progress_notify=True))
+        assert s.recv().created
+        s.send(p.WatchRequest(progress_request=p.WatchProgressRequest()))
+        resps = [s.recv()]
+        while resps[-1].watch_id != -1:
+            resps.append(s.recv())
+    finally:
+        s.close()
+    return rev, resps
+
+
+def test_watch_coalescing_progress_never_ahead():
+    """A watch from a revision the cluster has not reached yet claims no
+    revision beyond the cluster's: the progress answer is the cluster's
+    revision (etcd 3.4 answers the same), and no progress notification names
+    a later one."""
+    e = env()
+    br = co_bridge()
+    for port in (e.etcd_port, br.port):
+        for with_now in (True, False):
+            rev, resps = progress_round_trip(port, b"cf/k", with_now)
+            assert all(r.header.revision <= rev for r in resps), (port, with_now, rev, resps)
+            assert resps[-1].header.revision == rev and not resps[-1].events, (port, rev, resps)
+
+
+def test_watch_coalescing_created_revision_fresh():
+    """A watch from now that joins a shared watch is created at the newest
+    revision the bridge has seen, not at the shared watch's last event:
+    clientv3 resumes a watch from now at its created revision after a
+    reconnect, so a stale one would replay a change made before the watch
+    existed. etcd answers its current revision (the same here: the bridge
+    saw it on another watch)."""
+    e = env()
+    br = co_bridge()
+    for port in (e.etcd_port, br.port):
+        a, b = gs.watch_stream(port), gs.watch_stream(port)
+        s = gs.watch_stream(port)
+        try:
+            a.send(gs.create(key=b"cr/a"))
+            b.send(gs.create(key=b"cr/b"))
+            assert a.recv().created and b.recv().created
+            ra = kv_op(port, b"cr/a", b"1")
+            assert [ev.kv.mod_revision for ev in a.recv().events] == [ra]
+            rb = kv_op(port, b"cr/b", b"1")  # the newest revision, seen on b's watch
+            assert [ev.kv.mod_revision for ev in b.recv().events] == [rb]
+            s.send(gs.create(key=b"cr/a"))
+            r = s.recv()
+            assert r.created and r.header.revision == rb, (port, ra, rb, r)
+            rc = kv_op(port, b"cr/a", b"2")
+            assert [ev.kv.mod_revision for ev in s.recv().events] == [rc]
+        finally:
+            for x in (a, b, s):
+                x.close()
+
+
+# ---- the serializable range cache (--cache-size, on by default) ----
+
+STALE_S = 0.1  # --cache-max-staleness's default: the bound the tests hold the cache to
+
+
+class KV:
+    """Range / Put / Compact over one grpcio channel (no connection set-up per call)."""
+
+    def __init__(self, port):
+        import grpc
+        self.p = gs.pb()
+        self.ch = grpc.insecure_channel("127.0.0.1:%d" % port)
+        ser = (lambda m: m.SerializeToString())
+        self._range = self.ch.unary_unary("/etcdserverpb.KV/Range", request_serializer=ser,
+                                          response_deserializer=self.p.RangeResponse.FromString)
+        self._put = self.ch.unary_unary("/etcdserverpb.KV/Put", request_serializer=ser,
+                                        response_deserializer=self.p.PutResponse.FromString)
+        self._compact = self.ch.unary_unary(
+            "/etcdserverpb.KV/Compact", request_serializer=ser,
+            response_deserializer=self.p.CompactionResponse.FromString)
+
+    def get(self, key, timeout=5, **kw):
+        return self._range(self.p.RangeRequest(key=key, **kw), timeout=timeout)
+
+    def sget(self, key, **kw):
+        return self.get(key, serializable=True, **kw)
+
+    def put(self, key, value):
+        return self._put(self.p.PutRequest(key=key, value=value), timeout=5).header.revision
+
+    def compact(self, rev):
+        self._compact(self.p.CompactionRequest(revision=rev, physical=True), timeout=5)
+
+    def close(self):
+        self.ch.close()
+
+
+def cache_env():
+    """Bridges A (cache on, the default; /metrics) and B (cache on), and one
+    with --cache-size 0, shared by the cache tests."""
+    e = env()
+    if not hasattr(e, "cache_a"):
+        e.cache_am = free_port()
+        e.cache_a = e.bridge(["--metrics-addr", "127.0.0.1:%d" % e.cache_am])
+        e.cache_b = e.bridge([])
+        e.cache_0m = free_port()
+        e.cache_0 = e.bridge(["--cache-size", "0", "--metrics-addr", "127.0.0.1:%d" % e.cache_0m])
+        e.kv_a, e.kv_b, e.kv_0 = KV(e.cache_a.port), KV(e.cache_b.port), KV(e.cache_0.port)
+    return e
+
+
+def hits(e):
+    return metric(e.cache_am, "etcd_grpc_proxy_cache_hits_total")
+
+
+def misses(e):
+    return metric(e.cache_am, "etcd_grpc_proxy_cache_misses_total")
+
+
+def member_ranges(e):
+    return metric(e.member.port, "etcd_mvcc_range_total")
+
+
+def warm(e, key):
+    """Reads key through A until A answers it from its cache."""
+    h = hits(e)
+    wait_for("a cache hit on %r" % key, lambda: e.kv_a.sget(key) and hits(e) > h, timeout=5)
+
+
+def native():
+    from harness import Conn
+    return Conn(env().member.port)
+
+
+def test_cache_hit_costs_no_member_request():
+    e = cache_env()
+    rev = native().put("cache/k", "v1")["header"][2]
+    warm(e, b"cache/k")
+    h0, m0, r0, t0 = hits(e), misses(e), member_ranges(e), time.monotonic()
+    n = 300
+    for _ in range(n):
+        r = e.kv_a.sget(b"cache/k")
+        assert [(kv.key, kv.value) for kv in r.kvs] == [(b"cache/k", b"v1")], r
+    elapsed = time.monotonic() - t0
+    h, m, ranges = hits(e) - h0, misses(e) - m0, member_ranges(e) - r0
+    assert h + m == n, (h, m)
+    # the member saw only the misses and the cache's probes (one per
+    # STALE_S/2): a hit cost it nothing
+    probes = int(elapsed / (STALE_S / 2)) + 2
+    assert h >= n // 2, "%d of %d served from the cache" % (h, n)
+    assert ranges <= m + probes, "member served %d ranges for %d misses in %.2f s" % (
+        ranges, m, elapsed)
+    print("grpc_proxy_test: %d serializable reads through A: %d hits, %d misses, %d member "
+          "ranges in %.2f s" % (n, h, m, ranges, elapsed), flush=True)
+    # a hit is what the member answers, header included (its revision is
+    # the store's, not older than the key's)
+    hit, direct = e.kv_a.sget(b"cache/k"), e.kv_0.sget(b"cache/k")
+    assert list(hit.kvs) == list(direct.kvs) and hit.count == direct.count
+    assert hit.header.cluster_id == direct.header.cluster_id
+    assert rev <= hit.header.revision <= direct.header.revision
+    # range forms are cached and answered whole: prefix, limit, count, keys only
+    for k in ("cache/p1", "cache/p2", "cache/p3"):
+        native().put(k, "p")
+    forms = [dict(range_end=b"cache/q"), dict(range_end=b"cache/q", limit=2),
+             dict(range_end=b"cache/q", count_only=True), dict(range_end=b"cache/q", keys_only=True),
+             dict(range_end=b"\0", sort_order=2)]
+    for kw in forms:
+        warm_h = hits(e)
+        wait_for("a hit on %r" % kw, lambda: e.kv_a.sget(b"cache/p", **kw) and hits(e) > warm_h,
+                 timeout=5)
+        a, z = e.kv_a.sget(b"cache/p", **kw), e.kv_0.sget(b"cache/p", **kw)
+        assert (list(a.kvs), a.count, a.more) == (list(z.kvs), z.count, z.more), kw
+    assert metric(e.cache_am, "etcd_grpc_proxy_cache_keys_total") >= len(forms) + 1
+
+
+def visible_within_bound(e, key, write, label):
+    """write() changes key (returning its revision and the new value) while A
+    has it cached: a read through A that starts STALE_S after the write was
+    acknowledged must show it (earlier reads may or may not)."""
+    warm(e, key)
+    rev, value = write()
+    t_ack = time.monotonic()
+    seen_at = None
+    while True:
+        t = time.monotonic()
+        r = e.kv_a.sget(key)
+        fresh = r.kvs and r.kvs[0].value == value
+        if fresh and seen_at is None:
+            seen_at = t - t_ack
+            assert r.header.revision >= rev
+        if t >= t_ack + STALE_S:
+            assert fresh, "%s: a read %.0f ms after the write still shows %r" % (
+                label, (t - t_ack) * 1000, r.kvs[0].value if r.kvs else None)
+            break
+        time.sleep(0.002)
+    print("grpc_proxy_test: %s visible through A after %.1f ms" % (label, seen_at * 1000),
+          flush=True)
+
+
+def test_cache_writes_elsewhere_invalidate():
+    e = cache_env()
+    n = native()
+    n.put("cache/w", "0")
+    for i in range(3):
+        v = ("b%d" % i).encode()
+        visible_within_bound(e, b"cache/w", lambda: (e.kv_b.put(b"cache/w", v), v),
+                             "a put through proxy B")
+        v = ("n%d" % i).encode()
+        visible_within_bound(e, b"cache/w", lambda: (n.put(b"cache/w", v)["header"][2], v),
+                             "a native put")
+    # a delete made natively invalidates a prefix range holding the key
+    warm(e, b"cache/w")
+    e.kv_a.sget(b"cache/", range_end=b"cache0")
+    warm_h = hits(e)
+    wait_for("a prefix hit", lambda: e.kv_a.sget(b"cache/", range_end=b"cache0") and
+             hits(e) > warm_h, timeout=5)
+    from harness import DELETE
+    n.call(DELETE, {"key": b"cache/w"})
+    time.sleep(STALE_S + 0.01)
+    keys_now = [kv.key for kv in e.kv_a.sget(b"cache/", range_end=b"cache0").kvs]
+    assert b"cache/w" not in keys_now, keys_now
+    # through A itself: the next read sees the write at once (never older
+    # than what a client saw through the proxy)
+    for i in range(20):
+        warm(e, b"cache/w")
+        v = ("a%d" % i).encode()
+        rev = e.kv_a.put(b"cache/w", v)
+        r = e.kv_a.sget(b"cache/w")
+        assert r.kvs[0].value == v and r.header.revision >= rev, (i, r)
+
+
+def test_cache_lagging_watch_not_served():
+    """A's watch falls far behind: A is stopped (SIGSTOP) while other writers
+    put 16 MB, then the cached key is changed natively; once A runs again,
+    every read through it shows the change (made more than the bound
+    earlier), although its watch has 16 MB of events to catch up on."""
+    from harness import PUT, TXN, DELETE
+    e = cache_env()
+    n = native()
+    n.put("cache/lag", "0")
+    big = b"x" * 10000
+    for i in range(2):
+        warm(e, b"cache/lag")
+        os.kill(e.cache_a.pid, signal.SIGSTOP)
+        try:
+            rids = [n.send(TXN, {"success": [[PUT, {"key": b"cache/bulk/%03d" % k,
+                                                    "value": big}] for k in range(100)]})
+                    for _ in range(16)]
+            for _ in rids:
+                assert n.recv()[1] in rids
+            v = ("lag%d" % i).encode()
+            rev = n.put(b"cache/lag", v)["header"][2]
+            time.sleep(STALE_S)
+        finally:
+            os.kill(e.cache_a.pid, signal.SIGCONT)
+        t_end = time.monotonic() + 0.3
+        while time.monotonic() < t_end:
+            r = e.kv_a.sget(b"cache/lag")
+            got = r.kvs[0].value if r.kvs else None
+            assert got == v and r.header.revision >= rev, (i, got, v)
+            time.sleep(0.002)
+    n.call(DELETE, {"key": b"cache/bulk/", "range_end": b"cache/bulk0"})
+
+
+def test_cache_linearizable_always_fresh():
+    e = cache_env()
+    n = native()
+    n.put("cache/l", "0")
+    warm(e, b"cache/l")
+    h0, m0 = hits(e), misses(e)
+    for i in range(30):
+        v = ("%d" % i).encode()
+        rev = n.put(b"cache/l", v)["header"][2]
+        r = e.kv_a.get(b"cache/l")  # linearizable, right after the write
+        assert r.kvs[0].value == v and r.header.revision >= rev, (i, r)
+    # never looked up in the cache: neither a hit nor a miss
+    assert (hits(e), misses(e)) == (h0, m0)
+
+
+def test_cache_compaction_honoured():
+    import grpc
+    e = cache_env()
+    n = native()
+    r1 = n.put("cache/c", "1")["header"][2]
+    n.put("cache/c", "2")
+    # an old revision, cached
+    h = hits(e)
+    wait_for("a hit at revision %d" % r1, lambda: e.kv_a.sget(b"cache/c", revision=r1).kvs[0]
+             .value == b"1" and hits(e) > h, timeout=5)
+    # compacted natively: within the bound, the compacted error
+    r3 = n.put("cache/c", "3")["header"][2]
+    from harness import COMPACT
+    n.call(COMPACT, {"revision": r3, "physical": True})
+    time.sleep(STALE_S + 0.01)
+    try:
+        e.kv_a.sget(b"cache/c", revision=r1)
+        assert False, "a compacted revision answered"
+    except grpc.RpcError as err:
+        assert err.code() == grpc.StatusCode.OUT_OF_RANGE, err
+        assert "required revision has been compacted" in err.details()
+    # compacted through A: at once
+    r4 = n.put("cache/c", "4")["header"][2]
+    h = hits(e)
+    wait_for("a hit at revision %d" % r4, lambda: e.kv_a.sget(b"cache/c", revision=r4).kvs[0]
+             .value == b"4" and hits(e) > h, timeout=5)
+    r5 = n.put("cache/c", "5")["header"][2]
+    e.kv_a.compact(r5)
+    try:
+        e.kv_a.sget(b"cache/c", revision=r4)
+        assert False, "a revision compacted through the proxy answered"
+    except grpc.RpcError as err:
+        assert err.code() == grpc.StatusCode.OUT_OF_RANGE, err
+    # the current revision keeps being cached
+    warm(e, b"cache/c")
+
+
+def test_cache_member_stopped_nothing_served():
+    """The member stops answering (SIGSTOP): once the bound has passed, A
+    serves nothing from its cache (the read waits for the member)."""
+    import grpc
+    e = cache_env()
+    native().put("cache/s", "1")
+    warm(e, b"cache/s")
+    os.kill(e.member.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(STALE_S + 0.02)
+        h = hits(e)
+        try:
+            e.kv_a.sget(b"cache/s", timeout=0.5)
+            assert False, "a cached answer served %d ms after the member stopped" % (
+                (STALE_S + 0.02) * 1000)
+        except grpc.RpcError as err:
+            assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED, err
+        assert hits(e) == h
+    finally:
+        os.kill(e.member.proc.pid, signal.SIGCONT)
+    warm(e, b"cache/s")
+
+
+def test_cache_size_0_disables():
+    e = cache_env()
+    native().put("cache/z", "1")
+    r0 = member_ranges(e)
+    for _ in range(50):
+        assert e.kv_0.sget(b"cache/z").kvs[0].value == b"1"
+    assert member_ranges(e) - r0 >= 50  # each one reached the member
+    for name in ("keys", "hits", "misses"):
+        assert metric(e.cache_0m, "etcd_grpc_proxy_cache_%s_total" % name) == 0
+
+
+def test_cache_difference_with_etcd_proxy():
+    """etcd 3.4's grpc-proxy keeps serving a cached answer after a write made
+    straight to etcd (its cache hears only of writes through itself); a
+    ketch-grpc shows a write made straight to the member within the bound."""
+    e = cache_env()
+    ctl(e.etcd_port, "put", "t1/cd", "old")
+    for _ in range(2):
+        assert ctl(e.eproxy_port, "get", "cd", "--consistency=s",
+                   "--print-value-only") == "old\n"
+    ctl(e.etcd_port, "put", "t1/cd", "new")
+    time.sleep(0.5)
+    assert ctl(e.eproxy_port, "get", "cd", "--consistency=s", "--print-value-only") == "old\n"
+    assert ctl(e.eproxy_port, "get", "cd", "--print-value-only") == "new\n"  # linearizable
+    native().put("cache/cd", "old")
+    warm(e, b"cache/cd")
+    native().put("cache/cd", "new")
+    time.sleep(STALE_S + 0.01)
+    assert ctl(e.cache_a, "get", "cache/cd", "--consistency=s", "--print-value-only") == "new\n"
+
+
+def test_cache_metrics_are_etcds():
+    """The three figures with etcd's names, types and help (etcd's
+    proxy/grpcproxy/metrics.go declares them as gauges)."""
+    import urllib.request
+    e = cache_env()
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % e.cache_am,
+                                  timeout=5).read().decode()
+    for name, help_ in (("keys", "Total number of keys/ranges cached"),
+                        ("hits", "Total number of cache hits"),
+                        ("misses", "Total number of cache misses")):
+        m = "etcd_grpc_proxy_cache_%s_total" % name
+        assert "# HELP %s %s\n# TYPE %s gauge\n" % (m, help_, m) in text, text
+
+
 def teardown():
     global ENV
     if ENV is not None:
@@ -650,4 +1352,12 @@ if __name__ == "__main__":
                test_namespace_same_as_etcd_proxy, test_differences_with_etcd_proxy,
                test_registration_member_list, test_advertise_without_prefix,
                test_endpoints_auto_sync, test_lease_keepalive_coalescing,
+               test_watch_coalescing_1000_streams, test_watch_coalescing_merge_under_writes,
+               test_watch_coalescing_slow_client, test_watch_coalescing_progress_never_ahead,
+               test_watch_coalescing_created_revision_fresh,
+               test_cache_hit_costs_no_member_request, test_cache_writes_elsewhere_invalidate,
+               test_cache_lagging_watch_not_served,
+               test_cache_linearizable_always_fresh, test_cache_compaction_honoured,
+               test_cache_member_stopped_nothing_served, test_cache_size_0_disables,
+               test_cache_difference_with_etcd_proxy, test_cache_metrics_are_etcds,
                test_shutdown_clean])

@@ -680,12 +680,54 @@ def rss_kb(pid):
     return 0
 
 
+def h2_watch_open(port, create_req):
+    """A hand-written HTTP/2 client's Watch stream (id 1) sending create_req
+    and granting no flow-control window beyond the default 64 KiB."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    hdrs = b"".join(h2_lit(n, v) for n, v in [
+        (b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/etcdserverpb.Watch/Watch"),
+        (b":authority", b"x"), (b"content-type", b"application/grpc"), (b"te", b"trailers")])
+    req = create_req.SerializeToString()
+    sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b"") +
+                 h2_frame(1, 4, 1, hdrs) + h2_frame(0, 0, 1, b"\x00" + struct.pack(">I", len(req)) + req))
+    return sock
+
+
+def h2_watch_read_until_canceled(sock, timeout=15):
+    """Opens the window of h2_watch_open's stream and reads its
+    WatchResponses until one is canceled (or the timeout)."""
+    p = pb()
+    sock.sendall(h2_frame(8, 0, 0, struct.pack(">I", 1 << 30)) + h2_frame(8, 0, 1, struct.pack(">I", 1 << 30)))
+    buf, data, resps = b"", b"", []
+    deadline = time.time() + timeout
+    while time.time() < deadline and not any(r.canceled for r in resps):
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 9:
+            n = int.from_bytes(buf[:3], "big")
+            if len(buf) < 9 + n:
+                break
+            typ, flags, sid = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff
+            payload, buf = buf[9:9 + n], buf[9 + n:]
+            if typ == 4 and not flags & 1:
+                sock.sendall(h2_frame(4, 1, 0, b""))
+            if typ == 0 and sid == 1:
+                data += payload
+                sock.sendall(h2_frame(8, 0, 0, struct.pack(">I", n)) + h2_frame(8, 0, 1, struct.pack(">I", n)) if n else b"")
+                while len(data) >= 5 and len(data) >= 5 + int.from_bytes(data[1:5], "big"):
+                    m = int.from_bytes(data[1:5], "big")
+                    resps.append(p.WatchResponse.FromString(data[5:5 + m]))
+                    data = data[5 + m:]
+    return resps
+
+
 def test_slow_watcher_is_cancelled_not_buffered():
     """A hand-written HTTP/2 client opens a watch and never grants flow-control
     window beyond the default 64 KiB: the bridge (its own, with a 1 MiB stream
     queue) must cancel that watch with a reason once its queue is full, keep
     its memory bounded, and keep serving others."""
-    p = pb()
     e = g.env()
     port = free_port()
     eps = ",".join(m.endpoint for m in e.members)
@@ -699,13 +741,7 @@ def test_slow_watcher_is_cancelled_not_buffered():
     sock = None
     try:
         g.wait_port(port, br, "ketch-grpc")
-        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        hdrs = b"".join(h2_lit(n, v) for n, v in [
-            (b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/etcdserverpb.Watch/Watch"),
-            (b":authority", b"x"), (b"content-type", b"application/grpc"), (b"te", b"trailers")])
-        req = create(key=b"slow/", range_end=b"slow0").SerializeToString()
-        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b"") +
-                     h2_frame(1, 4, 1, hdrs) + h2_frame(0, 0, 1, b"\x00" + struct.pack(">I", len(req)) + req))
+        sock = h2_watch_open(port, create(key=b"slow/", range_end=b"slow0"))
         time.sleep(0.5)
         base = rss_kb(br.pid)
         val = b"s" * (512 * 1024)
@@ -719,29 +755,7 @@ def test_slow_watcher_is_cancelled_not_buffered():
         rc, out, _ = e.ctl(port, ["get", "slow/00", "--keys-only"])
         assert rc == 0 and out.strip() == b"slow/00", out
         # Now read everything: events, then the cancellation with its reason.
-        sock.sendall(h2_frame(8, 0, 0, struct.pack(">I", 1 << 30)) + h2_frame(8, 0, 1, struct.pack(">I", 1 << 30)))
-        buf, data, resps = b"", b"", []
-        deadline = time.time() + 15
-        while time.time() < deadline and not any(r.canceled for r in resps):
-            chunk = sock.recv(1 << 20)
-            if not chunk:
-                break
-            buf += chunk
-            while len(buf) >= 9:
-                n = int.from_bytes(buf[:3], "big")
-                if len(buf) < 9 + n:
-                    break
-                typ, flags, sid = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff
-                payload, buf = buf[9:9 + n], buf[9 + n:]
-                if typ == 4 and not flags & 1:
-                    sock.sendall(h2_frame(4, 1, 0, b""))
-                if typ == 0 and sid == 1:
-                    data += payload
-                    sock.sendall(h2_frame(8, 0, 0, struct.pack(">I", n)) + h2_frame(8, 0, 1, struct.pack(">I", n)) if n else b"")
-                    while len(data) >= 5 and len(data) >= 5 + int.from_bytes(data[1:5], "big"):
-                        m = int.from_bytes(data[1:5], "big")
-                        resps.append(p.WatchResponse.FromString(data[5:5 + m]))
-                        data = data[5 + m:]
+        resps = h2_watch_read_until_canceled(sock)
         assert resps and resps[0].created, resps[:1]
         keys = [ev.kv.key for r in resps for ev in r.events]
         assert keys == [b"slow/%02d" % i for i in range(len(keys))], keys  # a prefix, in order

@@ -414,6 +414,33 @@ def expect_client_error(args, eps, want, tls_flags=None):
     return p.stderr
 
 
+def test_metrics_on_https_client_urls_beside_native_tls_clients():
+    """etcd serves /metrics and /health on its https:// client URLs too:
+    ketch's first decrypted bytes tell an HTTP request from a native frame.
+    On n2 (https:// only) and n1 (http:// and https:// on one port): curl
+    over TLS gets /metrics and /health (keep-alive: one connection), a
+    native TLS client on the same port before and after is served (a client
+    without a certificate is refused in the handshake, before any byte is
+    read: test_client_refusals_say_why_on_both_sides)."""
+    cl = cluster()
+    native = TlsConn(cl.client[2])
+    native.put(b"https-metrics-before", b"v")
+    for port in (cl.client[2], cl.client[1]):
+        url = "https://127.0.0.1:%d" % port
+        rc, out, err = curl(url + "/health", url + "/metrics")  # /metrics, then /health
+        assert rc == 0 and "\netcd_server_has_leader 1\n" in out, (rc, out[-300:], err[-1500:])
+        assert out.endswith('{"health":"true","reason":""}'), (out[-300:], err[-1500:])
+        assert "TLSv1.3" in err and "Re-using existing connection" in err, err[-2000:]
+    rc, out, err = curl("http://127.0.0.1:%d/health" % cl.client[1], cert=None, ca=None)
+    assert rc == 0 and '"health":"true"' in out, (rc, out, err[-1500:])  # plaintext beside it
+    native.put(b"https-metrics-after", b"v")
+    assert native.get_value(b"https-metrics-before") == b"v"
+    again = TlsConn(cl.client[2])
+    assert again.get_value(b"https-metrics-after") == b"v"
+    again.close()
+    native.close()
+
+
 def test_client_refusals_say_why_on_both_sides():
     cl = cluster()
     n0, n2 = cl.members[0], cl.members[2]
@@ -835,6 +862,7 @@ if __name__ == "__main__":
     run_tests([test_three_members_over_tls_on_both_links, test_libketch_over_tls,
                test_plaintext_and_tls_side_by_side,
                test_metrics_over_https_with_the_client_tls_settings,
+               test_metrics_on_https_client_urls_beside_native_tls_clients,
                test_client_refusals_say_why_on_both_sides,
                test_member_refuses_to_start_naming_the_file, test_peer_refusals_say_who_and_why,
                test_peer_cert_allowed_hostname,

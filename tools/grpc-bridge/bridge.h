@@ -14,12 +14,16 @@
  *   bridge_snap.c  Maintenance.Snapshot: the member's state as an etcd
  *                  database (tools/etcddb) made by a job thread, streamed as
  *                  the client takes it.
- *   bridge_stream.c  the etcd side of streaming calls: Watch.Watch (one
- *                  ketch_watch per gRPC watch), Lease.LeaseKeepAlive, and
+ *   bridge_stream.c  the etcd side of streaming calls: Watch.Watch (handed
+ *                  to bridge_watch.c), Lease.LeaseKeepAlive, and
  *                  v3lock.Lock / v3election.Election (etcd's concurrency
  *                  recipes run asynchronously on KV, Watch and the caller's
  *                  lease; their unary calls take this path too, so a client
  *                  that gives up while waiting is noticed).
+ *   bridge_watch.c Watch.Watch: client watches of one range share one
+ *                  upstream ketch_watch (etcd's grpc-proxy coalescing; its
+ *                  header comment is the design: the shared-watch table,
+ *                  per-client state, the join protocol by revision).
  *
  * Data flow of a unary call: HEADERS (path, grpc-timeout) -> DATA (one
  * length-prefixed message, at END_STREAM) -> kt_bridge_call() decodes and
@@ -53,6 +57,8 @@
 #include <stdint.h>
 
 #include "../../client/ketch.h"
+#include "kv.pb-c.h"
+#include "rpc.pb-c.h"
 
 /* The etcd server version the bridge reports where etcd reports its own
  * (Maintenance.Status.version, what `etcdctl endpoint status` shows and
@@ -144,6 +150,31 @@ extern bool kt_bridge_ka_coalesce;
 extern uint64_t kt_bridge_ka_requests, kt_bridge_ka_upstream;
 void kt_bridge_ka_forget(ketch_client *kc, int64_t id);
 
+/* A response header from a ketch header (k NULL: ids of kc, revision and
+ * term 0; zero ids in k: kc's) and a KeyValue from a ketch kv (pointing at
+ * its bytes). bridge_stream.c. */
+void kt_bridge_fill_header(Etcdserverpb__ResponseHeader *h, const ketch_header *k,
+                           ketch_client *kc);
+void kt_bridge_fill_kv(Mvccpb__KeyValue *o, const ketch_kv *kv);
+
+/* ---- Watch (bridge_watch.c) ---- */
+
+/* One Watch stream on handle kc, answering through io/arg (as a
+ * kt_bridge_stream's); fragment_bytes: etcd's fragment limit. NULL if out
+ * of memory. recv: one WatchRequest message; close: no io call after it, its
+ * watches leave their shared upstream watches (the last one leaving cancels
+ * it); memory is freed once no progress round refers to it. */
+typedef struct kt_bridge_wstream kt_bridge_wstream;
+kt_bridge_wstream *kt_bridge_watch_open(ketch_client *kc, size_t fragment_bytes,
+                                        const struct kt_bridge_stream_io *io, void *arg);
+void kt_bridge_watch_recv(kt_bridge_wstream *s, const uint8_t *msg, size_t len);
+void kt_bridge_watch_close(kt_bridge_wstream *s);
+/* etcd's grpc-proxy figures (/metrics): client watches sharing an upstream
+ * watch beyond each one's first (gauge), and responses fanned out beyond
+ * the first per upstream delivery (counter). */
+extern int64_t kt_bridge_watchers_coalescing;
+extern uint64_t kt_bridge_events_coalescing;
+
 /* ---- Auth (bridge_auth.c) ---- */
 
 /* The KETCH_OP_* of an Auth method's path (KETCH_OP_AUTHENTICATE for
@@ -228,6 +259,47 @@ void kt_bridge_reg_member_list(ketch_client *kc, const char *ns, const char *pre
 /* The Name in a registration's value (etcd's naming.Update JSON), "" when
  * absent; out is always terminated. Pure, bounded. */
 void kt_bridge_reg_name(const uint8_t *v, size_t n, char *out, size_t out_len);
+
+/* ---- bridge_cache.c: the serializable range cache (--cache-size) ----
+ * Its header comment has the data flow, the rules and what a hit promises.
+ * Off (every call a no-op) unless kt_bridge_cache_setup ran with entries. */
+struct kt_bridge_cache_fill;
+/* Caches on kc (the default handle; *submitted set when it queued work)
+ * at most max_entries answers and max_bytes bytes, none older than
+ * max_stale_s. 0 (max_entries 0: off), -1 out of memory. */
+int kt_bridge_cache_setup(struct ev_loop *loop, ketch_client *kc, bool *submitted,
+                          size_t max_entries, size_t max_bytes, double max_stale_s);
+/* At exit, before kc closes: drops everything, cancels the watch. */
+void kt_bridge_cache_stop(void);
+/* A Range request msg[0..len) (after --namespace) on kc: true when it was
+ * answered from the cache (done ran), false to send it to the member. */
+bool kt_bridge_cache_get(ketch_client *kc, const uint8_t *msg, size_t len, kt_bridge_done done,
+                         void *arg);
+/* The miss of a decoded Range q on kc: a fill ticket when its answer may be
+ * cached (serializable, the cache on and its watch live), else NULL. */
+struct kt_bridge_cache_fill *kt_bridge_cache_miss(ketch_client *kc, const uint8_t *msg, size_t len,
+                                                  const ketch_range_req *q);
+/* The member answered ticket f with header h and resp (an
+ * Etcdserverpb__RangeResponse whose header is h; left as it was): consumes
+ * f, may store the answer, and returns the framed answer for the client
+ * (malloc'd, *len bytes), or NULL (too large to keep, or out of memory: frame resp yourself). */
+uint8_t *kt_bridge_cache_fill(struct kt_bridge_cache_fill *f, const ketch_header *h, void *resp,
+                              size_t *len);
+/* The ticket's request failed with err (0: not sent): consumes f (NULL is
+ * fine); KETCH_ECOMPACTED raises the compaction floor. */
+void kt_bridge_cache_fill_failed(struct kt_bridge_cache_fill *f, int err);
+/* A Compact to revision is about to be sent: cached reads below it go. */
+void kt_bridge_cache_compacting(int64_t revision);
+/* Drops every entry (an Auth call: what the default handle may read may
+ * change). */
+void kt_bridge_cache_clear(void);
+/* A framed response message a client is about to get: its header revision
+ * is something a client saw (S). */
+void kt_bridge_cache_seen(const uint8_t *framed, size_t len);
+/* Appends etcd_grpc_proxy_cache_{keys,hits,misses}_total and ketch's own
+ * cache figures to /metrics. */
+struct kt_buf;
+void kt_bridge_cache_metrics(struct kt_buf *out);
 
 /* ---- bridge_metrics.c: /metrics on --metrics-addr ---- */
 struct kt_buf;

@@ -599,7 +599,8 @@ static Etcdserverpb__TxnResponse *mk_txn(struct arena *a, Etcdserverpb__Response
 
 struct call {
   int method;
-  int64_t id; /* the lease of a lease request */
+  int64_t id;                        /* the lease of a lease request */
+  struct kt_bridge_cache_fill *fill; /* a Range the cache may keep (bridge_cache.c) */
   ketch_client *kc;
   kt_bridge_done done;
   void *arg;
@@ -854,6 +855,7 @@ static void on_result(void *arg, int err, const ketch_result *res) {
   void *darg = c->arg;
   int method = c->method;
   int64_t lease_id = c->id;
+  struct kt_bridge_cache_fill *fill = c->fill;
   ketch_header nf = {0};
   if (err == KETCH_ELEASENOTFOUND && method == M_LEASE_TTL) {
     /* etcd answers a time-to-live of an unknown lease with TTL -1. */
@@ -861,6 +863,8 @@ static void on_result(void *arg, int err, const ketch_result *res) {
     nf.member_id = ketch_member_id(c->kc);
   }
   free(c);
+  if (err && fill)
+    kt_bridge_cache_fill_failed(fill, err);
   if (err && !nf.cluster_id) {
     kt_bridge_fail(done, darg, err, res->message);
     return;
@@ -1027,8 +1031,16 @@ static void on_result(void *arg, int err, const ketch_result *res) {
     break;
   }
   }
+  uint8_t *framed = NULL;
+  size_t framed_len = 0;
+  if (fill && (!m || a.oom))
+    kt_bridge_cache_fill_failed(fill, 0);
+  else if (fill)
+    framed = kt_bridge_cache_fill(fill, &res->header, (void *)m, &framed_len);
   if (!m || a.oom)
     done(darg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
+  else if (framed)
+    done(darg, KT_GRPC_OK, "", framed, framed_len);
   else
     kt_bridge_finish(done, darg, m);
   ar_free(&a);
@@ -1055,11 +1067,15 @@ static bool txn_writes(const Etcdserverpb__TxnRequest *r, int depth) {
 
 void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size_t len,
                     size_t max_request_bytes, kt_bridge_done done, void *arg) {
+  if (!strcmp(path, method_paths[M_RANGE]) && kt_bridge_cache_get(kc, msg, len, done, arg))
+    return; /* a cache hit: answered without the member */
   if (member_index(path) >= 0) {
     member_call(kc, member_index(path), msg, len, done, arg);
     return;
   }
   if (kt_bridge_auth_method(path) >= 0) { /* Authenticate: bridge_main.c's */
+    if (kt_bridge_auth_method(path) != KETCH_OP_AUTH_STATUS)
+      kt_bridge_cache_clear(); /* what the default handle may read may change */
     kt_bridge_auth_call(kc, kt_bridge_auth_method(path), msg, len, done, arg);
     return;
   }
@@ -1083,6 +1099,7 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
   }
   c->method = method;
   c->id = 0;
+  c->fill = NULL;
   c->kc = kc;
   c->done = done;
   c->arg = arg;
@@ -1095,8 +1112,10 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
     Etcdserverpb__RangeRequest *r = etcdserverpb__range_request__unpack(NULL, len, msg);
     ketch_range_req q;
     req = (ProtobufCMessage *)r;
-    if (r && !(err = conv_range(r, &q)))
+    if (r && !(err = conv_range(r, &q))) {
+      c->fill = kt_bridge_cache_miss(kc, msg, len, &q);
       err = ketch_range_async(kc, &q, on_result, c);
+    }
     break;
   }
   case M_PUT: {
@@ -1129,8 +1148,10 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
   case M_COMPACT: {
     Etcdserverpb__CompactionRequest *r = etcdserverpb__compaction_request__unpack(NULL, len, msg);
     req = (ProtobufCMessage *)r;
-    if (r)
+    if (r) {
+      kt_bridge_cache_compacting(r->revision);
       err = ketch_compact_async(kc, r->revision, r->physical, on_result, c);
+    }
     break;
   }
   case M_STATUS: {
@@ -1242,6 +1263,7 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
     free(c);
     done(arg, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf", NULL, 0);
   } else if (err) {
+    kt_bridge_cache_fill_failed(c->fill, 0);
     free(c);
     if (detail && strncmp(detail, "etcdserver: ", 12) == 0)
       done(arg, KT_GRPC_INVALID_ARGUMENT, detail, NULL, 0);

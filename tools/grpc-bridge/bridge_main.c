@@ -486,6 +486,7 @@ static uint8_t *ns_response(const struct stream *st, uint8_t *framed, size_t *le
 
 static void io_send(void *arg, uint8_t *framed, size_t len) {
   struct stream *st = arg;
+  kt_bridge_cache_seen(framed, len); /* a revision a client saw */
   if (st->c->b->ns && !(framed = ns_response(st, framed, &len)))
     return;
   stream_send(st, framed, len);
@@ -542,6 +543,8 @@ static void on_call_done(void *arg, int status, const char *message, uint8_t *fr
   }
   st->call = NULL;
   st->c->waiting--;
+  if (status == KT_GRPC_OK && framed)
+    kt_bridge_cache_seen(framed, framed_len); /* a revision a client saw */
   if (status == KT_GRPC_OK && framed && st->c->b->ns &&
       !(framed = ns_response(st, framed, &framed_len))) {
     status = KT_GRPC_INTERNAL;
@@ -1647,6 +1650,11 @@ static void usage(FILE *f) {
              "  --endpoints-auto-sync-interval D  every D (30s, 1m, 500ms) the members'\n"
              "                       client URLs from the member list become the endpoints\n"
              "                       (default 0: never)\n"
+             "  --cache-size N       serializable Range answers cached (default 2048; 0: no\n"
+             "                       cache), invalidated by a watch of the cluster\n"
+             "  --cache-max-bytes N  bytes those answers may hold (default 67108864)\n"
+             "  --cache-max-staleness D  a cached answer is at most D older than the\n"
+             "                       member's (default 100ms; 10ms..10s)\n"
              "  --coalesce-lease-keepalives  keep-alives of one lease from any number of\n"
              "                       clients cost the members one renewal per TTL/3\n"
              "TLS toward clients (etcd's flags):\n"
@@ -1673,6 +1681,8 @@ int main(int argc, char **argv) {
   double sync_s = 0;
   bool client_cert_auth = false, auto_tls = false, up_skip = false;
   size_t max_req = 1572864, max_queue = 8u << 20;
+  size_t cache_size = 2048, cache_bytes = 64u << 20;
+  double cache_stale_s = 0.1;
   enum {
     O_CERT = 256,
     O_KEY,
@@ -1690,7 +1700,10 @@ int main(int argc, char **argv) {
     O_RTTL,
     O_ADVERTISE,
     O_AUTOSYNC,
-    O_KACOALESCE
+    O_KACOALESCE,
+    O_CACHE,
+    O_CACHE_BYTES,
+    O_CACHE_STALE
   };
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
@@ -1715,6 +1728,9 @@ int main(int argc, char **argv) {
       {"advertise-client-url", required_argument, 0, O_ADVERTISE},
       {"endpoints-auto-sync-interval", required_argument, 0, O_AUTOSYNC},
       {"coalesce-lease-keepalives", no_argument, 0, O_KACOALESCE},
+      {"cache-size", required_argument, 0, O_CACHE},
+      {"cache-max-bytes", required_argument, 0, O_CACHE_BYTES},
+      {"cache-max-staleness", required_argument, 0, O_CACHE_STALE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1761,6 +1777,26 @@ int main(int argc, char **argv) {
       break;
     case O_KACOALESCE:
       kt_bridge_ka_coalesce = true;
+      break;
+    case O_CACHE:
+    case O_CACHE_BYTES: {
+      char *end;
+      unsigned long long v = strtoull(optarg, &end, 10);
+      bool entries = o == O_CACHE;
+      if (*end || optarg[0] == '-' || (entries ? v > (1u << 24) : v < 4096 || v > (1ull << 40))) {
+        fprintf(stderr, entries ? "ketch-grpc: --cache-size: want 0..16777216 entries\n"
+                                : "ketch-grpc: --cache-max-bytes: want 4096..2^40\n");
+        return 2;
+      }
+      *(entries ? &cache_size : &cache_bytes) = (size_t)v;
+      break;
+    }
+    case O_CACHE_STALE:
+      cache_stale_s = parse_duration_s(optarg);
+      if (cache_stale_s < 0.01 || cache_stale_s > 10) {
+        fprintf(stderr, "ketch-grpc: --cache-max-staleness: want a duration from 10ms to 10s\n");
+        return 2;
+      }
       break;
     case O_AUTOSYNC:
       sync_s = parse_duration_s(optarg);
@@ -1922,6 +1958,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ketch-grpc: --endpoints %s: cannot open a client\n", endpoints);
     return 2;
   }
+  if (kt_bridge_cache_setup(b.loop, b.up->kc, &b.up->ksubmitted, cache_size, cache_bytes,
+                            cache_stale_s)) {
+    fprintf(stderr, "ketch-grpc: --cache-size: out of memory\n");
+    return 1;
+  }
   int lfd = listen_on(listen_addr);
   if (lfd < 0) {
     fprintf(stderr, "ketch-grpc: cannot listen on %s: %s\n", listen_addr, strerror(errno));
@@ -2015,6 +2056,7 @@ int main(int argc, char **argv) {
   ev_timer_stop(b.loop, &b.sync_w);
   while (b.conns) /* streams go first: their watches are cancelled */
     conn_close(b.conns);
+  kt_bridge_cache_stop();
   while (b.up) {
     struct upstream *u = b.up;
     b.up = u->next;

@@ -108,4 +108,16 @@ void kt_bridge_metrics(void *arg, struct kt_buf *b) {
         "# TYPE ketch_grpc_lease_keepalives_sent_total counter\n"
         "ketch_grpc_lease_keepalives_sent_total %llu\n",
         (unsigned long long)kt_bridge_ka_requests, (unsigned long long)kt_bridge_ka_upstream);
+  /* etcd's grpc-proxy watch figures (its proxy/grpcproxy/metrics.go): client
+   * watches sharing an upstream watch beyond the first of each, and watch
+   * responses fanned out beyond the first per upstream response. */
+  out_f(b,
+        "# HELP etcd_grpc_proxy_watchers_coalescing_total Total number of current watchers "
+        "coalescing\n# TYPE etcd_grpc_proxy_watchers_coalescing_total gauge\n"
+        "etcd_grpc_proxy_watchers_coalescing_total %lld\n"
+        "# HELP etcd_grpc_proxy_events_coalescing_total Total number of events coalescing\n"
+        "# TYPE etcd_grpc_proxy_events_coalescing_total counter\n"
+        "etcd_grpc_proxy_events_coalescing_total %llu\n",
+        (long long)kt_bridge_watchers_coalescing, (unsigned long long)kt_bridge_events_coalescing);
+  kt_bridge_cache_metrics(b);
 }

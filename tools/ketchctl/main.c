@@ -261,6 +261,10 @@ static bool g_insecure_skip_verify, g_insecure_transport = true;
  * ketch's (a resolver other than /etc/resolv.conf). */
 static const char *g_discovery_srv = "", *g_discovery_srv_name = "", *g_dns_servers = "";
 
+/* --resolver-prefix: the endpoints are the native proxies registered under
+ * the prefix in the cluster at --endpoints (ketch_resolve_prefix). */
+static const char *g_resolver_prefix = "";
+
 static struct flag global_flags[] = {
     {"command-timeout", 0, FT_DUR, "5s",
      "timeout for short running command (excluding dial timeout)", &g_command_ns, false},
@@ -291,6 +295,10 @@ static struct flag global_flags[] = {
     {"insecure-transport", 0, FT_BOOL, "true", "disable transport security for client connections",
      &g_insecure_transport, false},
     {"key", 0, FT_STR, "", "identify secure client using this TLS key file", &g_key, false},
+    {"resolver-prefix", 0, FT_STR, "",
+     "use the proxies registered under this prefix in the cluster at --endpoints (ketch gateway "
+     "--resolver-prefix)",
+     &g_resolver_prefix, false},
     {"write-out", 'w', FT_STR, "simple", "set the output format (fields, json, simple, table)",
      &g_write_out, false},
     {0},
@@ -1022,21 +1030,26 @@ static void auth_cfg_read(const char **user, const char **password) {
   }
 }
 
+/* The options every client of the command line opens with. */
+static void client_options(ketch_options *o) {
+  ketch_options_init(o);
+  o->dial_timeout_ms = (int)(g_dial_ns / 1000000) > 0 ? (int)(g_dial_ns / 1000000) : 1;
+  o->request_timeout_ms = (int)(g_command_ns / 1000000) > 0 ? (int)(g_command_ns / 1000000) : 1;
+  /* etcdctl dials lazily: an unreachable endpoint shows up as the request's
+   * "context deadline exceeded" after --command-timeout. */
+  o->nonblocking_open = true;
+  auth_cfg(&o->user, &o->password); /* every connection authenticates */
+  o->tls = !g_insecure_transport;
+  o->ca_file = *g_cacert ? g_cacert : NULL;
+  o->cert_file = *g_cert ? g_cert : NULL;
+  o->key_file = *g_key ? g_key : NULL;
+  o->insecure_skip_verify = g_insecure_skip_verify;
+}
+
 /* A client on `endpoints`, or NULL with the reason in msg. */
 static ketch_client *open_endpoints(const char *endpoints, char *msg, size_t msgcap) {
   ketch_options o;
-  ketch_options_init(&o);
-  o.dial_timeout_ms = (int)(g_dial_ns / 1000000) > 0 ? (int)(g_dial_ns / 1000000) : 1;
-  o.request_timeout_ms = (int)(g_command_ns / 1000000) > 0 ? (int)(g_command_ns / 1000000) : 1;
-  /* etcdctl dials lazily: an unreachable endpoint shows up as the request's
-   * "context deadline exceeded" after --command-timeout. */
-  o.nonblocking_open = true;
-  auth_cfg(&o.user, &o.password); /* every connection authenticates */
-  o.tls = !g_insecure_transport;
-  o.ca_file = *g_cacert ? g_cacert : NULL;
-  o.cert_file = *g_cert ? g_cert : NULL;
-  o.key_file = *g_key ? g_key : NULL;
-  o.insecure_skip_verify = g_insecure_skip_verify;
+  client_options(&o);
   ketch_client *c = NULL;
   msg[0] = 0;
   int err = ketch_open(&c, endpoints, &o, msg, msgcap);
@@ -1933,6 +1946,22 @@ static void endpoints_from_srv(void) {
   g_endpoints = list;
 }
 
+/* --resolver-prefix: replaces --endpoints (the cluster's, where the
+ * registrations are read) with the native proxies registered under the
+ * prefix, from a random one (libketch's ketch_resolve_prefix). Dies when
+ * none is registered. */
+static void endpoints_from_resolver(void) {
+  size_t cap = 64 * 1024;
+  char *list = ctl_keep(calloc(1, cap)), msg[700];
+  ketch_options o;
+  client_options(&o);
+  int err = ketch_resolve_prefix(g_endpoints, g_resolver_prefix, &o, list, cap, msg, sizeof msg);
+  if (err)
+    ctl_die(err == KETCH_ENOTFOUND ? CTL_EXIT_ERROR : CTL_EXIT_BAD_CONNECTION, "%s",
+            err == KETCH_ETIMEOUT ? ctl_errtext(err, msg) : msg);
+  g_endpoints = list;
+}
+
 int main(int argc, char **argv) {
   atexit(free_kept);
   flags_reset(global_flags);
@@ -2017,6 +2046,8 @@ int main(int argc, char **argv) {
   }
   if (*g_discovery_srv)
     endpoints_from_srv();
+  if (*g_resolver_prefix)
+    endpoints_from_resolver();
   cmd->run(npos, pos);
   fflush(stdout);
   return ferror(stdout) ? CTL_EXIT_ERROR : 0;

@@ -7,11 +7,19 @@
  *   json    Go's encoding/json of etcd's protobuf structs: snake_case fields,
  *           zero values omitted (omitempty), bytes as base64, uint64 as numbers.
  *   fields  "Name" : value lines, strings in Go's %q quoting.
- *   table   only endpoint status/health (olekukonko/tablewriter's layout);
- *           other commands refuse it with exit 4, after the request ran.
+ *   table   only endpoint status/health/hashkv and member list
+ *           (olekukonko/tablewriter's layout); other commands refuse it with
+ *           exit 4, after the request ran.
+ *
+ * The fields of a response are data (struct fld tables: the JSON name, the
+ * fields-format name, the kind, the offset): one walker (flds) prints them
+ * as JSON members or as "Name" : value lines, in the table's order. What has no common shape (lists
+ * of keys, etcdctl's simple lines, tables) is written out by hand.
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +29,12 @@ struct ctl_display ctl_display;
 
 /* ---- Go-compatible text helpers ---- */
 
+/* Go's strconv.Quote escapes of ASCII (0: none). */
+static const char go_escapes[128] = {
+    ['"'] = '"',  ['\\'] = '\\', ['\a'] = 'a', ['\b'] = 'b', ['\f'] = 'f',
+    ['\n'] = 'n', ['\r'] = 'r',  ['\t'] = 't', ['\v'] = 'v',
+};
+
 void ctl_goquote(FILE *f, const char *s, size_t n) {
   const unsigned char *p = (const unsigned char *)s;
   fputc('"', f);
@@ -28,36 +42,9 @@ void ctl_goquote(FILE *f, const char *s, size_t n) {
     unsigned c = p[i];
     if (c < 0x80) {
       i++;
-      switch (c) {
-      case '"':
-        fputs("\\\"", f);
-        continue;
-      case '\\':
-        fputs("\\\\", f);
-        continue;
-      case '\a':
-        fputs("\\a", f);
-        continue;
-      case '\b':
-        fputs("\\b", f);
-        continue;
-      case '\f':
-        fputs("\\f", f);
-        continue;
-      case '\n':
-        fputs("\\n", f);
-        continue;
-      case '\r':
-        fputs("\\r", f);
-        continue;
-      case '\t':
-        fputs("\\t", f);
-        continue;
-      case '\v':
-        fputs("\\v", f);
-        continue;
-      }
-      if (c < 0x20 || c == 0x7f)
+      if (go_escapes[c])
+        fprintf(f, "\\%c", go_escapes[c]);
+      else if (c < 0x20 || c == 0x7f)
         fprintf(f, "\\x%02x", c);
       else
         fputc((int)c, f);
@@ -180,12 +167,6 @@ static void juint(const char *k, uint64_t v) {
     printf("%" PRIu64, v);
   }
 }
-static void jbool(const char *k, bool v, bool omitempty) {
-  if (v || !omitempty) {
-    jkey(k);
-    fputs(v ? "true" : "false", stdout);
-  }
-}
 static void jbytes(const char *k, const char *p, size_t n) { /* []byte: base64 */
   static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   const unsigned char *u = (const unsigned char *)p;
@@ -228,27 +209,148 @@ static void jstr(const char *k, const char *s, bool omitempty) {
   putchar('"');
 }
 
-static void json_begin(void) { jbegin('{'); }
+/* An int64 without omitempty. */
+static void jnum(const char *k, int64_t v) {
+  jkey(k);
+  printf("%" PRId64, v);
+}
+/* A string list (omitempty). */
+static void jnames(const char *k, const char *const *v, size_t n) {
+  if (!n)
+    return;
+  jopen(k, '[');
+  for (size_t i = 0; i < n; i++)
+    jstr(NULL, v[i], false);
+  jclose(']');
+}
+/* Closes the document jbegin opened with '{' and ends its line. */
+static void jend(void) {
+  jclose('}');
+  putchar('\n');
+}
+
+/* ---- fields as data ---- */
+
+enum {
+  F_I64,   /* int64_t */
+  F_INT,   /* int */
+  F_U64,   /* uint64_t */
+  F_BOOL,  /* bool */
+  F_STR,   /* const char *: json string, fields as is */
+  F_QSTR,  /* const char *: json string, fields Go-quoted */
+  F_CHARS, /* char[]: json string, fields as is */
+  F_BYTES, /* const char *, then its size_t length: json base64, fields Go-quoted */
+  F_STRS,  /* const char *const *, then its size_t count: json array, fields a line each */
+};
+#define F_OMIT 1 /* json: omitempty (the fields format prints every field) */
+
+/* One field of a response struct; a table ends with {0}. */
+struct fld {
+  const char *json, *fields; /* the names; NULL: not in that format */
+  uint8_t kind, flags;
+  size_t off;
+};
+#define FLD(json, fields, kind, flags, type, member)                                               \
+  { json, fields, kind, flags, offsetof(type, member) }
+
+/* "pfx+name" : "quoted"  (the fields format) */
+static void fquote(const char *pfx, const char *name, const char *s, size_t n) {
+  printf("\"%s%s\" : ", pfx, name);
+  ctl_goquote(stdout, s, n);
+  putchar('\n');
+}
+
+/* The fields of base that table f names, in the display's format: JSON
+ * members, or the fields format's "pfx+Name" : value lines; nothing in
+ * simple and table. */
+static void flds(const struct fld *f, const void *base, const char *pfx) {
+  bool json = ctl_display.format == CTL_JSON;
+  if (!json && ctl_display.format != CTL_FIELDS)
+    return;
+  for (; f->json || f->fields; f++) {
+    const char *p = (const char *)base + f->off, *name = json ? f->json : f->fields;
+    bool omit = json && (f->flags & F_OMIT);
+    if (!name)
+      continue;
+    if (f->kind == F_STRS) {
+      const char *const *v = *(const char *const *const *)p;
+      size_t n = *(const size_t *)(p + sizeof v);
+      if (json)
+        jnames(name, v, n);
+      for (size_t i = 0; !json && i < n; i++)
+        fquote(pfx, name, v[i], strlen(v[i]));
+    } else if (f->kind == F_BYTES) {
+      const char *b = *(const char *const *)p;
+      size_t n = *(const size_t *)(p + sizeof b);
+      if (json)
+        jbytes(name, b, n);
+      else
+        fquote(pfx, name, b, n);
+    } else if (f->kind >= F_STR) {
+      const char *str = f->kind == F_CHARS ? p : *(const char *const *)p;
+      if (json)
+        jstr(name, str, omit);
+      else if (f->kind == F_QSTR)
+        fquote(pfx, name, str, strlen(str));
+      else
+        printf("\"%s%s\" : %s\n", pfx, name, str);
+    } else {
+      int64_t v = f->kind == F_INT    ? *(const int *)p
+                  : f->kind == F_BOOL ? *(const bool *)p
+                                      : *(const int64_t *)p; /* F_U64: the same bits */
+      if (omit && !v)
+        continue;
+      if (json)
+        jkey(name);
+      else
+        printf("\"%s%s\" : ", pfx, name);
+      if (f->kind == F_BOOL)
+        fputs(v ? "true" : "false", stdout);
+      else if (f->kind == F_U64)
+        printf("%" PRIu64, (uint64_t)v);
+      else
+        printf("%" PRId64, v);
+      if (!json)
+        putchar('\n');
+    }
+  }
+}
+
+/* flds as one JSON object (k: its name, NULL in an array). */
+static void fobj(const char *k, const struct fld *f, const void *base, const char *pfx) {
+  bool json = ctl_display.format == CTL_JSON;
+  if (json)
+    jopen(k, '{');
+  flds(f, base, pfx);
+  if (json)
+    jclose('}');
+}
+
+static const struct fld hdr_f[] = {
+    FLD("cluster_id", "ClusterID", F_U64, F_OMIT, ketch_header, cluster_id),
+    FLD("member_id", "MemberID", F_U64, F_OMIT, ketch_header, member_id),
+    FLD("revision", "Revision", F_I64, F_OMIT, ketch_header, revision),
+    FLD("raft_term", "RaftTerm", F_U64, F_OMIT, ketch_header, raft_term),
+    {0},
+};
+static const struct fld kv_f[] = {
+    FLD("key", "Key", F_BYTES, 0, ketch_kv, key),
+    FLD("create_revision", "CreateRevision", F_I64, F_OMIT, ketch_kv, create_revision),
+    FLD("mod_revision", "ModRevision", F_I64, F_OMIT, ketch_kv, mod_revision),
+    FLD("version", "Version", F_I64, F_OMIT, ketch_kv, version),
+    FLD("value", "Value", F_BYTES, 0, ketch_kv, value),
+    FLD("lease", "Lease", F_I64, F_OMIT, ketch_kv, lease),
+    {0},
+};
 
 /* ---- the one header printer and the one key-value printer ---- */
 
-static void hdr(const ketch_header *h) {
-  switch (ctl_display.format) {
-  case CTL_JSON:
-    jopen("header", '{');
-    juint("cluster_id", h->cluster_id);
-    juint("member_id", h->member_id);
-    jint("revision", h->revision);
-    juint("raft_term", h->raft_term);
-    jclose('}');
-    break;
-  case CTL_FIELDS:
-    printf("\"ClusterID\" : %" PRIu64 "\n\"MemberID\" : %" PRIu64 "\n", h->cluster_id,
-           h->member_id);
-    printf("\"Revision\" : %" PRId64 "\n\"RaftTerm\" : %" PRIu64 "\n", h->revision, h->raft_term);
-    break;
-  }
-}
+/* json: "header":{...}; fields: its lines. */
+static void hdr(const ketch_header *h) { fobj("header", hdr_f, h, ""); }
+
+/* clientv3's lease responses embed *pb.ResponseHeader: in JSON its fields
+ * sit at the top level. */
+static void hdr_flat(const ketch_header *h) { flds(hdr_f, h, ""); }
 
 static void print_hex(const char *p, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -273,24 +375,8 @@ static void kv(const ketch_kv *kv, const char *pfx, const char *json_key) {
       putchar('\n');
     }
     break;
-  case CTL_JSON:
-    jopen(json_key, '{');
-    jbytes("key", kv->key, kv->key_len);
-    jint("create_revision", kv->create_revision);
-    jint("mod_revision", kv->mod_revision);
-    jint("version", kv->version);
-    jbytes("value", kv->value, kv->value_len);
-    jint("lease", kv->lease);
-    jclose('}');
-    break;
-  case CTL_FIELDS:
-    printf("\"%sKey\" : ", pfx);
-    ctl_goquote(stdout, kv->key, kv->key_len);
-    printf("\n\"%sCreateRevision\" : %" PRId64 "\n", pfx, kv->create_revision);
-    printf("\"%sModRevision\" : %" PRId64 "\n", pfx, kv->mod_revision);
-    printf("\"%sVersion\" : %" PRId64 "\n\"%sValue\" : ", pfx, kv->version, pfx);
-    ctl_goquote(stdout, kv->value, kv->value_len);
-    printf("\n\"%sLease\" : %" PRId64 "\n", pfx, kv->lease);
+  default:
+    fobj(json_key, kv_f, kv, pfx);
     break;
   }
 }
@@ -307,22 +393,56 @@ static void kv_list(const ketch_kv *kvs, size_t n, const char *json_key) {
     jclose(']');
 }
 
+static void refuse(const char *format) {
+  ctl_die(CTL_EXIT_BAD_FEATURE, "%s not supported as output format", format);
+}
+
 static void refuse_table(void) {
   if (ctl_display.format == CTL_TABLE)
-    ctl_die(CTL_EXIT_BAD_FEATURE, "table not supported as output format");
+    refuse("table");
+}
+
+/* A response object: refuses table; opens the JSON document with its
+ * header (flat: clientv3's embedded header), or prints the fields format's
+ * header; then f. obj_end closes it. */
+static void obj_begin(const ketch_header *h, bool flat, const struct fld *f, const void *base) {
+  refuse_table();
+  if (ctl_display.format == CTL_SIMPLE)
+    return;
+  if (ctl_display.format == CTL_JSON)
+    jbegin('{');
+  if (flat)
+    hdr_flat(h);
+  else
+    hdr(h);
+  if (f)
+    flds(f, base, "");
+}
+static void obj_end(void) {
+  if (ctl_display.format == CTL_JSON)
+    jend();
 }
 
 /* ---- responses; `top` wraps the JSON object and ends the line ---- */
 
+static const struct fld range_f[] = {
+    FLD("more", "More", F_BOOL, F_OMIT, ketch_range_result, more),
+    FLD("count", "Count", F_I64, F_OMIT, ketch_range_result, count),
+    {0},
+};
+static const struct fld delete_f[] = {
+    FLD("deleted", "Deleted", F_I64, F_OMIT, ketch_delete_result, deleted),
+    {0},
+};
+static const struct fld txn_f[] = {
+    FLD("succeeded", "Succeeded", F_BOOL, F_OMIT, ketch_txn_result, succeeded),
+    {0},
+};
+
 static void body_range(const ketch_header *h, const ketch_range_result *r) {
   hdr(h);
   kv_list(r->kvs, r->n_kvs, "kvs");
-  if (ctl_display.format == CTL_JSON) {
-    jbool("more", r->more, true);
-    jint("count", r->count);
-  } else if (ctl_display.format == CTL_FIELDS) {
-    printf("\"More\" : %s\n\"Count\" : %" PRId64 "\n", r->more ? "true" : "false", r->count);
-  }
+  flds(range_f, r, "");
 }
 
 static void body_put(const ketch_header *h, const ketch_put_result *r) {
@@ -337,21 +457,22 @@ static void body_delete(const ketch_header *h, const ketch_delete_result *r) {
   if (ctl_display.format == CTL_SIMPLE)
     printf("%" PRId64 "\n", r->deleted);
   hdr(h);
-  if (ctl_display.format == CTL_JSON)
-    jint("deleted", r->deleted);
-  else if (ctl_display.format == CTL_FIELDS)
-    printf("\"Deleted\" : %" PRId64 "\n", r->deleted);
+  flds(delete_f, r, "");
   kv_list(r->prev_kvs, r->n_prev_kvs, "prev_kvs");
 }
 
+static bool op_wrote(const ketch_op_result *o);
+
 static bool txn_wrote(const ketch_txn_result *r) {
-  for (size_t i = 0; i < r->n_responses; i++) {
-    const ketch_op_result *o = &r->responses[i];
-    if (o->type == KETCH_OP_PUT || (o->type == KETCH_OP_DELETE && o->del.deleted > 0) ||
-        (o->type == KETCH_OP_TXN && txn_wrote(&o->txn)))
+  for (size_t i = 0; i < r->n_responses; i++)
+    if (op_wrote(&r->responses[i]))
       return true;
-  }
   return false;
+}
+
+static bool op_wrote(const ketch_op_result *o) {
+  return o->type == KETCH_OP_PUT || (o->type == KETCH_OP_DELETE && o->del.deleted > 0) ||
+         (o->type == KETCH_OP_TXN && txn_wrote(&o->txn));
 }
 
 /* etcd gives each txn response a header carrying only the revision, as the
@@ -362,13 +483,9 @@ static void body_txn(const ketch_header *h, const ketch_txn_result *r, int64_t b
   if (ctl_display.format == CTL_SIMPLE)
     puts(r->succeeded ? "SUCCESS" : "FAILURE");
   hdr(h);
-  if (ctl_display.format == CTL_JSON) {
-    jbool("succeeded", r->succeeded, true);
-    if (r->n_responses)
-      jopen("responses", '[');
-  } else if (ctl_display.format == CTL_FIELDS) {
-    printf("\"Succeeded\" : %s\n", r->succeeded ? "true" : "false");
-  }
+  flds(txn_f, r, "");
+  if (ctl_display.format == CTL_JSON && r->n_responses)
+    jopen("responses", '[');
   static const char *const json_names[] = {
       [KETCH_OP_RANGE] = "ResponseRange",
       [KETCH_OP_PUT] = "ResponsePut",
@@ -379,9 +496,7 @@ static void body_txn(const ketch_header *h, const ketch_txn_result *r, int64_t b
     const ketch_op_result *o = &r->responses[i];
     if (o->type < KETCH_OP_RANGE || o->type > KETCH_OP_TXN)
       continue;
-    if (o->type == KETCH_OP_PUT || (o->type == KETCH_OP_DELETE && o->del.deleted > 0) ||
-        (o->type == KETCH_OP_TXN && txn_wrote(&o->txn)))
-      *wrote = true;
+    *wrote = *wrote || op_wrote(o);
     ketch_header oh = {0, 0, *wrote ? h->revision : before, 0};
     if (ctl_display.format == CTL_SIMPLE)
       putchar('\n');
@@ -416,42 +531,33 @@ static void body_txn(const ketch_header *h, const ketch_txn_result *r, int64_t b
 
 static void top_begin(void) {
   refuse_table();
-  if (ctl_display.format == CTL_JSON) {
+  if (ctl_display.format == CTL_JSON)
     jbegin('{');
-  }
-}
-static void top_end(void) {
-  if (ctl_display.format == CTL_JSON) {
-    jclose('}');
-    putchar('\n');
-  }
 }
 
 void ctl_print_range(const ketch_header *h, const ketch_range_result *r) {
   top_begin();
   body_range(h, r);
-  top_end();
+  obj_end();
 }
 void ctl_print_put(const ketch_header *h, const ketch_put_result *r) {
   top_begin();
   body_put(h, r);
-  top_end();
+  obj_end();
 }
 void ctl_print_delete(const ketch_header *h, const ketch_delete_result *r) {
   top_begin();
   body_delete(h, r);
-  top_end();
+  obj_end();
 }
 void ctl_print_txn(const ketch_header *h, const ketch_txn_result *r) {
   bool wrote = false;
   top_begin();
   body_txn(h, r, txn_wrote(r) ? h->revision - 1 : h->revision, &wrote);
-  top_end();
+  obj_end();
 }
 
-/* ---- endpoint status / health: rows as etcdctl's make*Table ---- */
-
-#define MAXCOLS 10
+/* ---- tables: endpoint status / health / hashkv, member list ---- */
 
 /* Display width: UTF-8 code points ("µs" is one column, two bytes). */
 static size_t width(const char *s) {
@@ -464,7 +570,7 @@ static size_t width(const char *s) {
 /* tablewriter: headers upper-cased and centered, cells right-aligned, one
  * space of padding, +---+ borders. */
 static void table(const char *const *head, int ncols, const char *const *cells, size_t nrows) {
-  size_t w[MAXCOLS];
+  size_t *w = ctl_alloc(sizeof *w * (size_t)ncols);
   for (int c = 0; c < ncols; c++) {
     w[c] = width(head[c]);
     for (size_t r = 0; r < nrows; r++)
@@ -500,6 +606,7 @@ static void table(const char *const *head, int ncols, const char *const *cells, 
   puts(line);
 }
 
+/* The rows as a table, or (simple) as "a, b, c" lines. */
 static void rows_out(const char *const *head, int ncols, const char *const *cells, size_t nrows) {
   if (ctl_display.format == CTL_TABLE) {
     table(head, ncols, cells, nrows);
@@ -510,50 +617,110 @@ static void rows_out(const char *const *head, int ncols, const char *const *cell
       printf("%s%s", cells[r * (size_t)ncols + (size_t)c], c + 1 < ncols ? ", " : "\n");
 }
 
+/* Table cells: a formatted string, a list joined; memory until exit. */
+static const char *cellf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *cellf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *s = ctl_alloc((size_t)n + 1);
+  va_start(ap, fmt);
+  vsnprintf(s, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  return s;
+}
+static const char *join(const char *const *v, size_t n, const char *sep) {
+  size_t len = 1;
+  for (size_t i = 0; i < n; i++)
+    len += strlen(v[i]) + strlen(sep);
+  char *s = ctl_alloc(len);
+  s[0] = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i)
+      strcat(s, sep);
+    strcat(s, v[i]);
+  }
+  return s;
+}
+static const char **cells_new(size_t nrows, int ncols) {
+  return ctl_alloc((nrows ? nrows : 1) * (size_t)ncols * sizeof(const char *));
+}
+
+/* One endpoint's entry of etcdctl's JSON arrays (endpoint status, hashkv):
+ * {"Endpoint":..., name:{"header":..., ...}}; ep_end closes it. */
+static void ep_begin(const char *endpoint, const char *name, const ketch_header *h) {
+  jopen(NULL, '{');
+  jstr("Endpoint", endpoint, false);
+  jopen(name, '{');
+  hdr(h);
+}
+static void ep_end(void) {
+  jclose('}');
+  jclose('}');
+}
+/* Closes etcdctl's JSON array and ends its line. */
+static void jend_array(void) {
+  jclose(']');
+  putchar('\n');
+}
+
+/* n records (size bytes apart) as etcdctl prints a list of them: one JSON
+ * array, or the fields format's lines with a blank line after each. */
+static void records(const struct fld *f, const void *v, size_t n, size_t size) {
+  bool json = ctl_display.format == CTL_JSON;
+  if (json)
+    jbegin('[');
+  for (size_t i = 0; i < n; i++) {
+    fobj(NULL, f, (const char *)v + i * size, "");
+    if (!json)
+      putchar('\n');
+  }
+  if (json)
+    jend_array();
+}
+
+static const struct fld status_json_f[] = {
+    FLD("version", NULL, F_STR, F_OMIT, ketch_status_result, version),
+    FLD("dbSize", NULL, F_I64, F_OMIT, ketch_status_result, db_size),
+    FLD("leader", NULL, F_U64, F_OMIT, ketch_status_result, leader),
+    FLD("raftIndex", NULL, F_U64, F_OMIT, ketch_status_result, raft_index),
+    FLD("raftTerm", NULL, F_U64, F_OMIT, ketch_status_result, raft_term),
+    FLD("raftAppliedIndex", NULL, F_U64, F_OMIT, ketch_status_result, raft_applied_index),
+    FLD("errors", NULL, F_STRS, F_OMIT, ketch_status_result, errors),
+    FLD("dbSizeInUse", NULL, F_I64, F_OMIT, ketch_status_result, db_size_in_use),
+    FLD("isLearner", NULL, F_BOOL, F_OMIT, ketch_status_result, is_learner),
+    {0},
+};
+/* etcdctl's fields printer has its own order (then Errors, Endpoint). */
+static const struct fld status_fields_f[] = {
+    FLD(NULL, "Version", F_QSTR, 0, ketch_status_result, version),
+    FLD(NULL, "DBSize", F_I64, 0, ketch_status_result, db_size),
+    FLD(NULL, "Leader", F_U64, 0, ketch_status_result, leader),
+    FLD(NULL, "IsLearner", F_BOOL, 0, ketch_status_result, is_learner),
+    FLD(NULL, "RaftIndex", F_U64, 0, ketch_status_result, raft_index),
+    FLD(NULL, "RaftTerm", F_U64, 0, ketch_status_result, raft_term),
+    FLD(NULL, "RaftAppliedIndex", F_U64, 0, ketch_status_result, raft_applied_index),
+    {0},
+};
+
 void ctl_print_status(const struct ctl_ep_status *s, size_t n) {
   if (ctl_display.format == CTL_JSON) {
     jbegin('[');
     for (size_t i = 0; i < n; i++) {
-      const ketch_status_result *st = &s[i].res->status;
-      jopen(NULL, '{');
-      jstr("Endpoint", s[i].endpoint, false);
-      jopen("Status", '{');
-      hdr(&s[i].res->header);
-      jstr("version", st->version, true);
-      jint("dbSize", st->db_size);
-      juint("leader", st->leader);
-      juint("raftIndex", st->raft_index);
-      juint("raftTerm", st->raft_term);
-      juint("raftAppliedIndex", st->raft_applied_index);
-      if (st->n_errors) {
-        jopen("errors", '[');
-        for (size_t e = 0; e < st->n_errors; e++)
-          jstr(NULL, st->errors[e], false);
-        jclose(']');
-      }
-      jint("dbSizeInUse", st->db_size_in_use);
-      jbool("isLearner", st->is_learner, true);
-      jclose('}');
-      jclose('}');
+      ep_begin(s[i].endpoint, "Status", &s[i].res->header);
+      flds(status_json_f, &s[i].res->status, "");
+      ep_end();
     }
-    jclose(']');
-    putchar('\n');
+    jend_array();
     return;
   }
   if (ctl_display.format == CTL_FIELDS) {
     for (size_t i = 0; i < n; i++) {
       const ketch_status_result *st = &s[i].res->status;
       hdr(&s[i].res->header);
-      printf("\"Version\" : ");
-      ctl_goquote(stdout, st->version, strlen(st->version));
-      printf("\n\"DBSize\" : %" PRId64 "\n\"Leader\" : %" PRIu64 "\n", st->db_size, st->leader);
-      printf("\"IsLearner\" : %s\n", st->is_learner ? "true" : "false");
-      printf("\"RaftIndex\" : %" PRIu64 "\n\"RaftTerm\" : %" PRIu64 "\n", st->raft_index,
-             st->raft_term);
-      printf("\"RaftAppliedIndex\" : %" PRIu64 "\n\"Errors\" : [", st->raft_applied_index);
-      for (size_t e = 0; e < st->n_errors; e++)
-        printf("%s%s", e ? " " : "", st->errors[e]);
-      printf("]\n\"Endpoint\" : ");
+      flds(status_fields_f, st, "");
+      printf("\"Errors\" : [%s]\n\"Endpoint\" : ", join(st->errors, st->n_errors, " "));
       ctl_goquote(stdout, s[i].endpoint, strlen(s[i].endpoint));
       printf("\n\n");
     }
@@ -562,42 +729,26 @@ void ctl_print_status(const struct ctl_ep_status *s, size_t n) {
   static const char *const head[] = {"endpoint",           "ID",         "version",   "db size",
                                      "is leader",          "is learner", "raft term", "raft index",
                                      "raft applied index", "errors"};
-  enum { NC = 10, W = 64 };
-  char(*buf)[NC][W] = calloc(n ? n : 1, sizeof *buf);
-  const char **cells = calloc(n ? n * NC : 1, sizeof *cells);
-  char *errs[64] = {0};
-  if (!buf || !cells)
-    ctl_die(CTL_EXIT_ERROR, "out of memory");
-  for (size_t i = 0; i < n && i < 64; i++) {
+  enum { NC = 10 };
+  const char **cells = cells_new(n, NC);
+  for (size_t i = 0; i < n; i++) {
     const ketch_status_result *st = &s[i].res->status;
     const ketch_header *h = &s[i].res->header;
-    snprintf(buf[i][1], W, "%" PRIx64, h->member_id);
-    ctl_humanize_bytes(buf[i][3], W, (uint64_t)st->db_size);
-    snprintf(buf[i][4], W, "%s", st->leader == h->member_id ? "true" : "false");
-    snprintf(buf[i][5], W, "%s", st->is_learner ? "true" : "false");
-    snprintf(buf[i][6], W, "%" PRIu64, st->raft_term);
-    snprintf(buf[i][7], W, "%" PRIu64, st->raft_index);
-    snprintf(buf[i][8], W, "%" PRIu64, st->raft_applied_index);
-    size_t len = 1;
-    for (size_t e = 0; e < st->n_errors; e++)
-      len += strlen(st->errors[e]) + 2;
-    errs[i] = calloc(1, len);
-    if (!errs[i])
-      ctl_die(CTL_EXIT_ERROR, "out of memory");
-    for (size_t e = 0; e < st->n_errors; e++) {
-      if (e)
-        strcat(errs[i], ", ");
-      strcat(errs[i], st->errors[e]);
-    }
-    const char *row[NC] = {s[i].endpoint, buf[i][1], st->version, buf[i][3], buf[i][4],
-                           buf[i][5],     buf[i][6], buf[i][7],   buf[i][8], errs[i]};
+    char size[64];
+    ctl_humanize_bytes(size, sizeof size, (uint64_t)st->db_size);
+    const char *row[NC] = {s[i].endpoint,
+                           cellf("%" PRIx64, h->member_id),
+                           st->version,
+                           cellf("%s", size),
+                           st->leader == h->member_id ? "true" : "false",
+                           st->is_learner ? "true" : "false",
+                           cellf("%" PRIu64, st->raft_term),
+                           cellf("%" PRIu64, st->raft_index),
+                           cellf("%" PRIu64, st->raft_applied_index),
+                           join(st->errors, st->n_errors, ", ")};
     memcpy(&cells[i * NC], row, sizeof row);
   }
-  rows_out(head, NC, cells, n < 64 ? n : 64);
-  for (size_t i = 0; i < 64; i++)
-    free(errs[i]);
-  free(cells);
-  free(buf);
+  rows_out(head, NC, cells, n);
 }
 
 /* ---- maintenance: endpoint hashkv, alarm list / disarm ---- */
@@ -607,18 +758,13 @@ void ctl_print_hashkv(const struct ctl_ep_hashkv *h, size_t n) {
     jbegin('[');
     for (size_t i = 0; i < n; i++) {
       const ketch_hash_kv_result *r = &h[i].res->hash_kv;
-      jopen(NULL, '{');
-      jstr("Endpoint", h[i].endpoint, false);
-      jopen("HashKV", '{');
-      hdr(&h[i].res->header);
+      ep_begin(h[i].endpoint, "HashKV", &h[i].res->header);
       juint("hash", r->hash);
       /* etcd reports -1 for a store never compacted */
       jint("compact_revision", r->compact_revision ? r->compact_revision : -1);
-      jclose('}');
-      jclose('}');
+      ep_end();
     }
-    jclose(']');
-    putchar('\n');
+    jend_array();
     return;
   }
   if (ctl_display.format == CTL_FIELDS) {
@@ -631,19 +777,19 @@ void ctl_print_hashkv(const struct ctl_ep_hashkv *h, size_t n) {
     return;
   }
   static const char *const head[] = {"endpoint", "hash"};
-  char(*buf)[16] = calloc(n ? n : 1, sizeof *buf);
-  const char **cells = calloc(n ? n * 2 : 1, sizeof *cells);
-  if (!buf || !cells)
-    ctl_die(CTL_EXIT_ERROR, "out of memory");
+  const char **cells = cells_new(n, 2);
   for (size_t i = 0; i < n; i++) {
-    snprintf(buf[i], sizeof buf[i], "%" PRIu32, h[i].res->hash_kv.hash);
     cells[2 * i] = h[i].endpoint;
-    cells[2 * i + 1] = buf[i];
+    cells[2 * i + 1] = cellf("%" PRIu32, h[i].res->hash_kv.hash);
   }
   rows_out(head, 2, cells, n);
-  free(cells);
-  free(buf);
 }
+
+static const struct fld alarm_f[] = {
+    FLD("memberID", "MemberID", F_U64, F_OMIT, ketch_alarm_member, member_id),
+    FLD("alarm", NULL, F_INT, F_OMIT, ketch_alarm_member, alarm),
+    {0},
+};
 
 /* etcdctl prints *pb.AlarmMember with %+v (gogo's compact text, trailing
  * space) and its JSON without a header (etcd 3.4's AlarmResponse has none). */
@@ -652,19 +798,15 @@ void ctl_print_alarms(const ketch_result *res) {
   const ketch_alarm_result *a = &res->alarm;
   refuse_table();
   if (ctl_display.format == CTL_JSON) {
-    json_begin();
+    jbegin('{');
     if (a->n_alarms) {
       jopen("alarms", '[');
       for (size_t i = 0; i < a->n_alarms; i++) {
-        jopen(NULL, '{');
-        juint("memberID", a->alarms[i].member_id);
-        jint("alarm", a->alarms[i].alarm);
-        jclose('}');
+        fobj(NULL, alarm_f, &a->alarms[i], "");
       }
       jclose(']');
     }
-    jclose('}');
-    putchar('\n');
+    jend();
     return;
   }
   if (ctl_display.format == CTL_FIELDS)
@@ -672,12 +814,22 @@ void ctl_print_alarms(const ketch_result *res) {
   for (size_t i = 0; i < a->n_alarms; i++) {
     const char *name =
         a->alarms[i].alarm >= 0 && a->alarms[i].alarm <= 2 ? names[a->alarms[i].alarm] : "NONE";
-    if (ctl_display.format == CTL_FIELDS)
-      printf("\"MemberID\" : %" PRIu64 "\n\"AlarmType\" : %s\n", a->alarms[i].member_id, name);
-    else
+    if (ctl_display.format == CTL_FIELDS) {
+      flds(alarm_f, &a->alarms[i], "");
+      printf("\"AlarmType\" : %s\n", name);
+    } else {
       printf("memberID:%" PRIu64 " alarm:%s \n", a->alarms[i].member_id, name);
+    }
   }
 }
+
+static const struct fld health_f[] = {
+    FLD("endpoint", "Endpoint", F_QSTR, 0, struct ctl_ep_health, endpoint),
+    FLD("health", "Health", F_BOOL, 0, struct ctl_ep_health, health),
+    FLD("took", "Took", F_CHARS, 0, struct ctl_ep_health, took),
+    FLD("error", "Error", F_STR, F_OMIT, struct ctl_ep_health, error),
+    {0},
+};
 
 void ctl_print_health(const struct ctl_ep_health *h, size_t n) {
   switch (ctl_display.format) {
@@ -692,31 +844,12 @@ void ctl_print_health(const struct ctl_ep_health *h, size_t n) {
     }
     return;
   case CTL_JSON:
-    jbegin('[');
-    for (size_t i = 0; i < n; i++) {
-      jopen(NULL, '{');
-      jstr("endpoint", h[i].endpoint, false);
-      jbool("health", h[i].health, false);
-      jstr("took", h[i].took, false);
-      jstr("error", h[i].error, true);
-      jclose('}');
-    }
-    jclose(']');
-    putchar('\n');
-    return;
   case CTL_FIELDS:
-    for (size_t i = 0; i < n; i++) {
-      printf("\"Endpoint\" : ");
-      ctl_goquote(stdout, h[i].endpoint, strlen(h[i].endpoint));
-      printf("\n\"Health\" : %s\n\"Took\" : %s\n\"Error\" : %s\n\n", h[i].health ? "true" : "false",
-             h[i].took, h[i].error);
-    }
+    records(health_f, h, n, sizeof *h);
     return;
   }
   static const char *const head[] = {"endpoint", "health", "took", "error"};
-  const char **cells = calloc(n ? n * 4 : 1, sizeof *cells);
-  if (!cells)
-    ctl_die(CTL_EXIT_ERROR, "out of memory");
+  const char **cells = cells_new(n, 4);
   for (size_t i = 0; i < n; i++) {
     cells[i * 4] = h[i].endpoint;
     cells[i * 4 + 1] = h[i].health ? "true" : "false";
@@ -724,60 +857,34 @@ void ctl_print_health(const struct ctl_ep_health *h, size_t n) {
     cells[i * 4 + 3] = h[i].error;
   }
   rows_out(head, 4, cells, n);
-  free(cells);
 }
 
 /* ---- member list (etcdctl's makeMemberListTable and printers) ---- */
 
-static char *join_urls(const char *const *u, size_t n) {
-  size_t len = 1;
-  for (size_t i = 0; i < n; i++)
-    len += strlen(u[i]) + 1;
-  char *s = ctl_alloc(len);
-  s[0] = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (i)
-      strcat(s, ",");
-    strcat(s, u[i]);
-  }
-  return s;
-}
-
-/* etcd's Member as JSON (k: its key, NULL in an array). */
-static void jmember(const char *k, const ketch_member *m) {
-  jopen(k, '{');
-  juint("ID", m->id);
-  jstr("name", m->name, true);
-  if (m->n_peer_urls) {
-    jopen("peerURLs", '[');
-    for (size_t i = 0; i < m->n_peer_urls; i++)
-      jstr(NULL, m->peer_urls[i], false);
-    jclose(']');
-  }
-  if (m->n_client_urls) {
-    jopen("clientURLs", '[');
-    for (size_t i = 0; i < m->n_client_urls; i++)
-      jstr(NULL, m->client_urls[i], false);
-    jclose(']');
-  }
-  jbool("isLearner", m->is_learner, true);
-  jclose('}');
-}
+/* etcd's Member: JSON omits empty fields; the fields format prints one line
+ * per URL. */
+static const struct fld member_f[] = {
+    FLD("ID", "ID", F_U64, F_OMIT, ketch_member, id),
+    FLD("name", "Name", F_QSTR, F_OMIT, ketch_member, name),
+    FLD("peerURLs", "PeerURL", F_STRS, F_OMIT, ketch_member, peer_urls),
+    FLD("clientURLs", "ClientURL", F_STRS, F_OMIT, ketch_member, client_urls),
+    FLD("isLearner", "IsLearner", F_BOOL, F_OMIT, ketch_member, is_learner),
+    {0},
+};
 
 /* {"header":..., ["member":...,] "members":[...]} */
 static void json_members(const ketch_header *h, const ketch_member_list_result *r) {
   jbegin('{');
   hdr(h);
   if (r->added)
-    jmember("member", r->added);
+    fobj("member", member_f, r->added, "");
   if (r->n_members) {
     jopen("members", '[');
     for (size_t i = 0; i < r->n_members; i++)
-      jmember(NULL, &r->members[i]);
+      fobj(NULL, member_f, &r->members[i], "");
     jclose(']');
   }
-  jclose('}');
-  putchar('\n');
+  jend();
 }
 
 /* etcdctl's member add/remove/update/promote printers: simple and json only
@@ -791,8 +898,7 @@ void ctl_print_member_change(const ketch_result *res, const char *name, const ch
     return;
   }
   if (ctl_display.format != CTL_SIMPLE)
-    ctl_die(CTL_EXIT_BAD_FEATURE, "%s not supported as output format",
-            ctl_display.format == CTL_TABLE ? "table" : "fields");
+    refuse(ctl_display.format == CTL_TABLE ? "table" : "fields");
   uint64_t cid = res->header.cluster_id;
   switch (res->type) {
   case KETCH_OP_MEMBER_ADD: {
@@ -833,93 +939,71 @@ void ctl_print_member_list(const ketch_header *h, const ketch_member_list_result
   }
   if (ctl_display.format == CTL_FIELDS) {
     hdr(h);
-    for (size_t i = 0; i < r->n_members; i++) {
-      const ketch_member *m = &r->members[i];
-      printf("\"ID\" : %" PRIu64 "\n\"Name\" : ", m->id);
-      ctl_goquote(stdout, m->name, strlen(m->name));
-      putchar('\n');
-      for (size_t k = 0; k < m->n_peer_urls; k++) {
-        printf("\"PeerURL\" : ");
-        ctl_goquote(stdout, m->peer_urls[k], strlen(m->peer_urls[k]));
-        putchar('\n');
-      }
-      for (size_t k = 0; k < m->n_client_urls; k++) {
-        printf("\"ClientURL\" : ");
-        ctl_goquote(stdout, m->client_urls[k], strlen(m->client_urls[k]));
-        putchar('\n');
-      }
-      printf("\"IsLearner\" : %s\n\n", m->is_learner ? "true" : "false");
-    }
+    records(member_f, r->members, r->n_members, sizeof *r->members);
     return;
   }
   static const char *const head[] = {"ID",         "Status",       "Name",
                                      "Peer Addrs", "Client Addrs", "Is Learner"};
   enum { NC = 6 };
   size_t n = r->n_members;
-  const char **cells = ctl_alloc((n ? n : 1) * NC * sizeof *cells);
+  const char **cells = cells_new(n, NC);
   for (size_t i = 0; i < n; i++) {
     const ketch_member *m = &r->members[i];
-    char *id = ctl_alloc(20);
-    snprintf(id, 20, "%" PRIx64, m->id);
-    cells[i * NC] = id;
-    cells[i * NC + 1] = m->name[0] ? "started" : "unstarted";
-    cells[i * NC + 2] = m->name;
-    cells[i * NC + 3] = join_urls(m->peer_urls, m->n_peer_urls);
-    cells[i * NC + 4] = join_urls(m->client_urls, m->n_client_urls);
-    cells[i * NC + 5] = m->is_learner ? "true" : "false";
+    const char *row[NC] = {cellf("%" PRIx64, m->id),
+                           m->name[0] ? "started" : "unstarted",
+                           m->name,
+                           join(m->peer_urls, m->n_peer_urls, ","),
+                           join(m->client_urls, m->n_client_urls, ","),
+                           m->is_learner ? "true" : "false"};
+    memcpy(&cells[i * NC], row, sizeof row);
   }
   rows_out(head, NC, cells, n);
 }
 
 /* ---- lease (etcdctl's printer.go / printer_simple.go / printer_fields.go) ---- */
 
-/* clientv3's lease responses embed *pb.ResponseHeader: in JSON its fields
- * sit at the top level. */
-static void hdr_flat(const ketch_header *h) {
-  juint("cluster_id", h->cluster_id);
-  juint("member_id", h->member_id);
-  jint("revision", h->revision);
-  juint("raft_term", h->raft_term);
-}
+/* The JSON names of clientv3's LeaseGrantResponse / LeaseKeepAliveResponse
+ * (no omitempty), and of its LeaseTimeToLiveResponse. */
+static const struct fld lease_f[] = {
+    FLD("ID", "ID", F_I64, 0, ketch_lease_result, id),
+    FLD("TTL", "TTL", F_I64, 0, ketch_lease_result, ttl),
+    {0},
+};
+static const struct fld lease_ttl_f[] = {
+    FLD("id", "ID", F_I64, 0, ketch_lease_result, id),
+    FLD("ttl", "TTL", F_I64, 0, ketch_lease_result, ttl),
+    FLD("granted-ttl", "GrantedTTL", F_I64, 0, ketch_lease_result, granted_ttl),
+    {0},
+};
 
 void ctl_print_lease_grant(const ketch_result *res) {
   const ketch_lease_result *l = &res->lease;
-  refuse_table();
-  if (ctl_display.format == CTL_SIMPLE) {
+  obj_begin(&res->header, true, lease_f, l);
+  if (ctl_display.format == CTL_SIMPLE)
     printf("lease %016" PRIx64 " granted with TTL(%" PRId64 "s)\n", (uint64_t)l->id, l->ttl);
-  } else if (ctl_display.format == CTL_JSON) {
-    json_begin();
-    hdr_flat(&res->header);
-    jkey("ID");
-    printf("%" PRId64, l->id);
-    jkey("TTL");
-    printf("%" PRId64, l->ttl);
+  else if (ctl_display.format == CTL_JSON)
     jstr("Error", "", false);
-    jclose('}');
-    putchar('\n');
-  } else {
-    hdr(&res->header);
-    printf("\"ID\" : %" PRId64 "\n\"TTL\" : %" PRId64 "\n", l->id, l->ttl);
-  }
+  obj_end();
+}
+
+void ctl_print_lease_keepalive(const ketch_result *res) {
+  const ketch_lease_result *l = &res->lease;
+  obj_begin(&res->header, true, lease_f, l);
+  if (ctl_display.format == CTL_SIMPLE)
+    printf("lease %016" PRIx64 " keepalived with TTL(%" PRId64 ")\n", (uint64_t)l->id, l->ttl);
+  obj_end();
 }
 
 void ctl_print_lease_revoke(const ketch_result *res, int64_t id) {
-  refuse_table();
-  if (ctl_display.format == CTL_SIMPLE) {
+  obj_begin(&res->header, false, NULL, NULL);
+  if (ctl_display.format == CTL_SIMPLE)
     printf("lease %016" PRIx64 " revoked\n", (uint64_t)id);
-  } else if (ctl_display.format == CTL_JSON) {
-    json_begin();
-    hdr(&res->header);
-    jclose('}');
-    putchar('\n');
-  } else {
-    hdr(&res->header);
-  }
+  obj_end();
 }
 
 void ctl_print_lease_ttl(const ketch_result *res, bool keys) {
   const ketch_lease_result *l = &res->lease;
-  refuse_table();
+  obj_begin(&res->header, true, lease_ttl_f, l);
   if (ctl_display.format == CTL_SIMPLE) {
     if (l->granted_ttl == 0 && l->ttl == -1) {
       printf("lease %016" PRIx64 " already expired\n", (uint64_t)l->id);
@@ -938,14 +1022,6 @@ void ctl_print_lease_ttl(const ketch_result *res, bool keys) {
     }
     putchar('\n');
   } else if (ctl_display.format == CTL_JSON) {
-    json_begin();
-    hdr_flat(&res->header);
-    jkey("id");
-    printf("%" PRId64, l->id);
-    jkey("ttl");
-    printf("%" PRId64, l->ttl);
-    jkey("granted-ttl");
-    printf("%" PRId64, l->granted_ttl);
     if (l->n_keys) {
       jopen("keys", '[');
       for (size_t i = 0; i < l->n_keys; i++) {
@@ -961,68 +1037,46 @@ void ctl_print_lease_ttl(const ketch_result *res, bool keys) {
       jkey("keys");
       fputs("null", stdout);
     }
-    jclose('}');
-    putchar('\n');
   } else {
-    hdr(&res->header);
-    printf("\"ID\" : %" PRId64 "\n\"TTL\" : %" PRId64 "\n\"GrantedTTL\" : %" PRId64 "\n", l->id,
-           l->ttl, l->granted_ttl);
     for (size_t i = 0; i < l->n_keys; i++) {
       fputs("\"Key\" : ", stdout);
       ctl_goquote(stdout, l->keys[i].key, l->keys[i].key_len);
       putchar('\n');
     }
   }
+  obj_end();
 }
 
 void ctl_print_lease_list(const ketch_result *res) {
   const ketch_lease_result *l = &res->lease;
-  refuse_table();
+  obj_begin(&res->header, true, NULL, NULL);
   if (ctl_display.format == CTL_SIMPLE) {
     printf("found %zu leases\n", l->n_leases);
     for (size_t i = 0; i < l->n_leases; i++)
       printf("%016" PRIx64 "\n", (uint64_t)l->leases[i]);
   } else if (ctl_display.format == CTL_JSON) {
-    json_begin();
-    hdr_flat(&res->header);
     jopen("leases", '[');
     for (size_t i = 0; i < l->n_leases; i++) {
       jopen(NULL, '{');
-      jkey("id");
-      printf("%" PRId64, l->leases[i]);
+      jnum("id", l->leases[i]);
       jclose('}');
     }
     jclose(']');
-    jclose('}');
-    putchar('\n');
   } else {
-    hdr(&res->header);
     for (size_t i = 0; i < l->n_leases; i++)
       printf("\"ID\" : %" PRId64 "\n", l->leases[i]);
   }
-}
-
-void ctl_print_lease_keepalive(const ketch_result *res) {
-  const ketch_lease_result *l = &res->lease;
-  refuse_table();
-  if (ctl_display.format == CTL_SIMPLE) {
-    printf("lease %016" PRIx64 " keepalived with TTL(%" PRId64 ")\n", (uint64_t)l->id, l->ttl);
-  } else if (ctl_display.format == CTL_JSON) {
-    json_begin();
-    hdr_flat(&res->header);
-    jkey("ID");
-    printf("%" PRId64, l->id);
-    jkey("TTL");
-    printf("%" PRId64, l->ttl);
-    jclose('}');
-    putchar('\n');
-  } else {
-    hdr(&res->header);
-    printf("\"ID\" : %" PRId64 "\n\"TTL\" : %" PRId64 "\n", l->id, l->ttl);
-  }
+  obj_end();
 }
 
 /* ---- watch ---- */
+
+static const struct fld watch_f[] = {
+    FLD("CompactRevision", NULL, F_I64, 0, ketch_watch_result, compact_revision),
+    FLD("Canceled", NULL, F_BOOL, 0, ketch_watch_result, canceled),
+    FLD("Created", NULL, F_BOOL, 0, ketch_watch_result, created),
+    {0},
+};
 
 void ctl_print_watch(const ketch_result *res) {
   const ketch_watch_result *w = &res->watch;
@@ -1030,67 +1084,43 @@ void ctl_print_watch(const ketch_result *res) {
   if (progress)
     printf("progress notify: %" PRId64 "\n", res->header.revision);
   refuse_table();
-  if (ctl_display.format == CTL_SIMPLE) {
-    for (size_t i = 0; i < w->n_events; i++) {
-      const ketch_event *e = &w->events[i];
-      puts(e->type == KETCH_EVENT_DELETE ? "DELETE" : "PUT");
-      if (e->prev_kv)
-        kv(e->prev_kv, "Prev", NULL);
-      kv(&e->kv, "", NULL);
-    }
-  } else if (ctl_display.format == CTL_JSON) {
-    json_begin();
-    jopen("Header", '{');
-    juint("cluster_id", res->header.cluster_id);
-    juint("member_id", res->header.member_id);
-    jint("revision", res->header.revision);
-    juint("raft_term", res->header.raft_term);
-    jclose('}');
+  if (ctl_display.format == CTL_JSON) {
+    jbegin('{');
+    fobj("Header", hdr_f, &res->header, "");
     jopen("Events", '[');
-    for (size_t i = 0; i < w->n_events; i++) {
-      const ketch_event *e = &w->events[i];
+  } else if (ctl_display.format == CTL_FIELDS) {
+    hdr(&res->header);
+  }
+  for (size_t i = 0; i < w->n_events; i++) {
+    const ketch_event *e = &w->events[i];
+    const char *type = e->type == KETCH_EVENT_DELETE ? "DELETE" : "PUT";
+    if (ctl_display.format == CTL_JSON) {
       jopen(NULL, '{');
       jint("type", e->type);
       kv(&e->kv, "", "kv");
       if (e->prev_kv)
         kv(e->prev_kv, "Prev", "prev_kv");
       jclose('}');
+      continue;
     }
+    if (ctl_display.format == CTL_SIMPLE)
+      puts(type);
+    else
+      printf("\"Type\" : %s\n", type);
+    if (e->prev_kv)
+      kv(e->prev_kv, "Prev", NULL);
+    kv(&e->kv, "", NULL);
+  }
+  if (ctl_display.format == CTL_JSON) {
     jclose(']');
-    jkey("CompactRevision");
-    printf("%" PRId64, w->compact_revision);
-    jbool("Canceled", w->canceled, false);
-    jbool("Created", w->created, false);
-    jclose('}');
-    putchar('\n');
-  } else {
-    hdr(&res->header);
-    for (size_t i = 0; i < w->n_events; i++) {
-      const ketch_event *e = &w->events[i];
-      printf("\"Type\" : %s\n", e->type == KETCH_EVENT_DELETE ? "DELETE" : "PUT");
-      if (e->prev_kv)
-        kv(e->prev_kv, "Prev", NULL);
-      kv(&e->kv, "", NULL);
-    }
+    flds(watch_f, w, "");
+    jend();
   }
   fflush(stdout);
 }
 
 /* ---- user, role, auth (etcdctl's printer_simple / printer_fields / JSON of
  * the pb responses; table refused; fields refused for user get / list) ---- */
-
-static void refuse(const char *format) {
-  ctl_die(CTL_EXIT_BAD_FEATURE, "%s not supported as output format", format);
-}
-
-static void jnames(const char *k, const char *const *v, size_t n) {
-  if (!n)
-    return; /* omitempty */
-  jopen(k, '[');
-  for (size_t i = 0; i < n; i++)
-    jstr(NULL, v[i], false);
-  jclose(']');
-}
 
 /* clientv3.GetPrefixRangeEnd(key) == end */
 static bool is_prefix_end(const char *key, size_t kn, const char *end, size_t en) {
@@ -1131,8 +1161,55 @@ static void role_get_simple(const char *role, const ketch_auth_result *a) {
   }
 }
 
-void ctl_print_auth(const struct ctl_auth_out *o) {
+static const struct fld auth_status_f[] = {
+    FLD("enabled", "Enabled", F_BOOL, F_OMIT, ketch_auth_result, enabled),
+    FLD("authRevision", "AuthRevision", F_U64, F_OMIT, ketch_auth_result, auth_revision),
+    {0},
+};
+/* authpb.Permission; the fields format names the type first (by hand). */
+static const struct fld perm_f[] = {
+    FLD("permType", NULL, F_INT, F_OMIT, ketch_auth_perm, perm_type),
+    FLD("key", "Key", F_BYTES, 0, ketch_auth_perm, key),
+    FLD("range_end", "RangeEnd", F_BYTES, 0, ketch_auth_perm, range_end),
+    {0},
+};
+
+/* The JSON and fields forms of an Auth answer. */
+static void auth_structured(const ketch_result *res) {
   static const char *const perm_names[] = {"READ", "WRITE", "READWRITE"};
+  const ketch_auth_result *a = &res->auth;
+  int op = res->type;
+  bool json = ctl_display.format == CTL_JSON;
+  obj_begin(&res->header, false, NULL, NULL);
+  if (op == KETCH_OP_AUTH_STATUS) {
+    flds(auth_status_f, a, "");
+  } else if (json && (op == KETCH_OP_USER_GET || op == KETCH_OP_ROLE_LIST)) {
+    jnames("roles", a->roles, a->n_roles);
+  } else if (json && op == KETCH_OP_USER_LIST) {
+    jnames("users", a->users, a->n_users);
+  } else if (op == KETCH_OP_ROLE_LIST) {
+    printf("\"Roles\" :");
+    for (size_t i = 0; i < a->n_roles; i++) {
+      putchar(' ');
+      ctl_goquote(stdout, a->roles[i], strlen(a->roles[i]));
+    }
+    putchar('\n');
+  } else if (op == KETCH_OP_ROLE_GET && (a->n_perms || !json)) {
+    if (json)
+      jopen("perm", '[');
+    for (size_t i = 0; i < a->n_perms; i++) {
+      int t = a->perms[i].perm_type;
+      if (!json)
+        printf("\"PermType\" :  %s\n", t >= 0 && t <= 2 ? perm_names[t] : "READ");
+      fobj(NULL, perm_f, &a->perms[i], "");
+    }
+    if (json)
+      jclose(']');
+  }
+  obj_end();
+}
+
+void ctl_print_auth(const struct ctl_auth_out *o) {
   const ketch_result *res = o->res;
   const ketch_auth_result *a = &res->auth;
   int op = res->type;
@@ -1140,53 +1217,8 @@ void ctl_print_auth(const struct ctl_auth_out *o) {
     refuse("table");
   if (ctl_display.format == CTL_FIELDS && (op == KETCH_OP_USER_GET || op == KETCH_OP_USER_LIST))
     refuse("fields");
-  if (ctl_display.format == CTL_JSON) {
-    json_begin();
-    hdr(&res->header);
-    if (op == KETCH_OP_USER_GET || op == KETCH_OP_ROLE_LIST)
-      jnames("roles", a->roles, a->n_roles);
-    else if (op == KETCH_OP_USER_LIST)
-      jnames("users", a->users, a->n_users);
-    else if (op == KETCH_OP_AUTH_STATUS) {
-      jbool("enabled", a->enabled, true);
-      juint("authRevision", a->auth_revision);
-    } else if (op == KETCH_OP_ROLE_GET && a->n_perms) {
-      jopen("perm", '[');
-      for (size_t i = 0; i < a->n_perms; i++) {
-        jopen(NULL, '{');
-        jint("permType", a->perms[i].perm_type);
-        jbytes("key", a->perms[i].key, a->perms[i].key_len);
-        jbytes("range_end", a->perms[i].range_end, a->perms[i].range_end_len);
-        jclose('}');
-      }
-      jclose(']');
-    }
-    jclose('}');
-    putchar('\n');
-    return;
-  }
-  if (ctl_display.format == CTL_FIELDS) {
-    hdr(&res->header);
-    if (op == KETCH_OP_ROLE_GET) {
-      for (size_t i = 0; i < a->n_perms; i++) {
-        int t = a->perms[i].perm_type;
-        printf("\"PermType\" :  %s\n\"Key\" : ", t >= 0 && t <= 2 ? perm_names[t] : "READ");
-        ctl_goquote(stdout, a->perms[i].key, a->perms[i].key_len);
-        printf("\n\"RangeEnd\" : ");
-        ctl_goquote(stdout, a->perms[i].range_end, a->perms[i].range_end_len);
-        putchar('\n');
-      }
-    } else if (op == KETCH_OP_ROLE_LIST) {
-      printf("\"Roles\" :");
-      for (size_t i = 0; i < a->n_roles; i++) {
-        putchar(' ');
-        ctl_goquote(stdout, a->roles[i], strlen(a->roles[i]));
-      }
-      putchar('\n');
-    } else if (op == KETCH_OP_AUTH_STATUS) {
-      printf("\"Enabled\" : %s\n\"AuthRevision\" : %" PRIu64 "\n", a->enabled ? "true" : "false",
-             a->auth_revision);
-    }
+  if (ctl_display.format != CTL_SIMPLE) {
+    auth_structured(res);
     return;
   }
   switch (op) {
