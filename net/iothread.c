@@ -31,7 +31,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define RING_CAP 4096u /* messages each way per thread */
+#define RING_CAP 4096u     /* messages each way per thread */
+#define RELAY_BYTES 65536u /* an HTTP relay's buffer each way */
 
 struct iothr;
 
@@ -69,6 +70,14 @@ struct ioconn {
   ev_io rio, wio;
   struct kt_buf in, out;
   ev_tstamp opened_at, last_progress;
+  /* An HTTP request on this client port (/metrics, /health): the connection
+   * stays on this thread and relays bytes to and from one end of a
+   * socketpair (rfd) whose other end the state thread's HTTP endpoints
+   * serve: in holds client bytes for them, out their bytes for the client
+   * (each at most RELAY_BYTES). -1: a native connection. */
+  int rfd;
+  ev_io rrio, rwio;
+  bool client_eof, http_eof, rfd_blocked, rfd_shut;
   struct ioconn *dirty_next, *wait_next, *pend_next, *block_next;
   struct ioconn *prev, *next; /* open connections, or zombies (closed, introduced) */
 };
@@ -131,8 +140,11 @@ struct kt_iomsg *kt_iomsg_new(uint8_t type, struct kt_ioconn_shared *sh, size_t 
   m->io.ssl = NULL;
   m->io.fd = -1;
   m->p = m->data;
-  m->len = m->off = 0;
+  m->len = 0;
   m->cap = len;
+  m->reqs = NULL;
+  m->n_reqs = m->next_req = 0;
+  m->arena = (struct kt_arena){0};
   return m;
 }
 
@@ -141,6 +153,7 @@ void kt_iomsg_free(struct kt_iomsg *m) {
     return;
   if (m->ext)
     free(m->p);
+  kt_arena_free(&m->arena);
   free(m);
 }
 
@@ -288,7 +301,7 @@ static void set_reading(struct ioconn *c, bool on) {
  * is done, the state thread can take messages, and the replies not yet
  * written are under the soft limit. */
 static void update_reading(struct ioconn *c) {
-  if (c->closed || !kt_io_ready(&c->io))
+  if (c->closed || !kt_io_ready(&c->io) || c->rfd >= 0)
     return;
   set_reading(c, c->thr->accepting && !c->on_blocked &&
                      atomic_load_explicit(&c->sh.unsent, memory_order_relaxed) <= KT_CONN_OUT_SOFT);
@@ -350,6 +363,12 @@ static void conn_close(struct ioconn *c, const char *why) {
   ev_io_stop(thr->loop, &c->rio);
   ev_io_stop(thr->loop, &c->wio);
   kt_io_close(&c->io);
+  if (c->rfd >= 0) {
+    ev_io_stop(thr->loop, &c->rrio);
+    ev_io_stop(thr->loop, &c->rwio);
+    close(c->rfd);
+    c->rfd = -1;
+  }
   list_unlink(&thr->conns, c);
   atomic_fetch_sub_explicit(&thr->n_conns, 1, memory_order_relaxed);
   kt_buf_free(&c->in);
@@ -373,13 +392,34 @@ static void conn_fail(struct ioconn *c, uint64_t id, int code, const char *msg) 
   conn_close(c, msg);
 }
 
-/* Whole frames p[0..n) for the state thread, in one message. */
+/* Whole frames p[0..n) for the state thread, in one message, each decoded
+ * here into a struct kt_req (the state thread answers decoding errors). */
 static void emit_frames(struct ioconn *c, const uint8_t *p, size_t n) {
   if (!n)
     return;
-  struct kt_iomsg *m = kt_iomsg_new(KT_IOM_FRAMES, &c->sh, n);
+  uint32_t count = 0;
+  for (size_t off = 0; off < n; off += KT_FRAME_HDR + (size_t)kt_get_u32be(p + off))
+    count++;
+  /* the frames, then the decoded requests, in one allocation; the arena is
+   * for what a request needs beyond its struct (txn ops...), often nothing */
+  size_t reqs_at = (n + 15) & ~(size_t)15;
+  struct kt_iomsg *m =
+      kt_iomsg_new(KT_IOM_FRAMES, &c->sh, reqs_at + (size_t)count * sizeof(struct kt_ioreq));
   memcpy(m->data, p, n);
   m->len = n;
+  m->reqs = (struct kt_ioreq *)(void *)(m->data + reqs_at);
+  size_t off = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    struct kt_ioreq *r = &m->reqs[i];
+    r->len = kt_get_u32be(m->data + off);
+    r->body = m->data + off + KT_FRAME_HDR;
+    off += KT_FRAME_HDR + (size_t)r->len;
+    struct kt_err e = {0};
+    r->rc = kt_proto_decode_req(r->body, r->len, &m->arena, &r->req, &e);
+    r->err = r->rc && e.msg[0] ? kt_arena_dup(&m->arena, e.msg, strlen(e.msg) + 1) : NULL;
+  }
+  kt_assert(off == n);
+  m->n_reqs = count;
   c->introduced = true;
   to_state(c->thr, m);
 }
@@ -465,9 +505,119 @@ static void conn_block(struct ioconn *c) {
   update_reading(c);
 }
 
-/* An HTTP request (net/server.c's conn_sniff_http, the same rule): the
- * connection (socket and TLS state) and what was read of it go to the state
- * thread's HTTP endpoints in one message. */
+static void relay_pump(struct ioconn *c);
+
+static void on_relay(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)loop, (void)revents;
+  struct ioconn *c = w->data;
+  conn_ref(c);
+  relay_pump(c);
+  conn_unref(c);
+}
+
+/* The relay's watchers follow what each side can take. */
+static void relay_arm(struct ioconn *c) {
+  if (c->closed)
+    return;
+  c->reading = !c->client_eof && c->in.len < RELAY_BYTES;
+  conn_arm(c);
+  int ev = (!c->http_eof && c->out.len < RELAY_BYTES ? KT_IO_READ : 0) |
+           (c->in.len && c->rfd_blocked ? KT_IO_WRITE : 0);
+  kt_sock_arm(c->thr->loop, &c->rrio, &c->rwio, ev);
+}
+
+/* Move bytes both ways as far as they go: client bytes (c->in) to the
+ * endpoints, theirs (c->out) to the client; the client's EOF is passed on
+ * (shutdown), theirs ends the connection once its bytes are out. */
+static void relay_pump(struct ioconn *c) {
+  struct iothr *thr = c->thr;
+  for (int round = 0; round < 16 && !c->closed; round++) {
+    bool progress = false;
+    if (c->in.len) {
+      ssize_t w = send(c->rfd, c->in.p, c->in.len, MSG_NOSIGNAL);
+      if (w > 0) {
+        kt_buf_consume(&c->in, (size_t)w);
+        progress = true;
+      } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        c->rfd_blocked = true;
+      } else {
+        conn_close(c, "HTTP relay: the endpoints went away");
+        return;
+      }
+      c->rfd_blocked = c->in.len > 0;
+    }
+    if (c->client_eof && !c->in.len && !c->rfd_shut) {
+      shutdown(c->rfd, SHUT_WR);
+      c->rfd_shut = true;
+    }
+    if (!c->http_eof && c->out.len < RELAY_BYTES) {
+      kt_buf_reserve(&c->out, RELAY_BYTES - c->out.len);
+      ssize_t r = recv(c->rfd, c->out.p + c->out.len, RELAY_BYTES - c->out.len, 0);
+      if (r > 0) {
+        c->out.len += (size_t)r;
+        progress = true;
+      } else if (r == 0) {
+        c->http_eof = true;
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        conn_close(c, "HTTP relay: the endpoints went away");
+        return;
+      }
+    }
+    while (c->out.len) {
+      struct kt_err e = {0};
+      ssize_t w = kt_io_write(&c->io, c->out.p, c->out.len, &e);
+      if (w > 0) {
+        kt_buf_consume(&c->out, (size_t)w);
+        atomic_fetch_add_explicit(&thr->bytes_out, (uint64_t)w, memory_order_relaxed);
+        c->last_progress = ev_now(thr->loop);
+        progress = true;
+        continue;
+      }
+      if (w != KT_IO_AGAIN) {
+        conn_close(c, e.msg);
+        return;
+      }
+      break;
+    }
+    c->write_blocked = c->out.len > 0;
+    if (c->http_eof && !c->out.len) {
+      conn_close(c, "HTTP relay done");
+      return;
+    }
+    if (!progress)
+      break;
+  }
+  relay_arm(c);
+}
+
+/* Client bytes for the endpoints (TLS: decrypted). */
+static void relay_read_client(struct ioconn *c) {
+  if (c->in.len < RELAY_BYTES && !c->client_eof) {
+    kt_buf_reserve(&c->in, RELAY_BYTES - c->in.len);
+    struct kt_err e = {0};
+    ssize_t n = kt_io_read(&c->io, c->in.p + c->in.len, RELAY_BYTES - c->in.len, &e);
+    if (n > 0) {
+      c->in.len += (size_t)n;
+      atomic_fetch_add_explicit(&c->thr->bytes_in, (uint64_t)n, memory_order_relaxed);
+    } else if (n == 0) {
+      c->client_eof = true;
+    } else if (n != KT_IO_AGAIN) {
+      conn_close(c, e.msg);
+      return;
+    }
+  }
+  relay_pump(c);
+  if (!c->closed && c->reading && kt_io_pending(&c->io))
+    mark_pending(c);
+}
+
+/* An HTTP request (net/server.c's conn_sniff_http, the same rule): a
+ * socketpair's end goes to the state thread's HTTP endpoints (served there
+ * as a plain connection), and this connection relays to the other end from
+ * now on; what was read of it (TLS: decrypted) goes first. The client socket
+ * never leaves this thread: another thread closing or reusing a descriptor
+ * this loop's epoll still holds would race with it (libev leaves stopped
+ * descriptors registered until an event shows they are gone). */
 static bool conn_sniff_http(struct ioconn *c) {
   c->sniffed = true;
   struct kt_iothreads *t = c->thr->t;
@@ -481,20 +631,29 @@ static bool conn_sniff_http(struct ioconn *c) {
              b > 'Z') {
     return false;
   }
-  struct kt_iomsg *m = kt_iomsg_new(KT_IOM_HTTP, NULL, c->in.len);
-  if (c->in.len)
-    memcpy(m->p, c->in.p, c->in.len);
-  m->len = c->in.len;
-  ev_io_stop(c->thr->loop, &c->rio);
-  ev_io_stop(c->thr->loop, &c->wio);
-  kt_io_move(&m->io, &c->io);
+  int sp[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) != 0) {
+    conn_close(c, "an HTTP request, but no socketpair to relay it");
+    return true;
+  }
+  struct kt_iomsg *m = kt_iomsg_new(KT_IOM_HTTP, NULL, 0);
+  kt_io_init_plain(&m->io, sp[1]);
   to_state(c->thr, m);
-  conn_close(c, "an HTTP request: handed to the HTTP endpoints");
+  c->rfd = sp[0];
+  ev_io_init(&c->rrio, on_relay, sp[0], EV_READ);
+  ev_io_init(&c->rwio, on_relay, sp[0], EV_WRITE);
+  c->rrio.data = c->rwio.data = c;
+  kt_log(KT_LOG_DEBUG, "server", "HTTP request peer=%s: relayed to the HTTP endpoints", c->sh.peer);
+  relay_pump(c);
   return true;
 }
 
 static void conn_read(struct ioconn *c) {
   struct iothr *thr = c->thr;
+  if (c->rfd >= 0) {
+    relay_read_client(c);
+    return;
+  }
   if (thr->obox) { /* the state thread's ring is full: read later */
     conn_block(c);
     return;
@@ -614,7 +773,9 @@ static void conn_event(struct ioconn *c, int revents) {
     conn_handshake_or_wait(c);
   } else {
     int rd = kt_io_events(&c->io, true, false), wr = kt_io_events(&c->io, false, true);
-    if (c->write_blocked && (revents & wr))
+    if (c->rfd >= 0 && (revents & wr))
+      relay_pump(c);
+    else if (c->write_blocked && (revents & wr))
       conn_flush(c);
     if (!c->closed && c->reading && (revents & rd))
       conn_read(c);
@@ -647,6 +808,7 @@ static void conn_new(struct iothr *thr, int fd, const char *peer, struct kt_tls_
     kt_io_init_plain(&c->io, fd);
   c->thr = thr;
   c->refs = 1;
+  c->rfd = -1;
   c->also_plain = tls && also_plain;
   atomic_init(&c->sh.unsent, 0);
   atomic_init(&c->sh.want_drain, false);
@@ -1140,6 +1302,11 @@ static void free_conns(struct iothr *thr, struct ioconn *list) {
       ev_io_stop(thr->loop, &c->rio);
       ev_io_stop(thr->loop, &c->wio);
       kt_io_close(&c->io);
+      if (c->rfd >= 0) {
+        ev_io_stop(thr->loop, &c->rrio);
+        ev_io_stop(thr->loop, &c->rwio);
+        close(c->rfd);
+      }
     }
     kt_buf_free(&c->in);
     kt_buf_free(&c->out);

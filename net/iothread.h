@@ -25,6 +25,7 @@
 #include <ev.h>
 
 #include "../core/base.h"
+#include "proto.h"
 #include "tls.h"
 
 struct kt_conn;
@@ -51,9 +52,19 @@ struct kt_ioconn_shared {
   char cert_cn[256];       /* the verified client certificate's CN, "" if none */
 };
 
+/* One request of a FRAMES message, decoded by the I/O thread
+ * (kt_proto_decode_req) into the message's arena. */
+struct kt_ioreq {
+  struct kt_req req;   /* valid if rc is 0 (else as far as the decoder got: req.id) */
+  const uint8_t *body; /* the frame's body, in the message */
+  uint32_t len;
+  int rc;          /* the decoder's outcome: 0 or KT_E* */
+  const char *err; /* its message (in the arena), or NULL */
+};
+
 enum kt_iomsg_type {
   /* I/O thread -> state thread */
-  KT_IOM_FRAMES = 1, /* whole request frames of sh, in order: p[0..len) */
+  KT_IOM_FRAMES = 1, /* whole request frames of sh, in order: p[0..len), decoded: reqs */
   KT_IOM_DRAINED,    /* sh's unsent reached 0 while want_drain was set */
   KT_IOM_CLOSED,     /* sh is closed: the last message naming it */
   KT_IOM_HTTP,       /* io: an HTTP request on a client port, for the endpoints; p[0..len) read */
@@ -68,9 +79,12 @@ struct kt_iomsg {
   uint8_t type;
   bool ext; /* p is a malloc'd buffer of its own (cap bytes), not data[] */
   struct kt_ioconn_shared *sh;
-  struct kt_io io;      /* HTTP: the connection, moved here (TLS: handshake done) */
-  uint8_t *p;           /* FRAMES, WRITE: the bytes */
-  size_t len, cap, off; /* off: FRAMES bytes the state thread has handled */
+  struct kt_io io; /* HTTP: the connection, moved here (TLS: handshake done) */
+  uint8_t *p;      /* FRAMES, WRITE: the bytes; HTTP: what was read */
+  size_t len, cap;
+  struct kt_ioreq *reqs;     /* FRAMES: one per frame, in order (in data[], after the frames) */
+  uint32_t n_reqs, next_req; /* next_req: the next the state thread handles */
+  struct kt_arena arena;
   uint8_t data[];
 };
 

@@ -476,42 +476,49 @@ static bool proposes(const struct kt_req *req) {
   }
 }
 
-/* One whole request frame's body (both modes): decode, the HELLO and limit
- * checks of server.h, then the handler. */
+/* A request decoded (here, or on an I/O thread) with the decoder's outcome
+ * rc and message: errors answered, the HELLO and limit checks of server.h,
+ * then the handler. */
+static void handle_req(struct kt_conn *c, const struct kt_req *req, int rc, const char *errmsg,
+                       const uint8_t *body, uint32_t blen) {
+  struct kt_server *s = c->srv;
+  if (rc) {
+    errmsg = errmsg && errmsg[0] ? errmsg : kt_strerror(rc);
+    if (rc == KT_EUNSUPPORTED && c->hello_done)
+      kt_conn_send_error(c, req->id, rc, errmsg);
+    else if (rc == KT_EPROTO || !c->hello_done)
+      conn_fail(c, req->id, rc, errmsg);
+    else
+      kt_conn_send_error(c, req->id, rc, errmsg);
+    return;
+  }
+  if (req->type == KT_MSG_HELLO) {
+    handle_hello(c, req);
+    return;
+  }
+  if (!c->hello_done) {
+    conn_fail(c, req->id, KT_EPROTO, "first request must be HELLO");
+    return;
+  }
+  if (blen > s->cfg.max_request_bytes && proposes(req)) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "request of %u bytes exceeds --max-request-bytes (%u)", blen,
+             s->cfg.max_request_bytes);
+    kt_log(KT_LOG_WARN, "server", "request too large peer=%s bytes=%u", c->peer, blen);
+    kt_conn_send_error(c, req->id, KT_ETOOLARGE, msg);
+    return;
+  }
+  s->cfg.on_request(s->cfg.arg, c, req, body, blen);
+}
+
+/* One whole request frame's body, decoded here (--io-threads 0). */
 static void handle_frame(struct kt_conn *c, const uint8_t *body, uint32_t blen) {
   struct kt_server *s = c->srv;
   struct kt_req req;
   struct kt_err err = {0};
   kt_arena_reset(&s->arena);
   int rc = kt_proto_decode_req(body, blen, &s->arena, &req, &err);
-  if (rc == KT_EUNSUPPORTED && c->hello_done) {
-    kt_conn_send_error(c, req.id, rc, err.msg[0] ? err.msg : kt_strerror(rc));
-    return;
-  }
-  if (rc) {
-    if (rc == KT_EPROTO || !c->hello_done)
-      conn_fail(c, req.id, rc, err.msg[0] ? err.msg : kt_strerror(rc));
-    else
-      kt_conn_send_error(c, req.id, rc, err.msg[0] ? err.msg : kt_strerror(rc));
-    return;
-  }
-  if (req.type == KT_MSG_HELLO) {
-    handle_hello(c, &req);
-    return;
-  }
-  if (!c->hello_done) {
-    conn_fail(c, req.id, KT_EPROTO, "first request must be HELLO");
-    return;
-  }
-  if (blen > s->cfg.max_request_bytes && proposes(&req)) {
-    char msg[128];
-    snprintf(msg, sizeof msg, "request of %u bytes exceeds --max-request-bytes (%u)", blen,
-             s->cfg.max_request_bytes);
-    kt_log(KT_LOG_WARN, "server", "request too large peer=%s bytes=%u", c->peer, blen);
-    kt_conn_send_error(c, req.id, KT_ETOOLARGE, msg);
-    return;
-  }
-  s->cfg.on_request(s->cfg.arg, c, &req, body, blen);
+  handle_req(c, &req, rc, err.msg, body, blen);
 }
 
 /* Decode and dispatch every whole frame in c->in. */
@@ -877,19 +884,15 @@ static void st_run_frames(struct kt_conn *c) {
   kt_conn_ref(c);
   while (!c->closed && c->held) {
     struct kt_iomsg *m = c->held;
-    while (!c->closed && m->off < m->len) {
+    while (!c->closed && m->next_req < m->n_reqs) {
       if (c->out.len + atomic_load_explicit(&c->sh->unsent, memory_order_relaxed) >
           KT_CONN_OUT_SOFT) {
         c->frames_wait = true;
         st_arm_drain(c);
         goto out;
       }
-      kt_assert(m->len - m->off >= KT_FRAME_HDR); /* whole frames, split by the I/O thread */
-      uint32_t blen = kt_get_u32be(m->p + m->off);
-      kt_assert(m->len - m->off - KT_FRAME_HDR >= blen);
-      const uint8_t *body = m->p + m->off + KT_FRAME_HDR;
-      m->off += KT_FRAME_HDR + (size_t)blen;
-      handle_frame(c, body, blen);
+      const struct kt_ioreq *r = &m->reqs[m->next_req++]; /* decoded by the I/O thread */
+      handle_req(c, &r->req, r->rc, r->err, r->body, r->len);
     }
     if (c->closed)
       break;
