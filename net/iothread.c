@@ -82,12 +82,6 @@ struct ioconn {
   struct ioconn *prev, *next; /* open connections, or zombies (closed, introduced) */
 };
 
-struct warn_seen {
-  uint64_t hash;
-  ev_tstamp at;
-  unsigned repeats;
-};
-
 struct iothr {
   struct kt_iothreads *t;
   int idx;
@@ -105,7 +99,7 @@ struct iothr {
   struct ioconn *wait_head, *wait_tail;
   struct kt_iomsg *obox, *obox_tail; /* for the state, waiting for room in `in` */
   struct kt_tls_budget hs_budget;
-  struct warn_seen warned[32];
+  struct kt_warn_log warned;
   struct listener *listeners;
   unsigned rr; /* thread 0: the next thread to get a connection */
   bool accepting;
@@ -217,8 +211,7 @@ static void to_state(struct iothr *thr, struct kt_iomsg *m) {
   fifo_push(&thr->obox, &thr->obox_tail, m);
 }
 
-/* As net/server.c's conn_warn: each distinct reason at warn once per 10 s
- * on this thread, repeats at debug and counted. */
+/* A warning about a connection, rate-limited per thread (kt_warn_conn). */
 static void conn_warn(struct iothr *thr, const char *peer, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void conn_warn(struct iothr *thr, const char *peer, const char *fmt, ...) {
@@ -227,24 +220,7 @@ static void conn_warn(struct iothr *thr, const char *peer, const char *fmt, ...)
   va_start(ap, fmt);
   vsnprintf(why, sizeof why, fmt, ap);
   va_end(ap);
-  uint64_t h = 1469598103934665603ull;
-  for (const char *p = why; *p; p++)
-    h = (h ^ (uint8_t)*p) * 1099511628211ull;
-  ev_tstamp now = ev_now(thr->loop);
-  struct warn_seen *w = &thr->warned[h % KT_ARRAY_LEN(thr->warned)];
-  if (w->hash == h && now - w->at < 10.0) {
-    w->repeats++;
-    kt_log(KT_LOG_DEBUG, "server", "closing connection peer=%s: %s", peer, why);
-    return;
-  }
-  if (w->hash == h && w->repeats)
-    kt_log(KT_LOG_WARN, "server", "closing connection peer=%s: %s (and %u times more since)", peer,
-           why, w->repeats);
-  else
-    kt_log(KT_LOG_WARN, "server", "closing connection peer=%s: %s", peer, why);
-  w->hash = h;
-  w->at = now;
-  w->repeats = 0;
+  kt_warn_conn(&thr->warned, ev_now(thr->loop), peer, why);
 }
 
 static void conn_arm(struct ioconn *c) {

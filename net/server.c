@@ -88,11 +88,7 @@ struct kt_server {
   struct kt_conn *wait_head, *wait_tail; /* handshakes deferred (FIFO) */
   struct kt_conn *pending;               /* TLS bytes to read */
   struct kt_tls_budget hs_budget;        /* handshake steps per turn, share of the time */
-  struct warn_seen {
-    uint64_t hash; /* of a reason logged at warn */
-    ev_tstamp at;
-    unsigned repeats;
-  } warned[32];
+  struct kt_warn_log warned;
   struct kt_arena arena;
   uint64_t bytes_in, bytes_out; /* client bytes (after TLS), for /metrics */
   kt_server_http_fn on_http;    /* kt_server_set_http */
@@ -122,11 +118,7 @@ static void conn_free(struct kt_conn *c) {
   free(c);
 }
 
-/* Connection warnings (bad TLS, wrong protocol) name the peer and the
- * reason. Each distinct reason is logged at warn once per WARN_REPEAT_S;
- * repeats (a client retrying, a storm of broken clients) go to debug and are
- * counted in the next warn of that reason, so the log cannot be flooded. */
-#define WARN_REPEAT_S 10.0
+/* A warning about a connection, rate-limited (kt_warn_conn). */
 static void conn_warn(struct kt_server *s, const char *peer, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void conn_warn(struct kt_server *s, const char *peer, const char *fmt, ...) {
@@ -135,24 +127,7 @@ static void conn_warn(struct kt_server *s, const char *peer, const char *fmt, ..
   va_start(ap, fmt);
   vsnprintf(why, sizeof why, fmt, ap);
   va_end(ap);
-  uint64_t h = 1469598103934665603ull; /* FNV-1a of the reason */
-  for (const char *p = why; *p; p++)
-    h = (h ^ (uint8_t)*p) * 1099511628211ull;
-  ev_tstamp now = ev_now(s->loop);
-  struct warn_seen *w = &s->warned[h % KT_ARRAY_LEN(s->warned)];
-  if (w->hash == h && now - w->at < WARN_REPEAT_S) {
-    w->repeats++;
-    kt_log(KT_LOG_DEBUG, "server", "closing connection peer=%s: %s", peer, why);
-    return;
-  }
-  if (w->hash == h && w->repeats)
-    kt_log(KT_LOG_WARN, "server", "closing connection peer=%s: %s (and %u times more since)", peer,
-           why, w->repeats);
-  else
-    kt_log(KT_LOG_WARN, "server", "closing connection peer=%s: %s", peer, why);
-  w->hash = h;
-  w->at = now;
-  w->repeats = 0;
+  kt_warn_conn(&s->warned, ev_now(s->loop), peer, why);
 }
 
 /* The one place that decides which events a connection waits for. */

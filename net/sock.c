@@ -68,3 +68,23 @@ void kt_sock_arm(struct ev_loop *loop, ev_io *rio, ev_io *wio, int ev) {
   else if (!(ev & KT_IO_WRITE) && ev_is_active(wio))
     ev_io_stop(loop, wio);
 }
+
+void kt_warn_conn(struct kt_warn_log *log, ev_tstamp now, const char *peer, const char *why) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a of the reason */
+  for (const char *p = why; *p; p++)
+    h = (h ^ (uint8_t)*p) * 1099511628211ull;
+  struct kt_warn_seen *w = &log->seen[h % KT_ARRAY_LEN(log->seen)];
+  if (w->hash == h && now - w->at < KT_WARN_REPEAT_S) {
+    w->repeats++;
+    kt_log(KT_LOG_DEBUG, "server", "closing connection peer=%s: %s", peer, why);
+    return;
+  }
+  if (w->hash == h && w->repeats)
+    kt_log(KT_LOG_WARN, "server", "closing connection peer=%s: %s (and %u times more since)", peer,
+           why, w->repeats);
+  else
+    kt_log(KT_LOG_WARN, "server", "closing connection peer=%s: %s", peer, why);
+  w->hash = h;
+  w->at = now;
+  w->repeats = 0;
+}

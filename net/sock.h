@@ -29,4 +29,20 @@ int kt_sock_port(int fd);
  * kt_io_events) are watched. */
 void kt_sock_arm(struct ev_loop *loop, ev_io *rio, ev_io *wio, int ev);
 
+/* Connection warnings (bad TLS, wrong protocol) name the peer and the
+ * reason. Each distinct reason is logged at warn once per
+ * KT_WARN_REPEAT_S; repeats (a client retrying, a storm of broken clients) go
+ * to debug and are counted in the next warn of that reason, so the log cannot
+ * be flooded. One kt_warn_log per thread that logs (not shared). */
+#define KT_WARN_REPEAT_S 10.0
+struct kt_warn_seen {
+  uint64_t hash; /* of a reason logged at warn */
+  ev_tstamp at;
+  unsigned repeats;
+};
+struct kt_warn_log {
+  struct kt_warn_seen seen[32];
+};
+void kt_warn_conn(struct kt_warn_log *w, ev_tstamp now, const char *peer, const char *why);
+
 #endif
