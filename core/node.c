@@ -254,19 +254,18 @@ static int propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const 
       kt_conn_send_error(c, req_id, n->wal_failed, n->wal_failed_msg);
     return n->wal_failed;
   }
-  if (!conf && kt_node_auth_wrap(n, c, body, body_len, &n->wrap)) {
-    body = n->wrap.p; /* an AUTHED entry: who asked, checked again when applied */
-    body_len = n->wrap.len;
-  }
   uint64_t seq = n->run_id | (++n->next_seq & SEQ_MASK);
   kt_buf_reset(&n->scratch);
   kt_buf_reserve(&n->scratch, DATA_HDR + body_len);
   kt_put_u64be(n->scratch.p, n->member_id);
   kt_put_u64be(n->scratch.p + 8, seq);
-  memcpy(n->scratch.p + DATA_HDR, body, body_len);
+  n->scratch.len = DATA_HDR;
+  /* an AUTHED entry (who asked, checked again when applied), or as it is */
+  if (conf || !kt_node_auth_wrap(n, c, body, body_len, &n->scratch))
+    kt_buf_append(&n->scratch, body, body_len);
   uint64_t index = 0;
   int rc = (conf ? kt_raft_propose_conf : kt_raft_propose)(n->raft, n->scratch.p,
-                                                           (uint32_t)(DATA_HDR + body_len), &index);
+                                                           (uint32_t)n->scratch.len, &index);
   if (rc) {
     if (c)
       kt_conn_send_error(c, req_id, rc, NULL);
@@ -1832,7 +1831,6 @@ void kt_node_free(struct kt_node *n) {
   free(n->dprops);
   kt_raft_free(n->raft);
   kt_buf_free(&n->scratch);
-  kt_buf_free(&n->wrap);
   kt_arena_free(&n->arena);
   kt_arena_free(&n->snap_arena);
   kt_mvcc_free(n->store);

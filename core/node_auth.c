@@ -505,18 +505,16 @@ int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req 
 
 bool kt_node_auth_wrap(struct kt_node *n, struct kt_conn *c, const uint8_t *body, size_t len,
                        struct kt_buf *out) {
-  struct kt_req w = {.type = KT_MSG_AUTHED};
+  struct kt_authed_req w = {.body = {body, (uint32_t)len}};
   if (n->prop_as.set && kt_auth_enabled(n->auth)) {
-    w.u.authed.user = ident_user(&n->prop_as);
-    w.u.authed.auth_revision = n->prop_as.rev;
+    w.user = ident_user(&n->prop_as);
+    w.auth_revision = n->prop_as.rev;
   } else if (!c && !n->prop_as.set) {
-    w.u.authed.member = true; /* the member's own */
+    w.member = true; /* the member's own */
   } else {
     return false;
   }
-  w.u.authed.body = (struct kt_bytes){body, (uint32_t)len};
-  kt_buf_reset(out);
-  kt_proto_encode_req_body(out, &w);
+  kt_proto_encode_authed(out, &w);
   return true;
 }
 

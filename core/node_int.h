@@ -229,7 +229,6 @@ struct kt_node {
   struct kt_server *server;
   struct kt_arena arena, msg_arena;
   struct kt_buf scratch;
-  struct kt_buf wrap; /* an AUTHED body being proposed */
 
   struct kt_raft *raft;
   uint64_t applied_index, applied_term; /* last entry applied to the store */
@@ -525,8 +524,8 @@ int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req 
 /* The one permission check: 0, or EPERMDENIED (e says so; audited). */
 int kt_node_authorize(struct kt_node *n, const struct kt_node_ident *id, const struct kt_req *req,
                       struct kt_err *e);
-/* A proposal's body as an AUTHED entry into out (true), or false: propose
- * it as it is (auth disabled, a client's request). */
+/* A proposal's body as an AUTHED entry appended to out (true), or false:
+ * propose it as it is (auth disabled, a client's request). */
 bool kt_node_auth_wrap(struct kt_node *n, struct kt_conn *c, const uint8_t *body, size_t len,
                        struct kt_buf *out);
 /* A committed NORMAL entry's request: unwraps AUTHED into *req (decoded in

@@ -766,10 +766,110 @@ static int decode(const uint8_t *body, size_t len, struct kt_arena *a, bool requ
   return dec_finish(&d);
 }
 
-int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_req *req,
-                        struct kt_err *e) {
+int kt_proto_decode_req_generic(const uint8_t *body, size_t len, struct kt_arena *a,
+                                struct kt_req *req, struct kt_err *e) {
   memset(req, 0, sizeof *req);
   return decode(body, len, a, true, req, &req->type, &req->id, NULL, e);
+}
+
+/* ---- AUTHED without the walk ----
+ * kt_proto_encode_authed's output: [73, 0, {user?, auth_revision?, body?,
+ * member?}] in schema order, each field present and nonzero, in the kinds
+ * the generic encoder picks (user str, auth_revision uint, body bin, member
+ * true). authed_blob and authed_fast accept exactly that and nothing else:
+ * anything they do not accept goes to the generic decoder, which then
+ * decides (errors included), so the two can never disagree on an answer. */
+_Static_assert(KT_MSG_AUTHED < 0x80, "AUTHED's type is a positive fixint");
+
+/* A nonempty str (text) or bin (!text) at *p: 1 (into *out), 0 not that. */
+static int authed_blob(const uint8_t **pp, const uint8_t *end, bool text, struct kt_bytes *out) {
+  const uint8_t *p = *pp;
+  if (p >= end)
+    return 0;
+  size_t hl, n;
+  uint8_t b = *p;
+  if (text && b >= 0xa0 && b <= 0xbf)
+    hl = 1, n = b & 0x1f;
+  else if (b == (text ? 0xd9 : 0xc4))
+    hl = 2;
+  else if (b == (text ? 0xda : 0xc5))
+    hl = 3;
+  else if (b == (text ? 0xdb : 0xc6))
+    hl = 5;
+  else
+    return 0;
+  if ((size_t)(end - p) < hl)
+    return 0;
+  if (hl > 1)
+    n = (size_t)be(p + 1, (int)hl - 1);
+  if (!n || (size_t)(end - p) - hl < n)
+    return 0;
+  *out = (struct kt_bytes){p + hl, (uint32_t)n};
+  *pp = p + hl + n;
+  return 1;
+}
+
+static inline bool authed_key(const uint8_t *p, const uint8_t *end, const char *name, size_t n) {
+  return (size_t)(end - p) > n && p[0] == (0xa0 | n) && memcmp(p + 1, name, n) == 0;
+}
+
+static int authed_fast(const uint8_t *p, size_t len, struct kt_req *req) {
+  const uint8_t *end = p + len;
+  if (len < 4 || p[0] != 0x93 || p[1] != KT_MSG_AUTHED || p[2] != 0 || (p[3] & 0xf0) != 0x80)
+    return 0;
+  unsigned nf = p[3] & 0x0f;
+  p += 4;
+  struct kt_authed_req w = {0};
+  int next = 0; /* schema order: user, auth_revision, body, member */
+  while (nf--) {
+    if (next < 1 && authed_key(p, end, "user", 4)) {
+      p += 5;
+      if (!authed_blob(&p, end, true, &w.user))
+        return 0;
+      next = 1;
+    } else if (next < 2 && authed_key(p, end, "auth_revision", 13)) {
+      p += 14;
+      if (p >= end)
+        return 0;
+      int n = *p >= 0xcc && *p <= 0xcf ? 1 << (*p - 0xcc) : 0;
+      if (*p > 0 && *p < 0x80)
+        w.auth_revision = *p++;
+      else if (n && (size_t)(end - p) > (size_t)n)
+        w.auth_revision = be(p + 1, n), p += 1 + n;
+      if (!w.auth_revision)
+        return 0;
+      next = 2;
+    } else if (next < 3 && authed_key(p, end, "body", 4)) {
+      p += 5;
+      if (!authed_blob(&p, end, false, &w.body))
+        return 0;
+      next = 3;
+    } else if (next < 4 && authed_key(p, end, "member", 6)) {
+      p += 7;
+      if (p >= end || *p++ != 0xc3)
+        return 0;
+      w.member = true;
+      next = 4;
+    } else {
+      return 0;
+    }
+  }
+  if (p != end)
+    return 0;
+  memset(req, 0, sizeof *req);
+  req->type = KT_MSG_AUTHED;
+  req->u.authed = w;
+  return 1;
+}
+
+int kt_proto_decode_req(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_req *req,
+                        struct kt_err *e) {
+  if (len > 1 && body[1] == KT_MSG_AUTHED && authed_fast(body, len, req)) {
+    if (e)
+      e->code = 0, e->msg[0] = 0;
+    return 0;
+  }
+  return kt_proto_decode_req_generic(body, len, a, req, e);
 }
 
 int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, struct kt_resp *resp,
@@ -1092,6 +1192,21 @@ void kt_proto_encode_req(struct kt_buf *out, const struct kt_req *req) {
 
 void kt_proto_encode_req_body(struct kt_buf *out, const struct kt_req *req) {
   enc_req_body(out, req, 0);
+}
+
+void kt_proto_encode_authed(struct kt_buf *out, const struct kt_authed_req *w) {
+  unsigned nf = (w->user.n != 0) + (w->auth_revision != 0) + (w->body.n != 0) + w->member;
+  uint8_t *p = room(out, 4);
+  p[0] = 0x93, p[1] = KT_MSG_AUTHED, p[2] = 0, p[3] = (uint8_t)(0x80 | nf);
+  out->len += 4;
+  if (w->user.n)
+    w_name(out, "user", 4), w_blob(out, w->user, true);
+  if (w->auth_revision)
+    w_name(out, "auth_revision", 13), w_uint(out, w->auth_revision);
+  if (w->body.n)
+    w_name(out, "body", 4), w_blob(out, w->body, false);
+  if (w->member)
+    w_name(out, "member", 6), w_byte(out, 0xc3);
 }
 
 void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {

@@ -95,4 +95,16 @@ void kt_proto_encode_error(struct kt_buf *out, uint64_t id, int code, const char
  * stores in a WAL entry. Decode with kt_proto_decode_req. */
 void kt_proto_encode_req_body(struct kt_buf *out, const struct kt_req *req);
 
+/* Appends to out exactly what kt_proto_encode_req_body writes for an AUTHED
+ * request {id 0, u.authed = *w}, without walking the schema: the envelope
+ * of every write proposed while auth is enabled. kt_proto_decode_req reads
+ * this shape back without the walk too (any other shape takes the generic
+ * path); test/unit/proto_golden_test.c and the proto fuzz target hold both
+ * to the generic encoder and decoder. */
+void kt_proto_encode_authed(struct kt_buf *out, const struct kt_authed_req *w);
+/* kt_proto_decode_req without that short cut: the generic decoder alone
+ * (for the tests that compare the two). */
+int kt_proto_decode_req_generic(const uint8_t *body, size_t len, struct kt_arena *a,
+                                struct kt_req *req, struct kt_err *e);
+
 #endif
