@@ -606,32 +606,6 @@ struct call {
   void *arg;
 };
 
-uint8_t *kt_bridge_frame(const void *msg, size_t *len) {
-  const ProtobufCMessage *m = msg;
-  size_t n = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = malloc(5 + n);
-  if (!buf)
-    return NULL;
-  buf[0] = 0;
-  buf[1] = (uint8_t)(n >> 24);
-  buf[2] = (uint8_t)(n >> 16);
-  buf[3] = (uint8_t)(n >> 8);
-  buf[4] = (uint8_t)n;
-  protobuf_c_message_pack(m, buf + 5);
-  *len = 5 + n;
-  return buf;
-}
-
-void kt_bridge_finish(kt_bridge_done done, void *arg, const void *m) {
-  size_t n;
-  uint8_t *buf = kt_bridge_frame(m, &n);
-  if (!buf) {
-    done(arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
-    return;
-  }
-  done(arg, KT_GRPC_OK, "", buf, n);
-}
-
 static int cmp_bytes(const void *a, const void *b) {
   const ProtobufCBinaryData *x = a, *y = b;
   size_t n = x->len < y->len ? x->len : y->len;
