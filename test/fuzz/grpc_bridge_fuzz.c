@@ -21,6 +21,7 @@
 #include "../../tools/etcddb/etcddb.c"
 #include "../../tools/grpc-bridge/bridge_auth.c"
 #include "../../tools/grpc-bridge/bridge_cache.c"
+#include "../../tools/grpc-bridge/bridge_frame.c"
 #include "../../tools/grpc-bridge/bridge_http1.c"
 #include "../../tools/grpc-bridge/bridge_kv.c"
 #include "../../tools/grpc-bridge/bridge_snap.c"

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../tools/grpc-bridge/bridge_frame.c"
 #include "../../tools/grpc-bridge/bridge_ns.c"
 #include "../../tools/grpc-bridge/bridge_reg.c"
 #include "auth.pb-c.c"
@@ -19,22 +20,6 @@
 #include "rpc.pb-c.c"
 #include "v3election.pb-c.c"
 #include "v3lock.pb-c.c"
-
-uint8_t *kt_bridge_frame(const void *msg, size_t *len) {
-  const ProtobufCMessage *m = msg;
-  size_t n = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = malloc(5 + n);
-  if (!buf)
-    return NULL;
-  buf[0] = 0;
-  buf[1] = (uint8_t)(n >> 24);
-  buf[2] = (uint8_t)(n >> 16);
-  buf[3] = (uint8_t)(n >> 8);
-  buf[4] = (uint8_t)n;
-  protobuf_c_message_pack(m, buf + 5);
-  *len = 5 + n;
-  return buf;
-}
 
 /* Whether msg unpacks, packs and unpacks again without the namespace (some
  * inputs protobuf-c accepts, e.g. an unknown field number 0, repack into
@@ -58,11 +43,8 @@ static bool round_trips(const ProtobufCMessageDescriptor *d, const uint8_t *msg,
   return ok;
 }
 
-/* bridge_kv.c's, which bridge_reg.c's MemberList answers through */
-void kt_bridge_finish(kt_bridge_done done, void *arg, const void *m) {
-  size_t n = 0;
-  done(arg, 0, "", kt_bridge_frame(m, &n), n);
-}
+/* A stand-in for bridge_kv.c's (and its error table), which bridge_reg.c's
+ * MemberList answers errors through */
 void kt_bridge_fail(kt_bridge_done done, void *arg, int err, const char *detail) {
   (void)err;
   done(arg, KT_GRPC_UNAVAILABLE, detail ? detail : "", NULL, 0);
@@ -96,11 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *framed = malloc(len + 5);
     if (!framed)
       return 0;
-    framed[0] = 0;
-    framed[1] = (uint8_t)(len >> 24);
-    framed[2] = (uint8_t)(len >> 16);
-    framed[3] = (uint8_t)(len >> 8);
-    framed[4] = (uint8_t)len;
+    kt_bridge_frame_prefix(framed, len);
     memcpy(framed + 5, msg, len);
     int rc = kt_bridge_ns_response(pfx, plen, methods[i].path, framed, len + 5, &out, &out_len);
     if (rc == 1) {

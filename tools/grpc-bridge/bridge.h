@@ -11,6 +11,7 @@
  *                  protobuf response (KV, Lease, Cluster.MemberList,
  *                  Maintenance), and the ONE table of ketch error -> (gRPC
  *                  code, etcd message).
+ *   bridge_frame.c a protobuf message framed for gRPC; a unary call's answer.
  *   bridge_snap.c  Maintenance.Snapshot: the member's state as an etcd
  *                  database (tools/etcddb) made by a job thread, streamed as
  *                  the client takes it.
@@ -208,12 +209,21 @@ void kt_bridge_snap_room(kt_bridge_snap *sn);
 /* The stream is gone: no io call after this; the job frees itself. */
 void kt_bridge_snap_close(kt_bridge_snap *sn);
 
-/* Internal to the bridge's services: frame a message; answer a call with a
- * framed message, or with the error (code and etcd's message) for a ketch
- * error code. */
+/* Internal to the bridge's services (bridge_frame.c, and kt_bridge_fail
+ * bridge_kv.c's): frame a message (malloc'd, NULL if out of memory); answer
+ * a call with a framed message, or with the error (code and etcd's message)
+ * for a ketch error code. */
 uint8_t *kt_bridge_frame(const void *protobuf_c_message, size_t *len);
 void kt_bridge_finish(kt_bridge_done done, void *arg, const void *protobuf_c_message);
 void kt_bridge_fail(kt_bridge_done done, void *arg, int err, const char *detail);
+/* gRPC's 5-byte prefix of a message of n bytes (not compressed), at p. */
+static inline void kt_bridge_frame_prefix(uint8_t *p, size_t n) {
+  p[0] = 0;
+  p[1] = (uint8_t)(n >> 24);
+  p[2] = (uint8_t)(n >> 16);
+  p[3] = (uint8_t)(n >> 8);
+  p[4] = (uint8_t)n;
+}
 
 /* The gRPC code and etcd's message for a ketch error code (the one table).
  * `detail` (may be NULL) is used for errors etcd has no fixed message for. */

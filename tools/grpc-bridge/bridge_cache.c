@@ -483,11 +483,7 @@ static uint8_t *cache_frame_answer(const struct centry *e, int64_t rev, size_t *
   uint8_t *f = malloc(5 + n);
   if (!f)
     return NULL;
-  f[0] = 0;
-  f[1] = (uint8_t)(n >> 24);
-  f[2] = (uint8_t)(n >> 16);
-  f[3] = (uint8_t)(n >> 8);
-  f[4] = (uint8_t)n;
+  kt_bridge_frame_prefix(f, n);
   f[5] = 0x0a; /* field 1 (header), length-delimited */
   memcpy(f + 6, hl, ln);
   memcpy(f + 6 + ln, hdr, hn);

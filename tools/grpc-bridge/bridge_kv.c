@@ -2,7 +2,13 @@
  * Maintenance.Status/MoveLeader/Alarm/Defragment/Hash/HashKV) mapped onto
  * libketch:
  * protobuf requests to ketch requests, ketch results to protobuf responses,
- * ketch errors to etcd's gRPC statuses (see bridge.h). */
+ * ketch errors to etcd's gRPC statuses (see bridge.h).
+ *
+ * One table (`unary`) names each method's path, request and response
+ * messages and its two hooks: submit (the unpacked request to a libketch
+ * call) and fill (a result to the response past its header). kt_bridge_call
+ * and on_result are the one path every method takes: unpack, submit, answer
+ * the error or build the header and the response, frame it. */
 #include "bridge.h"
 
 #include <stdbool.h>
@@ -17,6 +23,8 @@
 
 #define MAX_TXN_OPS 128 /* etcd's --max-txn-ops default */
 #define MAX_TXN_DEPTH 8
+/* etcd's largest lease TTL (lease.MaxLeaseTTL, seconds). */
+#define MAX_LEASE_TTL_S 9000000000LL
 
 /* ---- the one error table: ketch code -> gRPC code + etcd's message ----
  * From etcd's api/v3rpc/rpctypes/error.go (3.4). */
@@ -155,112 +163,6 @@ int64_t kt_bridge_parse_timeout(const uint8_t *v, size_t n) {
   }
 }
 
-/* ---- methods ---- */
-
-enum {
-  M_RANGE,
-  M_PUT,
-  M_DELETE,
-  M_TXN,
-  M_COMPACT,
-  M_STATUS,
-  M_LEASE_GRANT,
-  M_LEASE_REVOKE,
-  M_LEASE_TTL,
-  M_LEASE_LEASES,
-  M_MEMBER_LIST,
-  M_MOVE_LEADER,
-  M_ALARM,
-  M_DEFRAGMENT,
-  M_HASH,
-  M_HASH_KV,
-  M_N
-};
-static const char *const method_paths[M_N] = {
-    "/etcdserverpb.KV/Range",
-    "/etcdserverpb.KV/Put",
-    "/etcdserverpb.KV/DeleteRange",
-    "/etcdserverpb.KV/Txn",
-    "/etcdserverpb.KV/Compact",
-    "/etcdserverpb.Maintenance/Status",
-    "/etcdserverpb.Lease/LeaseGrant",
-    "/etcdserverpb.Lease/LeaseRevoke",
-    "/etcdserverpb.Lease/LeaseTimeToLive",
-    "/etcdserverpb.Lease/LeaseLeases",
-    "/etcdserverpb.Cluster/MemberList",
-    "/etcdserverpb.Maintenance/MoveLeader",
-    "/etcdserverpb.Maintenance/Alarm",
-    "/etcdserverpb.Maintenance/Defragment",
-    "/etcdserverpb.Maintenance/Hash",
-    "/etcdserverpb.Maintenance/HashKV",
-};
-/* Streaming methods, served by bridge_stream.c. */
-static const char *const stream_paths[] = {
-    "/etcdserverpb.Watch/Watch",
-    "/etcdserverpb.Lease/LeaseKeepAlive",
-    /* v3lock and v3election are unary but may wait long: bridge_stream.c
-     * runs them, so a client that goes away is noticed (its key given up). */
-    "/v3lockpb.Lock/Lock",
-    "/v3lockpb.Lock/Unlock",
-    "/v3electionpb.Election/Campaign",
-    "/v3electionpb.Election/Proclaim",
-    "/v3electionpb.Election/Leader",
-    "/v3electionpb.Election/Observe",
-    "/v3electionpb.Election/Resign",
-    "/etcdserverpb.Maintenance/Snapshot",
-};
-/* Cluster's membership changes: their own table and member_call(). */
-enum { MC_ADD, MC_REMOVE, MC_UPDATE, MC_PROMOTE, MC_N };
-static const char *const member_paths[MC_N] = {
-    "/etcdserverpb.Cluster/MemberAdd",
-    "/etcdserverpb.Cluster/MemberRemove",
-    "/etcdserverpb.Cluster/MemberUpdate",
-    "/etcdserverpb.Cluster/MemberPromote",
-};
-/* etcd's largest lease TTL (lease.MaxLeaseTTL, seconds). */
-#define MAX_LEASE_TTL_S 9000000000LL
-static const char *const etcd_services[] = {
-    "etcdserverpb.KV",          "etcdserverpb.Watch", "etcdserverpb.Lease", "etcdserverpb.Cluster",
-    "etcdserverpb.Maintenance", "etcdserverpb.Auth",  "v3lockpb.Lock",      "v3electionpb.Election",
-};
-
-static int method_index(const char *path) {
-  for (int i = 0; i < M_N; i++)
-    if (strcmp(path, method_paths[i]) == 0)
-      return i;
-  return -1;
-}
-
-static int member_index(const char *path) {
-  for (int i = 0; i < MC_N; i++)
-    if (strcmp(path, member_paths[i]) == 0)
-      return i;
-  return -1;
-}
-
-int kt_bridge_method(const char *path, char *msg, size_t msg_len) {
-  if (method_index(path) >= 0 || member_index(path) >= 0 || kt_bridge_auth_method(path) >= 0)
-    return KT_BRIDGE_UNARY;
-  for (size_t i = 0; i < sizeof stream_paths / sizeof stream_paths[0]; i++)
-    if (strcmp(path, stream_paths[i]) == 0)
-      return KT_BRIDGE_STREAM;
-  const char *svc = path[0] == '/' ? path + 1 : path;
-  const char *slash = strchr(svc, '/');
-  size_t svc_len = slash ? (size_t)(slash - svc) : strlen(svc);
-  const char *meth = slash ? slash + 1 : "";
-  for (size_t i = 0; i < sizeof etcd_services / sizeof etcd_services[0]; i++) {
-    if (strlen(etcd_services[i]) == svc_len && memcmp(svc, etcd_services[i], svc_len) == 0) {
-      snprintf(msg, msg_len,
-               "ketch-grpc: %.*s/%.64s is not implemented (served: KV, Watch, Lease, "
-               "Cluster, Maintenance, Auth, Lock, Election)",
-               (int)svc_len, svc, meth);
-      return KT_BRIDGE_UNIMPLEMENTED;
-    }
-  }
-  snprintf(msg, msg_len, "unknown service %.*s", (int)(svc_len > 200 ? 200 : svc_len), svc);
-  return KT_BRIDGE_UNKNOWN;
-}
-
 /* ---- a bump arena for building requests and responses ---- */
 
 struct arena {
@@ -302,14 +204,24 @@ static void ar_free(struct arena *a) {
 
 /* ---- requests: protobuf -> libketch (validated as etcd's v3rpc does) ---- */
 
+/* What converting one request needs: the arena its arrays live in, and
+ * etcd's own message for a check that has no ketch code (NULL if none). */
+struct conv {
+  struct arena a;
+  const char *detail;
+};
+
+/* A protobuf bytes field b into libketch's pointer and length (dst and
+ * dst_len), and back. */
+#define KT_BYTES(dst, b) ((dst) = (b).data, dst##_len = (b).len)
+#define PB_BYTES(b, src) ((b).data = (uint8_t *)(src), (b).len = src##_len)
+
 static int conv_range(const Etcdserverpb__RangeRequest *r, ketch_range_req *o) {
   if (r->key.len == 0)
     return KETCH_EKEYEMPTY;
   memset(o, 0, sizeof *o);
-  o->key = r->key.data;
-  o->key_len = r->key.len;
-  o->range_end = r->range_end.data;
-  o->range_end_len = r->range_end.len;
+  KT_BYTES(o->key, r->key);
+  KT_BYTES(o->range_end, r->range_end);
   o->limit = r->limit;
   o->revision = r->revision;
   o->sort_order = (int)r->sort_order;
@@ -324,25 +236,20 @@ static int conv_range(const Etcdserverpb__RangeRequest *r, ketch_range_req *o) {
   return 0;
 }
 
-/* etcd's own messages for the two put checks that have no ketch code. */
-static const char *put_check_msg;
-
-static int conv_put(const Etcdserverpb__PutRequest *r, ketch_put_req *o) {
+static int conv_put(struct conv *cv, const Etcdserverpb__PutRequest *r, ketch_put_req *o) {
   if (r->key.len == 0)
     return KETCH_EKEYEMPTY;
   if (r->ignore_value && r->value.len != 0) {
-    put_check_msg = "etcdserver: value is provided";
+    cv->detail = "etcdserver: value is provided";
     return KETCH_EINVAL;
   }
   if (r->ignore_lease && r->lease != 0) {
-    put_check_msg = "etcdserver: lease is provided";
+    cv->detail = "etcdserver: lease is provided";
     return KETCH_EINVAL;
   }
   memset(o, 0, sizeof *o);
-  o->key = r->key.data;
-  o->key_len = r->key.len;
-  o->value = r->value.data;
-  o->value_len = r->value.len;
+  KT_BYTES(o->key, r->key);
+  KT_BYTES(o->value, r->value);
   o->lease = r->lease;
   o->prev_kv = r->prev_kv;
   o->ignore_value = r->ignore_value;
@@ -354,20 +261,18 @@ static int conv_delete(const Etcdserverpb__DeleteRangeRequest *r, ketch_delete_r
   if (r->key.len == 0)
     return KETCH_EKEYEMPTY;
   memset(o, 0, sizeof *o);
-  o->key = r->key.data;
-  o->key_len = r->key.len;
-  o->range_end = r->range_end.data;
-  o->range_end_len = r->range_end.len;
+  KT_BYTES(o->key, r->key);
+  KT_BYTES(o->range_end, r->range_end);
   o->prev_kv = r->prev_kv;
   return 0;
 }
 
-static int conv_txn(struct arena *a, const Etcdserverpb__TxnRequest *r, ketch_txn_req *o,
+static int conv_txn(struct conv *cv, const Etcdserverpb__TxnRequest *r, ketch_txn_req *o,
                     int depth);
 
-static int conv_ops(struct arena *a, Etcdserverpb__RequestOp *const *in, size_t n,
+static int conv_ops(struct conv *cv, Etcdserverpb__RequestOp *const *in, size_t n,
                     const ketch_op **out, int depth) {
-  ketch_op *ops = ar_alloc(a, (n ? n : 1) * sizeof *ops);
+  ketch_op *ops = ar_alloc(&cv->a, (n ? n : 1) * sizeof *ops);
   if (!ops)
     return KETCH_ENOMEM;
   for (size_t i = 0; i < n; i++) {
@@ -380,7 +285,7 @@ static int conv_ops(struct arena *a, Etcdserverpb__RequestOp *const *in, size_t 
       break;
     case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT:
       ops[i].type = KETCH_OP_PUT;
-      err = conv_put(op->request_put, &ops[i].put);
+      err = conv_put(cv, op->request_put, &ops[i].put);
       break;
     case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE:
       ops[i].type = KETCH_OP_DELETE;
@@ -388,7 +293,7 @@ static int conv_ops(struct arena *a, Etcdserverpb__RequestOp *const *in, size_t 
       break;
     case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_TXN:
       ops[i].type = KETCH_OP_TXN;
-      err = conv_txn(a, op->request_txn, &ops[i].txn, depth + 1);
+      err = conv_txn(cv, op->request_txn, &ops[i].txn, depth + 1);
       break;
     default:
       err = KETCH_EINVAL;
@@ -401,24 +306,22 @@ static int conv_ops(struct arena *a, Etcdserverpb__RequestOp *const *in, size_t 
   return 0;
 }
 
-static int conv_txn(struct arena *a, const Etcdserverpb__TxnRequest *r, ketch_txn_req *o,
+static int conv_txn(struct conv *cv, const Etcdserverpb__TxnRequest *r, ketch_txn_req *o,
                     int depth) {
   if (depth > MAX_TXN_DEPTH)
     return KETCH_EINVAL;
   if (r->n_compare > MAX_TXN_OPS || r->n_success > MAX_TXN_OPS || r->n_failure > MAX_TXN_OPS)
     return KETCH_ETOOMANYOPS;
   memset(o, 0, sizeof *o);
-  ketch_compare *cmp = ar_alloc(a, (r->n_compare ? r->n_compare : 1) * sizeof *cmp);
+  ketch_compare *cmp = ar_alloc(&cv->a, (r->n_compare ? r->n_compare : 1) * sizeof *cmp);
   if (!cmp)
     return KETCH_ENOMEM;
   for (size_t i = 0; i < r->n_compare; i++) {
     const Etcdserverpb__Compare *c = r->compare[i];
     cmp[i].result = (int)c->result;
     cmp[i].target = (int)c->target;
-    cmp[i].key = c->key.data;
-    cmp[i].key_len = c->key.len;
-    cmp[i].range_end = c->range_end.data;
-    cmp[i].range_end_len = c->range_end.len;
+    KT_BYTES(cmp[i].key, c->key);
+    KT_BYTES(cmp[i].range_end, c->range_end);
     switch (c->target_union_case) {
     case ETCDSERVERPB__COMPARE__TARGET_UNION_VERSION:
       cmp[i].int_value = c->version;
@@ -433,8 +336,7 @@ static int conv_txn(struct arena *a, const Etcdserverpb__TxnRequest *r, ketch_tx
       cmp[i].int_value = c->lease;
       break;
     case ETCDSERVERPB__COMPARE__TARGET_UNION_VALUE:
-      cmp[i].value = c->value.data;
-      cmp[i].value_len = c->value.len;
+      KT_BYTES(cmp[i].value, c->value);
       break;
     default:
       break;
@@ -442,27 +344,62 @@ static int conv_txn(struct arena *a, const Etcdserverpb__TxnRequest *r, ketch_tx
   }
   o->compare = cmp;
   o->n_compare = r->n_compare;
-  int err = conv_ops(a, r->success, r->n_success, &o->success, depth);
+  int err = conv_ops(cv, r->success, r->n_success, &o->success, depth);
   if (!err)
-    err = conv_ops(a, r->failure, r->n_failure, &o->failure, depth);
+    err = conv_ops(cv, r->failure, r->n_failure, &o->failure, depth);
   o->n_success = r->n_success;
   o->n_failure = r->n_failure;
   return err;
 }
 
+/* Not etcd's isTxnReadonly: a put or delete anywhere in the txn (a txn
+ * nested deeper than ketch takes counts as one: it is refused anyway). */
+static bool txn_writes(const Etcdserverpb__TxnRequest *r, int depth) {
+  if (depth > MAX_TXN_DEPTH)
+    return true;
+  for (int b = 0; b < 2; b++) {
+    Etcdserverpb__RequestOp **ops = b ? r->failure : r->success;
+    size_t n = b ? r->n_failure : r->n_success;
+    for (size_t i = 0; i < n; i++) {
+      if (ops[i]->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT ||
+          ops[i]->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE ||
+          (ops[i]->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_TXN &&
+           txn_writes(ops[i]->request_txn, depth + 1)))
+        return true;
+    }
+  }
+  return false;
+}
+
 /* ---- responses: libketch -> protobuf ---- */
 
-static Etcdserverpb__ResponseHeader *mk_header(struct arena *a, const ketch_header *h, bool full) {
+#define PB(name) (&etcdserverpb__##name##__descriptor)
+
+/* etcd's ResponseHeader of h (a field that is 0 is not sent: a txn op's
+ * sub-header, with only a revision, is this too). */
+static Etcdserverpb__ResponseHeader *mk_header(struct arena *a, const ketch_header *h) {
   Etcdserverpb__ResponseHeader *o = ar_alloc(a, sizeof *o);
   if (!o)
     return NULL;
   etcdserverpb__response_header__init(o);
+  o->cluster_id = h->cluster_id;
+  o->member_id = h->member_id;
   o->revision = h->revision;
-  if (full) {
-    o->cluster_id = h->cluster_id;
-    o->member_id = h->member_id;
-    o->raft_term = h->raft_term;
-  }
+  o->raft_term = h->raft_term;
+  return o;
+}
+
+/* A message of type d, its `header` (every etcd response has one) set to h
+ * unless h is NULL; NULL if out of memory. */
+static void *mk_msg(struct arena *a, const ProtobufCMessageDescriptor *d,
+                    Etcdserverpb__ResponseHeader *h) {
+  ProtobufCMessage *o = ar_alloc(a, d->sizeof_message);
+  if (!o)
+    return NULL;
+  protobuf_c_message_init(d, o);
+  const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(d, "header");
+  if (h && f)
+    memcpy((char *)o + f->offset, &h, sizeof h);
   return o;
 }
 
@@ -473,10 +410,8 @@ static Mvccpb__KeyValue **mk_kvs(struct arena *a, const ketch_kv *kv, size_t n) 
     return NULL;
   for (size_t i = 0; i < n; i++) {
     mvccpb__key_value__init(&o[i]);
-    o[i].key.data = (uint8_t *)kv[i].key;
-    o[i].key.len = kv[i].key_len;
-    o[i].value.data = (uint8_t *)kv[i].value;
-    o[i].value.len = kv[i].value_len;
+    PB_BYTES(o[i].key, kv[i].key);
+    PB_BYTES(o[i].value, kv[i].value);
     o[i].create_revision = kv[i].create_revision;
     o[i].mod_revision = kv[i].mod_revision;
     o[i].version = kv[i].version;
@@ -486,45 +421,27 @@ static Mvccpb__KeyValue **mk_kvs(struct arena *a, const ketch_kv *kv, size_t n) 
   return v;
 }
 
-static Etcdserverpb__RangeResponse *mk_range(struct arena *a, Etcdserverpb__ResponseHeader *h,
-                                             const ketch_range_result *r) {
-  Etcdserverpb__RangeResponse *o = ar_alloc(a, sizeof *o);
-  if (!o)
-    return NULL;
-  etcdserverpb__range_response__init(o);
-  o->header = h;
+/* The bodies of KV's responses, alone or as txn ops. */
+static void range_body(struct arena *a, Etcdserverpb__RangeResponse *o,
+                       const ketch_range_result *r) {
   o->kvs = mk_kvs(a, r->kvs, r->n_kvs);
   o->n_kvs = r->n_kvs;
   o->more = r->more;
   o->count = r->count;
-  return o;
 }
 
-static Etcdserverpb__PutResponse *mk_put(struct arena *a, Etcdserverpb__ResponseHeader *h,
-                                         const ketch_put_result *r) {
-  Etcdserverpb__PutResponse *o = ar_alloc(a, sizeof *o);
-  if (!o)
-    return NULL;
-  etcdserverpb__put_response__init(o);
-  o->header = h;
+static void put_body(struct arena *a, Etcdserverpb__PutResponse *o, const ketch_put_result *r) {
   if (r->prev_kv) {
     Mvccpb__KeyValue **v = mk_kvs(a, r->prev_kv, 1);
     o->prev_kv = v ? v[0] : NULL;
   }
-  return o;
 }
 
-static Etcdserverpb__DeleteRangeResponse *
-mk_delete(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_delete_result *r) {
-  Etcdserverpb__DeleteRangeResponse *o = ar_alloc(a, sizeof *o);
-  if (!o)
-    return NULL;
-  etcdserverpb__delete_range_response__init(o);
-  o->header = h;
+static void delete_body(struct arena *a, Etcdserverpb__DeleteRangeResponse *o,
+                        const ketch_delete_result *r) {
   o->deleted = r->deleted;
   o->prev_kvs = mk_kvs(a, r->prev_kvs, r->n_prev_kvs);
   o->n_prev_kvs = r->n_prev_kvs;
-  return o;
 }
 
 /* Nested responses carry etcd's sub-headers: only a revision, the one etcd's
@@ -547,118 +464,59 @@ static bool txn_changes(const ketch_txn_result *r) {
   return false;
 }
 
-static Etcdserverpb__TxnResponse *mk_txn(struct arena *a, Etcdserverpb__ResponseHeader *h,
-                                         struct txn_walk *w, const ketch_txn_result *r) {
-  Etcdserverpb__TxnResponse *o = ar_alloc(a, sizeof *o);
+/* A txn op's response of type d under a sub-header at `revision`. */
+static void *mk_sub(struct arena *a, const ProtobufCMessageDescriptor *d, int64_t revision) {
+  ketch_header kh = {.revision = revision};
+  return mk_msg(a, d, mk_header(a, &kh));
+}
+
+static void txn_body(struct arena *a, Etcdserverpb__TxnResponse *o, struct txn_walk *w,
+                     const ketch_txn_result *r) {
   Etcdserverpb__ResponseOp **v = ar_alloc(a, (r->n_responses ? r->n_responses : 1) * sizeof *v);
-  if (!o || !v)
-    return NULL;
-  etcdserverpb__txn_response__init(o);
-  o->header = h;
+  if (!v)
+    return;
   o->succeeded = r->succeeded;
   o->responses = v;
   o->n_responses = r->n_responses;
   for (size_t i = 0; i < r->n_responses; i++) {
     const ketch_op_result *x = &r->responses[i];
     Etcdserverpb__ResponseOp *op = ar_alloc(a, sizeof *op);
-    ketch_header kh = {0};
     if (!op)
-      return NULL;
+      return;
     etcdserverpb__response_op__init(op);
     v[i] = op;
     switch (x->type) {
     case KETCH_OP_RANGE:
-      kh.revision = w->begin + (w->changed ? 1 : 0);
       op->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_RANGE;
-      op->response_range = mk_range(a, mk_header(a, &kh, false), &x->range);
+      op->response_range = mk_sub(a, PB(range_response), w->begin + (w->changed ? 1 : 0));
+      if (op->response_range)
+        range_body(a, op->response_range, &x->range);
       break;
     case KETCH_OP_PUT:
       w->changed = true;
-      kh.revision = w->begin + 1;
       op->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_PUT;
-      op->response_put = mk_put(a, mk_header(a, &kh, false), &x->put);
+      op->response_put = mk_sub(a, PB(put_response), w->begin + 1);
+      if (op->response_put)
+        put_body(a, op->response_put, &x->put);
       break;
     case KETCH_OP_DELETE:
       w->changed = w->changed || x->del.deleted > 0;
-      kh.revision = w->begin + (w->changed ? 1 : 0);
       op->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_DELETE_RANGE;
-      op->response_delete_range = mk_delete(a, mk_header(a, &kh, false), &x->del);
+      op->response_delete_range =
+          mk_sub(a, PB(delete_range_response), w->begin + (w->changed ? 1 : 0));
+      if (op->response_delete_range)
+        delete_body(a, op->response_delete_range, &x->del);
       break;
     case KETCH_OP_TXN:
       op->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_TXN;
-      op->response_txn = mk_txn(a, mk_header(a, &kh, false), w, &x->txn);
+      op->response_txn = mk_sub(a, PB(txn_response), 0);
+      if (op->response_txn)
+        txn_body(a, op->response_txn, w, &x->txn);
       break;
     default:
       break;
     }
   }
-  return o;
-}
-
-/* ---- one call ---- */
-
-struct call {
-  int method;
-  int64_t id;                        /* the lease of a lease request */
-  struct kt_bridge_cache_fill *fill; /* a Range the cache may keep (bridge_cache.c) */
-  ketch_client *kc;
-  kt_bridge_done done;
-  void *arg;
-};
-
-uint8_t *kt_bridge_frame(const void *msg, size_t *len) {
-  const ProtobufCMessage *m = msg;
-  size_t n = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = malloc(5 + n);
-  if (!buf)
-    return NULL;
-  buf[0] = 0;
-  buf[1] = (uint8_t)(n >> 24);
-  buf[2] = (uint8_t)(n >> 16);
-  buf[3] = (uint8_t)(n >> 8);
-  buf[4] = (uint8_t)n;
-  protobuf_c_message_pack(m, buf + 5);
-  *len = 5 + n;
-  return buf;
-}
-
-void kt_bridge_finish(kt_bridge_done done, void *arg, const void *m) {
-  size_t n;
-  uint8_t *buf = kt_bridge_frame(m, &n);
-  if (!buf) {
-    done(arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
-    return;
-  }
-  done(arg, KT_GRPC_OK, "", buf, n);
-}
-
-static int cmp_bytes(const void *a, const void *b) {
-  const ProtobufCBinaryData *x = a, *y = b;
-  size_t n = x->len < y->len ? x->len : y->len;
-  int c = n ? memcmp(x->data, y->data, n) : 0;
-  return c ? c : (x->len > y->len) - (x->len < y->len);
-}
-
-static Etcdserverpb__LeaseTimeToLiveResponse *
-mk_ttl(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_lease_result *r) {
-  Etcdserverpb__LeaseTimeToLiveResponse *o = ar_alloc(a, sizeof *o);
-  ProtobufCBinaryData *keys = ar_alloc(a, (r->n_keys ? r->n_keys : 1) * sizeof *keys);
-  if (!o || !keys)
-    return NULL;
-  etcdserverpb__lease_time_to_live_response__init(o);
-  o->header = h;
-  o->id = r->id;
-  o->ttl = r->ttl;
-  o->grantedttl = r->granted_ttl;
-  for (size_t i = 0; i < r->n_keys; i++) {
-    keys[i].data = (uint8_t *)r->keys[i].key;
-    keys[i].len = r->keys[i].key_len;
-  }
-  if (r->n_keys > 1) /* etcd's order is a Go map's; ascending is easier to read */
-    qsort(keys, r->n_keys, sizeof *keys, cmp_bytes);
-  o->keys = keys;
-  o->n_keys = r->n_keys;
-  return o;
 }
 
 /* etcd's Member list (membersToProtoMembers) of r; NULL if out of memory. */
@@ -683,17 +541,431 @@ static Etcdserverpb__Member **mk_member_array(struct arena *a, const ketch_membe
   return v;
 }
 
-static Etcdserverpb__MemberListResponse *
-mk_members(struct arena *a, Etcdserverpb__ResponseHeader *h, const ketch_member_list_result *r) {
-  Etcdserverpb__MemberListResponse *o = ar_alloc(a, sizeof *o);
-  Etcdserverpb__Member **v = mk_member_array(a, r);
-  if (!o || !v)
-    return NULL;
-  etcdserverpb__member_list_response__init(o);
-  o->header = h;
-  o->members = v;
-  o->n_members = r->n_members;
-  return o;
+static int cmp_bytes(const void *a, const void *b) {
+  const ProtobufCBinaryData *x = a, *y = b;
+  size_t n = x->len < y->len ? x->len : y->len;
+  int c = n ? memcmp(x->data, y->data, n) : 0;
+  return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* ---- each method's response past its header: o (of the method's type)
+ * from res; false if it cannot be answered (out of memory shows in the
+ * arena's oom) ---- */
+
+static bool fill_range(struct arena *a, void *o, const ketch_result *res) {
+  range_body(a, o, &res->range);
+  return true;
+}
+
+static bool fill_put(struct arena *a, void *o, const ketch_result *res) {
+  put_body(a, o, &res->put);
+  return true;
+}
+
+static bool fill_delete(struct arena *a, void *o, const ketch_result *res) {
+  delete_body(a, o, &res->del);
+  return true;
+}
+
+static bool fill_txn(struct arena *a, void *o, const ketch_result *res) {
+  struct txn_walk w = {res->header.revision, false};
+  if (txn_changes(&res->txn))
+    w.begin--;
+  txn_body(a, o, &w, &res->txn);
+  return true;
+}
+
+static bool fill_status(struct arena *a, void *o, const ketch_result *res) {
+  Etcdserverpb__StatusResponse *x = o;
+  const ketch_status_result *s = &res->status;
+  (void)a;
+  x->version = (char *)KT_BRIDGE_ETCD_VERSION; /* the member's own: s->version */
+  x->dbsize = s->db_size;
+  x->dbsizeinuse = s->db_size_in_use;
+  x->leader = s->leader;
+  x->raftindex = s->raft_index;
+  x->raftterm = s->raft_term;
+  x->raftappliedindex = s->raft_applied_index;
+  x->islearner = s->is_learner;
+  x->errors = (char **)s->errors;
+  x->n_errors = s->n_errors;
+  return true;
+}
+
+static bool fill_lease_grant(struct arena *a, void *o, const ketch_result *res) {
+  Etcdserverpb__LeaseGrantResponse *x = o;
+  (void)a;
+  x->id = res->lease.id;
+  x->ttl = res->lease.ttl;
+  return true;
+}
+
+static bool fill_ttl(struct arena *a, void *o, const ketch_result *res) {
+  Etcdserverpb__LeaseTimeToLiveResponse *x = o;
+  const ketch_lease_result *r = &res->lease;
+  ProtobufCBinaryData *keys = ar_alloc(a, (r->n_keys ? r->n_keys : 1) * sizeof *keys);
+  if (!keys)
+    return false;
+  x->id = r->id;
+  x->ttl = r->ttl;
+  x->grantedttl = r->granted_ttl;
+  for (size_t i = 0; i < r->n_keys; i++) {
+    PB_BYTES(keys[i], r->keys[i].key);
+  }
+  if (r->n_keys > 1) /* etcd's order is a Go map's; ascending is easier to read */
+    qsort(keys, r->n_keys, sizeof *keys, cmp_bytes);
+  x->keys = keys;
+  x->n_keys = r->n_keys;
+  return true;
+}
+
+static bool fill_leases(struct arena *a, void *o, const ketch_result *res) {
+  Etcdserverpb__LeaseLeasesResponse *x = o;
+  size_t n = res->lease.n_leases;
+  Etcdserverpb__LeaseStatus **v = ar_alloc(a, (n ? n : 1) * sizeof *v);
+  Etcdserverpb__LeaseStatus *ls = ar_alloc(a, (n ? n : 1) * sizeof *ls);
+  if (!v || !ls)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    etcdserverpb__lease_status__init(&ls[i]);
+    ls[i].id = res->lease.leases[i];
+    v[i] = &ls[i];
+  }
+  x->leases = v;
+  x->n_leases = n;
+  return true;
+}
+
+/* MemberList, MemberRemove, MemberUpdate and MemberPromote answer one shape
+ * (header, members): each is filled as a MemberListResponse. */
+#define SAME_SHAPE(T)                                                                              \
+  (sizeof(T) == sizeof(Etcdserverpb__MemberListResponse) &&                                        \
+   offsetof(T, header) == offsetof(Etcdserverpb__MemberListResponse, header) &&                    \
+   offsetof(T, n_members) == offsetof(Etcdserverpb__MemberListResponse, n_members) &&              \
+   offsetof(T, members) == offsetof(Etcdserverpb__MemberListResponse, members))
+_Static_assert(SAME_SHAPE(Etcdserverpb__MemberRemoveResponse) &&
+                   SAME_SHAPE(Etcdserverpb__MemberUpdateResponse) &&
+                   SAME_SHAPE(Etcdserverpb__MemberPromoteResponse),
+               "Cluster's List/Remove/Update/Promote responses share one layout");
+
+static bool fill_members(struct arena *a, void *o, const ketch_result *res) {
+  Etcdserverpb__MemberListResponse *x = o;
+  x->members = mk_member_array(a, &res->member_list);
+  x->n_members = res->member_list.n_members;
+  return true;
+}
+
+/* MemberAdd's `member` has only ID, peerURLs and isLearner, as etcd's. */
+static bool fill_member_add(struct arena *a, void *o, const ketch_result *res) {
+  Etcdserverpb__MemberAddResponse *x = o;
+  const ketch_member *m = res->member_list.added;
+  Etcdserverpb__Member *added = ar_alloc(a, sizeof *added);
+  if (!added || !m)
+    return false;
+  etcdserverpb__member__init(added);
+  added->id = m->id;
+  added->peerurls = (char **)m->peer_urls;
+  added->n_peerurls = m->n_peer_urls;
+  added->islearner = m->is_learner;
+  x->member = added;
+  x->members = mk_member_array(a, &res->member_list);
+  x->n_members = res->member_list.n_members;
+  return true;
+}
+
+/* GET: the connected member's list (the cluster's alarms, as every member
+ * applies ACTIVATE/DEACTIVATE); ACTIVATE/DEACTIVATE: the alarm changed. */
+static bool fill_alarm(struct arena *a, void *o, const ketch_result *res) {
+  Etcdserverpb__AlarmResponse *x = o;
+  size_t n = res->alarm.n_alarms;
+  Etcdserverpb__AlarmMember **v = ar_alloc(a, (n ? n : 1) * sizeof *v);
+  Etcdserverpb__AlarmMember *am = ar_alloc(a, (n ? n : 1) * sizeof *am);
+  if (!v || !am)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    etcdserverpb__alarm_member__init(&am[i]);
+    am[i].memberid = res->alarm.alarms[i].member_id;
+    am[i].alarm = (Etcdserverpb__AlarmType)res->alarm.alarms[i].alarm;
+    v[i] = &am[i];
+  }
+  x->alarms = v;
+  x->n_alarms = n;
+  return true;
+}
+
+/* etcd hashes its whole backend file; ketch answers the same hash as HashKV
+ * at the current revision (the store is all it has). */
+static bool fill_hash(struct arena *a, void *o, const ketch_result *res) {
+  (void)a;
+  ((Etcdserverpb__HashResponse *)o)->hash = res->hash_kv.hash;
+  return true;
+}
+
+static bool fill_hash_kv(struct arena *a, void *o, const ketch_result *res) {
+  Etcdserverpb__HashKVResponse *x = o;
+  (void)a;
+  x->hash = res->hash_kv.hash;
+  /* etcd says -1 for a store never compacted */
+  x->compact_revision = res->hash_kv.compact_revision ? res->hash_kv.compact_revision : -1;
+  x->hash_revision = res->hash_kv.hash_revision;
+  return true;
+}
+
+/* ---- one call ---- */
+
+struct call {
+  const struct method *m;
+  int64_t id;                        /* the lease of a LeaseTimeToLive */
+  struct kt_bridge_cache_fill *fill; /* a Range the cache may keep (bridge_cache.c) */
+  ketch_client *kc;
+  kt_bridge_done done;
+  void *arg;
+};
+
+/* One request on its way to libketch: the handle, the call its answer
+ * completes, the request's bytes and their conversion. */
+struct req {
+  ketch_client *kc;
+  struct call *c;
+  const uint8_t *msg;
+  size_t len, max_request_bytes;
+  struct conv cv;
+};
+
+static void on_result(void *arg, int err, const ketch_result *res);
+
+/* ---- each method's request pb (of the method's type) to libketch: 0 once
+ * submitted, else a KETCH_E* code (and maybe q->cv.detail) ---- */
+
+static int submit_range(struct req *q, const void *pb) {
+  ketch_range_req o;
+  int err = conv_range(pb, &o);
+  if (err)
+    return err;
+  q->c->fill = kt_bridge_cache_miss(q->kc, q->msg, q->len, &o);
+  return ketch_range_async(q->kc, &o, on_result, q->c);
+}
+
+static int submit_put(struct req *q, const void *pb) {
+  ketch_put_req o;
+  int err = conv_put(&q->cv, pb, &o);
+  return err ? err : ketch_put_async(q->kc, &o, on_result, q->c);
+}
+
+static int submit_delete(struct req *q, const void *pb) {
+  ketch_delete_req o;
+  int err = conv_delete(pb, &o);
+  return err ? err : ketch_delete_async(q->kc, &o, on_result, q->c);
+}
+
+static int submit_txn(struct req *q, const void *pb) {
+  ketch_txn_req o;
+  /* etcd holds a txn that writes to --max-request-bytes, as Put and Delete */
+  if (q->len > q->max_request_bytes && txn_writes(pb, 0))
+    return KETCH_ETOOLARGE;
+  int err = conv_txn(&q->cv, pb, &o, 0);
+  return err ? err : ketch_txn_async(q->kc, &o, on_result, q->c);
+}
+
+static int submit_compact(struct req *q, const void *pb) {
+  const Etcdserverpb__CompactionRequest *r = pb;
+  kt_bridge_cache_compacting(r->revision);
+  return ketch_compact_async(q->kc, r->revision, r->physical, on_result, q->c);
+}
+
+static int submit_lease_grant(struct req *q, const void *pb) {
+  const Etcdserverpb__LeaseGrantRequest *r = pb;
+  if (r->ttl > MAX_LEASE_TTL_S) {
+    q->cv.detail = "too large lease TTL";
+    return KETCH_EINVAL;
+  }
+  /* etcd raises a TTL below its minimum (0 and negative too) to the
+   * minimum; libketch refuses ttl <= 0: ask for 1 s, the member raises it
+   * to its own minimum. */
+  return ketch_lease_grant_async(q->kc, r->ttl > 0 ? r->ttl : 1, r->id, on_result, q->c);
+}
+
+static int submit_lease_revoke(struct req *q, const void *pb) {
+  const Etcdserverpb__LeaseRevokeRequest *r = pb;
+  kt_bridge_ka_forget(NULL, r->id); /* no cached renewal answers for it */
+  return ketch_lease_revoke_async(q->kc, r->id, on_result, q->c);
+}
+
+static int submit_lease_ttl(struct req *q, const void *pb) {
+  const Etcdserverpb__LeaseTimeToLiveRequest *r = pb;
+  q->c->id = r->id;
+  return ketch_lease_timetolive_async(q->kc, r->id, r->keys, on_result, q->c);
+}
+
+static int submit_alarm(struct req *q, const void *pb) {
+  const Etcdserverpb__AlarmRequest *r = pb;
+  if ((unsigned)r->action > ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__DEACTIVATE ||
+      (unsigned)r->alarm > ETCDSERVERPB__ALARM_TYPE__CORRUPT) {
+    q->cv.detail = "ketch-grpc: unknown alarm action or type";
+    return KETCH_EINVAL;
+  }
+  return ketch_alarm_async(q->kc, (int)r->action, r->memberid, (int)r->alarm, on_result, q->c);
+}
+
+static int submit_hash(struct req *q, const void *pb) {
+  (void)pb;
+  return ketch_hash_kv_async(q->kc, 0, on_result, q->c);
+}
+
+static int submit_hash_kv(struct req *q, const void *pb) {
+  const Etcdserverpb__HashKVRequest *r = pb;
+  /* etcd: a negative revision hashes the current one */
+  return ketch_hash_kv_async(q->kc, r->revision < 0 ? 0 : r->revision, on_result, q->c);
+}
+
+static int submit_move_leader(struct req *q, const void *pb) {
+  const Etcdserverpb__MoveLeaderRequest *r = pb;
+  return ketch_move_leader_async(q->kc, r->targetid, on_result, q->c);
+}
+
+/* libketch takes at most 64 peer URLs; more cannot be a valid member (the
+ * member refuses lists that long as invalid too). */
+#define MAX_PEER_URLS 64
+
+static int submit_member_add(struct req *q, const void *pb) {
+  const Etcdserverpb__MemberAddRequest *r = pb;
+  if (r->n_peerurls > MAX_PEER_URLS)
+    return KETCH_EMEMBERBADURLS;
+  return ketch_member_add_async(q->kc, (const char *const *)r->peerurls, r->n_peerurls,
+                                r->islearner, on_result, q->c);
+}
+
+static int submit_member_remove(struct req *q, const void *pb) {
+  const Etcdserverpb__MemberRemoveRequest *r = pb;
+  return ketch_member_remove_async(q->kc, r->id, on_result, q->c);
+}
+
+static int submit_member_update(struct req *q, const void *pb) {
+  const Etcdserverpb__MemberUpdateRequest *r = pb;
+  if (r->n_peerurls > MAX_PEER_URLS)
+    return KETCH_EMEMBERBADURLS;
+  return ketch_member_update_async(q->kc, r->id, (const char *const *)r->peerurls, r->n_peerurls,
+                                   on_result, q->c);
+}
+
+static int submit_member_promote(struct req *q, const void *pb) {
+  const Etcdserverpb__MemberPromoteRequest *r = pb;
+  return ketch_member_promote_async(q->kc, r->id, on_result, q->c);
+}
+
+/* ---- the unary methods ---- */
+
+/* The header a response carries: the member's (HDR_FULL); the member's
+ * without a revision (HDR_NO_REVISION: Cluster's changes, as etcd's v3rpc
+ * ClusterServer); none (HDR_NONE: Alarm, as etcd 3.4). */
+enum { HDR_FULL, HDR_NO_REVISION, HDR_NONE };
+
+/* One unary method: its path, its request and response messages, how the
+ * request becomes a libketch call (submit; call0 where there is nothing to
+ * pass), how a result fills the response past its header (fill; NULL: the
+ * header alone). */
+static const struct method {
+  const char *path;
+  const ProtobufCMessageDescriptor *req, *resp;
+  int (*submit)(struct req *q, const void *pb);
+  int (*call0)(ketch_client *kc, ketch_cb cb, void *arg);
+  bool (*fill)(struct arena *a, void *o, const ketch_result *res);
+  int header; /* HDR_* */
+  bool write; /* held to --max-request-bytes before it is decoded, as etcd
+               * holds what it proposes (reads only to the gRPC receive
+               * limit, that + 512 KiB: bridge_main.c) */
+} unary[] = {
+#define RPC(svc_method, request, response)                                                         \
+  .path = "/etcdserverpb." svc_method, .req = PB(request), .resp = PB(response)
+    /* first: a Range is looked up in the cache before anything else */
+    {RPC("KV/Range", range_request, range_response), .submit = submit_range, .fill = fill_range},
+    {RPC("KV/Put", put_request, put_response), .submit = submit_put, .fill = fill_put,
+     .write = true},
+    {RPC("KV/DeleteRange", delete_range_request, delete_range_response), .submit = submit_delete,
+     .fill = fill_delete, .write = true},
+    {RPC("KV/Txn", txn_request, txn_response), .submit = submit_txn, .fill = fill_txn},
+    {RPC("KV/Compact", compaction_request, compaction_response), .submit = submit_compact},
+    {RPC("Lease/LeaseGrant", lease_grant_request, lease_grant_response),
+     .submit = submit_lease_grant, .fill = fill_lease_grant},
+    {RPC("Lease/LeaseRevoke", lease_revoke_request, lease_revoke_response),
+     .submit = submit_lease_revoke},
+    {RPC("Lease/LeaseTimeToLive", lease_time_to_live_request, lease_time_to_live_response),
+     .submit = submit_lease_ttl, .fill = fill_ttl},
+    {RPC("Lease/LeaseLeases", lease_leases_request, lease_leases_response),
+     .call0 = ketch_lease_leases_async, .fill = fill_leases},
+    {RPC("Cluster/MemberList", member_list_request, member_list_response),
+     .call0 = ketch_member_list_async, .fill = fill_members},
+    {RPC("Cluster/MemberAdd", member_add_request, member_add_response), .submit = submit_member_add,
+     .fill = fill_member_add, .header = HDR_NO_REVISION},
+    {RPC("Cluster/MemberRemove", member_remove_request, member_remove_response),
+     .submit = submit_member_remove, .fill = fill_members, .header = HDR_NO_REVISION},
+    {RPC("Cluster/MemberUpdate", member_update_request, member_update_response),
+     .submit = submit_member_update, .fill = fill_members, .header = HDR_NO_REVISION},
+    {RPC("Cluster/MemberPromote", member_promote_request, member_promote_response),
+     .submit = submit_member_promote, .fill = fill_members, .header = HDR_NO_REVISION},
+    {RPC("Maintenance/Status", status_request, status_response), .call0 = ketch_status_async,
+     .fill = fill_status},
+    {RPC("Maintenance/MoveLeader", move_leader_request, move_leader_response),
+     .submit = submit_move_leader},
+    {RPC("Maintenance/Alarm", alarm_request, alarm_response), .submit = submit_alarm,
+     .fill = fill_alarm, .header = HDR_NONE},
+    {RPC("Maintenance/Defragment", defragment_request, defragment_response),
+     .call0 = ketch_defragment_async},
+    {RPC("Maintenance/Hash", hash_request, hash_response), .submit = submit_hash,
+     .fill = fill_hash},
+    {RPC("Maintenance/HashKV", hash_kvrequest, hash_kvresponse), .submit = submit_hash_kv,
+     .fill = fill_hash_kv},
+#undef RPC
+};
+
+/* Streaming methods, served by bridge_stream.c. */
+static const char *const stream_paths[] = {
+    "/etcdserverpb.Watch/Watch",
+    "/etcdserverpb.Lease/LeaseKeepAlive",
+    /* v3lock and v3election are unary but may wait long: bridge_stream.c
+     * runs them, so a client that goes away is noticed (its key given up). */
+    "/v3lockpb.Lock/Lock",
+    "/v3lockpb.Lock/Unlock",
+    "/v3electionpb.Election/Campaign",
+    "/v3electionpb.Election/Proclaim",
+    "/v3electionpb.Election/Leader",
+    "/v3electionpb.Election/Observe",
+    "/v3electionpb.Election/Resign",
+    "/etcdserverpb.Maintenance/Snapshot",
+};
+static const char *const etcd_services[] = {
+    "etcdserverpb.KV",          "etcdserverpb.Watch", "etcdserverpb.Lease", "etcdserverpb.Cluster",
+    "etcdserverpb.Maintenance", "etcdserverpb.Auth",  "v3lockpb.Lock",      "v3electionpb.Election",
+};
+
+static const struct method *find_method(const char *path) {
+  for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++)
+    if (strcmp(path, unary[i].path) == 0)
+      return &unary[i];
+  return NULL;
+}
+
+int kt_bridge_method(const char *path, char *msg, size_t msg_len) {
+  if (find_method(path) || kt_bridge_auth_method(path) >= 0)
+    return KT_BRIDGE_UNARY;
+  for (size_t i = 0; i < sizeof stream_paths / sizeof stream_paths[0]; i++)
+    if (strcmp(path, stream_paths[i]) == 0)
+      return KT_BRIDGE_STREAM;
+  const char *svc = path[0] == '/' ? path + 1 : path;
+  const char *slash = strchr(svc, '/');
+  size_t svc_len = slash ? (size_t)(slash - svc) : strlen(svc);
+  const char *meth = slash ? slash + 1 : "";
+  for (size_t i = 0; i < sizeof etcd_services / sizeof etcd_services[0]; i++) {
+    if (strlen(etcd_services[i]) == svc_len && memcmp(svc, etcd_services[i], svc_len) == 0) {
+      snprintf(msg, msg_len,
+               "ketch-grpc: %.*s/%.64s is not implemented (served: KV, Watch, Lease, "
+               "Cluster, Maintenance, Auth, Lock, Election)",
+               (int)svc_len, svc, meth);
+      return KT_BRIDGE_UNIMPLEMENTED;
+    }
+  }
+  snprintf(msg, msg_len, "unknown service %.*s", (int)(svc_len > 200 ? 200 : svc_len), svc);
+  return KT_BRIDGE_UNKNOWN;
 }
 
 void kt_bridge_fail(kt_bridge_done done, void *arg, int err, const char *detail) {
@@ -702,393 +974,64 @@ void kt_bridge_fail(kt_bridge_done done, void *arg, int err, const char *detail)
   done(arg, st, m, NULL, 0);
 }
 
-/* ---- Cluster: MemberAdd, MemberRemove, MemberUpdate, MemberPromote ----
- * As etcd's v3rpc ClusterServer: the header has cluster_id, member_id and
- * raft_term (no revision); MemberAdd's `member` has only ID, peerURLs and
- * isLearner; `members` is the membership after the change. */
-
-#define SAME_SHAPE(T)                                                                              \
-  (sizeof(T) == sizeof(Etcdserverpb__MemberRemoveResponse) &&                                      \
-   offsetof(T, header) == offsetof(Etcdserverpb__MemberRemoveResponse, header) &&                  \
-   offsetof(T, n_members) == offsetof(Etcdserverpb__MemberRemoveResponse, n_members) &&            \
-   offsetof(T, members) == offsetof(Etcdserverpb__MemberRemoveResponse, members))
-_Static_assert(SAME_SHAPE(Etcdserverpb__MemberUpdateResponse) &&
-                   SAME_SHAPE(Etcdserverpb__MemberPromoteResponse),
-               "Cluster's Remove/Update/Promote responses share one layout");
-static const ProtobufCMessageDescriptor *const member_reply_desc[MC_N] = {
-    [MC_ADD] = &etcdserverpb__member_add_response__descriptor,
-    [MC_REMOVE] = &etcdserverpb__member_remove_response__descriptor,
-    [MC_UPDATE] = &etcdserverpb__member_update_response__descriptor,
-    [MC_PROMOTE] = &etcdserverpb__member_promote_response__descriptor,
-};
-
-struct member_call {
-  int method; /* MC_* */
-  kt_bridge_done done;
-  void *arg;
-};
-
-static void on_member_result(void *arg, int err, const ketch_result *res) {
-  struct member_call *mc = arg;
-  kt_bridge_done done = mc->done;
-  void *darg = mc->arg;
-  int method = mc->method;
-  free(mc);
+static void on_result(void *arg, int err, const ketch_result *res) {
+  struct call c = *(struct call *)arg;
+  free(arg);
+  ketch_result gone;
+  if (err == KETCH_ELEASENOTFOUND && c.m->fill == fill_ttl && ketch_cluster_id(c.kc)) {
+    /* etcd answers a time-to-live of an unknown lease with TTL -1. */
+    gone = (ketch_result){
+        .header = {.cluster_id = ketch_cluster_id(c.kc), .member_id = ketch_member_id(c.kc)},
+        .lease = {.id = c.id, .ttl = -1}};
+    res = &gone;
+    err = 0;
+  }
   if (err) {
-    kt_bridge_fail(done, darg, err, res->message);
+    if (c.fill)
+      kt_bridge_cache_fill_failed(c.fill, err);
+    kt_bridge_fail(c.done, c.arg, err, res->message);
     return;
   }
   struct arena a = {0};
   ketch_header kh = res->header;
-  kh.revision = 0;
-  Etcdserverpb__ResponseHeader *h = mk_header(&a, &kh, true);
-  const ketch_member_list_result *r = &res->member_list;
-  Etcdserverpb__Member **v = mk_member_array(&a, r);
-  const ProtobufCMessage *m = NULL;
-  switch (method) {
-  case MC_ADD: {
-    Etcdserverpb__MemberAddResponse *o = ar_alloc(&a, sizeof *o);
-    Etcdserverpb__Member *added = ar_alloc(&a, sizeof *added);
-    if (!o || !added || !r->added)
-      break;
-    etcdserverpb__member_add_response__init(o);
-    etcdserverpb__member__init(added);
-    added->id = r->added->id;
-    added->peerurls = (char **)r->added->peer_urls;
-    added->n_peerurls = r->added->n_peer_urls;
-    added->islearner = r->added->is_learner;
-    o->header = h;
-    o->member = added;
-    o->members = v;
-    o->n_members = r->n_members;
-    m = (const ProtobufCMessage *)o;
-    break;
-  }
-  default: {
-    /* Remove, Update and Promote answer one shape (header, members): built
-     * as a MemberRemoveResponse under the method's own descriptor. */
-    Etcdserverpb__MemberRemoveResponse *o = ar_alloc(&a, sizeof *o);
-    if (!o)
-      break;
-    protobuf_c_message_init(member_reply_desc[method], o);
-    o->header = h;
-    o->members = v;
-    o->n_members = r->n_members;
-    m = (const ProtobufCMessage *)o;
-    break;
-  }
-  }
-  if (!m || !h || !v || a.oom)
-    done(darg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
-  else
-    kt_bridge_finish(done, darg, m);
-  ar_free(&a);
-}
-
-/* libketch takes at most 64 peer URLs; more cannot be a valid member (the
- * member refuses lists that long as invalid too). */
-#define MAX_PEER_URLS 64
-
-static void member_call(ketch_client *kc, int method, const uint8_t *msg, size_t len,
-                        kt_bridge_done done, void *arg) {
-  struct member_call *mc = malloc(sizeof *mc);
-  if (!mc) {
-    done(arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
-    return;
-  }
-  *mc = (struct member_call){method, done, arg};
-  ProtobufCMessage *req = NULL;
-  int err = 0;
-  switch (method) {
-  case MC_ADD: {
-    Etcdserverpb__MemberAddRequest *r = etcdserverpb__member_add_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r && r->n_peerurls > MAX_PEER_URLS)
-      err = KETCH_EMEMBERBADURLS;
-    else if (r)
-      err = ketch_member_add_async(kc, (const char *const *)r->peerurls, r->n_peerurls,
-                                   r->islearner, on_member_result, mc);
-    break;
-  }
-  case MC_REMOVE: {
-    Etcdserverpb__MemberRemoveRequest *r =
-        etcdserverpb__member_remove_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r)
-      err = ketch_member_remove_async(kc, r->id, on_member_result, mc);
-    break;
-  }
-  case MC_UPDATE: {
-    Etcdserverpb__MemberUpdateRequest *r =
-        etcdserverpb__member_update_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r && r->n_peerurls > MAX_PEER_URLS)
-      err = KETCH_EMEMBERBADURLS;
-    else if (r)
-      err = ketch_member_update_async(kc, r->id, (const char *const *)r->peerurls, r->n_peerurls,
-                                      on_member_result, mc);
-    break;
-  }
-  case MC_PROMOTE: {
-    Etcdserverpb__MemberPromoteRequest *r =
-        etcdserverpb__member_promote_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r)
-      err = ketch_member_promote_async(kc, r->id, on_member_result, mc);
-    break;
-  }
-  }
-  /* libketch encoded the request when it was submitted */
-  if (req)
-    protobuf_c_message_free_unpacked(req, NULL);
-  if (!req || err)
-    free(mc);
-  if (!req)
-    done(arg, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf", NULL, 0);
-  else if (err)
-    kt_bridge_fail(done, arg, err, NULL);
-}
-
-static void on_result(void *arg, int err, const ketch_result *res) {
-  struct call *c = arg;
-  kt_bridge_done done = c->done;
-  void *darg = c->arg;
-  int method = c->method;
-  int64_t lease_id = c->id;
-  struct kt_bridge_cache_fill *fill = c->fill;
-  ketch_header nf = {0};
-  if (err == KETCH_ELEASENOTFOUND && method == M_LEASE_TTL) {
-    /* etcd answers a time-to-live of an unknown lease with TTL -1. */
-    nf.cluster_id = ketch_cluster_id(c->kc);
-    nf.member_id = ketch_member_id(c->kc);
-  }
-  free(c);
-  if (err && fill)
-    kt_bridge_cache_fill_failed(fill, err);
-  if (err && !nf.cluster_id) {
-    kt_bridge_fail(done, darg, err, res->message);
-    return;
-  }
-  struct arena a = {0};
-  Etcdserverpb__ResponseHeader *h = mk_header(&a, err ? &nf : &res->header, true);
-  const ProtobufCMessage *m = NULL;
-  switch (method) {
-  case M_RANGE:
-    m = (const ProtobufCMessage *)mk_range(&a, h, &res->range);
-    break;
-  case M_PUT:
-    m = (const ProtobufCMessage *)mk_put(&a, h, &res->put);
-    break;
-  case M_DELETE:
-    m = (const ProtobufCMessage *)mk_delete(&a, h, &res->del);
-    break;
-  case M_TXN: {
-    struct txn_walk w = {res->header.revision, false};
-    if (txn_changes(&res->txn))
-      w.begin--;
-    m = (const ProtobufCMessage *)mk_txn(&a, h, &w, &res->txn);
-    break;
-  }
-  case M_COMPACT: {
-    Etcdserverpb__CompactionResponse *o = ar_alloc(&a, sizeof *o);
-    if (o) {
-      etcdserverpb__compaction_response__init(o);
-      o->header = h;
-    }
-    m = (const ProtobufCMessage *)o;
-    break;
-  }
-  case M_STATUS: {
-    Etcdserverpb__StatusResponse *o = ar_alloc(&a, sizeof *o);
-    if (o) {
-      const ketch_status_result *s = &res->status;
-      etcdserverpb__status_response__init(o);
-      o->header = h;
-      o->version = (char *)KT_BRIDGE_ETCD_VERSION; /* the member's own: s->version */
-      o->dbsize = s->db_size;
-      o->dbsizeinuse = s->db_size_in_use;
-      o->leader = s->leader;
-      o->raftindex = s->raft_index;
-      o->raftterm = s->raft_term;
-      o->raftappliedindex = s->raft_applied_index;
-      o->islearner = s->is_learner;
-      o->errors = (char **)s->errors;
-      o->n_errors = s->n_errors;
-    }
-    m = (const ProtobufCMessage *)o;
-    break;
-  }
-  case M_LEASE_GRANT: {
-    Etcdserverpb__LeaseGrantResponse *o = ar_alloc(&a, sizeof *o);
-    if (o) {
-      etcdserverpb__lease_grant_response__init(o);
-      o->header = h;
-      o->id = res->lease.id;
-      o->ttl = res->lease.ttl;
-    }
-    m = (const ProtobufCMessage *)o;
-    break;
-  }
-  case M_LEASE_REVOKE: {
-    Etcdserverpb__LeaseRevokeResponse *o = ar_alloc(&a, sizeof *o);
-    if (o) {
-      etcdserverpb__lease_revoke_response__init(o);
-      o->header = h;
-    }
-    m = (const ProtobufCMessage *)o;
-    break;
-  }
-  case M_LEASE_TTL: {
-    ketch_lease_result gone = {.id = lease_id, .ttl = -1};
-    m = (const ProtobufCMessage *)mk_ttl(&a, h, err ? &gone : &res->lease);
-    break;
-  }
-  case M_LEASE_LEASES: {
-    size_t n = res->lease.n_leases;
-    Etcdserverpb__LeaseLeasesResponse *o = ar_alloc(&a, sizeof *o);
-    Etcdserverpb__LeaseStatus **v = ar_alloc(&a, (n ? n : 1) * sizeof *v);
-    Etcdserverpb__LeaseStatus *ls = ar_alloc(&a, (n ? n : 1) * sizeof *ls);
-    if (o && v && ls) {
-      etcdserverpb__lease_leases_response__init(o);
-      o->header = h;
-      for (size_t i = 0; i < n; i++) {
-        etcdserverpb__lease_status__init(&ls[i]);
-        ls[i].id = res->lease.leases[i];
-        v[i] = &ls[i];
-      }
-      o->leases = v;
-      o->n_leases = n;
-      m = (const ProtobufCMessage *)o;
-    }
-    break;
-  }
-  case M_MEMBER_LIST:
-    m = (const ProtobufCMessage *)mk_members(&a, h, &res->member_list);
-    break;
-  case M_ALARM: {
-    /* GET: the connected member's list (the cluster's alarms, as every
-     * member applies ACTIVATE/DEACTIVATE); ACTIVATE/DEACTIVATE: the alarm
-     * changed. No header: etcd 3.4 sends none. */
-    size_t n = res->alarm.n_alarms;
-    Etcdserverpb__AlarmResponse *o = ar_alloc(&a, sizeof *o);
-    Etcdserverpb__AlarmMember **v = ar_alloc(&a, (n ? n : 1) * sizeof *v);
-    Etcdserverpb__AlarmMember *am = ar_alloc(&a, (n ? n : 1) * sizeof *am);
-    if (!o || !v || !am)
-      break;
-    etcdserverpb__alarm_response__init(o);
-    for (size_t i = 0; i < n; i++) {
-      etcdserverpb__alarm_member__init(&am[i]);
-      am[i].memberid = res->alarm.alarms[i].member_id;
-      am[i].alarm = (Etcdserverpb__AlarmType)res->alarm.alarms[i].alarm;
-      v[i] = &am[i];
-    }
-    o->alarms = v;
-    o->n_alarms = n;
-    m = (const ProtobufCMessage *)o;
-    break;
-  }
-  case M_DEFRAGMENT: {
-    Etcdserverpb__DefragmentResponse *o = ar_alloc(&a, sizeof *o);
-    if (o) {
-      etcdserverpb__defragment_response__init(o);
-      o->header = h;
-    }
-    m = (const ProtobufCMessage *)o;
-    break;
-  }
-  case M_HASH: {
-    /* etcd hashes its whole backend file; ketch answers the same hash as
-     * HashKV at the current revision (the store is all it has). */
-    Etcdserverpb__HashResponse *o = ar_alloc(&a, sizeof *o);
-    if (o) {
-      etcdserverpb__hash_response__init(o);
-      o->header = h;
-      o->hash = res->hash_kv.hash;
-    }
-    m = (const ProtobufCMessage *)o;
-    break;
-  }
-  case M_HASH_KV: {
-    Etcdserverpb__HashKVResponse *o = ar_alloc(&a, sizeof *o);
-    if (o) {
-      etcdserverpb__hash_kvresponse__init(o);
-      o->header = h;
-      o->hash = res->hash_kv.hash;
-      /* etcd says -1 for a store never compacted */
-      o->compact_revision = res->hash_kv.compact_revision ? res->hash_kv.compact_revision : -1;
-      o->hash_revision = res->hash_kv.hash_revision;
-    }
-    m = (const ProtobufCMessage *)o;
-    break;
-  }
-  case M_MOVE_LEADER: {
-    Etcdserverpb__MoveLeaderResponse *o = ar_alloc(&a, sizeof *o);
-    if (o) {
-      etcdserverpb__move_leader_response__init(o);
-      o->header = h;
-    }
-    m = (const ProtobufCMessage *)o;
-    break;
-  }
-  }
+  if (c.m->header == HDR_NO_REVISION)
+    kh.revision = 0;
+  Etcdserverpb__ResponseHeader *h = c.m->header == HDR_NONE ? NULL : mk_header(&a, &kh);
+  void *o = mk_msg(&a, c.m->resp, h);
+  const ProtobufCMessage *m = o && (!c.m->fill || c.m->fill(&a, o, res)) ? o : NULL;
   uint8_t *framed = NULL;
   size_t framed_len = 0;
-  if (fill && (!m || a.oom))
-    kt_bridge_cache_fill_failed(fill, 0);
-  else if (fill)
-    framed = kt_bridge_cache_fill(fill, &res->header, (void *)m, &framed_len);
+  if (c.fill && (!m || a.oom))
+    kt_bridge_cache_fill_failed(c.fill, 0);
+  else if (c.fill)
+    framed = kt_bridge_cache_fill(c.fill, &res->header, (void *)m, &framed_len);
   if (!m || a.oom)
-    done(darg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
+    c.done(c.arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
   else if (framed)
-    done(darg, KT_GRPC_OK, "", framed, framed_len);
+    c.done(c.arg, KT_GRPC_OK, "", framed, framed_len);
   else
-    kt_bridge_finish(done, darg, m);
+    kt_bridge_finish(c.done, c.arg, m);
   ar_free(&a);
-}
-
-/* Not etcd's isTxnReadonly: a put or delete anywhere in the txn (a txn
- * nested deeper than ketch takes counts as one: it is refused anyway). */
-static bool txn_writes(const Etcdserverpb__TxnRequest *r, int depth) {
-  if (depth > MAX_TXN_DEPTH)
-    return true;
-  for (int b = 0; b < 2; b++) {
-    Etcdserverpb__RequestOp **ops = b ? r->failure : r->success;
-    size_t n = b ? r->n_failure : r->n_success;
-    for (size_t i = 0; i < n; i++) {
-      if (ops[i]->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT ||
-          ops[i]->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE ||
-          (ops[i]->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_TXN &&
-           txn_writes(ops[i]->request_txn, depth + 1)))
-        return true;
-    }
-  }
-  return false;
 }
 
 void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size_t len,
                     size_t max_request_bytes, kt_bridge_done done, void *arg) {
-  if (!strcmp(path, method_paths[M_RANGE]) && kt_bridge_cache_get(kc, msg, len, done, arg))
-    return; /* a cache hit: answered without the member */
-  if (member_index(path) >= 0) {
-    member_call(kc, member_index(path), msg, len, done, arg);
-    return;
-  }
+  if (!strcmp(path, unary[0].path) && kt_bridge_cache_get(kc, msg, len, done, arg))
+    return;                               /* a cache hit: answered without the member */
   if (kt_bridge_auth_method(path) >= 0) { /* Authenticate: bridge_main.c's */
     if (kt_bridge_auth_method(path) != KETCH_OP_AUTH_STATUS)
       kt_bridge_cache_clear(); /* what the default handle may read may change */
     kt_bridge_auth_call(kc, kt_bridge_auth_method(path), msg, len, done, arg);
     return;
   }
-  int method = method_index(path);
-  if (method < 0) {
-    char m[256];
-    kt_bridge_method(path, m, sizeof m);
-    done(arg, KT_GRPC_UNIMPLEMENTED, m, NULL, 0);
+  const struct method *m = find_method(path);
+  if (!m) {
+    char e[256] = "";
+    kt_bridge_method(path, e, sizeof e);
+    done(arg, KT_GRPC_UNIMPLEMENTED, e, NULL, 0);
     return;
   }
-  /* etcd holds what it proposes (writes) to --max-request-bytes; reads
-   * only to the gRPC receive limit (that + 512 KiB, bridge_main.c) */
-  if ((method == M_PUT || method == M_DELETE) && len > max_request_bytes) {
+  if (m->write && len > max_request_bytes) {
     kt_bridge_fail(done, arg, KETCH_ETOOLARGE, NULL);
     return;
   }
@@ -1097,172 +1040,20 @@ void kt_bridge_call(ketch_client *kc, const char *path, const uint8_t *msg, size
     done(arg, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
     return;
   }
-  c->method = method;
-  c->id = 0;
-  c->fill = NULL;
-  c->kc = kc;
-  c->done = done;
-  c->arg = arg;
-  struct arena a = {0};
-  ProtobufCMessage *req = NULL;
-  int err = 0;
-  put_check_msg = NULL;
-  switch (method) {
-  case M_RANGE: {
-    Etcdserverpb__RangeRequest *r = etcdserverpb__range_request__unpack(NULL, len, msg);
-    ketch_range_req q;
-    req = (ProtobufCMessage *)r;
-    if (r && !(err = conv_range(r, &q))) {
-      c->fill = kt_bridge_cache_miss(kc, msg, len, &q);
-      err = ketch_range_async(kc, &q, on_result, c);
-    }
-    break;
-  }
-  case M_PUT: {
-    Etcdserverpb__PutRequest *r = etcdserverpb__put_request__unpack(NULL, len, msg);
-    ketch_put_req q;
-    req = (ProtobufCMessage *)r;
-    if (r && !(err = conv_put(r, &q)))
-      err = ketch_put_async(kc, &q, on_result, c);
-    break;
-  }
-  case M_DELETE: {
-    Etcdserverpb__DeleteRangeRequest *r =
-        etcdserverpb__delete_range_request__unpack(NULL, len, msg);
-    ketch_delete_req q;
-    req = (ProtobufCMessage *)r;
-    if (r && !(err = conv_delete(r, &q)))
-      err = ketch_delete_async(kc, &q, on_result, c);
-    break;
-  }
-  case M_TXN: {
-    Etcdserverpb__TxnRequest *r = etcdserverpb__txn_request__unpack(NULL, len, msg);
-    ketch_txn_req q;
-    req = (ProtobufCMessage *)r;
-    if (r && len > max_request_bytes && txn_writes(r, 0))
-      err = KETCH_ETOOLARGE;
-    else if (r && !(err = conv_txn(&a, r, &q, 0)))
-      err = ketch_txn_async(kc, &q, on_result, c);
-    break;
-  }
-  case M_COMPACT: {
-    Etcdserverpb__CompactionRequest *r = etcdserverpb__compaction_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r) {
-      kt_bridge_cache_compacting(r->revision);
-      err = ketch_compact_async(kc, r->revision, r->physical, on_result, c);
-    }
-    break;
-  }
-  case M_STATUS: {
-    Etcdserverpb__StatusRequest *r = etcdserverpb__status_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r)
-      err = ketch_status_async(kc, on_result, c);
-    break;
-  }
-  case M_LEASE_GRANT: {
-    Etcdserverpb__LeaseGrantRequest *r = etcdserverpb__lease_grant_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r && r->ttl > MAX_LEASE_TTL_S) {
-      err = KETCH_EINVAL;
-      put_check_msg = "too large lease TTL";
-    } else if (r) {
-      /* etcd raises a TTL below its minimum (0 and negative too) to the
-       * minimum; libketch refuses ttl <= 0: ask for 1 s, the member raises
-       * it to its own minimum. */
-      err = ketch_lease_grant_async(kc, r->ttl > 0 ? r->ttl : 1, r->id, on_result, c);
-    }
-    break;
-  }
-  case M_LEASE_REVOKE: {
-    Etcdserverpb__LeaseRevokeRequest *r =
-        etcdserverpb__lease_revoke_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r) {
-      kt_bridge_ka_forget(NULL, r->id); /* no cached renewal answers for it */
-      err = ketch_lease_revoke_async(kc, r->id, on_result, c);
-    }
-    break;
-  }
-  case M_LEASE_TTL: {
-    Etcdserverpb__LeaseTimeToLiveRequest *r =
-        etcdserverpb__lease_time_to_live_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r) {
-      c->id = r->id;
-      err = ketch_lease_timetolive_async(kc, r->id, r->keys, on_result, c);
-    }
-    break;
-  }
-  case M_LEASE_LEASES: {
-    Etcdserverpb__LeaseLeasesRequest *r =
-        etcdserverpb__lease_leases_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r)
-      err = ketch_lease_leases_async(kc, on_result, c);
-    break;
-  }
-  case M_MEMBER_LIST: {
-    Etcdserverpb__MemberListRequest *r = etcdserverpb__member_list_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r)
-      err = ketch_member_list_async(kc, on_result, c);
-    break;
-  }
-  case M_ALARM: {
-    Etcdserverpb__AlarmRequest *r = etcdserverpb__alarm_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r && ((unsigned)r->action > ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__DEACTIVATE ||
-              (unsigned)r->alarm > ETCDSERVERPB__ALARM_TYPE__CORRUPT)) {
-      err = KETCH_EINVAL;
-      put_check_msg = "ketch-grpc: unknown alarm action or type";
-    } else if (r) {
-      err = ketch_alarm_async(kc, (int)r->action, r->memberid, (int)r->alarm, on_result, c);
-    }
-    break;
-  }
-  case M_DEFRAGMENT: {
-    Etcdserverpb__DefragmentRequest *r = etcdserverpb__defragment_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r)
-      err = ketch_defragment_async(kc, on_result, c);
-    break;
-  }
-  case M_HASH: {
-    Etcdserverpb__HashRequest *r = etcdserverpb__hash_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r)
-      err = ketch_hash_kv_async(kc, 0, on_result, c);
-    break;
-  }
-  case M_HASH_KV: {
-    Etcdserverpb__HashKVRequest *r = etcdserverpb__hash_kvrequest__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r && r->revision < 0) {
-      /* etcd: a negative revision hashes the current one */
-      err = ketch_hash_kv_async(kc, 0, on_result, c);
-    } else if (r) {
-      err = ketch_hash_kv_async(kc, r->revision, on_result, c);
-    }
-    break;
-  }
-  case M_MOVE_LEADER: {
-    Etcdserverpb__MoveLeaderRequest *r = etcdserverpb__move_leader_request__unpack(NULL, len, msg);
-    req = (ProtobufCMessage *)r;
-    if (r)
-      err = ketch_move_leader_async(kc, r->targetid, on_result, c);
-    break;
-  }
-  }
-  const char *detail = put_check_msg;
-  ar_free(&a);
-  if (req)
-    protobuf_c_message_free_unpacked(req, NULL);
-  if (!req) {
+  *c = (struct call){.m = m, .kc = kc, .done = done, .arg = arg};
+  struct req q = {.kc = kc, .c = c, .msg = msg, .len = len, .max_request_bytes = max_request_bytes};
+  ProtobufCMessage *r = protobuf_c_message_unpack(m->req, NULL, len, msg);
+  int err = !r ? 0 : m->submit ? m->submit(&q, r) : m->call0(kc, on_result, c);
+  /* libketch encoded the request when it was submitted */
+  ar_free(&q.cv.a);
+  if (!r) {
     free(c);
     done(arg, KT_GRPC_INTERNAL, "grpc: error unmarshalling request: malformed protobuf", NULL, 0);
-  } else if (err) {
+    return;
+  }
+  protobuf_c_message_free_unpacked(r, NULL);
+  if (err) {
+    const char *detail = q.cv.detail;
     kt_bridge_cache_fill_failed(c->fill, 0);
     free(c);
     if (detail && strncmp(detail, "etcdserver: ", 12) == 0)

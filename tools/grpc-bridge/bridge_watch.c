@@ -687,11 +687,7 @@ static bool cw_deliver(struct cw *c, struct dcache *d) {
     ws_finish(s, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory");
     return true;
   }
-  f[0] = 0;
-  f[1] = (uint8_t)(body >> 24);
-  f[2] = (uint8_t)(body >> 16);
-  f[3] = (uint8_t)(body >> 8);
-  f[4] = (uint8_t)body;
+  kt_bridge_frame_prefix(f, body);
   memcpy(f + 5, d->hdr, d->hdr_len);
   memcpy(f + 5 + d->hdr_len, idb, idn);
   memcpy(f + 5 + d->hdr_len + idn, v->p, v->n);
