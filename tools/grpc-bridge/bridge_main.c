@@ -1580,6 +1580,14 @@ static double parse_duration_s(const char *v) {
   return -1;
 }
 
+/* A watch stream's progress ticker queued work on kc (bridge_watch.c). */
+static void mark_submitted(ketch_client *kc, void *arg) {
+  struct bridge *b = arg;
+  for (struct upstream *u = b->up; u; u = u->next)
+    if (u->kc == kc)
+      u->ksubmitted = true;
+}
+
 /* ---- main ---- */
 
 static int listen_on(const char *addr) {
@@ -1657,6 +1665,8 @@ static void usage(FILE *f) {
              "                       member's (default 100ms; 10ms..10s)\n"
              "  --coalesce-lease-keepalives  keep-alives of one lease from any number of\n"
              "                       clients cost the members one renewal per TTL/3\n"
+             "  --experimental-watch-progress-notify-interval D  how often watches with\n"
+             "                       progress_notify get one (etcd's flag; default 10m)\n"
              "TLS toward clients (etcd's flags):\n"
              "  --cert-file, --key-file  the listener's certificate and key (PEM)\n"
              "  --trusted-ca-file    CAs of client certificates (client certificates are then\n"
@@ -1682,7 +1692,7 @@ int main(int argc, char **argv) {
   bool client_cert_auth = false, auto_tls = false, up_skip = false;
   size_t max_req = 1572864, max_queue = 8u << 20;
   size_t cache_size = 2048, cache_bytes = 64u << 20;
-  double cache_stale_s = 0.1;
+  double cache_stale_s = 0.1, progress_s = 600;
   enum {
     O_CERT = 256,
     O_KEY,
@@ -1703,7 +1713,8 @@ int main(int argc, char **argv) {
     O_KACOALESCE,
     O_CACHE,
     O_CACHE_BYTES,
-    O_CACHE_STALE
+    O_CACHE_STALE,
+    O_PROGRESS
   };
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
@@ -1731,6 +1742,7 @@ int main(int argc, char **argv) {
       {"cache-size", required_argument, 0, O_CACHE},
       {"cache-max-bytes", required_argument, 0, O_CACHE_BYTES},
       {"cache-max-staleness", required_argument, 0, O_CACHE_STALE},
+      {"experimental-watch-progress-notify-interval", required_argument, 0, O_PROGRESS},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1797,6 +1809,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ketch-grpc: --cache-max-staleness: want a duration from 10ms to 10s\n");
         return 2;
       }
+      break;
+    case O_PROGRESS: /* etcd's server flag; as etcd, at least 100ms */
+      progress_s = parse_duration_s(optarg);
+      if (progress_s <= 0) {
+        fprintf(stderr, "ketch-grpc: --experimental-watch-progress-notify-interval: want a "
+                        "duration such as 10m or 1s\n");
+        return 2;
+      }
+      progress_s = progress_s < 0.1 ? 0.1 : progress_s;
       break;
     case O_AUTOSYNC:
       sync_s = parse_duration_s(optarg);
@@ -1958,6 +1979,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ketch-grpc: --endpoints %s: cannot open a client\n", endpoints);
     return 2;
   }
+  kt_bridge_watch_setup(b.loop, progress_s, mark_submitted, &b);
   if (kt_bridge_cache_setup(b.loop, b.up->kc, &b.up->ksubmitted, cache_size, cache_bytes,
                             cache_stale_s)) {
     fprintf(stderr, "ketch-grpc: --cache-size: out of memory\n");
