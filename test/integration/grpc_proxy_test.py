@@ -31,8 +31,12 @@ keeps changing join the shared watch mid-stream without a duplicate or a
 gap; a client that stops reading loses its own watch while three readers of
 the same shared watch go on. etcd's proxy metrics are checked on /metrics.
 Beside etcd itself: a watch from a revision not reached yet gets progress
-at the cluster's revision, never a later one, and a watch from now that
-joins a shared one is created at the newest revision the bridge has seen.
+at the cluster's revision, never a later one; a watch from now that joins a
+shared one is created at the newest revision the bridge has seen; watches with
+progress_notify get one notification per tick of their stream's ticker
+(--experimental-watch-progress-notify-interval 1s on both; none after a tick
+with events, and none from the progress other streams ask for); a cancel
+sent right behind its create is answered created, then canceled.
 
 The range cache (--cache-size, on by default), with bridges A (cache,
 /metrics), B and one with --cache-size 0: serializable reads served by A
@@ -63,6 +67,9 @@ import grpc_stream_test as gs  # noqa: E402
 from harness import BIN, Member, free_port, run_tests  # noqa: E402
 
 
+PROGRESS_S = 1.0  # etcd's and one bridge's --experimental-watch-progress-notify-interval
+
+
 class Env:
     def __init__(self):
         self.tmp = tempfile.mkdtemp(prefix="ketch-proxy-it-")
@@ -83,6 +90,8 @@ class Env:
                                         "--listen-peer-urls", peer,
                                         "--initial-advertise-peer-urls", peer,
                                         "--initial-cluster", "e0=" + peer,
+                                        "--experimental-watch-progress-notify-interval",
+                                        "%gs" % PROGRESS_S,
                                         "--log-outputs", "stderr"])
         g.wait_port(self.etcd_port, self.etcd, "etcd")
         self.eproxy_port = free_port()
@@ -1008,6 +1017,119 @@ def test_watch_coalescing_created_revision_fresh():
                 x.close()
 
 
+def pn_bridge():
+    """A bridge with etcd's progress notification interval set as etcd's."""
+    e = env()
+    if getattr(e, "pn", None) is None:
+        e.pn = e.bridge(["--experimental-watch-progress-notify-interval", "%gs" % PROGRESS_S])
+    return e.pn
+
+
+def test_watch_progress_notify_periodic_as_etcd():
+    """A watch with progress_notify gets a notification per tick of its
+    stream's ticker (--experimental-watch-progress-notify-interval, plus up to
+    10% jitter), none in a tick after which it was sent events, and nothing
+    for a watch without progress_notify; progress rounds asked by another
+    stream on the same key (its progress requests) bring none: as etcd 3.4."""
+    import queue
+    import threading
+    e = env()
+    p = gs.pb()
+    counts = {}
+
+    def drain(stream, q):  # every response of stream into q, until it ends
+        try:
+            for r in stream.it:
+                q.put(r)
+        except Exception:  # noqa: the stream closed under it
+            pass
+    for port in (e.etcd_port, pn_bridge().port):
+        other = gs.watch_stream(port)
+        t0 = time.time()
+        s = gs.watch_stream(port)
+        stop = threading.Event()
+        try:
+            other.send(gs.create(key=b"pn/q"))
+            assert other.recv().created
+            s.send(gs.create(key=b"pn/q", watch_id=1, progress_notify=True))
+            s.send(gs.create(key=b"pn/q", watch_id=2))
+            s.send(gs.create(key=b"pn/busy", watch_id=3, progress_notify=True))
+            got = {1: [], 2: [], 3: []}
+            for _ in range(3):
+                r = s.recv()
+                assert r.created and not r.canceled, r
+                got[r.watch_id].append("created")
+
+            def busy():  # pn/busy changes more often than the ticker ticks
+                while not stop.is_set():
+                    kv_op(port, b"pn/busy", b"x")
+                    other.send(p.WatchRequest(progress_request=p.WatchProgressRequest()))
+                    stop.wait(0.2)
+            th = threading.Thread(target=busy, daemon=True)
+            th.start()
+            rq = queue.Queue()
+            threading.Thread(target=drain, args=(s, rq), daemon=True).start()
+            # 3 ticks by 3.3 s after the stream opened, the 4th at 4.0 s at the earliest
+            end = t0 + 3.6 * PROGRESS_S
+            while time.time() < end:
+                try:
+                    r = rq.get(timeout=max(0.05, end - time.time()))
+                except queue.Empty:
+                    break
+                got[r.watch_id].append("events" if r.events else "progress")
+            stop.set()
+            th.join()
+            assert got[3].count("events") >= 10, (port, got)
+            counts[port] = {w: v.count("progress") for w, v in got.items()}
+        finally:
+            stop.set()
+            s.close()
+            other.close()
+    assert counts[e.etcd_port] == {1: 3, 2: 0, 3: 0}, counts
+    assert counts[pn_bridge().port] == counts[e.etcd_port], counts
+
+
+def test_watch_cancel_before_created_as_etcd():
+    """A cancel that reaches the server before the watch's created response
+    (sent right behind the create) is answered after it, created then
+    canceled, as etcd 3.4 (whose server answers a create before reading the
+    next request), whether the watch makes a new shared watch or joins one;
+    nothing more comes for that id, and the stream goes on."""
+    e = env()
+    p = gs.pb()
+    seen = {}
+    for port in (e.etcd_port, co_bridge().port):
+        base = gs.watch_stream(port)
+        s = gs.watch_stream(port)
+        try:
+            base.send(gs.create(key=b"cb/shared"))
+            assert base.recv().created
+            out = []
+            for wid, key in ((5, b"cb/new-%d" % port), (6, b"cb/shared")):
+                rev = kv_op(port, b"cb/x", b"1")
+                s.send(gs.create(key=key, watch_id=wid))
+                s.send(p.WatchRequest(cancel_request=p.WatchCancelRequest(watch_id=wid)))
+                for _ in range(2):
+                    r = s.recv()
+                    assert r.header.revision == rev, (port, rev, r)
+                    out.append((r.watch_id, r.created, r.canceled, r.cancel_reason))
+            s.send(gs.create(key=b"cb/last", watch_id=7))
+            r = s.recv()
+            out.append((r.watch_id, r.created, r.canceled))
+            for key in (b"cb/new-%d" % port, b"cb/shared", b"cb/last"):
+                kv_op(port, key, b"2")
+            r = s.recv()  # the first event comes for watch 7 alone
+            assert r.watch_id == 7 and [ev.kv.key for ev in r.events] == [b"cb/last"], (port, r)
+            seen[port] = out
+        finally:
+            s.close()
+            base.close()
+    want = [(5, True, False, ""), (5, False, True, ""), (6, True, False, ""),
+            (6, False, True, ""), (7, True, False)]
+    assert seen[e.etcd_port] == want, seen
+    assert seen[co_bridge().port] == want, seen
+
+
 # ---- the serializable range cache (--cache-size, on by default) ----
 
 STALE_S = 0.1  # --cache-max-staleness's default: the bound the tests hold the cache to
@@ -1355,6 +1477,7 @@ if __name__ == "__main__":
                test_watch_coalescing_1000_streams, test_watch_coalescing_merge_under_writes,
                test_watch_coalescing_slow_client, test_watch_coalescing_progress_never_ahead,
                test_watch_coalescing_created_revision_fresh,
+               test_watch_progress_notify_periodic_as_etcd, test_watch_cancel_before_created_as_etcd,
                test_cache_hit_costs_no_member_request, test_cache_writes_elsewhere_invalidate,
                test_cache_lagging_watch_not_served,
                test_cache_linearizable_always_fresh, test_cache_compaction_honoured,

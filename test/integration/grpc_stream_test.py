@@ -1088,12 +1088,63 @@ def test_shutdown_clean():
     g.test_shutdown_clean()
 
 
+def with_coalesced_keepalives(cases):
+    """Runs cases again through a second bridge on the same members started
+    with --coalesce-lease-keepalives (one renewal per lease per TTL/3 toward
+    the members, answered per client); that bridge must stop cleanly, with
+    no sanitizer report."""
+    e = g.env()
+    port = free_port()
+    path = os.path.join(e.tmp, "bridge-ka.log")
+    with open(path, "wb") as log:
+        proc = subprocess.Popen(
+            [os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
+             "--endpoints", ",".join(m.endpoint for m in e.members),
+             "--coalesce-lease-keepalives"], stdout=log, stderr=subprocess.STDOUT)
+    e.procs.append(proc)
+    g.wait_port(port, proc, "ketch-grpc --coalesce-lease-keepalives")
+    saved = e.grpc_port, e.bridge
+    e.grpc_port, e.bridge = port, proc
+    try:
+        for t in cases:
+            try:
+                t()
+            except AssertionError as x:
+                raise AssertionError("%s with --coalesce-lease-keepalives: %s" % (t.__name__, x))
+    finally:
+        e.grpc_port, e.bridge = saved
+        proc.terminate()
+        rc = proc.wait(10)
+    with open(path, "rb") as f:
+        text = f.read().decode("utf-8", "replace")
+    assert rc == 0 and "Sanitizer" not in text and "runtime error" not in text, (rc, text[-3000:])
+
+
+def test_lease_same_as_etcd_with_coalesced_keepalives():
+    """The etcdctl lease sequences again, with --coalesce-lease-keepalives:
+    still what etcd shows (run while both sides have had the same writes:
+    they compare revisions)."""
+    with_coalesced_keepalives([test_lease_same_as_etcd, test_lease_keep_alive_stream_same_as_etcd])
+
+
+def test_lease_clients_with_coalesced_keepalives():
+    """Every other lease-related case again, with --coalesce-lease-keepalives:
+    etcdctl lock / elect and the v3lock / v3election calls (their sessions'
+    keep-alives) as etcd, raw LeaseKeepAlive streams, python3-etcd3's
+    lease refresh."""
+    with_coalesced_keepalives([test_lock_and_elect_same_as_etcd,
+                               test_lock_election_grpc_same_as_etcd, test_keepalive_stream,
+                               test_python_etcd3_watch_lease])
+
+
 if __name__ == "__main__":
     import atexit
     atexit.register(g.teardown)
-    run_tests([test_lease_same_as_etcd, test_lease_keep_alive_stream_same_as_etcd, test_watch_same_as_etcd, test_watch_compacted_same_as_etcd,
+    run_tests([test_lease_same_as_etcd, test_lease_keep_alive_stream_same_as_etcd,
+               test_lease_same_as_etcd_with_coalesced_keepalives, test_watch_same_as_etcd, test_watch_compacted_same_as_etcd,
                test_lock_and_elect_same_as_etcd, test_member_list, test_watch_stream_protocol,
                test_lock_election_grpc_same_as_etcd,
                test_watch_fragment, test_keepalive_stream, test_python_etcd3_watch_lease,
                test_slow_watcher_is_cancelled_not_buffered, test_slow_snapshot_reader_is_paced_not_buffered, test_stream_churn, test_alarm, test_move_leader,
-               test_watch_survives_member_loss, test_shutdown_clean])
+               test_watch_survives_member_loss, test_lease_clients_with_coalesced_keepalives,
+               test_shutdown_clean])

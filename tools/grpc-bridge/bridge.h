@@ -170,6 +170,15 @@ kt_bridge_wstream *kt_bridge_watch_open(ketch_client *kc, size_t fragment_bytes,
                                         const struct kt_bridge_stream_io *io, void *arg);
 void kt_bridge_watch_recv(kt_bridge_wstream *s, const uint8_t *msg, size_t len);
 void kt_bridge_watch_close(kt_bridge_wstream *s);
+/* Streams opened after this get etcd's progress ticker on loop: every
+ * progress_interval_s (plus up to 10% jitter, as etcd) each watch with
+ * progress_notify that was sent no events since the last tick gets a progress
+ * notification (etcd's --experimental-watch-progress-notify-interval, 10 min
+ * by default). submitted(kc, arg) runs when a tick queued work on kc (for the
+ * server to flush it). Without setup, no notifications. */
+struct ev_loop;
+void kt_bridge_watch_setup(struct ev_loop *loop, double progress_interval_s,
+                           void (*submitted)(ketch_client *kc, void *arg), void *arg);
 /* etcd's grpc-proxy figures (/metrics): client watches sharing an upstream
  * watch beyond each one's first (gauge), and responses fanned out beyond
  * the first per upstream delivery (counter). */

@@ -61,6 +61,7 @@
 #include <ev.h>
 
 #include "bridge.h"
+#include "bridge_h2mem.h"
 #include "../grpc/grpc_client.h"
 #include "../../core/node.h" /* struct kt_node_health, for /health */
 #include "../../net/http.h"
@@ -79,6 +80,7 @@
 #define TOKEN_IDLE_S 300.0         /* etcd's --auth-token-ttl default */
 #define TOKEN_MAX_OUTSTANDING 1024 /* a session's requests in flight */
 #define TOKEN_HEADER_MAX 1024
+#define STREAM_SPARES 16 /* a stream is ~2 KB: calloc and free per call cost ~3% of a call */
 
 static int log_level = 1; /* 0 debug, 1 info, 2 warn, 3 error */
 static void logf_(int lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -161,6 +163,8 @@ struct conn {
   bool seen_bytes; /* its first read was looked at (http1) */
   struct conn *next_dirty;
   struct conn *prev, *next; /* b->conns */
+  struct stream *spare;     /* freed streams kept for its next calls (spare->next) */
+  size_t n_spare;           /* at most STREAM_SPARES */
 };
 
 /* One queued response message. */
@@ -340,6 +344,17 @@ static void pct_encode(const char *in, char *out, size_t n) {
   out[j] = 0;
 }
 
+/* grpc-status's value (every call ends with one): no snprintf for the codes
+ * gRPC defines; buf for any other. */
+static const char *status_str(int status, char buf[16]) {
+  static const char *const codes[] = {"0", "1",  "2",  "3",  "4",  "5",  "6",  "7", "8",
+                                      "9", "10", "11", "12", "13", "14", "15", "16"};
+  if (status >= 0 && status <= 16)
+    return codes[status];
+  snprintf(buf, 16, "%d", status);
+  return buf;
+}
+
 #define NV(n, v)                                                                                   \
   { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_COPY_NAME }
 
@@ -368,8 +383,8 @@ static ssize_t resp_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
   st->c->resp_bytes -= n;
   if (!st->q_head) {
     if (st->responded) {
-      char code[16], msg[800];
-      snprintf(code, sizeof code, "%d", st->status);
+      char cbuf[16], msg[800];
+      const char *code = status_str(st->status, cbuf);
       pct_encode(st->message, msg, sizeof msg);
       *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
       nghttp2_nv tr[] = {NV("grpc-status", code), NV("grpc-message", msg)};
@@ -435,15 +450,18 @@ static void stream_finish(struct stream *st, int status, const char *message) {
   st->status = status;
   kt_bridge_stat_done(st->stat, status);
   st->stat = NULL;
-  snprintf(st->message, sizeof st->message, "%s", message ? message : "");
+  if (message && *message)
+    snprintf(st->message, sizeof st->message, "%s", message);
+  else
+    st->message[0] = 0;
   if (status != KT_GRPC_OK)
     logf_(0, "stream %d %s: %s %s", st->id, st->path, kt_grpc_status_name(status), st->message);
   if (st->headers_sent) {
     stream_resume(st);
     return;
   }
-  char code[16], msg[800];
-  snprintf(code, sizeof code, "%d", status);
+  char buf[16], msg[800];
+  const char *code = status_str(status, buf);
   pct_encode(st->message, msg, sizeof msg);
   nghttp2_nv h[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
                     NV("grpc-status", code), NV("grpc-message", msg)};
@@ -696,9 +714,14 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
   struct conn *c = user;
   if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
     return 0;
-  struct stream *st = calloc(1, sizeof *st);
-  if (!st)
+  struct stream *st = c->spare;
+  if (st) {
+    c->spare = st->next;
+    c->n_spare--;
+    memset(st, 0, sizeof *st);
+  } else if (!(st = calloc(1, sizeof *st))) {
     return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
   st->c = c;
   st->id = f->hd.stream_id;
   st->timeout_ms = -1;
@@ -886,6 +909,12 @@ static void stream_free(struct stream *st) {
     c->streams = st->next;
   if (st->next)
     st->next->prev = st->prev;
+  if (!c->dead && c->n_spare < STREAM_SPARES) {
+    st->next = c->spare;
+    c->spare = st;
+    c->n_spare++;
+    return;
+  }
   free(st);
 }
 
@@ -1107,7 +1136,7 @@ static void conn_secured(struct conn *c) {
     return;
   }
   c->up->users++;
-  if (nghttp2_session_server_new(&c->s, callbacks, c) != 0) {
+  if (nghttp2_session_server_new3(&c->s, callbacks, c, NULL, kt_bridge_h2_mem()) != 0) {
     conn_close(c);
     return;
   }
@@ -1233,6 +1262,11 @@ static void conn_close(struct conn *c) {
   ev_io_stop(loop, &c->wio);
   while (c->streams)
     stream_free(c->streams);
+  for (struct stream *st = c->spare, *next; st; st = next) {
+    next = st->next;
+    free(st);
+  }
+  c->spare = NULL;
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -1580,6 +1614,14 @@ static double parse_duration_s(const char *v) {
   return -1;
 }
 
+/* A watch stream's progress ticker queued work on kc (bridge_watch.c). */
+static void mark_submitted(ketch_client *kc, void *arg) {
+  struct bridge *b = arg;
+  for (struct upstream *u = b->up; u; u = u->next)
+    if (u->kc == kc)
+      u->ksubmitted = true;
+}
+
 /* ---- main ---- */
 
 static int listen_on(const char *addr) {
@@ -1657,6 +1699,8 @@ static void usage(FILE *f) {
              "                       member's (default 100ms; 10ms..10s)\n"
              "  --coalesce-lease-keepalives  keep-alives of one lease from any number of\n"
              "                       clients cost the members one renewal per TTL/3\n"
+             "  --experimental-watch-progress-notify-interval D  how often watches with\n"
+             "                       progress_notify get one (etcd's flag; default 10m)\n"
              "TLS toward clients (etcd's flags):\n"
              "  --cert-file, --key-file  the listener's certificate and key (PEM)\n"
              "  --trusted-ca-file    CAs of client certificates (client certificates are then\n"
@@ -1682,7 +1726,7 @@ int main(int argc, char **argv) {
   bool client_cert_auth = false, auto_tls = false, up_skip = false;
   size_t max_req = 1572864, max_queue = 8u << 20;
   size_t cache_size = 2048, cache_bytes = 64u << 20;
-  double cache_stale_s = 0.1;
+  double cache_stale_s = 0.1, progress_s = 600;
   enum {
     O_CERT = 256,
     O_KEY,
@@ -1703,7 +1747,8 @@ int main(int argc, char **argv) {
     O_KACOALESCE,
     O_CACHE,
     O_CACHE_BYTES,
-    O_CACHE_STALE
+    O_CACHE_STALE,
+    O_PROGRESS
   };
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
@@ -1731,6 +1776,7 @@ int main(int argc, char **argv) {
       {"cache-size", required_argument, 0, O_CACHE},
       {"cache-max-bytes", required_argument, 0, O_CACHE_BYTES},
       {"cache-max-staleness", required_argument, 0, O_CACHE_STALE},
+      {"experimental-watch-progress-notify-interval", required_argument, 0, O_PROGRESS},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1797,6 +1843,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ketch-grpc: --cache-max-staleness: want a duration from 10ms to 10s\n");
         return 2;
       }
+      break;
+    case O_PROGRESS: /* etcd's server flag; as etcd, at least 100ms */
+      progress_s = parse_duration_s(optarg);
+      if (progress_s <= 0) {
+        fprintf(stderr, "ketch-grpc: --experimental-watch-progress-notify-interval: want a "
+                        "duration such as 10m or 1s\n");
+        return 2;
+      }
+      progress_s = progress_s < 0.1 ? 0.1 : progress_s;
       break;
     case O_AUTOSYNC:
       sync_s = parse_duration_s(optarg);
@@ -1958,6 +2013,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ketch-grpc: --endpoints %s: cannot open a client\n", endpoints);
     return 2;
   }
+  kt_bridge_watch_setup(b.loop, progress_s, mark_submitted, &b);
   if (kt_bridge_cache_setup(b.loop, b.up->kc, &b.up->ksubmitted, cache_size, cache_bytes,
                             cache_stale_s)) {
     fprintf(stderr, "ketch-grpc: --cache-size: out of memory\n");

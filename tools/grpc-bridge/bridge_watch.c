@@ -36,7 +36,18 @@
  *
  * Join protocol (client watch c with start revision S, group g found or made
  * for its key):
- *   S == 0, g created  -> member at once at the newest revision the
+ *   g made by c, S == 0 -> WAIT; when g's created arrives, c becomes a
+ *                         member with c->sent = g's created revision, which
+ *                         its own created response carries.
+ *   g found, S == 0 or (g created and S-1 >= g->rev)
+ *                      -> CHECK: nothing of c reaches the member otherwise,
+ *                         so the member is asked whether c's caller may read
+ *                         the range now (cw_check: a serializable count-only
+ *                         Range, as etcd's grpc-proxy checks each watch; the
+ *                         same token and READ check as a watch create, so a
+ *                         refusal is the member's, as if nothing were
+ *                         shared). Once it answers, as at create:
+ *     S == 0, g created  -> member at once at the newest revision the
  *                         bridge has seen (seen_rev: g->rev, the header of
  *                         g's last delivery, any other watch's): c->sent =
  *                         that, and its created response carries it, as
@@ -45,15 +56,18 @@
  *                         watch). Not g->rev alone: clientv3 resumes a watch
  *                         from now at its created revision, and g->rev is
  *                         often the key's last change, made before c existed.
- *   S == 0, g not yet  -> WAIT; when g's created arrives, every waiter
- *                         becomes a member as above.
- *   S > 0, g created and S-1 >= g->rev -> member at once with c->sent = S-1
+ *     S == 0, g not yet  -> WAIT, as above.
+ *     S > 0, g created and S-1 >= g->rev -> member at once with c->sent = S-1
  *                         (g will deliver everything after g->rev).
- *   otherwise          -> PRIV: a private upstream watch p from S serves c;
- *                         after each of p's deliveries (and when g is
- *                         created) c joins g as soon as p->rev >= g->rev,
+ *     S > 0 otherwise    -> PRIV (g passed S meanwhile).
+ *   otherwise          -> PRIV: a private upstream watch p from S serves c
+ *                         (the member checks it as any watch); once p is
+ *                         created, after each of p's deliveries (and when g
+ *                         is created) c joins g as soon as p->rev >= g->rev,
  *                         with c->sent = p->rev (events of g <= p->rev are
  *                         skipped for c), and p is cancelled.
+ * A cancel of a watch not created yet is answered right after its created
+ * response (etcd answers a create before it reads the next request).
  * Once p's history is replayed and p is idle, nothing may come on p for a
  * while (a quiet key): so p's deliveries ask for a PROGRESS ROUND on the
  * handle (ketch_watch_progress, then a status call as a barrier: the member
@@ -67,9 +81,18 @@
  * idle upstream watch its revision), or the member's revision when it has
  * none; and never beyond the newest revision of the cluster the bridge has
  * seen (a watch from a revision not reached yet has `sent` = start - 1: it
- * is answered the cluster's revision, as etcd does). Progress notifications
- * to a client watch follow the same rule. Requests arriving while a round is in flight wait for the
- * next one (one round in flight per handle, however many streams ask).
+ * is answered the cluster's revision, as etcd does). Requests arriving while
+ * a round is in flight wait for the next one (one round in flight per
+ * handle, however many streams ask).
+ *
+ * progress_notify, as etcd's server: each stream has a ticker (the
+ * interval of kt_bridge_watch_setup, 10 min by default, plus up to 10%
+ * jitter); a tick marks each of its watches with progress_notify that was
+ * sent no events since the last tick (pn_ok) as due (pn_due) and asks for a
+ * round; a due watch gets one notification with the next progress frame of
+ * its upstream watch (the revision as for a progress request), and events
+ * sent to it meanwhile make it not due. Progress frames the bridge's own
+ * rounds bring are never sent on otherwise.
  *
  * Back pressure: a delivery that does not fit a client's stream
  * (io->room()) cancels that client's watch alone ("watcher too slow ...");
@@ -102,6 +125,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <ev.h>
+
 #include "../grpc/grpc_client.h"
 #include "kv.pb-c.h"
 #include "rpc.pb-c.h"
@@ -111,7 +136,14 @@
 int64_t kt_bridge_watchers_coalescing;
 uint64_t kt_bridge_events_coalescing;
 
-enum { C_WAIT, C_PRIV, C_MEMB, C_NONE };
+enum { C_WAIT, C_PRIV, C_MEMB, C_CHECK, C_NONE };
+
+struct cw;
+
+/* A member check in flight (cw_check): c is NULL once the watch ended. */
+struct wcheck {
+  struct cw *c;
+};
 
 struct uw;
 struct wkc;
@@ -122,10 +154,16 @@ struct cw {
   struct cw *gprev, *gnext; /* g->list[state] */
   struct uw *g;             /* its group (NULL once detached) */
   struct uw *p;             /* its private upstream watch (PRIV only) */
+  struct wcheck *check;     /* its member check in flight (CHECK only) */
   int state;
   int64_t id, start, sent;
   bool fragment, progress_notify, prev_kv, no_put, no_delete;
-  bool created; /* its created response was sent */
+  bool created;        /* its created response was sent */
+  bool cancel_pending; /* the client cancelled it before created: answered after */
+  /* progress_notify, as etcd's sendLoop: pn_ok is etcd's progress[id] (no
+   * events sent since the stream's last tick); pn_due: a tick asked for a
+   * notification, sent with the next progress frame its upstream gets */
+  bool pn_ok, pn_due;
 };
 
 struct uw {
@@ -143,8 +181,8 @@ struct uw {
   size_t key_len, end_len;
   uint64_t hash;
   struct uw *hnext;
-  struct cw *list[3];
-  size_t n[3];
+  struct cw *list[4]; /* by state: C_WAIT, C_PRIV, C_MEMB, C_CHECK */
+  size_t n[4];
   /* private */
   struct cw *owner; /* NULL once the client left or joined */
 };
@@ -173,7 +211,24 @@ struct kt_bridge_wstream {
   int preq[2];
   bool plisted[2];
   kt_bridge_wstream *plink[2];
+  ev_timer pn_w; /* etcd's progressTicker (started when wloop is set) */
 };
+
+/* kt_bridge_watch_setup's: the loop of the streams' tickers, their period
+ * (etcd's --experimental-watch-progress-notify-interval, 10 min) and who to
+ * tell that a ticker submitted work on a handle. */
+static struct ev_loop *wloop;
+static double pn_interval_s = 600;
+static void (*wsubmitted)(ketch_client *kc, void *arg);
+static void *wsubmitted_arg;
+
+void kt_bridge_watch_setup(struct ev_loop *loop, double progress_interval_s,
+                           void (*submitted)(ketch_client *kc, void *arg), void *arg) {
+  wloop = loop;
+  pn_interval_s = progress_interval_s;
+  wsubmitted = submitted;
+  wsubmitted_arg = arg;
+}
 
 /* The newest header of any delivery: canceled deliveries carry none, and
  * etcd's cancel responses still name the term and revision. */
@@ -378,7 +433,7 @@ static void uw_cancel(struct uw *u) {
 
 /* A group nobody uses any more leaves the table; its upstream watch ends. */
 static void grp_release(struct uw *g) {
-  if (g->n[C_WAIT] + g->n[C_PRIV] + g->n[C_MEMB] > 0)
+  if (g->n[C_WAIT] + g->n[C_PRIV] + g->n[C_MEMB] + g->n[C_CHECK] > 0)
     return;
   tab_remove(g);
   uw_cancel(g);
@@ -386,6 +441,10 @@ static void grp_release(struct uw *g) {
 
 /* c leaves its group and its private watch (no message). */
 static void cw_detach(struct cw *c) {
+  if (c->check) { /* its answer finds nobody */
+    c->check->c = NULL;
+    c->check = NULL;
+  }
   if (c->p) {
     c->p->owner = NULL;
     uw_cancel(c->p);
@@ -413,13 +472,21 @@ static void cw_end(struct cw *c) {
   free(c);
 }
 
-static void cw_created(struct cw *c, const ketch_header *h, int64_t rev) {
-  if (c->created)
-    return;
-  c->created = true;
+/* Sends c's created response (once). A cancel the client sent before it is
+ * answered right after it, as etcd orders them (its recvLoop answers a
+ * create before it reads the cancel): c ends, and false is returned. */
+static bool cw_created(struct cw *c, const ketch_header *h, int64_t rev) {
   ketch_header x = *h;
   x.revision = rev;
-  ws_ctrl(c->s, &x, c->id, true, false, 0, NULL);
+  if (!c->created) {
+    c->created = true;
+    ws_ctrl(c->s, &x, c->id, true, false, 0, NULL);
+  }
+  if (!c->cancel_pending)
+    return true;
+  ws_ctrl(c->s, &x, c->id, false, true, 0, NULL);
+  cw_end(c);
+  return false;
 }
 
 /* An upstream watch ended c's watch (etcd's answers, as ketch reported). */
@@ -460,9 +527,13 @@ static void cw_too_slow(struct cw *c, const ketch_result *res) {
   cw_end(c);
 }
 
+/* A progress frame came for c's upstream watch: c's notification, when its
+ * stream's ticker asked for one (etcd sends them per tick only, not for every
+ * progress the bridge's own rounds bring). */
 static void cw_progress(struct cw *c, const ketch_header *h) {
-  if (!c->progress_notify || !c->created || !ws_live(c->s) || !c->s->io->room(c->s->arg, 64))
+  if (!c->pn_due || !c->created || !ws_live(c->s) || !c->s->io->room(c->s->arg, 64))
     return;
+  c->pn_due = false;
   ketch_header x = *h;
   x.revision = progress_rev(c->sent, h);
   ws_ctrl(c->s, &x, c->id, false, false, 0, NULL);
@@ -551,6 +622,7 @@ static bool cw_send_events(struct cw *c, const ketch_result *res) {
   r.events = evp;
   r.n_events = n;
   size_t total = etcdserverpb__watch_response__get_packed_size(&r);
+  c->pn_ok = c->pn_due = false; /* etcd: events elide the next notification */
   if (!s->io->room(s->arg, total + 5)) {
     ok = false;
   } else if (!c->fragment || total < s->fragment_bytes || n < 2) {
@@ -692,6 +764,7 @@ static bool cw_deliver(struct cw *c, struct dcache *d) {
   memcpy(f + 5 + d->hdr_len, idb, idn);
   memcpy(f + 5 + d->hdr_len + idn, v->p, v->n);
   s->io->send(s->arg, f, body + 5);
+  c->pn_ok = c->pn_due = false; /* etcd: events elide the next notification */
   return true;
 }
 
@@ -787,7 +860,7 @@ static void want_round(struct wkc *k) {
  * far as the group (see the join protocol above). Returns true if it did. */
 static bool cw_try_join(struct cw *c) {
   struct uw *g = c->g, *p = c->p;
-  if (c->state != C_PRIV || !g->created || g->ending || p->rev < g->rev)
+  if (c->state != C_PRIV || !g->created || g->ending || !p->created || p->rev < g->rev)
     return false;
   grp_unlink(c);
   c->g = g;
@@ -795,10 +868,7 @@ static bool cw_try_join(struct cw *c) {
   c->sent = max64(c->sent, p->rev);
   p->owner = NULL;
   uw_cancel(p);
-  c->p = NULL;
-  /* a watch from a start revision: the revision the cluster was at (as
-   * etcd's created response), not its start, which may be ahead */
-  cw_created(c, &g->hdr, seen_rev(g));
+  c->p = NULL; /* its created was sent at p's (the member's answer) */
   return true;
 }
 
@@ -807,7 +877,7 @@ static void uw_final(struct uw *u, int err, const ketch_result *res) {
     u->ending = true;
     if (u->shared) {
       tab_remove(u);
-      for (int st = 0; st < 3; st++)
+      for (int st = 0; st < 4; st++)
         while (u->list[st])
           cw_ended_by(u->list[st], err, res);
     } else if (u->owner) {
@@ -890,7 +960,8 @@ static void priv_delivery(struct uw *p, const ketch_result *res) {
     return;
   if (wr->created) {
     p->created = true;
-    cw_created(c, &res->header, res->header.revision);
+    if (!cw_created(c, &res->header, res->header.revision))
+      return; /* cancelled before it was created: ended */
   } else if (wr->n_events > 0) {
     int64_t top = max_event_rev(wr);
     if (!cw_send_events(c, res)) {
@@ -950,11 +1021,12 @@ static struct uw *uw_start(kt_bridge_wstream *s, const ketch_watch_req *q, bool 
 }
 
 /* The group of q's range on s's handle: found (prev_kv: one with prev_kv
- * serves a client without, which gets them stripped) or made. */
-static struct uw *grp_get(kt_bridge_wstream *s, const ketch_watch_req *q, int *err) {
+ * serves a client without, which gets them stripped) or made (*made set). */
+static struct uw *grp_get(kt_bridge_wstream *s, const ketch_watch_req *q, bool *made, int *err) {
   struct uw *g = grp_find(s->kc, q->key, q->key_len, q->range_end, q->range_end_len, q->prev_kv);
   if (!g && !q->prev_kv)
     g = grp_find(s->kc, q->key, q->key_len, q->range_end, q->range_end_len, true);
+  *made = !g;
   if (g)
     return g;
   ketch_watch_req gq = *q;
@@ -986,6 +1058,88 @@ static struct uw *grp_get(kt_bridge_wstream *s, const ketch_watch_req *q, int *e
     return NULL;
   }
   return g;
+}
+
+/* ---- the member's check of a watch that joins a group ---- */
+
+/* c passed the member's check: the join protocol as at its create (now: the
+ * group may have been created, or passed c's start, meanwhile). */
+static void cw_join(struct cw *c) {
+  struct uw *g = c->g;
+  grp_unlink(c);
+  c->g = g;
+  if (c->start == 0 && !g->created) {
+    grp_link(g, c, C_WAIT);
+  } else if (c->start == 0 || (g->created && c->start - 1 >= g->rev)) {
+    c->sent = c->start ? c->start - 1 : seen_rev(g);
+    grp_link(g, c, C_MEMB);
+    cw_created(c, &g->hdr, c->start ? seen_rev(g) : c->sent);
+  } else { /* the group passed c's start meanwhile: a private watch from it */
+    ketch_watch_req q = {.key = g->key,
+                         .key_len = g->key_len,
+                         .range_end = g->end_len ? g->end : NULL,
+                         .range_end_len = g->end_len,
+                         .start_revision = c->start,
+                         .prev_kv = c->prev_kv,
+                         .no_put = c->no_put,
+                         .no_delete = c->no_delete,
+                         .progress_notify = true};
+    int err;
+    struct uw *p = uw_start(c->s, &q, false, &err);
+    if (!p) {
+      static const ketch_result none = {.message = ""};
+      grp_link(g, c, C_CHECK);
+      cw_ended_by(c, err, &none);
+      return;
+    }
+    p->owner = c;
+    c->p = p;
+    c->sent = c->start - 1;
+    grp_link(g, c, C_PRIV);
+  }
+}
+
+static void on_check(void *arg, int err, const ketch_result *res) {
+  struct wcheck *x = arg;
+  struct cw *c = x->c;
+  free(x);
+  if (!c)
+    return;
+  c->check = NULL;
+  if (err) { /* refused as the member refuses the watch (the same error) */
+    cw_ended_by(c, err, res);
+    return;
+  }
+  wnote_header(&res->header);
+  cw_join(c);
+}
+
+/* A watch that joins a group asks nothing of the member, so the member is
+ * asked whether this caller may read the range now (token, permission): a
+ * serializable count-only Range of it with limit 1, as etcd's own
+ * grpc-proxy checks every watch; its refusal is the one the member gives a
+ * watch (kt_node_authorize: WATCH_CREATE and RANGE are READ on the range).
+ * 0 or a ketch error. */
+static int cw_check(struct cw *c) {
+  struct wcheck *x = malloc(sizeof *x);
+  if (!x)
+    return KETCH_ENOMEM;
+  x->c = c;
+  struct uw *g = c->g;
+  ketch_range_req q = {.key = g->key,
+                       .key_len = g->key_len,
+                       .range_end = g->end_len ? g->end : NULL,
+                       .range_end_len = g->end_len,
+                       .serializable = true,
+                       .count_only = true,
+                       .limit = 1};
+  int err = ketch_range_async(c->s->kc, &q, on_check, x);
+  if (err) {
+    free(x);
+    return err;
+  }
+  c->check = x;
+  return 0;
 }
 
 /* ---- requests of a Watch stream ---- */
@@ -1052,15 +1206,17 @@ static void watch_create(kt_bridge_wstream *s, const Etcdserverpb__WatchCreateRe
     return;
   }
   int err = 0;
-  struct uw *g = grp_get(s, &q, &err), *p = NULL;
+  bool made;
+  struct uw *g = grp_get(s, &q, &made, &err), *p = NULL;
   if (!g) {
     free(c);
     watch_fail(s, err);
     return;
   }
   /* the join protocol (top of this file) */
-  bool join = q.start_revision == 0 || (g->created && q.start_revision - 1 >= g->rev);
-  if (!join && !(p = uw_start(s, &q, false, &err))) {
+  bool wait = made && q.start_revision == 0;
+  bool check = !made && (q.start_revision == 0 || (g->created && q.start_revision - 1 >= g->rev));
+  if (!wait && !check && !(p = uw_start(s, &q, false, &err))) {
     free(c);
     grp_release(g);
     watch_fail(s, err);
@@ -1075,6 +1231,7 @@ static void watch_create(kt_bridge_wstream *s, const Etcdserverpb__WatchCreateRe
   c->prev_kv = q.prev_kv;
   c->no_put = q.no_put;
   c->no_delete = q.no_delete;
+  c->pn_ok = true; /* etcd: progress[id] = true at create */
   c->next = s->watches;
   if (s->watches)
     s->watches->prev = c;
@@ -1085,12 +1242,14 @@ static void watch_create(kt_bridge_wstream *s, const Etcdserverpb__WatchCreateRe
     c->p = p;
     c->sent = c->start - 1;
     grp_link(g, c, C_PRIV);
-  } else if (!g->created) {
+  } else if (wait) {
     grp_link(g, c, C_WAIT);
   } else {
-    c->sent = c->start ? c->start - 1 : seen_rev(g);
-    grp_link(g, c, C_MEMB);
-    cw_created(c, &g->hdr, c->start ? seen_rev(g) : c->sent);
+    grp_link(g, c, C_CHECK);
+    if ((err = cw_check(c)) != 0) {
+      static const ketch_result none = {.message = ""};
+      cw_ended_by(c, err, &none);
+    }
   }
 }
 
@@ -1116,6 +1275,33 @@ static void watch_progress(kt_bridge_wstream *s) {
   wkc_maybe_free(k);
 }
 
+/* etcd's progressTicker: every watch with progress_notify that was sent no
+ * events since the last tick gets a notification at the cluster's revision
+ * (a progress round on the handle brings one to every idle upstream watch:
+ * cw_progress); one that was sent events is skipped once. */
+static void on_pn_tick(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  kt_bridge_wstream *s = w->data;
+  bool any = false;
+  for (struct cw *c = s->watches; c; c = c->next) {
+    if (!c->progress_notify)
+      continue;
+    if (c->pn_ok && c->created) {
+      c->pn_due = true;
+      any = true;
+    }
+    c->pn_ok = true;
+  }
+  struct wkc *k = any && ws_live(s) ? wkc_get(s->kc) : NULL;
+  if (!k)
+    return;
+  want_round(k);
+  wkc_maybe_free(k);
+  if (wsubmitted)
+    wsubmitted(s->kc, wsubmitted_arg);
+}
+
 kt_bridge_wstream *kt_bridge_watch_open(ketch_client *kc, size_t fragment_bytes,
                                         const struct kt_bridge_stream_io *io, void *arg) {
   kt_bridge_wstream *s = calloc(1, sizeof *s);
@@ -1126,6 +1312,12 @@ kt_bridge_wstream *kt_bridge_watch_open(ketch_client *kc, size_t fragment_bytes,
   s->arg = arg;
   s->refs = 1;
   s->fragment_bytes = fragment_bytes;
+  if (wloop) { /* etcd's ticker: its period plus up to 10% jitter, per stream */
+    double t = pn_interval_s * (1 + (double)(random() % 1000) / 10000);
+    ev_timer_init(&s->pn_w, on_pn_tick, t, t);
+    s->pn_w.data = s;
+    ev_timer_start(wloop, &s->pn_w);
+  }
   return s;
 }
 
@@ -1143,7 +1335,9 @@ void kt_bridge_watch_recv(kt_bridge_wstream *s, const uint8_t *msg, size_t len) 
     break;
   case ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CANCEL_REQUEST: {
     struct cw *c = find_watch(s, r->cancel_request->watch_id);
-    if (c) { /* answered at once: nothing more comes for this id */
+    if (c && !c->created) { /* answered after its created (cw_created), as etcd */
+      c->cancel_pending = true;
+    } else if (c) { /* answered at once: nothing more comes for this id */
       ws_ctrl(s, &wlast_hdr, c->id, false, true, 0, NULL);
       cw_end(c);
     }
@@ -1162,6 +1356,8 @@ void kt_bridge_watch_close(kt_bridge_wstream *s) {
   if (!s)
     return;
   s->io = NULL;
+  if (wloop)
+    ev_timer_stop(wloop, &s->pn_w);
   while (s->watches)
     cw_end(s->watches);
   ws_unref(s);
