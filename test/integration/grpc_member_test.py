@@ -21,7 +21,7 @@ import time
 
 import grpc_stream_test as gs
 import grpc_test as g
-from harness import BIN, RANGE, STATUS, Conn, free_port, run_tests
+from harness import BIN, RANGE, STATUS, Conn, bridge_loops, free_port, run_tests
 
 NEW = "new1"  # the added member's name, the same on both sides
 URL_RE = re.compile(r"http://127\.0\.0\.1:\d+")
@@ -166,7 +166,7 @@ def start_new_member(s, settings):
         with open(s.bridge_log, "wb") as bl:
             s.bridge = subprocess.Popen(
                 [os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % s.bridge_port,
-                 "--endpoints", "127.0.0.1:%d" % s.client_port], stdout=bl,
+                 "--endpoints", "127.0.0.1:%d" % s.client_port] + bridge_loops(2), stdout=bl,
                 stderr=subprocess.STDOUT)
         e.procs.append(s.bridge)
         g.wait_port(s.bridge_port, s.bridge, "ketch-grpc for the new member")

@@ -677,12 +677,15 @@ def member_watchers():
 
 def co_bridge():
     """One bridge for the coalescing cases (a 1 MiB stream queue for the slow
-    client), with /metrics."""
+    client), with /metrics. One event loop: watches share an upstream watch
+    only within their loop (bridge.h), and these cases count the member's
+    watchers for clients on several connections (grpc_loops_test has the
+    per-loop case)."""
     e = env()
     if getattr(e, "co", None) is None:
         e.co_mport = free_port()
         e.co = e.bridge(["--metrics-addr", "127.0.0.1:%d" % e.co_mport,
-                         "--max-stream-queue-bytes", "1048576"])
+                         "--max-stream-queue-bytes", "1048576", "--loops", "1"])
     return e.co
 
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 
 import grpc_test as g
-from harness import BIN, free_port, run_tests
+from harness import BIN, bridge_loops, free_port, run_tests
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -733,7 +733,7 @@ def test_slow_watcher_is_cancelled_not_buffered():
     eps = ",".join(m.endpoint for m in e.members)
     log = open(os.path.join(e.tmp, "bridge-slow.log"), "wb")
     br = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
-                           "--endpoints", eps, "--max-stream-queue-bytes", "1048576"],
+                           "--endpoints", eps, "--max-stream-queue-bytes", "1048576"] + bridge_loops(2),
                           stdout=log, stderr=subprocess.STDOUT,
                           # Under ASan freed memory is reused at once, so RSS means live bytes.
                           env=dict(os.environ, ASAN_OPTIONS="quarantine_size_mb=0:" +
@@ -791,7 +791,7 @@ def test_slow_snapshot_reader_is_paced_not_buffered():
     eps = ",".join(m.endpoint for m in e.members)
     log = open(os.path.join(e.tmp, "bridge-slowsnap.log"), "wb")
     br = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
-                           "--endpoints", eps, "--max-stream-queue-bytes", "1048576"],
+                           "--endpoints", eps, "--max-stream-queue-bytes", "1048576"] + bridge_loops(2),
                           stdout=log, stderr=subprocess.STDOUT,
                           env=dict(os.environ, ASAN_OPTIONS="quarantine_size_mb=0:" +
                                    os.environ.get("ASAN_OPTIONS", "")))

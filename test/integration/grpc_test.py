@@ -18,7 +18,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import BIN, STATUS, Conn, Member, ServerError, free_port, run_tests
+from harness import BIN, STATUS, Conn, Member, ServerError, bridge_loops, free_port, run_tests
 
 TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]
 ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
@@ -63,7 +63,8 @@ class Env:
         self.bridge_log = open(os.path.join(self.tmp, "bridge.log"), "wb")
         self.bridge = subprocess.Popen(
             [os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % self.grpc_port,
-             "--endpoints", eps], stdout=self.bridge_log, stderr=subprocess.STDOUT)
+             "--endpoints", eps] + bridge_loops(3),  # etcdctl's connections on 3 loops
+            stdout=self.bridge_log, stderr=subprocess.STDOUT)
         self.procs.append(self.bridge)
         wait_port(self.grpc_port, self.bridge, "ketch-grpc")
         self.etcd_port, etcd_peer = free_port(), free_port()

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import tlscerts
 from grpc_test import ETCD, ETCDCTL, norm_text, wait_port
-from harness import BIN, free_port, run_tests
+from harness import BIN, bridge_loops, free_port, run_tests
 
 TMP = tempfile.mkdtemp(prefix="ketch-grpc-tls-it-")
 C = tlscerts.make(TMP)
@@ -48,7 +48,7 @@ class Env:
             "--trusted-ca-file", C["ca"], "--client-cert-auth",
             "--cacert", C["ca"], "--cert", C["proxy"], "--key", C["proxy-key"],
             "--metrics-addr", "https://127.0.0.1:%d" % self.metrics_port,
-            "--log-level", "debug"])
+            "--log-level", "debug"] + bridge_loops(2))
         wait_port(self.grpc_port, self.bridge, "ketch-grpc")
         self.etcd_port, etcd_peer = free_port(), free_port()
         peer_url = "http://127.0.0.1:%d" % etcd_peer
@@ -366,7 +366,7 @@ def test_sighup_reloads_certificate_and_ca_keeping_connections():
                           "--cert-file", files["cert"], "--key-file", files["key"],
                           "--trusted-ca-file", files["ca"], "--client-cert-auth",
                           "--cacert", C["ca"], "--cert", C["proxy"], "--key", C["proxy-key"],
-                          "--metrics-addr", "https://127.0.0.1:%d" % mport],
+                          "--metrics-addr", "https://127.0.0.1:%d" % mport] + bridge_loops(3),
                          stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     w = None
     try:

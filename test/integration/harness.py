@@ -53,6 +53,15 @@ def io_threads_flag(extra=()):
     return ["--io-threads", n]
 
 
+def bridge_loops(n):
+    """["--loops", n] for a ketch-grpc a test starts, unless KETCH_GRPC_LOOPS
+    is set: then every bridge of the run takes its loops from there (the
+    flag's environment form), e.g. KETCH_GRPC_LOOPS=4 for all of them."""
+    if os.environ.get("KETCH_GRPC_LOOPS"):
+        return []
+    return ["--loops", str(n)]
+
+
 class Member:
     def __init__(self, data_dir=None, extra=(), name="m1", port=None, wait=True, peer_port=None):
         self.own_dir = data_dir is None

@@ -49,6 +49,48 @@
  * (a request refused before reaching ketch) or later from ketch_process().
  * After kt_bridge_stream_close() the stream never calls io again; it frees
  * itself once libketch has completed its last callback.
+ *
+ * Event loops (--loops N; default `auto`: cores - 1, at most 8, and 1 below
+ * 4 cores, as the member's --io-threads; KETCH_GRPC_LOOPS is the flag's
+ * environment form). Each loop is one thread (ketch-grpc-N in `top -H`;
+ * loop 0 is the main thread) with its own libev loop, and owns for its whole
+ * life: the connections it was given (socket, TLS, nghttp2 session, streams),
+ * its libketch handles (the default one, one per certificate identity, one
+ * per auth session) and everything those handles carry: unary calls, watches,
+ * lease keep-alives, lock/election recipes, snapshot jobs. A connection never
+ * changes loops, so every per-stream guarantee (watch order, no duplicate or
+ * lost event, keep-alive answers in order) is the single-loop one.
+ *
+ *   accept (loop 0 owns the one listening socket: a second process binding
+ *   the port still fails with "address in use")
+ *     -> round robin over the loops: loop 0 keeps its turn; another loop's
+ *        turn goes into that loop's inbox (a mutex-guarded array, touched
+ *        once per accepted connection, never per request) and its ev_async
+ *     -> the loop makes the connection (TLS handshake budget per loop) and
+ *        serves it alone from then on.
+ *
+ * Per loop (KT_LOOP_LOCAL: thread-local, no other thread reads it): the
+ * watch coalescing table (client watches of one range share an upstream
+ * watch only within their loop), the lease keep-alive coalescing table
+ * (bridge_stream.c), the range cache's entries, its invalidation watch and
+ * probes (bridge_cache.c: one watch per loop), auth sessions (a token
+ * learnt on another loop gets a session that presents it, as a token from
+ * another bridge does), the --endpoints-auto-sync timer (each loop syncs its
+ * own handles), the snapshot jobs' loop, the watch progress tickers'
+ * loop (bridge_watch.c), nghttp2's free lists (bridge_h2mem.c).
+ * Shared, with one owner each: flags and the TLS contexts (read-only after
+ * start; kt_tls_ctx swaps its SSL_CTX under its own mutex, so SIGHUP or a
+ * file change reloaded by loop 0's kt_tls_reloader reaches every loop's next
+ * handshake); the registration (--resolver-prefix) and /metrics, /health on
+ * loop 0 (its default handle answers the health probe); the range cache's
+ * promises across loops: S (the highest revision any client was shown),
+ * the compaction floor and an Auth-call generation are process-wide atomic
+ * registers any loop may raise, so a hit on one loop is never older than
+ * what another loop showed (bridge_cache.c). Metrics: every loop counts in
+ * its own counters (atomics written only by their loop); a scrape on loop 0
+ * sums them (bridge_metrics.c), so /metrics adds up across loops.
+ * Shutdown: SIGINT/SIGTERM stops loop 0, which asks each other loop to stop
+ * (ev_async) and joins it; each loop closes its own connections and handles.
  */
 #ifndef KT_BRIDGE_H
 #define KT_BRIDGE_H
@@ -58,6 +100,11 @@
 #include <stdint.h>
 
 #include "../../client/ketch.h"
+
+/* State owned by one event loop (thread-local; see "Event loops" above). */
+#define KT_LOOP_LOCAL _Thread_local
+/* The most --loops. */
+#define KT_BRIDGE_MAX_LOOPS 64
 #include "kv.pb-c.h"
 #include "rpc.pb-c.h"
 
@@ -148,7 +195,7 @@ void kt_bridge_stream_close(kt_bridge_stream *s);
  * handle (kc NULL: any) and lease (id 0: any): a handle closing, a lease
  * revoked through the bridge. */
 extern bool kt_bridge_ka_coalesce;
-extern uint64_t kt_bridge_ka_requests, kt_bridge_ka_upstream;
+extern KT_LOOP_LOCAL _Atomic uint64_t kt_bridge_ka_requests, kt_bridge_ka_upstream;
 void kt_bridge_ka_forget(ketch_client *kc, int64_t id);
 
 /* A response header from a ketch header (k NULL: ids of kc, revision and
@@ -170,7 +217,8 @@ kt_bridge_wstream *kt_bridge_watch_open(ketch_client *kc, size_t fragment_bytes,
                                         const struct kt_bridge_stream_io *io, void *arg);
 void kt_bridge_watch_recv(kt_bridge_wstream *s, const uint8_t *msg, size_t len);
 void kt_bridge_watch_close(kt_bridge_wstream *s);
-/* Streams opened after this get etcd's progress ticker on loop: every
+/* On each event loop's thread (its own setting, bridge.h "Event loops"):
+ * streams opened after this get etcd's progress ticker on loop: every
  * progress_interval_s (plus up to 10% jitter, as etcd) each watch with
  * progress_notify that was sent no events since the last tick gets a progress
  * notification (etcd's --experimental-watch-progress-notify-interval, 10 min
@@ -182,8 +230,8 @@ void kt_bridge_watch_setup(struct ev_loop *loop, double progress_interval_s,
 /* etcd's grpc-proxy figures (/metrics): client watches sharing an upstream
  * watch beyond each one's first (gauge), and responses fanned out beyond
  * the first per upstream delivery (counter). */
-extern int64_t kt_bridge_watchers_coalescing;
-extern uint64_t kt_bridge_events_coalescing;
+extern KT_LOOP_LOCAL _Atomic int64_t kt_bridge_watchers_coalescing;
+extern KT_LOOP_LOCAL _Atomic uint64_t kt_bridge_events_coalescing;
 
 /* ---- Auth (bridge_auth.c) ---- */
 
@@ -203,11 +251,13 @@ void kt_bridge_authenticate_done(const ketch_result *res, kt_bridge_done done, v
 
 struct ev_loop;
 typedef struct kt_bridge_snap kt_bridge_snap;
-/* Where snapshot jobs report (the bridge's loop), the members they may ask
- * (--endpoints) and how (base: the TLS options of the bridge's own handles;
- * its strings must outlive the bridge). Without it every Snapshot call is
- * UNAVAILABLE. */
-void kt_bridge_snap_setup(struct ev_loop *loop, const char *endpoints, const ketch_options *base);
+/* The members snapshot jobs may ask (--endpoints) and how (base: the TLS
+ * options of the bridge's own handles; its strings must outlive the
+ * bridge): once, before the loops start. Then, on each loop's thread, where
+ * that loop's jobs report (kt_bridge_snap_loop). Without both every
+ * Snapshot call is UNAVAILABLE. */
+void kt_bridge_snap_setup(const char *endpoints, const ketch_options *base);
+void kt_bridge_snap_loop(struct ev_loop *loop);
 /* Starts one Snapshot call on the stream io/arg (counted as pending); kc: the
  * bridge's handle, whose member is asked first. NULL with *grpc_status and
  * *msg set when it cannot start. */
@@ -283,12 +333,14 @@ void kt_bridge_reg_name(const uint8_t *v, size_t n, char *out, size_t out_len);
  * Its header comment has the data flow, the rules and what a hit promises.
  * Off (every call a no-op) unless kt_bridge_cache_setup ran with entries. */
 struct kt_bridge_cache_fill;
-/* Caches on kc (the default handle; *submitted set when it queued work)
+/* On the calling loop's thread (the cache is per loop): caches on kc (that
+ * loop's default handle; *submitted set when it queued work)
  * at most max_entries answers and max_bytes bytes, none older than
  * max_stale_s. 0 (max_entries 0: off), -1 out of memory. */
 int kt_bridge_cache_setup(struct ev_loop *loop, ketch_client *kc, bool *submitted,
                           size_t max_entries, size_t max_bytes, double max_stale_s);
-/* At exit, before kc closes: drops everything, cancels the watch. */
+/* At exit, on the loop's thread, before kc closes: drops everything,
+ * cancels the watch. */
 void kt_bridge_cache_stop(void);
 /* A Range request msg[0..len) (after --namespace) on kc: true when it was
  * answered from the cache (done ran), false to send it to the member. */
@@ -309,14 +361,14 @@ uint8_t *kt_bridge_cache_fill(struct kt_bridge_cache_fill *f, const ketch_header
 void kt_bridge_cache_fill_failed(struct kt_bridge_cache_fill *f, int err);
 /* A Compact to revision is about to be sent: cached reads below it go. */
 void kt_bridge_cache_compacting(int64_t revision);
-/* Drops every entry (an Auth call: what the default handle may read may
- * change). */
+/* Drops every entry, on every loop (an Auth call: what the default handles
+ * may read may change; the other loops drop theirs at their next lookup). */
 void kt_bridge_cache_clear(void);
 /* A framed response message a client is about to get: its header revision
  * is something a client saw (S). */
 void kt_bridge_cache_seen(const uint8_t *framed, size_t len);
 /* Appends etcd_grpc_proxy_cache_{keys,hits,misses}_total and ketch's own
- * cache figures to /metrics. */
+ * cache figures to /metrics, summed over the loops. */
 struct kt_buf;
 void kt_bridge_cache_metrics(struct kt_buf *out);
 
@@ -328,7 +380,14 @@ struct kt_bridge_method_stat;
 struct kt_bridge_method_stat *kt_bridge_stat_start(const char *path, bool stream);
 /* ... and ended with grpc status code (NULL: no-op). */
 void kt_bridge_stat_done(struct kt_bridge_method_stat *s, int code);
-/* Appends grpc_server_started_total / grpc_server_handled_total. */
+/* Appends grpc_server_started_total / grpc_server_handled_total and the
+ * coalescing figures, summed over the loops, then the server's own
+ * (extra(arg, out): per-loop connections), then the cache's. */
 void kt_bridge_metrics(void *arg, struct kt_buf *out);
+/* On each loop's thread, before it serves: makes its counters part of the
+ * sums (at most KT_BRIDGE_MAX_LOOPS). */
+void kt_bridge_metrics_register_loop(void);
+/* What kt_bridge_metrics appends after its own (set before the loops). */
+extern void (*kt_bridge_metrics_extra)(void *arg, struct kt_buf *out);
 
 #endif

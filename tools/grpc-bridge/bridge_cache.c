@@ -94,6 +94,18 @@
  *   changes made elsewhere reach the cache as the member cancelling its
  *   watch or refusing a probe, so within max-staleness plus a probe.
  *
+ * Several event loops (--loops, bridge.h "Event loops"): each loop has its
+ * own cache (the state above is KT_LOOP_LOCAL: entries, watch, probes, W,
+ * its default handle), filled and served only by that loop's connections.
+ * What must hold across loops is shared as process-wide atomic registers
+ * that any loop raises and every loop reads: S (promise (b) spans the
+ * bridge, not the loop: a put answered on one loop keeps every loop's cache
+ * from serving anything older), the compaction floor raised by a Compact
+ * through the bridge, and the generation of Auth calls through the bridge
+ * (a loop that sees it changed drops its entries before its next lookup).
+ * The figures for /metrics are atomics written by their loop and summed
+ * over the loops when scraped.
+ *
  * Invariants: an entry is in the hash and the LRU list, and in the treap iff
  * its request revision is 0; n <= max_entries and bytes <= max_bytes after
  * every insertion; a fill ticket belongs to its miss until
@@ -101,6 +113,7 @@
 #include "bridge.h"
 
 #include <ev.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,7 +146,7 @@ struct centry {
   uint32_t prio;
 };
 
-static struct {
+struct cache_state {
   bool on;
   size_t max_entries, max_bytes;
   double max_stale_s;
@@ -144,7 +157,7 @@ static struct {
   struct centry **buckets;
   size_t n_buckets;
   struct centry *head, *tail; /* LRU: head most recent */
-  size_t n, bytes;
+  _Atomic size_t n, bytes;    /* atomics: read by the scrape */
   struct centry *root;
   uint32_t rng;
   uint64_t gen;
@@ -161,13 +174,31 @@ static struct {
   int64_t probe_rev, ok_rev;
   int64_t floor; /* compaction floor: revisions below it are gone */
   double last_use;
-  /* metrics */
-  uint64_t hits, misses, invalidated, stale;
+  /* metrics (atomics: read by the scrape on loop 0) */
+  _Atomic uint64_t hits, misses, invalidated, stale;
   /* a scratch list of entries an event touches */
   struct centry **hit;
   size_t n_hit, cap_hit;
   bool hit_oom;
-} C;
+  uint64_t shared_gen; /* the Auth generation last applied here */
+};
+
+static KT_LOOP_LOCAL struct cache_state C;
+
+/* The loops' caches, for /metrics (slots taken in order at setup). */
+static struct cache_state *_Atomic caches[KT_BRIDGE_MAX_LOOPS];
+static _Atomic int n_caches;
+
+/* Shared by the loops (see the top comment): S, the floor raised by a
+ * Compact through the bridge, the generation of Auth calls. */
+static _Atomic int64_t shared_S, shared_floor;
+static _Atomic uint64_t shared_gen;
+
+static void atomic_raise(_Atomic int64_t *x, int64_t v) {
+  int64_t cur = atomic_load(x);
+  while (v > cur && !atomic_compare_exchange_weak(x, &cur, v)) {
+  }
+}
 
 static double cache_now_s(void) {
   struct timespec ts;
@@ -428,7 +459,7 @@ static struct centry *cache_lookup(const uint8_t *req, size_t n, double now, int
   if (!e)
     return NULL;
   int64_t c = e->read_rev > C.W ? e->read_rev : C.W;
-  bool ok = C.live && c >= C.S;
+  bool ok = C.live && c >= atomic_load(&shared_S);
   if (ok && e->revision == 0) {
     ok = now - (e->fill_t > C.fresh_t ? e->fill_t : C.fresh_t) <= C.max_stale_s;
   } else if (ok) {
@@ -592,8 +623,7 @@ static void cache_on_probe(void *arg, int err, const ketch_result *res) {
     return;
   C.probing = false;
   if (!err) {
-    if (res->header.revision > C.S)
-      C.S = res->header.revision;
+    atomic_raise(&shared_S, res->header.revision);
     if (C.live && C.probe_t > C.fresh_t)
       C.fresh_t = C.probe_t;
     if (C.probe_rev > 0) {
@@ -683,7 +713,11 @@ int kt_bridge_cache_setup(struct ev_loop *loop, ketch_client *kc, bool *submitte
   C.max_stale_s = max_stale_s;
   C.rng = 0x9e3779b9u;
   C.fresh_t = C.ok_t = C.retry_at = -1e18;
+  C.shared_gen = atomic_load(&shared_gen);
   ev_timer_init(&C.tick, cache_on_tick, 0., max_stale_s / 2);
+  int slot = atomic_fetch_add(&n_caches, 1);
+  if (slot < KT_BRIDGE_MAX_LOOPS)
+    atomic_store_explicit(&caches[slot], &C, memory_order_release);
   return 0;
 }
 
@@ -706,9 +740,26 @@ void kt_bridge_cache_stop(void) {
   C.cap_hit = C.n_hit = 0;
 }
 
+/* What other loops changed: an Auth call (drop everything), a Compact. */
+static void cache_sync_shared(void) {
+  uint64_t g = atomic_load_explicit(&shared_gen, memory_order_acquire);
+  if (g != C.shared_gen) {
+    C.shared_gen = g;
+    cache_clear_all();
+  }
+  int64_t f = atomic_load(&shared_floor);
+  if (f > C.floor) {
+    C.floor = f;
+    cache_drop_compacted();
+  }
+}
+
 bool kt_bridge_cache_get(ketch_client *kc, const uint8_t *msg, size_t len, kt_bridge_done done,
                          void *arg) {
-  if (!C.on || kc != C.kc || !C.n)
+  if (!C.on || kc != C.kc)
+    return false;
+  cache_sync_shared();
+  if (!C.n)
     return false;
   double now = cache_now_s();
   int64_t cur;
@@ -721,8 +772,7 @@ bool kt_bridge_cache_get(ketch_client *kc, const uint8_t *msg, size_t len, kt_br
     return false;
   cache_use(now);
   C.hits++;
-  if (cur > C.S)
-    C.S = cur;
+  atomic_raise(&shared_S, cur);
   done(arg, KT_GRPC_OK, "", framed, n);
   return true;
 }
@@ -731,6 +781,7 @@ struct kt_bridge_cache_fill *kt_bridge_cache_miss(ketch_client *kc, const uint8_
                                                   const ketch_range_req *q) {
   if (!C.on || kc != C.kc || !q->serializable)
     return NULL;
+  cache_sync_shared();
   double now = cache_now_s();
   cache_use(now);
   C.misses++;
@@ -817,6 +868,7 @@ void kt_bridge_cache_fill_failed(struct kt_bridge_cache_fill *f, int err) {
 }
 
 void kt_bridge_cache_compacting(int64_t revision) {
+  atomic_raise(&shared_floor, revision);
   if (C.on && revision > C.floor) {
     C.floor = revision;
     cache_drop_compacted();
@@ -824,19 +876,32 @@ void kt_bridge_cache_compacting(int64_t revision) {
 }
 
 void kt_bridge_cache_clear(void) {
+  C.shared_gen = atomic_fetch_add(&shared_gen, 1) + 1;
   if (C.on)
     cache_clear_all();
 }
 
 void kt_bridge_cache_seen(const uint8_t *framed, size_t len) {
   if (C.on) {
-    int64_t r = cache_framed_revision(framed, len);
-    if (r > C.S)
-      C.S = r;
+    atomic_raise(&shared_S, cache_framed_revision(framed, len));
   }
 }
 
 void kt_bridge_cache_metrics(struct kt_buf *b) {
+  size_t n = 0, bytes = 0;
+  uint64_t hits = 0, misses = 0, invalidated = 0, stale = 0;
+  int nc = atomic_load_explicit(&n_caches, memory_order_acquire);
+  for (int i = 0; i < nc && i < KT_BRIDGE_MAX_LOOPS; i++) {
+    struct cache_state *c = atomic_load_explicit(&caches[i], memory_order_acquire);
+    if (!c)
+      continue;
+    n += atomic_load_explicit(&c->n, memory_order_relaxed);
+    bytes += atomic_load_explicit(&c->bytes, memory_order_relaxed);
+    hits += atomic_load_explicit(&c->hits, memory_order_relaxed);
+    misses += atomic_load_explicit(&c->misses, memory_order_relaxed);
+    invalidated += atomic_load_explicit(&c->invalidated, memory_order_relaxed);
+    stale += atomic_load_explicit(&c->stale, memory_order_relaxed);
+  }
   char t[1024];
   int k = snprintf(t, sizeof t,
                    "# HELP etcd_grpc_proxy_cache_keys_total Total number of keys/ranges cached\n"
@@ -859,8 +924,8 @@ void kt_bridge_cache_metrics(struct kt_buf *b) {
                    "not serve (watch down or behind, older than --cache-max-staleness).\n"
                    "# TYPE ketch_grpc_cache_stale_total counter\n"
                    "ketch_grpc_cache_stale_total %llu\n",
-                   C.n, (unsigned long long)C.hits, (unsigned long long)C.misses, C.bytes,
-                   (unsigned long long)C.invalidated, (unsigned long long)C.stale);
+                   n, (unsigned long long)hits, (unsigned long long)misses, bytes,
+                   (unsigned long long)invalidated, (unsigned long long)stale);
   if (k > 0)
     kt_buf_append(b, t, (size_t)k < sizeof t ? (size_t)k : sizeof t - 1);
 }

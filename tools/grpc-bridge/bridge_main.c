@@ -1,8 +1,15 @@
-/* tools/grpc-bridge/bridge_main.c — ketch-grpc's server: flags, the libev
- * loop, the listener, one nghttp2 server session per connection (h2c with
- * prior knowledge), gRPC framing/trailers/deadlines, unary and streaming
- * calls, back pressure, and the libketch handle driven from the same loop
- * (see bridge.h).
+/* tools/grpc-bridge/bridge_main.c — ketch-grpc's server: flags, the event
+ * loops (--loops; one thread and one libev loop each, bridge.h "Event
+ * loops"), the listener and the hand-out of accepted connections, one
+ * nghttp2 server session per connection (h2c with prior knowledge), gRPC
+ * framing/trailers/deadlines, unary and streaming calls, back pressure, and
+ * the libketch handles each loop drives (see bridge.h).
+ *
+ * A struct bridge is one loop: everything reachable from it (connections,
+ * streams, upstreams, timers) is touched only by that loop's thread. The
+ * exceptions are named where they are: the inbox (accepted sockets handed
+ * from loop 0, under inbox_mu), `stop`, and the n_conns gauge read by
+ * /metrics.
  *
  * Every call's responses go through one per-stream queue of framed messages,
  * drained by nghttp2's data provider as HTTP/2 flow control allows (deferred
@@ -43,13 +50,16 @@
  * grpc-proxy flags). */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <getopt.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -82,18 +92,24 @@
 #define TOKEN_HEADER_MAX 1024
 #define STREAM_SPARES 16 /* a stream is ~2 KB: calloc and free per call cost ~3% of a call */
 
-static int log_level = 1; /* 0 debug, 1 info, 2 warn, 3 error */
+static int log_level = 1; /* 0 debug, 1 info, 2 warn, 3 error; set before the loops */
 static void logf_(int lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void logf_(int lvl, const char *fmt, ...) {
   static const char *const names[] = {"debug", "info", "warn", "error"};
   if (lvl < log_level)
     return;
+  char line[1024]; /* one write per line: the loops' lines do not interleave */
+  int n = snprintf(line, sizeof line, "ketch-grpc %s: ", names[lvl]);
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "ketch-grpc %s: ", names[lvl]);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
   va_end(ap);
+  size_t len =
+      (size_t)n + (m < 0                                     ? 0
+                   : (size_t)m < sizeof line - (size_t)n - 1 ? (size_t)m
+                                                             : sizeof line - (size_t)n - 2);
+  line[len++] = '\n';
+  fwrite(line, 1, len, stderr);
 }
 
 /* One libketch handle driven from the loop (see the top comment). */
@@ -112,9 +128,24 @@ struct upstream {
   struct upstream *next;
 };
 
+#define INBOX_CAP 256 /* accepted sockets waiting for their loop */
+
+struct inbox_conn {
+  int fd;
+  char peer[64];
+};
+
 struct bridge {
   struct ev_loop *loop;
-  struct upstream *up; /* the default first, then one per identity or token */
+  int idx;       /* 0: the main thread's, which also accepts */
+  pthread_t th;  /* idx > 0 */
+  ev_async wake; /* the inbox has sockets, or stop was set */
+  pthread_mutex_t inbox_mu;
+  struct inbox_conn inbox[INBOX_CAP]; /* under inbox_mu */
+  size_t inbox_n;                     /* under inbox_mu */
+  _Atomic bool stop;                  /* set by loop 0 at shutdown */
+  _Atomic size_t n_conns;             /* open connections: written here, read by /metrics */
+  struct upstream *up;                /* the default first, then one per identity or token */
   size_t n_identities, n_tokens;
   ketch_options ko; /* for new upstreams (identity set per upstream) */
   const char *endpoints;
@@ -132,13 +163,17 @@ struct bridge {
   size_t max_stream_queue_bytes;
   const char *ns; /* --namespace, NULL when none (bridge_ns.c) */
   size_t ns_len;
-  const char *advertise;       /* --advertise-client-url, NULL: MemberList is the cluster's */
-  ev_timer sync_w;             /* --endpoints-auto-sync-interval */
-  bool sync_busy;              /* a member list for it in flight */
-  char *synced;                /* the endpoints last synced (owned), or NULL */
-  const char *resolver_prefix; /* --resolver-prefix (bridge_reg.c), or NULL */
-  struct conn *dirty;          /* connections with frames to send, flushed in prep */
-  struct conn *conns;          /* every open connection */
+  const char *advertise;          /* --advertise-client-url, NULL: MemberList is the cluster's */
+  ev_timer sync_w;                /* --endpoints-auto-sync-interval */
+  bool sync_busy;                 /* a member list for it in flight */
+  char *synced;                   /* the endpoints last synced (owned), or NULL */
+  const char *resolver_prefix;    /* --resolver-prefix (bridge_reg.c), or NULL */
+  struct conn *dirty;             /* connections with frames to send, flushed in prep */
+  struct conn *conns;             /* every open connection */
+  size_t cache_size, cache_bytes; /* --cache-size, --cache-max-bytes */
+  double cache_stale_s;           /* --cache-max-staleness */
+  double sync_s;                  /* --endpoints-auto-sync-interval */
+  double progress_s;              /* --experimental-watch-progress-notify-interval */
 };
 
 struct stream;
@@ -1287,6 +1322,7 @@ static void conn_close(struct conn *c) {
   if (c->s)
     nghttp2_session_del(c->s);
   kt_io_close(&c->io);
+  atomic_fetch_sub(&b->n_conns, 1);
   free(c->out);
   /* Still in the dirty list? unlink before freeing. */
   for (struct conn **p = &b->dirty; *p; p = &(*p)->next_dirty) {
@@ -1298,8 +1334,52 @@ static void conn_close(struct conn *c) {
   free(c);
 }
 
+/* The loops (bridge.h "Event loops"): set up before any thread starts,
+ * then read-only (each struct bridge's own fields stay its thread's). */
+static struct bridge *loops;
+static int n_loops;
+
+/* Loop b takes the accepted socket fd (its peer's address in peer) and
+ * serves it from now on. */
+static void conn_new(struct bridge *b, int fd, const char *peer) {
+  struct ev_loop *loop = b->loop;
+  struct conn *c = calloc(1, sizeof *c); /* the HTTP/2 session comes after TLS */
+  if (!c) {
+    close(fd);
+    return;
+  }
+  snprintf(c->peer, sizeof c->peer, "%s", peer);
+  struct kt_err e = {0};
+  if (b->tls && kt_io_init_tls(&c->io, fd, b->tls, NULL, &e)) {
+    logf_(2, "connection %s refused: %s", c->peer, e.msg);
+    free(c);
+    close(fd);
+    return;
+  }
+  if (!b->tls)
+    kt_io_init_plain(&c->io, fd);
+  atomic_fetch_add(&b->n_conns, 1);
+  c->b = b;
+  c->opened_at = ev_now(loop);
+  c->next = b->conns;
+  if (b->conns)
+    b->conns->prev = c;
+  b->conns = c;
+  ev_io_init(&c->rio, on_conn_read, fd, EV_READ);
+  ev_io_init(&c->wio, on_conn_write, fd, EV_WRITE);
+  c->rio.data = c->wio.data = c;
+  if (b->tls)
+    conn_arm(c); /* the handshake first */
+  else
+    conn_secured(c);
+}
+
+/* Loop 0: accepts, and hands the connections out round robin (its own
+ * turns it serves itself; a loop whose inbox is full is skipped). */
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
+  (void)loop;
   (void)revents;
+  static unsigned next; /* loop 0's */
   struct bridge *b = w->data;
   for (int i = 0; i < 64; i++) {
     struct sockaddr_storage ss;
@@ -1312,38 +1392,44 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct conn *c = calloc(1, sizeof *c); /* the HTTP/2 session comes after TLS */
-    if (!c) {
-      close(fd);
-      continue;
-    }
-    char host[46] = "?", port[8] = "?"; /* numeric: they fit c->peer */
+    char host[46] = "?", port[8] = "?"; /* numeric: they fit a peer[64] */
     getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port,
                 NI_NUMERICHOST | NI_NUMERICSERV);
-    snprintf(c->peer, sizeof c->peer, "%s:%s", host, port);
-    struct kt_err e = {0};
-    if (b->tls && kt_io_init_tls(&c->io, fd, b->tls, NULL, &e)) {
-      logf_(2, "connection %s refused: %s", c->peer, e.msg);
-      free(c);
-      close(fd);
-      continue;
+    char peer[64];
+    snprintf(peer, sizeof peer, "%s:%s", host, port);
+    struct bridge *to = &loops[next++ % (unsigned)n_loops];
+    bool handed = false;
+    if (to != b) {
+      pthread_mutex_lock(&to->inbox_mu);
+      if (to->inbox_n < INBOX_CAP) {
+        struct inbox_conn *ic = &to->inbox[to->inbox_n++];
+        ic->fd = fd;
+        memcpy(ic->peer, peer, sizeof peer);
+        handed = true;
+      }
+      pthread_mutex_unlock(&to->inbox_mu);
+      if (handed)
+        ev_async_send(to->loop, &to->wake);
     }
-    if (!b->tls)
-      kt_io_init_plain(&c->io, fd);
-    c->b = b;
-    c->opened_at = ev_now(loop);
-    c->next = b->conns;
-    if (b->conns)
-      b->conns->prev = c;
-    b->conns = c;
-    ev_io_init(&c->rio, on_conn_read, fd, EV_READ);
-    ev_io_init(&c->wio, on_conn_write, fd, EV_WRITE);
-    c->rio.data = c->wio.data = c;
-    if (b->tls)
-      conn_arm(c); /* the handshake first */
-    else
-      conn_secured(c);
+    if (!handed)
+      conn_new(b, fd, peer);
   }
+}
+
+/* Another loop: the sockets loop 0 handed over, or stop. */
+static void on_wake(struct ev_loop *loop, ev_async *w, int revents) {
+  (void)revents;
+  struct bridge *b = w->data;
+  struct inbox_conn got[INBOX_CAP];
+  pthread_mutex_lock(&b->inbox_mu);
+  size_t n = b->inbox_n;
+  memcpy(got, b->inbox, n * sizeof got[0]);
+  b->inbox_n = 0;
+  pthread_mutex_unlock(&b->inbox_mu);
+  for (size_t i = 0; i < n; i++)
+    conn_new(b, got[i].fd, got[i].peer);
+  if (atomic_load(&b->stop))
+    ev_break(loop, EVBREAK_ALL);
 }
 
 /* ---- upstreams ---- */
@@ -1661,6 +1747,129 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents) {
   ev_break(loop, EVBREAK_ALL);
 }
 
+/* --loops: N (1..KT_BRIDGE_MAX_LOOPS) or "auto" (0), else -1. */
+static int parse_loops(const char *v) {
+  if (!strcmp(v, "auto"))
+    return 0;
+  char *end;
+  long n = strtol(v, &end, 10);
+  return *end || end == v || n < 1 || n > KT_BRIDGE_MAX_LOOPS ? -1 : (int)n;
+}
+
+/* auto: cores - 1, at most 8, and 1 below 4 cores. Why one below 4 cores:
+ * a loop's work is mostly its clients' (HTTP/2, protobuf) and the
+ * members'; with 2 or 3 cores shared with a member and clients a second
+ * loop mostly adds wake-ups and smaller batches (the member's --io-threads
+ * default, net/THREADS.md, for the same reason). */
+static int auto_loops(void) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 4)
+    return 1;
+  return cores - 1 > 8 ? 8 : (int)cores - 1;
+}
+
+/* /metrics: the loops and their connections (summed, they are the bridge's). */
+static void loops_metrics(void *arg, struct kt_buf *out) {
+  (void)arg;
+  char t[160];
+  int k = snprintf(t, sizeof t,
+                   "# HELP ketch_grpc_loops Event loops serving connections (--loops).\n"
+                   "# TYPE ketch_grpc_loops gauge\nketch_grpc_loops %d\n",
+                   n_loops);
+  kt_buf_append(out, t, (size_t)k);
+  static const char h[] = "# HELP ketch_grpc_loop_connections Open client connections of each "
+                          "event loop.\n# TYPE ketch_grpc_loop_connections gauge\n";
+  kt_buf_append(out, h, sizeof h - 1);
+  for (int i = 0; i < n_loops; i++) {
+    k = snprintf(t, sizeof t, "ketch_grpc_loop_connections{loop=\"%d\"} %zu\n", i,
+                 atomic_load_explicit(&loops[i].n_conns, memory_order_relaxed));
+    kt_buf_append(out, t, (size_t)k);
+  }
+}
+
+/* The loop's watchers and its default upstream (on the main thread, before
+ * the loop's thread starts). 0, or -1 (logged). */
+static int loop_init(struct bridge *b) {
+  if (pthread_mutex_init(&b->inbox_mu, NULL))
+    return -1;
+  ev_check_init(&b->turn_w, on_turn);
+  b->turn_w.data = b;
+  ev_check_start(b->loop, &b->turn_w);
+  ev_idle_init(&b->spin_w, on_spin);
+  b->spin_w.data = b;
+  ev_timer_init(&b->hs_w, on_hs_timer, 0, 0);
+  b->hs_w.data = b;
+  ev_timer_init(&b->reap_w, on_reap, 1, 1);
+  b->reap_w.data = b;
+  ev_timer_start(b->loop, &b->reap_w);
+  ev_prepare_init(&b->prep, on_prepare);
+  b->prep.data = b;
+  ev_prepare_start(b->loop, &b->prep);
+  ev_async_init(&b->wake, on_wake);
+  b->wake.data = b;
+  ev_async_start(b->loop, &b->wake);
+  ev_timer_init(&b->sync_w, on_sync, b->sync_s, b->sync_s);
+  b->sync_w.data = b;
+  if (b->sync_s > 0)
+    ev_timer_start(b->loop, &b->sync_w);
+  if (!upstream_for(b, NULL)) {
+    fprintf(stderr, "ketch-grpc: --endpoints %s: cannot open a client\n", b->endpoints);
+    return -1;
+  }
+  return 0;
+}
+
+/* On the loop's own thread, before it serves: what is thread-local. */
+static int loop_local_init(struct bridge *b) {
+  kt_bridge_metrics_register_loop();
+  kt_bridge_snap_loop(b->loop);
+  kt_bridge_watch_setup(b->loop, b->progress_s, mark_submitted, b);
+  if (kt_bridge_cache_setup(b->loop, b->up->kc, &b->up->ksubmitted, b->cache_size, b->cache_bytes,
+                            b->cache_stale_s)) {
+    fprintf(stderr, "ketch-grpc: --cache-size: out of memory\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* On the loop's own thread, after its ev_run: closes what it owns. */
+static void loop_fini(struct bridge *b) {
+  ev_timer_stop(b->loop, &b->sync_w);
+  while (b->conns) /* streams go first: their watches are cancelled */
+    conn_close(b->conns);
+  pthread_mutex_lock(&b->inbox_mu); /* handed over, never served */
+  for (size_t i = 0; i < b->inbox_n; i++)
+    close(b->inbox[i].fd);
+  b->inbox_n = 0;
+  pthread_mutex_unlock(&b->inbox_mu);
+  kt_bridge_cache_stop();
+  while (b->up) {
+    struct upstream *u = b->up;
+    b->up = u->next;
+    upstream_free(u);
+  }
+  free(b->synced);
+  b->synced = NULL;
+  ev_check_stop(b->loop, &b->turn_w);
+  ev_idle_stop(b->loop, &b->spin_w);
+  ev_timer_stop(b->loop, &b->hs_w);
+  ev_timer_stop(b->loop, &b->reap_w);
+  ev_prepare_stop(b->loop, &b->prep);
+  ev_async_stop(b->loop, &b->wake);
+}
+
+static void *loop_thread(void *arg) {
+  struct bridge *b = arg;
+  char name[16];
+  snprintf(name, sizeof name, "ketch-grpc-%d", b->idx);
+  pthread_setname_np(pthread_self(), name);
+  if (loop_local_init(b))
+    exit(1);
+  ev_run(b->loop, 0);
+  loop_fini(b);
+  return NULL;
+}
+
 static void usage(FILE *f) {
   fprintf(f, "usage: ketch-grpc [--listen-addr HOST:PORT] [--endpoints LIST]\n"
              "                  [--max-request-bytes N] [--max-stream-queue-bytes N]\n"
@@ -1701,6 +1910,10 @@ static void usage(FILE *f) {
              "                       clients cost the members one renewal per TTL/3\n"
              "  --experimental-watch-progress-notify-interval D  how often watches with\n"
              "                       progress_notify get one (etcd's flag; default 10m)\n"
+             "  --loops N|auto       event loops (threads), each serving its share of the\n"
+             "                       connections with its own handles to the members\n"
+             "                       (default auto: cores - 1, at most 8, and 1 below 4\n"
+             "                       cores; KETCH_GRPC_LOOPS sets the default)\n"
              "TLS toward clients (etcd's flags):\n"
              "  --cert-file, --key-file  the listener's certificate and key (PEM)\n"
              "  --trusted-ca-file    CAs of client certificates (client certificates are then\n"
@@ -1727,6 +1940,13 @@ int main(int argc, char **argv) {
   size_t max_req = 1572864, max_queue = 8u << 20;
   size_t cache_size = 2048, cache_bytes = 64u << 20;
   double cache_stale_s = 0.1, progress_s = 600;
+  int n_want = 0; /* --loops: 0 auto */
+  const char *loops_env = getenv("KETCH_GRPC_LOOPS");
+  if (loops_env && *loops_env && (n_want = parse_loops(loops_env)) < 0) {
+    fprintf(stderr, "ketch-grpc: KETCH_GRPC_LOOPS=%s: want auto or 1..%d\n", loops_env,
+            KT_BRIDGE_MAX_LOOPS);
+    return 2;
+  }
   enum {
     O_CERT = 256,
     O_KEY,
@@ -1748,7 +1968,8 @@ int main(int argc, char **argv) {
     O_CACHE,
     O_CACHE_BYTES,
     O_CACHE_STALE,
-    O_PROGRESS
+    O_PROGRESS,
+    O_LOOPS
   };
   static const struct option opts[] = {
       {"listen-addr", required_argument, 0, 'l'},
@@ -1777,6 +1998,7 @@ int main(int argc, char **argv) {
       {"cache-max-bytes", required_argument, 0, O_CACHE_BYTES},
       {"cache-max-staleness", required_argument, 0, O_CACHE_STALE},
       {"experimental-watch-progress-notify-interval", required_argument, 0, O_PROGRESS},
+      {"loops", required_argument, 0, O_LOOPS},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1823,6 +2045,12 @@ int main(int argc, char **argv) {
       break;
     case O_KACOALESCE:
       kt_bridge_ka_coalesce = true;
+      break;
+    case O_LOOPS:
+      if ((n_want = parse_loops(optarg)) < 0) {
+        fprintf(stderr, "ketch-grpc: --loops: want auto or 1..%d\n", KT_BRIDGE_MAX_LOOPS);
+        return 2;
+      }
       break;
     case O_CACHE:
     case O_CACHE_BYTES: {
@@ -1928,6 +2156,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
+  /* Large buffers (a 1.5 MiB put, big watch events) are mmap'd and given
+   * back when freed: glibc's default raises this threshold as such blocks
+   * are freed, and then each loop thread's malloc arena keeps its own
+   * high-water mark of them, so the bridge's memory would grow with --loops
+   * instead of with what it holds. */
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 
   struct bridge b = {.max_request_bytes = max_req,
                      .max_stream_queue_bytes = max_queue,
@@ -1936,8 +2170,13 @@ int main(int argc, char **argv) {
                      .resolver_prefix = resolver_prefix,
                      .advertise = advertise         ? advertise
                                   : resolver_prefix ? listen_addr
-                                                    : NULL};
-  b.loop = EV_DEFAULT;
+                                                    : NULL,
+                     .cache_size = cache_size,
+                     .cache_bytes = cache_bytes,
+                     .cache_stale_s = cache_stale_s,
+                     .sync_s = sync_s,
+                     .progress_s = progress_s}; /* the template of every loop's */
+  n_loops = n_want ? n_want : auto_loops();
   /* The listener's TLS: its files are read now; a problem stops the start. */
   char auto_cert[4200], auto_key[4200];
   if (!cert_file && auto_tls) {
@@ -1992,16 +2231,6 @@ int main(int argc, char **argv) {
   if (b.tls && (client_cert_auth || ca_file) && !b.forward_identity)
     logf_(2, "callers' certificate names are not passed on to the members: the bridge has no "
              "client certificate toward them (--cert/--key)");
-  ev_check_init(&b.turn_w, on_turn);
-  b.turn_w.data = &b;
-  ev_check_start(b.loop, &b.turn_w);
-  ev_idle_init(&b.spin_w, on_spin);
-  b.spin_w.data = &b;
-  ev_timer_init(&b.hs_w, on_hs_timer, 0, 0);
-  b.hs_w.data = &b;
-  ev_timer_init(&b.reap_w, on_reap, 1, 1);
-  b.reap_w.data = &b;
-  ev_timer_start(b.loop, &b.reap_w);
   char err[512] = "";
   ketch_client *probe = NULL; /* the endpoints and TLS files are checked now, as before */
   if (ketch_open(&probe, endpoints, &b.ko, err, sizeof err) != 0) {
@@ -2009,27 +2238,30 @@ int main(int argc, char **argv) {
     return 2;
   }
   ketch_close(probe);
-  if (!upstream_for(&b, NULL)) {
-    fprintf(stderr, "ketch-grpc: --endpoints %s: cannot open a client\n", endpoints);
-    return 2;
-  }
-  kt_bridge_watch_setup(b.loop, progress_s, mark_submitted, &b);
-  if (kt_bridge_cache_setup(b.loop, b.up->kc, &b.up->ksubmitted, cache_size, cache_bytes,
-                            cache_stale_s)) {
-    fprintf(stderr, "ketch-grpc: --cache-size: out of memory\n");
-    return 1;
-  }
   int lfd = listen_on(listen_addr);
   if (lfd < 0) {
     fprintf(stderr, "ketch-grpc: cannot listen on %s: %s\n", listen_addr, strerror(errno));
     return 1;
   }
-  ev_timer_init(&b.sync_w, on_sync, sync_s, sync_s);
-  b.sync_w.data = &b;
-  if (sync_s > 0)
-    ev_timer_start(b.loop, &b.sync_w);
+  loops = calloc((size_t)n_loops, sizeof *loops);
+  if (!loops) {
+    fprintf(stderr, "ketch-grpc: out of memory\n");
+    return 1;
+  }
+  for (int i = 0; i < n_loops; i++) {
+    loops[i] = b;
+    loops[i].idx = i;
+    loops[i].loop = i ? ev_loop_new(EVFLAG_AUTO) : EV_DEFAULT;
+    if (!loops[i].loop || loop_init(&loops[i]))
+      return 2;
+  }
+  kt_bridge_snap_setup(endpoints, &b.ko);
+  kt_bridge_metrics_extra = loops_metrics;
+  struct bridge *b0 = &loops[0];
+  if (loop_local_init(b0))
+    return 1;
   struct kt_bridge_reg *reg = NULL;
-  if (resolver_prefix && !(reg = kt_bridge_reg_start(b.loop, b.up->kc, &b.up->ksubmitted, ns,
+  if (resolver_prefix && !(reg = kt_bridge_reg_start(b0->loop, b0->up->kc, &b0->up->ksubmitted, ns,
                                                      resolver_prefix, b.advertise, resolver_ttl))) {
     fprintf(stderr, "ketch-grpc: --resolver-prefix: out of memory\n");
     return 1;
@@ -2055,7 +2287,7 @@ int main(int argc, char **argv) {
     }
     memcpy(host, a, hl);
     host[hl] = 0;
-    struct kt_http_source src = {kt_bridge_metrics, bridge_health, bridge_probe, &b};
+    struct kt_http_source src = {kt_bridge_metrics, bridge_health, bridge_probe, b0};
     struct kt_err e = {0};
     if (https) {
       if (!b.tls) {
@@ -2072,7 +2304,7 @@ int main(int argc, char **argv) {
         return 1;
       }
     }
-    if (!(http = kt_http_new(b.loop, &src, &e)) ||
+    if (!(http = kt_http_new(b0->loop, &src, &e)) ||
         (https ? kt_http_listen_tls(http, host, (int)port, metrics_tls, &e)
                : kt_http_listen(http, host, (int)port, &e))) {
       fprintf(stderr, "ketch-grpc: --metrics-addr %s: %s\n", metrics_addr, e.msg);
@@ -2086,47 +2318,59 @@ int main(int argc, char **argv) {
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, on_data_chunk);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_stream_close);
 
-  ev_prepare_init(&b.prep, on_prepare);
-  b.prep.data = &b;
-  ev_prepare_start(b.loop, &b.prep);
-  ev_io_init(&b.lio, on_accept, lfd, EV_READ);
-  b.lio.data = &b;
-  ev_io_start(b.loop, &b.lio);
+  ev_io_init(&b0->lio, on_accept, lfd, EV_READ);
+  b0->lio.data = b0;
+  ev_io_start(b0->loop, &b0->lio);
   ev_signal sint, sterm;
   ev_signal_init(&sint, on_signal, SIGINT);
   ev_signal_init(&sterm, on_signal, SIGTERM);
-  ev_signal_start(b.loop, &sint);
-  ev_signal_start(b.loop, &sterm);
-  kt_bridge_snap_setup(b.loop, endpoints, &b.ko);
+  ev_signal_start(b0->loop, &sint);
+  ev_signal_start(b0->loop, &sterm);
   static const char *const tls_names[2] = {"listener", "metrics"};
   struct kt_tls_ctx *const reload_ctxs[2] = {b.tls, metrics_tls};
-  struct kt_tls_reloader *reloader = kt_tls_reloader_new(b.loop, reload_ctxs, tls_names, 2);
-  logf_(1, "ketch-grpc %s serving etcd v3 gRPC (API %s) on %s (%s), ketch members %s%s%s%s",
-        KT_VERSION, KT_BRIDGE_ETCD_VERSION, listen_addr, b.tls ? "TLS, ALPN h2" : "h2c", endpoints,
-        ns ? ", namespace \"" : "", ns ? ns : "", ns ? "\"" : "");
-  ev_run(b.loop, 0);
+  struct kt_tls_reloader *reloader = kt_tls_reloader_new(b0->loop, reload_ctxs, tls_names, 2);
+  /* The other loops' threads: signals stay with the main thread (loop 0). */
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  sigaddset(&block, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  for (int i = 1; i < n_loops; i++)
+    if (pthread_create(&loops[i].th, NULL, loop_thread, &loops[i])) {
+      fprintf(stderr, "ketch-grpc: cannot start event loop %d\n", i);
+      return 1;
+    }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  logf_(1,
+        "ketch-grpc %s serving etcd v3 gRPC (API %s) on %s (%s), %d event loop%s, ketch members "
+        "%s%s%s%s",
+        KT_VERSION, KT_BRIDGE_ETCD_VERSION, listen_addr, b.tls ? "TLS, ALPN h2" : "h2c", n_loops,
+        n_loops == 1 ? "" : "s", endpoints, ns ? ", namespace \"" : "", ns ? ns : "",
+        ns ? "\"" : "");
+  ev_run(b0->loop, 0);
   logf_(1, "stopping");
-  ev_io_stop(b.loop, &b.lio);
+  ev_io_stop(b0->loop, &b0->lio);
   close(lfd);
   kt_bridge_reg_stop(reg); /* deregisters before the handles close */
-  ev_timer_stop(b.loop, &b.sync_w);
-  while (b.conns) /* streams go first: their watches are cancelled */
-    conn_close(b.conns);
-  kt_bridge_cache_stop();
-  while (b.up) {
-    struct upstream *u = b.up;
-    b.up = u->next;
-    upstream_free(u);
+  for (int i = 1; i < n_loops; i++) {
+    atomic_store(&loops[i].stop, true);
+    ev_async_send(loops[i].loop, &loops[i].wake);
   }
+  for (int i = 1; i < n_loops; i++) {
+    pthread_join(loops[i].th, NULL);
+    ev_loop_destroy(loops[i].loop);
+    pthread_mutex_destroy(&loops[i].inbox_mu);
+  }
+  loop_fini(b0);
+  ev_signal_stop(b0->loop, &sint);
+  ev_signal_stop(b0->loop, &sterm);
   kt_http_free(http); /* after: closing libketch answered the health checks waiting */
-  free(b.synced);
   kt_tls_reloader_free(reloader);
   kt_tls_ctx_free(b.tls);
   kt_tls_ctx_free(metrics_tls);
-  ev_check_stop(b.loop, &b.turn_w);
-  ev_idle_stop(b.loop, &b.spin_w);
-  ev_timer_stop(b.loop, &b.hs_w);
-  ev_timer_stop(b.loop, &b.reap_w);
+  pthread_mutex_destroy(&b0->inbox_mu);
+  free(loops);
   nghttp2_session_callbacks_del(callbacks);
   return 0;
 }

@@ -40,12 +40,14 @@
 #define CHUNK (32u * 1024u) /* etcd's snapshotSendBufferSize */
 #define SHA_BYTES 32
 
-static struct ev_loop *snap_loop;
+static KT_LOOP_LOCAL struct ev_loop *snap_loop; /* this loop's; a job keeps its own */
+/* set once before the loops start, read-only after */
 static ketch_options snap_base; /* TLS toward the members (the strings are argv's) */
 static char snap_endpoints[4096], snap_tmp[1024];
 
-void kt_bridge_snap_setup(struct ev_loop *loop, const char *endpoints, const ketch_options *base) {
-  snap_loop = loop;
+void kt_bridge_snap_loop(struct ev_loop *loop) { snap_loop = loop; }
+
+void kt_bridge_snap_setup(const char *endpoints, const ketch_options *base) {
   snap_base = *base;
   snprintf(snap_endpoints, sizeof snap_endpoints, "%s", endpoints);
   const char *t = getenv("TMPDIR");
@@ -53,6 +55,7 @@ void kt_bridge_snap_setup(struct ev_loop *loop, const char *endpoints, const ket
 }
 
 struct kt_bridge_snap {
+  struct ev_loop *loop; /* the stream's loop: where the job reports (fixed) */
   /* the loop's */
   const struct kt_bridge_stream_io *io; /* NULL once the stream is gone */
   void *arg;
@@ -82,7 +85,7 @@ static void on_progress(void *arg, uint64_t done, uint64_t total) {
   atomic_store(&sn->length, done);
   if (done == 0 || done - sn->signalled >= (1u << 20)) {
     sn->signalled = done;
-    ev_async_send(snap_loop, &sn->done);
+    ev_async_send(sn->loop, &sn->done);
   }
 }
 
@@ -141,12 +144,12 @@ out:
     unlink(part); /* left by a transfer that failed */
   }
   atomic_store(&sn->finished, true);
-  ev_async_send(snap_loop, &sn->done);
+  ev_async_send(sn->loop, &sn->done);
   return NULL;
 }
 
 static void snap_free(struct kt_bridge_snap *sn) {
-  ev_async_stop(snap_loop, &sn->done);
+  ev_async_stop(sn->loop, &sn->done);
   EVP_MD_CTX_free(sn->sha);
   if (sn->fd >= 0)
     close(sn->fd);
@@ -258,6 +261,7 @@ kt_bridge_snap *kt_bridge_snap_start(ketch_client *kc, const struct kt_bridge_st
     *msg = "ketch-grpc: cannot make a snapshot file in TMPDIR";
     return NULL;
   }
+  sn->loop = snap_loop;
   sn->io = io;
   sn->arg = arg;
   /* the member the bridge's handle talks to first, then the others */
@@ -269,9 +273,9 @@ kt_bridge_snap *kt_bridge_snap_start(ketch_client *kc, const struct kt_bridge_st
     snprintf(sn->token, sizeof sn->token, "%s", tok);
   ev_async_init(&sn->done, on_done);
   sn->done.data = sn;
-  ev_async_start(snap_loop, &sn->done);
+  ev_async_start(sn->loop, &sn->done);
   if (pthread_create(&sn->th, NULL, job, sn)) {
-    ev_async_stop(snap_loop, &sn->done);
+    ev_async_stop(sn->loop, &sn->done);
     close(sn->fd);
     EVP_MD_CTX_free(sn->sha);
     free(sn);

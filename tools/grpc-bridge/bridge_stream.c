@@ -75,7 +75,7 @@ struct kt_bridge_stream {
 
 /* The newest header ketch delivered (any stream): final deliveries carry
  * none, and etcd's cancel responses still name the term and revision. */
-static ketch_header last_hdr;
+static KT_LOOP_LOCAL ketch_header last_hdr;
 
 static void note_header(const ketch_header *h) {
   if (h->revision >= last_hdr.revision && h->raft_term)
@@ -184,7 +184,7 @@ static void on_keepalive(void *arg, int err, const ketch_result *res) {
  * after the last renewal (a LeaseRevoke through this bridge forgets it at
  * once). Entries: at most KA_MAX, dropped once older than their TTL. */
 bool kt_bridge_ka_coalesce;
-uint64_t kt_bridge_ka_requests, kt_bridge_ka_upstream;
+KT_LOOP_LOCAL _Atomic uint64_t kt_bridge_ka_requests, kt_bridge_ka_upstream;
 
 #define KA_BUCKETS 4096
 #define KA_MAX 65536
@@ -200,8 +200,8 @@ struct ka_lease {
   struct ka_lease *next;
 };
 
-static struct ka_lease *ka_table[KA_BUCKETS];
-static size_t ka_n;
+static KT_LOOP_LOCAL struct ka_lease *ka_table[KA_BUCKETS];
+static KT_LOOP_LOCAL size_t ka_n;
 
 static double mono_s(void) {
   struct timespec ts;

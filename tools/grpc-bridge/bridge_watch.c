@@ -133,8 +133,8 @@
 
 #define WS_MAX_WATCHES_PER_STREAM 4096
 
-int64_t kt_bridge_watchers_coalescing;
-uint64_t kt_bridge_events_coalescing;
+KT_LOOP_LOCAL _Atomic int64_t kt_bridge_watchers_coalescing;
+KT_LOOP_LOCAL _Atomic uint64_t kt_bridge_events_coalescing;
 
 enum { C_WAIT, C_PRIV, C_MEMB, C_CHECK, C_NONE };
 
@@ -217,10 +217,10 @@ struct kt_bridge_wstream {
 /* kt_bridge_watch_setup's: the loop of the streams' tickers, their period
  * (etcd's --experimental-watch-progress-notify-interval, 10 min) and who to
  * tell that a ticker submitted work on a handle. */
-static struct ev_loop *wloop;
-static double pn_interval_s = 600;
-static void (*wsubmitted)(ketch_client *kc, void *arg);
-static void *wsubmitted_arg;
+static KT_LOOP_LOCAL struct ev_loop *wloop; /* each event loop's own (bridge.h) */
+static KT_LOOP_LOCAL double pn_interval_s = 600;
+static KT_LOOP_LOCAL void (*wsubmitted)(ketch_client *kc, void *arg);
+static KT_LOOP_LOCAL void *wsubmitted_arg;
 
 void kt_bridge_watch_setup(struct ev_loop *loop, double progress_interval_s,
                            void (*submitted)(ketch_client *kc, void *arg), void *arg) {
@@ -232,7 +232,7 @@ void kt_bridge_watch_setup(struct ev_loop *loop, double progress_interval_s,
 
 /* The newest header of any delivery: canceled deliveries carry none, and
  * etcd's cancel responses still name the term and revision. */
-static ketch_header wlast_hdr;
+static KT_LOOP_LOCAL ketch_header wlast_hdr;
 
 static void wnote_header(const ketch_header *h) {
   if (h->revision >= wlast_hdr.revision && h->raft_term)
@@ -259,7 +259,7 @@ static int64_t progress_rev(int64_t sent, const ketch_header *h) {
 
 /* ---- handles ---- */
 
-static struct wkc *wkcs;
+static KT_LOOP_LOCAL struct wkc *wkcs;
 
 static struct wkc *wkc_get(ketch_client *kc) {
   for (struct wkc *k = wkcs; k; k = k->next)
@@ -287,8 +287,8 @@ static void wkc_maybe_free(struct wkc *k) {
 
 /* ---- the shared-watch table ---- */
 
-static struct uw **tab;
-static size_t tab_cap, tab_n;
+static KT_LOOP_LOCAL struct uw **tab;
+static KT_LOOP_LOCAL size_t tab_cap, tab_n;
 
 static uint64_t grp_hash(const ketch_client *kc, const void *key, size_t key_len, const void *end,
                          size_t end_len, bool prev_kv) {
