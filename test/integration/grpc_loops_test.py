@@ -246,6 +246,49 @@ def test_lease_across_loops():
             x.close()
 
 
+def test_revoke_reaches_every_loops_keepalive_cache():
+    """--coalesce-lease-keepalives keeps one table per loop; a LeaseRevoke
+    through loop 0 must still stop loop 1 from answering its cached renewal:
+    the next keep-alive on loop 1 is TTL 0, as etcd."""
+    e = env()
+    p = gs.pb()
+    port, mport = free_port(), free_port()
+    br = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
+                           "--endpoints", e.member.endpoint, "--loops", "2",
+                           "--coalesce-lease-keepalives", "--metrics-addr",
+                           "127.0.0.1:%d" % mport],
+                          stdout=open(os.path.join(e.tmp, "bridge-ka.log"), "wb"),
+                          stderr=subprocess.STDOUT)
+    chans = []
+    try:
+        wait_port(mport, br, "ketch-grpc /metrics")
+        a = Chan(port)
+        chans.append(a)
+        b = Chan(port)
+        chans.append(b)
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5).read()
+        assert re.search(rb'loop_connections\{loop="0"\} 1\n.*loop="1"\} 1\n', text, re.S), text
+        g = a.unary("/etcdserverpb.Lease/LeaseGrant", p.LeaseGrantRequest(TTL=60),
+                    p.LeaseGrantResponse)
+        q, it = a.stream("/etcdserverpb.Lease/LeaseKeepAlive", p.LeaseKeepAliveResponse)
+        for _ in range(2):  # the second is answered from loop 1's table
+            q.put(p.LeaseKeepAliveRequest(ID=g.ID))
+            r = next(it)
+            assert r.ID == g.ID and r.TTL == 60, r
+        b.unary("/etcdserverpb.Lease/LeaseRevoke", p.LeaseRevokeRequest(ID=g.ID),
+                p.LeaseRevokeResponse)
+        q.put(p.LeaseKeepAliveRequest(ID=g.ID))
+        r = next(it)
+        assert r.ID == g.ID and r.TTL == 0, r
+        q.put(None)
+        it.cancel()
+    finally:
+        for c in chans:
+            c.close()
+        br.terminate()
+        assert br.wait(20) == 0
+
+
 def test_port_stays_exclusive():
     e = env()
     r = subprocess.run([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % e.port,
@@ -279,4 +322,5 @@ def test_shutdown_clean():
 
 if __name__ == "__main__":
     run_tests([test_connections_spread_over_loops, test_watch_and_put_across_loops,
-               test_lease_across_loops, test_port_stays_exclusive, test_shutdown_clean])
+               test_lease_across_loops, test_revoke_reaches_every_loops_keepalive_cache,
+               test_port_stays_exclusive, test_shutdown_clean])

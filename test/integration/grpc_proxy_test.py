@@ -64,7 +64,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc_test as g  # noqa: E402
 import grpc_stream_test as gs  # noqa: E402
-from harness import BIN, Member, free_port, run_tests  # noqa: E402
+from harness import BIN, Member, bridge_loops, free_port, run_tests  # noqa: E402
 
 
 PROGRESS_S = 1.0  # etcd's and one bridge's --experimental-watch-progress-notify-interval
@@ -112,10 +112,13 @@ class Env:
         return p
 
     def bridge(self, flags, eps=None):
+        """A ketch-grpc with flags; 2 event loops unless flags say (so the
+        proxy features run across loops: registration, auto-sync, cache)."""
         port = free_port()
+        loops = [] if "--loops" in flags else bridge_loops(2)
         p = self.spawn("ketch-grpc", [os.path.join(BIN, "ketch-grpc"), "--listen-addr",
                                       "127.0.0.1:%d" % port, "--endpoints", eps or self.eps]
-                       + flags)
+                       + flags + loops)
         g.wait_port(port, p, "ketch-grpc")
         p.port = port
         return p

@@ -86,7 +86,10 @@
  * promises across loops: S (the highest revision any client was shown),
  * the compaction floor and an Auth-call generation are process-wide atomic
  * registers any loop may raise, so a hit on one loop is never older than
- * what another loop showed (bridge_cache.c). Metrics: every loop counts in
+ * what another loop showed (bridge_cache.c); a LeaseRevoke through any loop
+ * reaches every loop's keep-alive table before that loop answers from it
+ * again (a shared ring of revoked ids and its atomic count,
+ * bridge_stream.c). Metrics: every loop counts in
  * its own counters (atomics written only by their loop); a scrape on loop 0
  * sums them (bridge_metrics.c), so /metrics adds up across loops.
  * Shutdown: SIGINT/SIGTERM stops loop 0, which asks each other loop to stop

@@ -12,6 +12,8 @@
  * zero. */
 #include "bridge.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,8 +184,24 @@ static void on_keepalive(void *arg, int err, const ketch_result *res) {
  * lease nobody asks for is not renewed at all (pull, not a schedule). A
  * lease revoked or expired elsewhere may be answered alive for at most TTL/3
  * after the last renewal (a LeaseRevoke through this bridge forgets it at
- * once). Entries: at most KA_MAX, dropped once older than their TTL. */
+ * once). Entries: at most KA_MAX, dropped once older than their TTL.
+ *
+ * One table per event loop (bridge.h). A LeaseRevoke through one loop must
+ * reach the others' tables too: the revoking loop appends the lease id to
+ * a shared ring (under ka_revoked_mu: once per revoke, never per
+ * keep-alive) and raises ka_revoked_n (seq_cst); every loop compares that
+ * count with the last it applied before it answers a keep-alive from its
+ * table (one atomic load) and, when it moved, forgets those leases first
+ * (all of its entries if the ring wrapped past what it had seen). The
+ * revoke is sent to the member after the count moved, so a keep-alive
+ * that follows the revoke's answer is never answered from a cache. */
 bool kt_bridge_ka_coalesce;
+
+#define KA_REVOKED_RING 1024
+static pthread_mutex_t ka_revoked_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t ka_revoked[KA_REVOKED_RING];    /* under ka_revoked_mu */
+static _Atomic uint64_t ka_revoked_n;          /* ids ever appended (written under the mutex) */
+static KT_LOOP_LOCAL uint64_t ka_revoked_seen; /* how many of them this loop applied */
 KT_LOOP_LOCAL _Atomic uint64_t kt_bridge_ka_requests, kt_bridge_ka_upstream;
 
 #define KA_BUCKETS 4096
@@ -233,7 +251,31 @@ static void ka_sweep(size_t bucket, ketch_client *kc, int64_t id, bool match_onl
   }
 }
 
+/* Forgets the leases other loops revoked since this loop last looked. */
+static void ka_revoked_catch_up(void) {
+  pthread_mutex_lock(&ka_revoked_mu);
+  uint64_t n = atomic_load(&ka_revoked_n);
+  if (n - ka_revoked_seen > KA_REVOKED_RING) { /* wrapped: forget everything */
+    for (size_t b = 0; b < KA_BUCKETS; b++)
+      ka_sweep(b, NULL, 0, true);
+  } else {
+    for (uint64_t i = ka_revoked_seen; i < n; i++) {
+      int64_t id = ka_revoked[i % KA_REVOKED_RING];
+      ka_sweep(ka_bucket(id), NULL, id, true);
+    }
+  }
+  ka_revoked_seen = n;
+  pthread_mutex_unlock(&ka_revoked_mu);
+}
+
 void kt_bridge_ka_forget(ketch_client *kc, int64_t id) {
+  if (id && !kc && kt_bridge_ka_coalesce) { /* revoked: every loop's table */
+    pthread_mutex_lock(&ka_revoked_mu);
+    uint64_t n = atomic_load(&ka_revoked_n);
+    ka_revoked[n % KA_REVOKED_RING] = id;
+    atomic_store(&ka_revoked_n, n + 1);
+    pthread_mutex_unlock(&ka_revoked_mu);
+  }
   if (id) {
     ka_sweep(ka_bucket(id), kc, id, true);
     return;
@@ -279,6 +321,8 @@ static void ka_answer_cached(kt_bridge_stream *s, const struct ka_lease *e) {
 static bool keepalive_coalesced(kt_bridge_stream *s, int64_t id) {
   if (id <= 0)
     return false;
+  if (atomic_load(&ka_revoked_n) != ka_revoked_seen)
+    ka_revoked_catch_up();
   size_t b = ka_bucket(id);
   ka_sweep(b, NULL, 0, false);
   struct ka_lease *e = ka_table[b];
