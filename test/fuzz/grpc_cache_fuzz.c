@@ -193,7 +193,7 @@ static void fill(const struct rq *r, uint8_t nkv) {
 
 static void lookup_one(const struct rq *r) {
   struct centry *e = cache_find(r->msg, r->len, cache_hash(r->msg, r->len));
-  int64_t S = C.S;
+  int64_t S = atomic_load(&shared_S);
   bool may = e && C.live;
   if (may) {
     int64_t cur = e->read_rev > C.W ? e->read_rev : C.W;
@@ -258,6 +258,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static int dummy;
   bool submitted = false;
   memset(&C, 0, sizeof C);
+  atomic_store(&shared_S, 0); /* the loops' registers (one loop here) */
+  atomic_store(&shared_floor, 0);
+  atomic_store(&shared_gen, 0);
+  atomic_store(&n_caches, 0);
   if (kt_bridge_cache_setup(NULL, (ketch_client *)&dummy, &submitted, 1 + data[0] % 16,
                             4096 + (size_t)data[1] * 64, 0.1))
     return 0;
@@ -291,7 +295,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       lookup_one(&r);
       break;
     case 3: /* a client saw a revision */
-      C.S = g_rev - (op[1] % 3);
+      atomic_store(&shared_S, g_rev - (op[1] % 3));
       break;
     case 4: /* time passes */
       g_now += (op[1] % 16) * 0.01;

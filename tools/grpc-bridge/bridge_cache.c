@@ -166,8 +166,7 @@ struct cache_state {
   uint64_t wseq, wid;
   int64_t W;
   double retry_at;
-  /* what clients were shown, probes */
-  int64_t S;
+  /* probes (S, what clients were shown, is shared_S below) */
   bool probing;
   uint64_t pseq;
   double probe_t, fresh_t, ok_t;
