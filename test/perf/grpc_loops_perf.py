@@ -13,7 +13,9 @@ Reported per case: calls/s, p99, and the bridge's CPU per call in
 microseconds (all its threads, from /proc/PID/stat), with the generator on
 the same machine. Everything on loopback; every process is stopped at the
 end. Environment: CONNS (default 8), CLIENTS (default "64 256"), WORKLOADS
-(default "put range-l range-s").
+(default "put range-l range-s"); ETCD_BENCHMARK=path drives it with etcd's
+own benchmark tool instead (/work/shared/tools/build-etcd-benchmark.sh
+builds it), ETCD_TOTAL requests per run (default 30000).
 """
 import json
 import os
@@ -85,7 +87,33 @@ def start_bridge(member, loops):
     return p, port
 
 
+def etcd_bench(port, clients, workload):
+    """The same with etcd's own benchmark tool (ETCD_BENCHMARK=path): a fixed
+    number of requests (ETCD_TOTAL, default 30000 per run) instead of a
+    duration."""
+    import re
+    total = int(os.environ.get("ETCD_TOTAL", "30000"))
+    args = [os.environ["ETCD_BENCHMARK"], "--endpoints", "127.0.0.1:%d" % port, "--conns",
+            str(CONNS), "--clients", str(clients)]
+    if workload == "put":
+        args += ["put", "--key-size", "16", "--val-size", "256", "--key-space-size", "100000",
+                 "--total", str(total)]
+    else:
+        args += ["range", "perf-key", "--consistency", "l" if workload == "range-l" else "s",
+                 "--total", str(total)]
+    r = subprocess.run(args, capture_output=True, timeout=600)
+    out = r.stdout.decode()
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if r.returncode != 0 or not m:
+        raise RuntimeError("etcd benchmark: %s %s" % (out[-500:], r.stderr.decode()[-500:]))
+    p99 = re.search(r"99% in ([\d.]+) secs", out)
+    return {"rps": float(m.group(1)), "ok": total, "errors": 0,
+            "p99_ms": float(p99.group(1)) * 1000 if p99 else 0}
+
+
 def bench(port, clients, workload):
+    if os.environ.get("ETCD_BENCHMARK"):
+        return etcd_bench(port, clients, workload)
     args = [os.path.join(BIN, "ketch-bench"), "--target", "etcd", "--endpoints",
             "127.0.0.1:%d" % port, "--conns", str(CONNS), "--clients", str(clients),
             "--duration", str(SECONDS), "--json"]
@@ -120,8 +148,10 @@ def main():
             p.terminate()
             p.wait(20)
             procs.remove(p)
-    print("ketch-grpc --loops, %d rounds of %.0f s, %d connections, %d cores" %
-          (ROUNDS, SECONDS, CONNS, os.cpu_count()))
+    runs = ("%s requests (etcd's benchmark tool)" % os.environ.get("ETCD_TOTAL", "30000")
+            if os.environ.get("ETCD_BENCHMARK") else "%.0f s (ketch-bench)" % SECONDS)
+    print("ketch-grpc --loops, %d rounds of %s, %d connections, %d cores" %
+          (ROUNDS, runs, CONNS, os.cpu_count()))
     print("| workload | clients | loops | calls/s | p99 ms | bridge CPU us/call | failed |")
     print("|---|---|---|---|---|---|---|")
     for (workload, clients, loops), rs in sorted(results.items()):
