@@ -2,10 +2,11 @@
  * ketch cluster.
  *
  * Two halves:
- *   bridge_main.c  the server: flags, one libev loop, TCP listener, one
- *                  nghttp2 server session per connection (h2c, prior
- *                  knowledge), gRPC framing, deadlines, trailers, back
- *                  pressure; one libketch handle driven from the same loop.
+ *   bridge_main.c  the server: flags, the event loops ("Event loops"
+ *                  below), TCP listener, one nghttp2 server session per
+ *                  connection (h2c, prior knowledge), gRPC framing,
+ *                  deadlines, trailers, back pressure; each loop's libketch
+ *                  handles driven from that loop.
  *   bridge_kv.c    the etcd side of unary calls: which gRPC methods exist,
  *                  protobuf request -> libketch request, libketch result ->
  *                  protobuf response (KV, Lease, Cluster.MemberList,
@@ -43,7 +44,7 @@
  * or the connection's bound queued, because the client stops reading) CANCELS
  * that watch: the bridge cancels its ketch_watch and sends a canceled
  * WatchResponse with cancel_reason "ketch-grpc: watcher too slow ...". It
- * does not pause libketch (one handle serves every client).
+ * does not pause libketch (one handle serves every client of its loop).
  *
  * Invariants: done() runs exactly once per kt_bridge_call(), either inside it
  * (a request refused before reaching ketch) or later from ketch_process().
@@ -69,7 +70,8 @@
  *     -> the loop makes the connection (TLS handshake budget per loop) and
  *        serves it alone from then on.
  *
- * Per loop (KT_LOOP_LOCAL: thread-local, no other thread reads it): the
+ * Per loop (KT_LOOP_LOCAL: thread-local; no other thread reads it but the
+ * /metrics scrape, which reads its counters, atomics, see below): the
  * watch coalescing table (client watches of one range share an upstream
  * watch only within their loop), the lease keep-alive coalescing table
  * (bridge_stream.c), the range cache's entries, its invalidation watch and
