@@ -11,6 +11,7 @@ connections opened in turn are two per loop; on them, all at once:
     use";
   - SIGTERM with streams open on every loop stops every loop cleanly.
 The bridge's log must hold no sanitizer report (make tsan runs this file)."""
+import atexit
 import os
 import re
 import signal
@@ -73,6 +74,16 @@ def env():
     if ENV is None:
         ENV = Env()
     return ENV
+
+
+@atexit.register
+def _stop_leftovers():
+    """A failed or filtered-out (TI=...) run leaves no member or bridge behind."""
+    if ENV is not None:
+        if ENV.bridge.poll() is None:
+            ENV.bridge.kill()
+            ENV.bridge.wait()
+        ENV.member.kill9()
 
 
 def wait_for(what, cond, timeout=10):
