@@ -266,7 +266,7 @@ asan:
 # its ring's unit test, then integration tests whose every member runs with
 # 4 I/O threads; a race report in a member's log fails its test (harness.py
 # looks for "Sanitizer").
-TSAN_TESTS ?= iothreads_test server_test server_watch_lease_test metrics_test
+TSAN_TESTS ?= iothreads_test server_test server_watch_lease_test metrics_test watch_fanout_test
 tsan: deps
 	$(MAKE) O=build/tsan TSAN=1 all build/tsan/test/spsc_test
 	@fail=0; build/tsan/test/spsc_test || fail=1; for t in $(TSAN_TESTS); do \

@@ -1025,6 +1025,12 @@ static void enc_value(struct kt_buf *b, const struct kt_field *f, const uint8_t 
   }
 }
 
+/* A map message whose field `splice` (if not NULL) is written as the
+ * already-encoded value bytes sp[0..sp_len) instead of from base. */
+static void enc_map(struct kt_buf *b, const struct kt_msg_desc *m, const uint8_t *base,
+                    const struct kt_header *hdr, const struct kt_field *splice, const uint8_t *sp,
+                    size_t sp_len);
+
 static void enc_msg(struct kt_buf *b, const struct kt_msg_desc *m, const uint8_t *base,
                     const struct kt_header *hdr) {
   if (m->form == KT_FORM_TUPLE) {
@@ -1033,6 +1039,12 @@ static void enc_msg(struct kt_buf *b, const struct kt_msg_desc *m, const uint8_t
       enc_value(b, &m->fields[i], base);
     return;
   }
+  enc_map(b, m, base, hdr, NULL, NULL, 0);
+}
+
+static void enc_map(struct kt_buf *b, const struct kt_msg_desc *m, const uint8_t *base,
+                    const struct kt_header *hdr, const struct kt_field *splice, const uint8_t *sp,
+                    size_t sp_len) {
   size_t at = b->len;
   unsigned n = 0;
   w_byte(b, 0x80); /* patched below */
@@ -1048,7 +1060,10 @@ static void enc_msg(struct kt_buf *b, const struct kt_msg_desc *m, const uint8_t
     if (!f->always && field_is_zero(f, base))
       continue;
     w_name(b, f->name, f->name_len);
-    enc_value(b, f, base);
+    if (f == splice)
+      kt_buf_append(b, sp, sp_len);
+    else
+      enc_value(b, f, base);
     n++;
   }
   kt_assert(n <= 15);
@@ -1101,6 +1116,53 @@ void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
   size_t off = frame_begin(out);
   enc_body(out, t, t->resp, (const uint8_t *)resp + t->resp_off, resp->id,
            t->flags & KT_MT_HEADER ? &resp->header : NULL);
+  frame_end(out, off);
+}
+
+/* The events field of a WATCH frame (the last one of its map). */
+static const struct kt_field *watch_events_field(void) {
+  const struct kt_type_desc *t = kt_schema_type(KT_MSG_WATCH_CREATE);
+  const struct kt_msg_desc *m = t->resp;
+  const struct kt_field *f = &m->fields[m->n_fields - 1];
+  kt_assert(f->kind == KT_F_LIST && f->off == offsetof(struct kt_watch_resp, events));
+  return f;
+}
+
+void kt_proto_encode_watch_events(struct kt_buf *out, const struct kt_event *events, uint32_t n) {
+  struct kt_watch_resp wr = {.events = (struct kt_event *)events, .n_events = n};
+  enc_value(out, watch_events_field(), (const uint8_t *)&wr);
+}
+
+void kt_proto_encode_watch_header(struct kt_buf *out, const struct kt_header *hdr) {
+  w_name(out, "header", 6);
+  enc_msg(out, &kt_schema_header, (const uint8_t *)hdr, NULL);
+}
+
+/* Written by hand for speed (one per watcher per frame): the map's fields
+ * in the schema's order (header, watch_id, fragment, events), zero ones
+ * left out, as enc_map writes them; proto_test compares the two. */
+void kt_proto_encode_watch_frame(struct kt_buf *out, uint64_t id, const struct kt_header *hdr,
+                                 const uint8_t *head, size_t head_len, int64_t watch_id,
+                                 bool fragment, const uint8_t *events, size_t events_len) {
+  size_t off = frame_begin(out);
+  w_byte(out, 0x93);
+  w_uint(out, KT_MSG_WATCH_CREATE);
+  w_uint(out, id);
+  w_byte(out, (uint8_t)(0x80 | (2 + (watch_id != 0) + fragment)));
+  if (head)
+    kt_buf_append(out, head, head_len);
+  else
+    kt_proto_encode_watch_header(out, hdr);
+  if (watch_id) {
+    w_name(out, "watch_id", 8);
+    w_int(out, watch_id);
+  }
+  if (fragment) {
+    w_name(out, "fragment", 8);
+    w_byte(out, 0xc3);
+  }
+  w_name(out, "events", 6);
+  kt_buf_append(out, events, events_len);
   frame_end(out, off);
 }
 
