@@ -111,7 +111,7 @@ struct kt_iomsg {
   struct kt_wtarget *targets;
   uint32_t n_targets, cap_targets;
   int thread;
-  uint8_t data[];
+  _Alignas(16) uint8_t data[]; /* FRAMES puts its requests at a 16-byte offset in it */
 };
 
 /* A message with room for len bytes in data[] (p = data, len = 0). */
