@@ -23,18 +23,24 @@ request once; on every connection each put's reply came before that put's
 event on its watches (as the member has always sent them: the reply is made
 when the put applies, the events at the end of that turn); and a progress
 notification at revision R on a stream is never followed by an event at or
-below R on that stream. Run with 0, 1 and 3 I/O threads (or KT_IO_THREADS's
-count only). Prints "ok NAME" / "FAIL NAME: why".
+below R on that stream. A second case: a connection that hardly reads,
+its 20 watches in one group with a reading connection's 20, is held at the
+soft limit while the other gets everything, then gets every event once and
+in order (slow-watcher backpressure through the shared batches). Run with
+0, 1 and 3 I/O threads (or KT_IO_THREADS's count only). Prints "ok NAME" /
+"FAIL NAME: why".
 """
 import os
 import selectors
 import signal
+import socket
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 import iothreads_test  # noqa: E402
-from harness import ERROR, PUT, RANGE, Member, run_tests  # noqa: E402
+from harness import ERROR, PUT, RANGE, Conn, Member, run_tests  # noqa: E402
 
 WATCH, WATCH_PROGRESS, DELETE = 16, 18, 4
 N_CONNS, WINDOW = 24, 4
@@ -216,6 +222,82 @@ def scenario(io_threads):
         m.cleanup()
 
 
+def slow(io_threads):
+    """Two connections with 20 watches of one prefix each (one group): one
+    reads, one hardly reads while 3000 puts of 1 KiB (60 MB of frames for
+    each connection) are made. The one that reads gets everything; the other
+    is held at the soft limit (its watchers pass max_pending: moved aside,
+    then caught up from history), and when it reads it gets every event once
+    and in order; neither is cut."""
+    m = Member(extra=["--io-threads", str(io_threads), "--log-level", "warn"])
+    try:
+        n_w, n_puts, val = 20, 3000, b"y" * 1024
+        conns = []
+        for _ in range(2):
+            c = Conn(m.port, timeout=60)
+            ids = []
+            for _ in range(n_w):
+                rid = c.send(WATCH, {"key": b"sl/", "range_end": b"sl0"})
+                t, i, body = c.recv()
+                assert t == WATCH and i == rid and body.get("created"), body
+                ids.append(rid)
+            conns.append((c, ids))
+        (fast, fids), (lazy, lids) = conns
+        w = Conn(m.port)
+        for i in range(n_puts):
+            w.send(PUT, {"key": b"sl/%04d" % i, "value": val})
+        for i in range(n_puts):
+            assert w.recv()[0] == PUT
+
+        last = [time.time()]
+
+        def nudge():
+            """The slow one reads 64 KiB every 2 s (its frames stay in its
+            buffer, unparsed), so the member's 10 s stall cut never comes
+            however slow the machine: still far below what it is sent."""
+            if time.time() - last[0] > 2:
+                lazy.sock.settimeout(0.1)
+                try:
+                    lazy.buf += lazy.sock.recv(1 << 16)
+                except socket.timeout:
+                    pass
+                lazy.sock.settimeout(60)
+                last[0] = time.time()
+
+        def read_all(c, ids, what, between=lambda: None):
+            got = {i: [] for i in ids}
+            deadline = time.time() + 120
+            while any(len(v) < n_puts for v in got.values()):
+                between()
+                assert time.time() < deadline, "%s: %r events of %d" % (
+                    what, sorted(len(v) for v in got.values())[:3], n_puts)
+                t, i, body = c.recv()
+                assert t == WATCH and i in got and not body.get("canceled"), (t, i, body)
+                got[i].extend(e[1][0] for e in body.get("events") or [])
+            want = [b"sl/%04d" % i for i in range(n_puts)]
+            for i, v in got.items():
+                assert v == want, "%s: watch %d: %d events, first difference at %d" % (
+                    what, i, len(v), next((j for j, (a, b) in enumerate(zip(v, want)) if a != b),
+                                          min(len(v), len(want))))
+
+        t0 = time.time()
+        read_all(fast, fids, "the reading connection", nudge)
+        time.sleep(0.3)
+        metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % m.port,
+                                         timeout=10).read().decode()
+        moved = [line for line in metrics.splitlines()
+                 if line.startswith("ketch_watch_slow_moved_total ")]
+        if not moved or not float(moved[0].split()[1]) > 0:
+            raise AssertionError("no watcher was moved aside: %r" % moved)
+        read_all(lazy, lids, "the connection that did not read")
+        print("  io-threads %d: %s watchers moved aside; %.1f s to read both" % (
+            io_threads, moved[0].split()[1], time.time() - t0), file=sys.stderr)
+        lazy.put("after", "x")  # neither was cut
+        fast.put("after", "y")
+    finally:
+        m.cleanup()
+
+
 def counts():
     n = os.environ.get("KT_IO_THREADS")
     return [int(n)] if n else [0, 1, 3]
@@ -226,5 +308,11 @@ def every_watcher_gets_every_event_once_in_order_beside_other_requests():
         scenario(n)
 
 
+def a_connection_that_hardly_reads_is_held_then_gets_everything_in_order():
+    for n in counts():
+        slow(n)
+
+
 if __name__ == "__main__":
-    run_tests([every_watcher_gets_every_event_once_in_order_beside_other_requests])
+    run_tests([every_watcher_gets_every_event_once_in_order_beside_other_requests,
+               a_connection_that_hardly_reads_is_held_then_gets_everything_in_order])
