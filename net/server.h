@@ -151,8 +151,9 @@ void kt_wbatch_unref(struct kt_wbatch *b);
 /* A WATCH frame with b's events for stream `id`, watch `watch_id`, with
  * header h, in order with everything else sent on c (a no-op when closed).
  * Without I/O threads it is encoded into c's output now; with them the
- * batch goes to c's I/O thread, once per thread and batch for all the
- * watchers of one turn, and the I/O thread writes the frame around it. */
+ * batch goes to c's I/O thread, once for a run of consecutive
+ * watchers of it on that thread, and the I/O thread writes the frame
+ * around it. */
 void kt_conn_send_watch_batch(struct kt_conn *c, uint64_t id, const struct kt_header *h,
                               int64_t watch_id, struct kt_wbatch *b);
 /* Bytes appended and not yet written (0 when closed). Streams stop
