@@ -267,7 +267,8 @@ asan:
 # 4 I/O threads and every ketch-grpc with 3 event loops (grpc_loops_test:
 # the bridge's threads); a race report in a member's or the bridge's log, or
 # the bridge's exit status, fails its test (harness.py looks for "Sanitizer").
-TSAN_TESTS ?= iothreads_test server_test server_watch_lease_test metrics_test grpc_loops_test
+TSAN_TESTS ?= iothreads_test server_test server_watch_lease_test metrics_test watch_fanout_test \
+  grpc_loops_test
 tsan: deps
 	$(MAKE) O=build/tsan TSAN=1 all build/tsan/test/spsc_test
 	@fail=0; build/tsan/test/spsc_test || fail=1; for t in $(TSAN_TESTS); do \

@@ -23,6 +23,22 @@
  * A start revision beyond this member's revision (a client resuming on a
  * member that lags the one it left) is served from now, with events below
  * the asked revision dropped: exactly once, no gap.
+ *
+ * Fan-out (issue 17; net/THREADS.md, "Watch fan-out"): the events of a
+ * frame are encoded once into a shared, immutable batch (kt_wbatch_new),
+ * and each watcher's frame is sent as a reference to it
+ * (kt_conn_send_watch_batch): without I/O threads the frame is written
+ * around the batch's bytes into the connection's output; with them the
+ * batch goes once per I/O thread and turn to the I/O threads, which write
+ * each watcher's frame. Watchers of one group (same key/range, filters and
+ * prev_kv) at the same place in its log get the same frames: the first one
+ * drained in a flush records its frames as a plan, keyed (log, first seq,
+ * fragment), and the others of the same flush replay the plan: no take, no
+ * copy, no encoding, one kt_watch_advance and one reference per frame.
+ * A plan's frames are exactly those the first one's drain made (the cuts
+ * depend only on the events and `fragment`); a replay stops between frames
+ * where the connection is full, as a drain does. Plans live for one flush
+ * (the frames' header, the current revision, is fixed during it).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +73,21 @@ struct wconn {
   size_t at; /* its index in node_watch_state.conns */
 };
 
+/* A frame of a plan: its batch (a reference) and the log seq past its events. */
+struct pframe {
+  struct kt_wbatch *b;
+  uint64_t end;
+};
+
+/* The frames the first watcher at (log, from, fragment) got in this flush,
+ * pf[first .. first + n), covering the log up to `to`. */
+struct plan {
+  const void *log;
+  uint64_t from, to;
+  bool fragment;
+  uint32_t first, n;
+};
+
 struct node_watch_state {
   struct nwatch **ready; /* ready[head..n) */
   size_t n, cap, head;
@@ -70,6 +101,15 @@ struct node_watch_state {
    * closing meanwhile, swapped in from the end, is never skipped). */
   struct wconn **conns;
   size_t n_conns, cap_conns, recheck;
+  /* this flush's plans (fan-out), their frames, and an index of plans
+   * (open addressing: plan index + 1, 0 = empty) */
+  struct plan *plans;
+  size_t n_plans, cap_plans;
+  struct pframe *pf;
+  size_t n_pf, cap_pf;
+  uint32_t *pidx;
+  size_t cap_pidx;
+  struct kt_header hdr; /* the frames' header during a flush */
 };
 
 static void enqueue(struct kt_node *n, struct nwatch *w) {
@@ -137,6 +177,111 @@ static size_t event_bytes(const struct kt_event *e) {
   return b;
 }
 
+/* ---- fan-out plans ---- */
+
+static size_t plan_slot(const struct node_watch_state *s, const void *log, uint64_t from,
+                        bool fragment) {
+  uint64_t h = ((uint64_t)(uintptr_t)log * 0x9E3779B97F4A7C15ull) ^ (from * 0xC2B2AE3D27D4EB4Full) ^
+               (uint64_t)fragment;
+  return (size_t)(h ^ (h >> 31)) & (s->cap_pidx - 1);
+}
+
+static struct plan *plan_find(struct node_watch_state *s, const void *log, uint64_t from,
+                              bool fragment) {
+  if (!s->n_plans)
+    return NULL;
+  for (size_t i = plan_slot(s, log, from, fragment); s->pidx[i]; i = (i + 1) & (s->cap_pidx - 1)) {
+    struct plan *p = &s->plans[s->pidx[i] - 1];
+    if (p->log == log && p->from == from && p->fragment == fragment)
+      return p;
+  }
+  return NULL;
+}
+
+static void plan_index(struct node_watch_state *s, size_t at) {
+  struct plan *p = &s->plans[at];
+  size_t i = plan_slot(s, p->log, p->from, p->fragment);
+  while (s->pidx[i])
+    i = (i + 1) & (s->cap_pidx - 1);
+  s->pidx[i] = (uint32_t)at + 1;
+}
+
+/* Keep the frames pf[first..n_pf) as the plan of (log, from, fragment). */
+static void plan_add(struct node_watch_state *s, const void *log, uint64_t from, uint64_t to,
+                     bool fragment, size_t first) {
+  if (s->n_plans == s->cap_plans) {
+    s->cap_plans = s->cap_plans ? 2 * s->cap_plans : 16;
+    s->plans = realloc(s->plans, s->cap_plans * sizeof *s->plans);
+    kt_assert(s->plans);
+  }
+  s->plans[s->n_plans++] = (struct plan){.log = log,
+                                         .from = from,
+                                         .to = to,
+                                         .fragment = fragment,
+                                         .first = (uint32_t)first,
+                                         .n = (uint32_t)(s->n_pf - first)};
+  if (2 * s->n_plans > s->cap_pidx) { /* grow and re-index */
+    s->cap_pidx = s->cap_pidx ? 2 * s->cap_pidx : 64;
+    free(s->pidx);
+    s->pidx = calloc(s->cap_pidx, sizeof *s->pidx);
+    kt_assert(s->pidx);
+    for (size_t i = 0; i < s->n_plans; i++)
+      plan_index(s, i);
+  } else {
+    plan_index(s, s->n_plans - 1);
+  }
+}
+
+/* Drop pf[from..n_pf) (a drain that did not end at its run's end). */
+static void pf_drop(struct node_watch_state *s, size_t from) {
+  while (s->n_pf > from)
+    kt_wbatch_unref(s->pf[--s->n_pf].b);
+}
+
+/* End of a flush: the plans go (the batches live on where they were sent). */
+static void plans_clear(struct node_watch_state *s) {
+  pf_drop(s, 0);
+  if (s->n_plans)
+    memset(s->pidx, 0, s->cap_pidx * sizeof *s->pidx);
+  s->n_plans = 0;
+}
+
+/* A frame of events for w, as a shared batch; recorded in pf (ending at log
+ * seq `end`) when `rec`. */
+static void send_events(struct kt_node *n, struct nwatch *w, const struct kt_event *evs, size_t nev,
+                        bool fragment, bool rec, uint64_t end) {
+  struct node_watch_state *s = n->ws;
+  struct kt_wbatch *b = kt_wbatch_new(evs, (uint32_t)nev, fragment);
+  if (rec) {
+    if (s->n_pf == s->cap_pf) {
+      s->cap_pf = s->cap_pf ? 2 * s->cap_pf : 64;
+      s->pf = realloc(s->pf, s->cap_pf * sizeof *s->pf);
+      kt_assert(s->pf);
+    }
+    s->pf[s->n_pf++] = (struct pframe){.b = b, .end = end};
+  }
+  kt_conn_send_watch_batch(w->wc->conn, w->stream_id, &s->hdr, (int64_t)w->hub_id, b);
+  if (!rec)
+    kt_wbatch_unref(b);
+}
+
+/* Replay plan p for w (at p->from, with the same events ready up to p->to).
+ * Returns as drain_one. */
+static bool replay(struct kt_node *n, struct nwatch *w, const struct plan *p) {
+  struct node_watch_state *s = n->ws;
+  struct kt_conn *c = w->wc->conn;
+  for (uint32_t i = 0; i < p->n; i++) {
+    const struct pframe *f = &s->pf[p->first + i];
+    kt_watch_advance(n->watches, w->hub_id, f->end); /* before a send that may close c */
+    kt_conn_send_watch_batch(c, w->stream_id, &s->hdr, (int64_t)w->hub_id, f->b);
+    if (!w->wc || !kt_conn_open(c))
+      return false;
+    if (i + 1 < p->n && kt_conn_unsent(c) > KT_CONN_OUT_SOFT)
+      return true;
+  }
+  return false;
+}
+
 /* Moves ready events of w into frames while its connection has room:
  * events are taken TAKE at a time so a frame stops near FRAME_BYTES (at a
  * revision's end, or mid-revision with `fragment`). A revision too big for
@@ -149,6 +294,20 @@ static bool drain_one(struct kt_node *n, struct nwatch *w) {
   struct node_watch_state *s = n->ws;
   struct kt_conn *c = w->wc->conn;
   size_t nev = 0, bytes = 0;
+  /* the fan-out fast path: every ready event is in the group's log */
+  const void *log = NULL;
+  uint64_t from = 0, to = 0, at = 0;
+  bool rec = !w->min_rev && kt_watch_run(n->watches, w->hub_id, &log, &from, &to);
+  if (rec) {
+    if (from == to)
+      return false;
+    const struct plan *p = plan_find(s, log, from, w->fragment);
+    if (p && p->to == to)
+      return replay(n, w, p);
+    rec = !p; /* a plan that ends elsewhere stays; this drain is not recorded */
+  }
+  size_t first = s->n_pf;
+  at = from;
   kt_arena_reset(&s->arena);
   for (;;) {
     if (s->cap_evs - nev < TAKE) {
@@ -159,8 +318,10 @@ static bool drain_one(struct kt_node *n, struct nwatch *w) {
     int64_t crev = 0;
     int k = kt_watch_take(n->watches, w->hub_id, s->evs + nev, TAKE, &s->arena, &crev);
     if (k < 0) {
+      if (rec)
+        pf_drop(s, first);
       if (nev)
-        send_frame(n, w, &(struct kt_watch_resp){.events = s->evs, .n_events = (uint32_t)nev});
+        send_events(n, w, s->evs, nev, false, false, 0);
       end_stream(n, w, k == -KT_ECOMPACTED ? crev : 0,
                  k == -KT_ECOMPACTED ? kt_strerror(KT_ECOMPACTED) : "watch removed");
       return false;
@@ -173,6 +334,8 @@ static bool drain_one(struct kt_node *n, struct nwatch *w) {
       bytes += event_bytes(e);
       s->evs[nev + kept++] = *e;
     }
+    if (kept && w->min_rev) /* every later event is past it too */
+      w->min_rev = 0;
     nev += kept;
     int64_t next = kt_watch_next_rev(n->watches, w->hub_id);
     if (!next)
@@ -183,28 +346,44 @@ static bool drain_one(struct kt_node *n, struct nwatch *w) {
     if (mid_revision && !w->fragment) {
       if (bytes < KT_MAX_FRAME_BYTES / 2)
         continue; /* a revision stays whole in one frame */
+      if (rec)
+        pf_drop(s, first);
       kt_watch_cancel(n->watches, w->hub_id);
       end_stream(n, w, 0, "a revision is too large for one frame: watch with fragment");
       return false;
     }
-    send_frame(n, w,
-               &(struct kt_watch_resp){
-                   .events = s->evs, .n_events = (uint32_t)nev, .fragment = mid_revision});
+    at += nev;
+    send_events(n, w, s->evs, nev, mid_revision, rec, at);
     nev = bytes = 0;
     kt_arena_reset(&s->arena);
-    if (!w->wc || !kt_conn_open(c))
+    if (!w->wc || !kt_conn_open(c)) {
+      if (rec)
+        pf_drop(s, first);
       return false;
-    if (kt_conn_unsent(c) > KT_CONN_OUT_SOFT)
+    }
+    if (kt_conn_unsent(c) > KT_CONN_OUT_SOFT) {
+      if (rec)
+        pf_drop(s, first);
       return true;
+    }
   }
-  if (nev)
-    send_frame(n, w, &(struct kt_watch_resp){.events = s->evs, .n_events = (uint32_t)nev});
+  if (nev) {
+    at += nev;
+    send_events(n, w, s->evs, nev, false, rec, at);
+  }
+  if (rec) {
+    if (at == to && s->n_pf > first)
+      plan_add(s, log, from, to, w->fragment, first);
+    else
+      pf_drop(s, first);
+  }
   return false;
 }
 
 void kt_node_watch_flush(struct kt_node *n) {
   struct node_watch_state *s = n->ws;
-  size_t end = s->n;               /* watches queued while flushing wait for the next turn */
+  size_t end = s->n; /* watches queued while flushing wait for the next turn */
+  kt_node_header(n, &s->hdr);
   if (s->head < end && !s->busy) { /* takes make room for catch-up: step again */
     s->busy = true;
     ev_idle_start(n->loop, &n->idle_w);
@@ -231,6 +410,7 @@ void kt_node_watch_flush(struct kt_node *n) {
     }
     kt_conn_unref(c);
   }
+  plans_clear(s);
   if (s->head == s->n)
     s->head = s->n = 0;
 }
@@ -463,6 +643,10 @@ void kt_node_watch_free(struct kt_node *n) {
   free(s->ready);
   free(s->conns);
   free(s->evs);
+  plans_clear(s);
+  free(s->plans);
+  free(s->pf);
+  free(s->pidx);
   kt_arena_free(&s->arena);
   free(s);
   n->ws = NULL;

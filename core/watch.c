@@ -883,6 +883,28 @@ int kt_watch_take(struct kt_watch_hub *h, uint64_t id, struct kt_event *out, int
   return n;
 }
 
+bool kt_watch_run(const struct kt_watch_hub *h, uint64_t id, const void **log, uint64_t *from,
+                  uint64_t *to) {
+  const struct watcher *w = ids_get(h, id);
+  if (!w || w->canceled || !w->synced || w->bn)
+    return false;
+  *log = w->g;
+  *from = w->pos;
+  *to = w->g->committed;
+  return true;
+}
+
+void kt_watch_advance(struct kt_watch_hub *h, uint64_t id, uint64_t upto) {
+  struct watcher *w = ids_get(h, id);
+  kt_assert(w && w->synced && !w->bn && upto > w->pos && upto <= w->g->committed);
+  struct group *g = w->g;
+  const struct wev *e = g->log[g->head + (upto - 1 - g->base)];
+  w->last_rev = e->rev, w->last_sub = e->sub;
+  w->pos = upto;
+  if (g->members == w && !w->next) /* sole member: free what it took */
+    log_trim(g, w->pos);
+}
+
 int64_t kt_watch_next_rev(const struct kt_watch_hub *h, uint64_t id) {
   const struct watcher *w = ids_get(h, id);
   if (!w || w->canceled)

@@ -107,6 +107,19 @@ bool kt_watch_step(struct kt_watch_hub *h, size_t budget);
 int kt_watch_take(struct kt_watch_hub *h, uint64_t id, struct kt_event *out, int max,
                   struct kt_arena *a, int64_t *compact_rev);
 
+/* Fan-out without copies (the node encodes a run of a group's log once and
+ * hands the same bytes to every watcher at the same place in it). If every
+ * event ready for watcher `id` sits in its group's shared log (it is synced
+ * and has no private catch-up buffer), *log gets the log's identity (stable
+ * while a watcher uses it) and [*from, *to) the sequence numbers of those
+ * events, and it returns true (from == to: none ready). Two watchers with
+ * the same log and `from` have exactly the same events from there on. */
+bool kt_watch_run(const struct kt_watch_hub *h, uint64_t id, const void **log, uint64_t *from,
+                  uint64_t *to);
+/* The watcher of a true kt_watch_run has taken the events up to seq `upto`
+ * (from < upto <= to) by other means: as kt_watch_take of them. */
+void kt_watch_advance(struct kt_watch_hub *h, uint64_t id, uint64_t upto);
+
 /* The revision of the next event kt_watch_take would return, or 0 if none
  * is ready (lets the caller keep a revision whole in one message). */
 int64_t kt_watch_next_rev(const struct kt_watch_hub *h, uint64_t id);

@@ -105,6 +105,7 @@ struct iothr {
   bool accepting;
   /* ---- the state thread's ---- */
   struct kt_iomsg *sbox, *sbox_tail; /* for this thread, waiting for room in `out` */
+  struct kt_iomsg *fan;              /* the WATCH message being filled (kt_iothreads_send_watch) */
   /* ---- shared ---- */
   struct kt_spsc in;  /* this thread -> state */
   struct kt_spsc out; /* state -> this thread */
@@ -139,6 +140,10 @@ struct kt_iomsg *kt_iomsg_new(uint8_t type, struct kt_ioconn_shared *sh, size_t 
   m->reqs = NULL;
   m->n_reqs = m->next_req = 0;
   m->arena = (struct kt_arena){0};
+  m->batch = NULL;
+  m->targets = NULL;
+  m->n_targets = m->cap_targets = 0;
+  m->thread = sh ? sh->thread : -1;
   return m;
 }
 
@@ -148,7 +153,36 @@ void kt_iomsg_free(struct kt_iomsg *m) {
   if (m->ext)
     free(m->p);
   kt_arena_free(&m->arena);
+  if (m->batch)
+    kt_wbatch_unref(m->batch);
+  free(m->targets);
   free(m);
+}
+
+/* ---- watch batches (any thread) ---- */
+
+struct kt_wbatch *kt_wbatch_new(const struct kt_event *events, uint32_t n, bool fragment) {
+  struct kt_buf b = {0};
+  kt_proto_encode_watch_events(&b, events, n);
+  struct kt_wbatch *w = malloc(sizeof *w + b.len);
+  kt_assert(w);
+  atomic_init(&w->refs, 1);
+  w->n_events = n;
+  w->fragment = fragment;
+  w->len = b.len;
+  memcpy(w->bytes, b.p, b.len);
+  kt_buf_free(&b);
+  return w;
+}
+
+void kt_wbatch_ref(struct kt_wbatch *b) {
+  atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+}
+
+/* acq_rel: the freeing thread sees every other thread's use of it done. */
+void kt_wbatch_unref(struct kt_wbatch *b) {
+  if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
+    free(b);
 }
 
 static void fifo_push(struct kt_iomsg **head, struct kt_iomsg **tail, struct kt_iomsg *m) {
@@ -1036,6 +1070,22 @@ static void from_state(struct iothr *thr, struct kt_iomsg *m) {
       conn_close(c, "closed by the server");
     }
     return;
+  case KT_IOM_WATCH: /* one frame per watcher around the shared events */
+    for (uint32_t i = 0; i < m->n_targets; i++) {
+      const struct kt_wtarget *w = &m->targets[i];
+      struct ioconn *wc = (struct ioconn *)w->sh;
+      if (wc->closed)
+        continue; /* a zombie: the frame has nowhere to go */
+      size_t before = wc->out.len;
+      kt_proto_encode_watch_frame(&wc->out, w->id, NULL, m->p, m->len, w->watch_id,
+                                  m->batch->fragment, m->batch->bytes, m->batch->len);
+      /* the state thread counted the events; the head is counted here */
+      atomic_fetch_add(&wc->sh.unsent, wc->out.len - before - m->batch->len);
+      mark_dirty(wc);
+      update_reading(wc);
+    }
+    kt_iomsg_free(m);
+    return;
   case KT_IOM_RELEASE:
     kt_iomsg_free(m);
     kt_assert(c->closed && c->introduced);
@@ -1169,16 +1219,64 @@ void kt_iothreads_taken(struct kt_iothreads *t, int i) {
     ev_async_send(thr->loop, &thr->wake);
 }
 
-void kt_iothreads_send(struct kt_iothreads *t, struct kt_iomsg *m) {
-  struct iothr *thr = &t->thr[m->sh->thread];
+static void queue_out(struct iothr *thr, struct kt_iomsg *m) {
   if (!thr->sbox && kt_spsc_push(&thr->out, m))
     return;
   fifo_push(&thr->sbox, &thr->sbox_tail, m);
 }
 
+/* The WATCH message being filled goes out before anything newer. */
+static void fan_close(struct iothr *thr) {
+  if (!thr->fan)
+    return;
+  queue_out(thr, thr->fan);
+  thr->fan = NULL;
+}
+
+void kt_iothreads_send(struct kt_iothreads *t, struct kt_iomsg *m) {
+  struct iothr *thr = &t->thr[m->thread];
+  fan_close(thr);
+  queue_out(thr, m);
+}
+
+static bool header_eq(const struct kt_header *a, const struct kt_header *b) {
+  return a->cluster_id == b->cluster_id && a->member_id == b->member_id &&
+         a->revision == b->revision && a->raft_term == b->raft_term;
+}
+
+void kt_iothreads_send_watch(struct kt_iothreads *t, struct kt_ioconn_shared *sh,
+                             struct kt_wbatch *b, const struct kt_header *h, uint64_t id,
+                             int64_t watch_id) {
+  struct iothr *thr = &t->thr[sh->thread];
+  struct kt_iomsg *m = thr->fan;
+  if (m && (m->batch != b || !header_eq(&m->hdr, h))) {
+    fan_close(thr);
+    m = NULL;
+  }
+  if (!m) {
+    struct kt_buf head = {0}; /* the frames' header field, encoded once */
+    kt_proto_encode_watch_header(&head, h);
+    m = thr->fan = kt_iomsg_new(KT_IOM_WATCH, NULL, head.len);
+    memcpy(m->data, head.p, head.len);
+    m->len = head.len;
+    kt_buf_free(&head);
+    m->thread = sh->thread;
+    kt_wbatch_ref(b);
+    m->batch = b;
+    m->hdr = *h;
+  }
+  if (m->n_targets == m->cap_targets) {
+    m->cap_targets = m->cap_targets ? 2 * m->cap_targets : 16;
+    m->targets = realloc(m->targets, m->cap_targets * sizeof *m->targets);
+    kt_assert(m->targets);
+  }
+  m->targets[m->n_targets++] = (struct kt_wtarget){.sh = sh, .id = id, .watch_id = watch_id};
+}
+
 void kt_iothreads_publish(struct kt_iothreads *t) {
   for (int i = 0; i < t->cfg.n; i++) {
     struct iothr *thr = &t->thr[i];
+    fan_close(thr);
     while (thr->sbox && kt_spsc_push(&thr->out, thr->sbox))
       fifo_pop(&thr->sbox, &thr->sbox_tail);
     if (kt_spsc_publish(&thr->out))
@@ -1297,6 +1395,7 @@ void kt_iothreads_free(struct kt_iothreads *t) {
   for (int i = 0; i < t->cfg.n; i++) {
     struct iothr *thr = &t->thr[i];
     free_msgs(&thr->in, thr->obox);
+    fan_close(thr);
     free_msgs(&thr->out, thr->sbox);
     drop_lists(thr);
     free_conns(thr, thr->conns);

@@ -72,6 +72,25 @@ enum kt_iomsg_type {
   KT_IOM_WRITE,   /* encoded replies for sh: p[0..len), in order */
   KT_IOM_CLOSE,   /* write what sh has once, then close it (answered by CLOSED) */
   KT_IOM_RELEASE, /* the state thread is done with sh: free it */
+  KT_IOM_WATCH,   /* batch: a WATCH frame each for targets[0..n_targets); p[0..len): their header
+                     field */
+};
+
+/* An immutable batch of encoded watch events (net/server.h). */
+struct kt_wbatch {
+  _Atomic uint32_t refs;
+  uint32_t n_events;
+  bool fragment; /* the frame's fragment flag */
+  size_t len;    /* bytes[0..len): the frame's events value */
+  uint8_t bytes[];
+};
+void kt_wbatch_ref(struct kt_wbatch *b);
+
+/* One watcher of a KT_IOM_WATCH message: a frame on sh for stream id. */
+struct kt_wtarget {
+  struct kt_ioconn_shared *sh;
+  uint64_t id;
+  int64_t watch_id;
 };
 
 struct kt_iomsg {
@@ -85,7 +104,14 @@ struct kt_iomsg {
   struct kt_ioreq *reqs;     /* FRAMES: one per frame, in order (in data[], after the frames) */
   uint32_t n_reqs, next_req; /* next_req: the next the state thread handles */
   struct kt_arena arena;
-  uint8_t data[];
+  /* WATCH: the batch (one reference), the frames' header, the watchers
+   * (malloc'd), all on the I/O thread `thread` */
+  struct kt_wbatch *batch;
+  struct kt_header hdr;
+  struct kt_wtarget *targets;
+  uint32_t n_targets, cap_targets;
+  int thread;
+  _Alignas(16) uint8_t data[]; /* FRAMES puts its requests at a 16-byte offset in it */
 };
 
 /* A message with room for len bytes in data[] (p = data, len = 0). */
@@ -119,6 +145,14 @@ void kt_iothreads_taken(struct kt_iothreads *t, int i);
 /* Queue m for the I/O thread of m->sh (in order; visible at the next
  * kt_iothreads_publish). */
 void kt_iothreads_send(struct kt_iothreads *t, struct kt_iomsg *m);
+/* Queue a WATCH frame of batch b (header h) for sh's I/O thread, after
+ * everything queued for it so far: consecutive calls with the same batch and
+ * header for one thread share one message (closed by any other message for
+ * that thread, or the publish). The caller has counted the frame's events
+ * bytes (b->len) in sh->unsent; the I/O thread adds the frame's head. */
+void kt_iothreads_send_watch(struct kt_iothreads *t, struct kt_ioconn_shared *sh,
+                             struct kt_wbatch *b, const struct kt_header *h, uint64_t id,
+                             int64_t watch_id);
 /* Publish what was queued and wake the threads that got something. */
 void kt_iothreads_publish(struct kt_iothreads *t);
 /* Stop accepting and reading (shutdown); replies still go out. */

@@ -1343,6 +1343,53 @@ void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
   frame_end(out, off);
 }
 
+/* The events field of a WATCH frame (the last one of its map). */
+static const struct kt_field *watch_events_field(void) {
+  const struct kt_type_desc *t = kt_schema_type(KT_MSG_WATCH_CREATE);
+  const struct kt_msg_desc *m = t->resp;
+  const struct kt_field *f = &m->fields[m->n_fields - 1];
+  kt_assert(f->kind == KT_F_LIST && f->off == offsetof(struct kt_watch_resp, events));
+  return f;
+}
+
+void kt_proto_encode_watch_events(struct kt_buf *out, const struct kt_event *events, uint32_t n) {
+  struct kt_watch_resp wr = {.events = (struct kt_event *)events, .n_events = n};
+  enc_value(out, watch_events_field(), (const uint8_t *)&wr);
+}
+
+void kt_proto_encode_watch_header(struct kt_buf *out, const struct kt_header *hdr) {
+  w_name(out, "header", 6);
+  enc_msg(out, &kt_schema_header, (const uint8_t *)hdr, NULL);
+}
+
+/* Written by hand for speed (one per watcher per frame): the map's fields
+ * in the schema's order (header, watch_id, fragment, events), zero ones
+ * left out, as enc_msg writes them; proto_test compares the two. */
+void kt_proto_encode_watch_frame(struct kt_buf *out, uint64_t id, const struct kt_header *hdr,
+                                 const uint8_t *head, size_t head_len, int64_t watch_id,
+                                 bool fragment, const uint8_t *events, size_t events_len) {
+  size_t off = frame_begin(out);
+  w_byte(out, 0x93);
+  w_uint(out, KT_MSG_WATCH_CREATE);
+  w_uint(out, id);
+  w_byte(out, (uint8_t)(0x80 | (2 + (watch_id != 0) + fragment)));
+  if (head)
+    kt_buf_append(out, head, head_len);
+  else
+    kt_proto_encode_watch_header(out, hdr);
+  if (watch_id) {
+    w_name(out, "watch_id", 8);
+    w_int(out, watch_id);
+  }
+  if (fragment) {
+    w_name(out, "fragment", 8);
+    w_byte(out, 0xc3);
+  }
+  w_name(out, "events", 6);
+  kt_buf_append(out, events, events_len);
+  frame_end(out, off);
+}
+
 void kt_proto_encode_error(struct kt_buf *out, uint64_t id, int code, const char *message) {
   struct kt_resp r = {.type = KT_MSG_ERROR, .id = id};
   r.u.error.code = (uint32_t)code;

@@ -88,6 +88,20 @@ int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, st
 /* resp must be well-formed as for kt_proto_encode_req (events of type PUT or
  * DELETE only). */
 void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp);
+/* A WATCH frame with events, in parts, for fan-out (the events encoded
+ * once, the header once per turn, the frame around them once per watcher):
+ * kt_proto_encode_watch_events appends the value of the frame's events
+ * field (n > 0); kt_proto_encode_watch_header the frame's header field (name
+ * and value); kt_proto_encode_watch_frame the whole frame (type
+ * WATCH_CREATE, stream id, the header field: head[0..head_len) if head is
+ * not NULL, else encoded from hdr; watch_id, fragment) around such events
+ * bytes. Byte for byte what kt_proto_encode_resp makes of the same frame
+ * (proto_test checks it). */
+void kt_proto_encode_watch_events(struct kt_buf *out, const struct kt_event *events, uint32_t n);
+void kt_proto_encode_watch_header(struct kt_buf *out, const struct kt_header *hdr);
+void kt_proto_encode_watch_frame(struct kt_buf *out, uint64_t id, const struct kt_header *hdr,
+                                 const uint8_t *head, size_t head_len, int64_t watch_id,
+                                 bool fragment, const uint8_t *events, size_t events_len);
 /* Shorthand for an ERROR frame. */
 void kt_proto_encode_error(struct kt_buf *out, uint64_t id, int code, const char *message);
 

@@ -284,6 +284,27 @@ void kt_conn_send_resp(struct kt_conn *c, const struct kt_resp *r) {
   kt_conn_sent(c);
 }
 
+static void st_hand_out(struct kt_conn *c);
+
+void kt_conn_send_watch_batch(struct kt_conn *c, uint64_t id, const struct kt_header *h,
+                              int64_t watch_id, struct kt_wbatch *b) {
+  if (c->closed)
+    return;
+  if (!c->threaded) {
+    kt_proto_encode_watch_frame(&c->out, id, h, NULL, 0, watch_id, b->fragment, b->bytes, b->len);
+    kt_conn_sent(c);
+    return;
+  }
+  if (c->out.len + atomic_load_explicit(&c->sh->unsent, memory_order_relaxed) + b->len >
+      KT_CONN_OUT_HARD) {
+    st_close(c, "output buffer over hard limit (client not reading)", false);
+    return;
+  }
+  st_hand_out(c); /* what was encoded for c before goes first */
+  atomic_fetch_add(&c->sh->unsent, b->len);
+  kt_iothreads_send_watch(c->srv->iot, c->sh, b, h, id, watch_id);
+}
+
 void kt_conn_send_error(struct kt_conn *c, uint64_t id, int code, const char *msg) {
   struct kt_buf *b = kt_conn_out(c);
   if (!b)

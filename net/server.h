@@ -139,6 +139,23 @@ void kt_conn_sent(struct kt_conn *c);
 void kt_conn_send_error(struct kt_conn *c, uint64_t id, int code, const char *msg);
 /* Encode r to c's output (a no-op when closed). */
 void kt_conn_send_resp(struct kt_conn *c, const struct kt_resp *r);
+/* Watch fan-out (net/THREADS.md, "Watch fan-out"): one frame's events,
+ * encoded once (kt_proto_encode_watch_events) into an immutable,
+ * reference-counted batch that every watcher at the same place in the same
+ * group's log gets. kt_wbatch_new returns it with one reference (the
+ * caller's); kt_conn_send_watch_batch takes references of its own where it
+ * keeps it. Thread-safe: the last unref, on any thread, frees it. */
+struct kt_wbatch;
+struct kt_wbatch *kt_wbatch_new(const struct kt_event *events, uint32_t n, bool fragment);
+void kt_wbatch_unref(struct kt_wbatch *b);
+/* A WATCH frame with b's events for stream `id`, watch `watch_id`, with
+ * header h, in order with everything else sent on c (a no-op when closed).
+ * Without I/O threads it is encoded into c's output now; with them the
+ * batch goes to c's I/O thread, once for a run of consecutive
+ * watchers of it on that thread, and the I/O thread writes the frame
+ * around it. */
+void kt_conn_send_watch_batch(struct kt_conn *c, uint64_t id, const struct kt_header *h,
+                              int64_t watch_id, struct kt_wbatch *b);
 /* Bytes appended and not yet written (0 when closed). Streams stop
  * producing above KT_CONN_OUT_SOFT and ask kt_conn_want_drain. */
 size_t kt_conn_unsent(const struct kt_conn *c);

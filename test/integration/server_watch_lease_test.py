@@ -336,6 +336,10 @@ def test_cluster_lease_forwarding_and_no_early_expiry_on_leader_kill():
         p = f.call(TTL, {"id": lid, "keys": True})
         assert p["keys"] == [b"held"] and 2 <= p["ttl"] <= 3, p
         w = Conn(followers[1].port)  # a watch on a follower
+        deadline = time.time() + 10  # once it applied the put: its first event is the expiry
+        while w.get("held", serializable=True).get("count") != 1:
+            assert time.time() < deadline, "the follower did not apply the put in 10 s"
+            time.sleep(0.01)
         rid, _ = watch(w, "held")
         f.call(KEEPALIVE, {"id": lid})
         leader.kill9()

@@ -1890,6 +1890,41 @@ TEST(watch_frames_round_trip) {
   CHECK(rt_resp(&r));
   kt_arena_reset(&arena);
 
+  /* fan-out: events encoded once, the frame around them per watcher, byte
+   * for byte what kt_proto_encode_resp makes (header given or pre-encoded;
+   * watch_id zero, small, negative, large; with and without fragment) */
+  struct kt_buf ev = {0}, head = {0};
+  kt_proto_encode_watch_header(&head, &h);
+  const int64_t wids[] = {0, 1, 127, 128, -1, INT64_MIN, INT64_MAX};
+  const uint64_t ids[] = {0, 5, 200, UINT64_MAX};
+  const uint32_t counts[] = {1, 3, 16, N};
+  for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+    const struct kt_event *evs = counts[c] <= 3 ? events3 : big;
+    kt_buf_reset(&ev);
+    kt_proto_encode_watch_events(&ev, evs, counts[c]);
+    for (size_t i = 0; i < sizeof wids / sizeof *wids; i++)
+      for (size_t j = 0; j < sizeof ids / sizeof *ids; j++)
+        for (int frag = 0; frag < 2; frag++) {
+          struct kt_buf want = {0}, got = {0}, got2 = {0};
+          r = (struct kt_resp){.type = KT_MSG_WATCH_CREATE, .id = ids[j], .header = h};
+          r.u.watch = (struct kt_watch_resp){.watch_id = wids[i],
+                                             .fragment = frag,
+                                             .events = (struct kt_event *)evs,
+                                             .n_events = counts[c]};
+          kt_proto_encode_resp(&want, &r);
+          kt_proto_encode_watch_frame(&got, ids[j], &h, NULL, 0, wids[i], frag, ev.p, ev.len);
+          kt_proto_encode_watch_frame(&got2, ids[j], NULL, head.p, head.len, wids[i], frag, ev.p,
+                                      ev.len);
+          CHECK(got.len == want.len && memcmp(got.p, want.p, want.len) == 0);
+          CHECK(got2.len == want.len && memcmp(got2.p, want.p, want.len) == 0);
+          kt_buf_free(&want);
+          kt_buf_free(&got);
+          kt_buf_free(&got2);
+        }
+  }
+  kt_buf_free(&ev);
+  kt_buf_free(&head);
+
   /* CANCEL and PROGRESS responses: the header only */
   r = (struct kt_resp){.type = KT_MSG_WATCH_CANCEL, .id = 6, .header = h};
   CHECK(rt_resp(&r));

@@ -689,3 +689,60 @@ TEST(big_history_catch_up_in_slices) {
   hub = NULL;
   kt_mvcc_free(s);
 }
+
+/* Fan-out (kt_watch_run / kt_watch_advance): two watchers of one group at
+ * the same place describe the same log run; advancing one by the run is
+ * the same as taking it (the other still takes every event itself, and
+ * later events come to both); a watcher with a catch-up buffer has no run. */
+TEST(run_and_advance_share_the_group_log) {
+  setup_keys();
+  hub = NULL;
+  struct kt_mvcc *s = new_store();
+  hub = kt_watch_hub_new(s, NULL);
+  struct kt_watch_opts o = {.key = B("k")};
+  struct kt_err e = {0};
+  uint64_t a1, a2, old;
+  CHECK_EQ(kt_watch_create(hub, &o, NULL, &a1, &e), 0);
+  CHECK_EQ(kt_watch_create(hub, &o, NULL, &a2, &e), 0);
+  struct kt_request_op op = {.type = KT_OP_PUT};
+  op.u.put.key = B("k");
+  op.u.put.value = B("v1");
+  apply(s, &op);
+  op.u.put.value = B("v2");
+  apply(s, &op);
+  const void *l1, *l2;
+  uint64_t f1, t1, f2, t2;
+  CHECK(kt_watch_run(hub, a1, &l1, &f1, &t1));
+  CHECK(kt_watch_run(hub, a2, &l2, &f2, &t2));
+  CHECK(l1 == l2 && f1 == f2 && t1 == t2 && t1 - f1 == 2);
+  kt_watch_advance(hub, a1, f1 + 1); /* one event "sent" by other means */
+  CHECK(kt_watch_run(hub, a1, &l1, &f1, &t1));
+  CHECK_EQ(t1 - f1, 1);
+  CHECK_EQ(kt_watch_next_rev(hub, a1), kt_mvcc_revision(s));
+  kt_watch_advance(hub, a1, t1);
+  CHECK_EQ(kt_watch_next_rev(hub, a1), 0);
+  CHECK(kt_watch_idle(hub, a1));
+  struct kt_arena ar = {0};
+  struct kt_event ev[8];
+  CHECK_EQ(kt_watch_take(hub, a1, ev, 8, &ar, NULL), 0);
+  CHECK_EQ(kt_watch_take(hub, a2, ev, 8, &ar, NULL), 2); /* the other keeps its own */
+  CHECK_BYTES(ev[0].kv.value.p, ev[0].kv.value.n, "v1");
+  CHECK_BYTES(ev[1].kv.value.p, ev[1].kv.value.n, "v2");
+  op.u.put.value = B("v3");
+  apply(s, &op);
+  CHECK_EQ(kt_watch_take(hub, a1, ev, 8, &ar, NULL), 1);
+  CHECK_BYTES(ev[0].kv.value.p, ev[0].kv.value.n, "v3");
+  /* a watcher from the past has its events in a buffer of its own: no run */
+  o.start_revision = 1;
+  CHECK_EQ(kt_watch_create(hub, &o, NULL, &old, &e), 0);
+  while (kt_watch_step(hub, 64))
+    ;
+  CHECK(!kt_watch_run(hub, old, &l1, &f1, &t1));
+  CHECK_EQ(kt_watch_take(hub, old, ev, 8, &ar, NULL), 3);
+  CHECK(kt_watch_run(hub, old, &l1, &f1, &t1)); /* caught up: synced in the group */
+  CHECK(l1 == l2 && f1 == t1);
+  kt_arena_free(&ar);
+  kt_watch_hub_free(hub);
+  hub = NULL;
+  kt_mvcc_free(s);
+}
