@@ -9,7 +9,9 @@ walks a real permission set. Then, per round and per target, alternating:
 put and range (linearizable) at 64 and 256 clients with auth off, then
 `auth enable` and the same runs as `bench` (ketch-bench --user: libketch
 logs in on each connection; the etcd target calls Auth/Authenticate and
-sends the token with every call), then `auth disable`. Reports ops/s and the
+sends the token with every call), then `auth disable` (auth on first in
+odd rounds; the store compacted to its current revision before every run,
+so no run inherits more history than another). Reports ops/s and the
 ratio auth-on / auth-off per target, and ketch's state-thread CPU per
 operation: the figure that holds when other work shares the machine and
 throughput ratios swing.
@@ -127,9 +129,22 @@ WORK = [("put 64", ["--clients", "64", "--conns", "16"], ["put"]),
         ("range 256", ["--clients", "256", "--conns", "64"], ["range", "0000000000000100"])]
 
 
-def run_set(s, user):
+def compact(s, admin):
+    """Compacts the store to its current revision, so every run starts from
+    the same live keys and no history: without it each run found more
+    revisions than the one before (and paid for larger snapshots), a bias
+    against whichever of auth off / on ran second."""
+    p = s.ctl(["get", "compact-probe", "-w", "json"], user=admin)
+    rev = json.loads(p.stdout)["header"]["revision"]
+    if rev > getattr(s, "compacted", 0):  # nothing written since: nothing to do
+        s.ctl(["compaction", str(rev), "--physical"], user=admin)
+        s.compacted = rev
+
+
+def run_set(s, user, admin):
     out = {}
     for name, g, w in WORK:
+        compact(s, admin)
         c0 = s.cpu_s()
         r, _ = s.bench(w, user=user, extra=g + ["--duration", str(SECONDS)])
         r["server_us_per_op"] = (s.cpu_s() - c0) * 1e6 / max(r["ok"], 1)
@@ -166,10 +181,16 @@ def main():
         table = {}
         for rnd in range(ROUNDS):
             for s in servers:
-                off = run_set(s, None)
-                s.ctl(["auth", "enable"])
-                on = run_set(s, "bench:" + PW)
-                s.ctl(["auth", "disable"], user="root:rootpw")
+                res = {}
+                # off first in even rounds, on first in odd ones
+                for mode in (("off", "on") if rnd % 2 == 0 else ("on", "off")):
+                    if mode == "off":
+                        res[mode] = run_set(s, None, None)
+                        continue
+                    s.ctl(["auth", "enable"])
+                    res[mode] = run_set(s, "bench:" + PW, "root:rootpw")
+                    s.ctl(["auth", "disable"], user="root:rootpw")
+                off, on = res["off"], res["on"]
                 for name in off:
                     table.setdefault((s.kind, name), []).append(
                         (ops(off[name]), ops(on[name]), off[name]["server_us_per_op"],
