@@ -1097,10 +1097,6 @@ static inline void w_byte(struct kt_buf *b, uint8_t x) {
 
 static void w_uint(struct kt_buf *b, uint64_t v) { w_end(b, put_uint(room(b, INT_ROOM), v)); }
 
-static void w_blob(struct kt_buf *b, struct kt_bytes x, bool text) {
-  w_end(b, put_blob(room(b, BLOB_ROOM(x)), x, text));
-}
-
 static void w_array(struct kt_buf *b, uint32_t n) { w_end(b, put_array(room(b, 5), n)); }
 
 static void w_name(struct kt_buf *b, const char *s, uint8_t n) {
@@ -1320,17 +1316,18 @@ void kt_proto_encode_req_body(struct kt_buf *out, const struct kt_req *req) {
 
 void kt_proto_encode_authed(struct kt_buf *out, const struct kt_authed_req *w) {
   unsigned nf = (w->user.n != 0) + (w->auth_revision != 0) + (w->body.n != 0) + w->member;
-  uint8_t *p = room(out, 4);
-  p[0] = 0x93, p[1] = KT_MSG_AUTHED, p[2] = 0, p[3] = (uint8_t)(0x80 | nf);
-  out->len += 4;
+  /* one room() for it all: the envelope, four names, two blobs, a uint */
+  uint8_t *p = room(out, 4 + 32 + BLOB_ROOM(w->user) + INT_ROOM + BLOB_ROOM(w->body) + 1);
+  *p++ = 0x93, *p++ = KT_MSG_AUTHED, *p++ = 0, *p++ = (uint8_t)(0x80 | nf);
   if (w->user.n)
-    w_name(out, "user", 4), w_blob(out, w->user, true);
+    p = put_blob(put_name(p, "user", 4), w->user, true);
   if (w->auth_revision)
-    w_name(out, "auth_revision", 13), w_uint(out, w->auth_revision);
+    p = put_uint(put_name(p, "auth_revision", 13), w->auth_revision);
   if (w->body.n)
-    w_name(out, "body", 4), w_blob(out, w->body, false);
+    p = put_blob(put_name(p, "body", 4), w->body, false);
   if (w->member)
-    w_name(out, "member", 6), w_byte(out, 0xc3);
+    p = put_name(p, "member", 6), *p++ = 0xc3;
+  w_end(out, p);
 }
 
 void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp) {
@@ -1379,7 +1376,7 @@ void kt_proto_encode_watch_frame(struct kt_buf *out, uint64_t id, const struct k
     kt_proto_encode_watch_header(out, hdr);
   if (watch_id) {
     w_name(out, "watch_id", 8);
-    w_int(out, watch_id);
+    w_end(out, put_int(room(out, INT_ROOM), watch_id));
   }
   if (fragment) {
     w_name(out, "fragment", 8);
