@@ -36,7 +36,8 @@ struct user {
   bool root;
   struct ivl *rd, *wr;
   size_t n_rd, n_wr;
-  struct kt_arena cache; /* point ends (key + "\0") */
+  size_t hint_rd, hint_wr; /* the interval the last allowed key lay in */
+  struct kt_arena cache;   /* point ends (key + "\0") */
 };
 
 struct kt_auth {
@@ -529,6 +530,7 @@ static void rebuild(struct kt_auth *a, struct user *u) {
   free(u->wr);
   u->rd = u->wr = NULL;
   u->n_rd = u->n_wr = 0;
+  u->hint_rd = u->hint_wr = 0;
   kt_arena_reset(&u->cache);
   u->root = user_has(u, ROOT);
   size_t total = 0;
@@ -601,9 +603,18 @@ bool kt_auth_allows(struct kt_auth *a, struct kt_bytes user, uint8_t type, struc
     return true;
   const struct ivl *v = type == KT_PERM_WRITE ? u->wr : u->rd;
   size_t n = type == KT_PERM_WRITE ? u->n_wr : u->n_rd;
-  const struct ivl *f = floor_ivl(v, n, key);
-  if (!f)
-    return false;
+  size_t *hint = type == KT_PERM_WRITE ? &u->hint_wr : &u->hint_rd;
+  /* The merged intervals are disjoint and sorted, so a key inside interval
+   * i has i for its floor: a client writing under one prefix finds it at
+   * the first look, without the binary search. */
+  const struct ivl *f = *hint < n ? &v[*hint] : NULL;
+  if (!f || bcmp_((struct kt_bytes){f->b, f->bn}, key) > 0 ||
+      (f->e && bcmp_(key, (struct kt_bytes){f->e, f->en}) >= 0)) {
+    f = floor_ivl(v, n, key);
+    if (!f)
+      return false;
+    *hint = (size_t)(f - v);
+  }
   bool open = range_end.n == 1 && range_end.p[0] == 0;
   /* one key (or an empty range [key, end <= key): that key) lies in [b, e) */
   if (range_end.n == 0 || (!open && bcmp_(range_end, key) <= 0))

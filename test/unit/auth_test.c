@@ -283,3 +283,104 @@ TEST(bindings_end_on_password_change_delete_and_re_enable) {
   kt_auth_free(a);
   kt_auth_free(c);
 }
+
+/* kt_auth_allows remembers the interval the last allowed key lay in and
+ * looks there first: its answers must not depend on what was asked before.
+ * 60 permissions of every shape (one key, a prefix, a range, from a key),
+ * 4,000 keys and ranges over a small alphabet, asked in order, in reverse
+ * and each after an unrelated question, and single keys against a model. */
+struct q4 {
+  char k[3], e[3];
+  struct kt_bytes key, end;
+};
+
+static uint64_t xs = 88172645463325252ull;
+static uint64_t next_rand(void) {
+  xs ^= xs << 13, xs ^= xs >> 7, xs ^= xs << 17;
+  return xs;
+}
+
+TEST(check_answers_do_not_depend_on_the_order_asked) {
+  struct kt_auth *a = kt_auth_new();
+  CHECK_EQ(user_add(a, "u"), 0);
+  CHECK_EQ(role_add(a, "r"), 0);
+  CHECK_EQ(grant_role(a, "u", "r"), 0);
+  static struct q4 perm[60], q[4000];
+  static uint8_t ptype[60];
+  for (int i = 0; i < 60; i++) {
+    struct q4 *p = &perm[i];
+    uint32_t kn = 1 + (uint32_t)(next_rand() % 3), en = 1 + (uint32_t)(next_rand() % 3);
+    for (int j = 0; j < 3; j++)
+      p->k[j] = (char)('a' + next_rand() % 4), p->e[j] = (char)('a' + next_rand() % 4);
+    p->key = (struct kt_bytes){(const uint8_t *)p->k, kn};
+    switch (next_rand() % 4) {
+    case 0: /* one key */
+      p->end = NONE;
+      break;
+    case 1: /* a prefix */
+      memcpy(p->e, p->k, 3);
+      p->e[kn - 1]++;
+      p->end = (struct kt_bytes){(const uint8_t *)p->e, kn};
+      break;
+    case 2: /* a range (an empty one when end <= key: refused or kept, either way the same) */
+      p->end = (struct kt_bytes){(const uint8_t *)p->e, en};
+      break;
+    default:
+      p->end = FROM;
+    }
+    ptype[i] = (uint8_t)(next_rand() % 3);
+    if (grant_perm(a, "r", ptype[i], p->key, p->end))
+      ptype[i] = 255; /* refused (an empty range): not granted */
+  }
+  for (int i = 0; i < 4000; i++) {
+    uint32_t kn = 1 + (uint32_t)(next_rand() % 3), en = 1 + (uint32_t)(next_rand() % 3);
+    for (int j = 0; j < 3; j++)
+      q[i].k[j] = (char)('a' + next_rand() % 5), q[i].e[j] = (char)('a' + next_rand() % 5);
+    q[i].key = (struct kt_bytes){(const uint8_t *)q[i].k, kn};
+    q[i].end = i % 2 ? (struct kt_bytes){(const uint8_t *)q[i].e, en} : NONE;
+  }
+  struct kt_bytes u = B("u");
+  static bool first[4000][2];
+  for (int i = 0; i < 4000; i++)
+    for (int w = 0; w < 2; w++) {
+      uint8_t want = w ? KT_PERM_WRITE : KT_PERM_READ;
+      first[i][w] = kt_auth_allows(a, u, want, q[i].key, q[i].end);
+      if (i % 2)
+        continue;
+      bool model = false; /* a single key: a permission of its type holds it */
+      for (int j = 0; j < 60 && !model; j++) {
+        const struct q4 *p = &perm[j];
+        if (ptype[j] != want && ptype[j] != KT_PERM_READWRITE)
+          continue;
+        bool regranted = false; /* a later grant of the same key and end sets its type */
+        for (int k = j + 1; k < 60; k++)
+          regranted |= ptype[k] != 255 && kt_bytes_cmp(perm[k].key, p->key) == 0 &&
+                       kt_bytes_cmp(perm[k].end, p->end) == 0;
+        if (regranted)
+          continue;
+        if (p->end.n == 0)
+          model = kt_bytes_cmp(q[i].key, p->key) == 0;
+        else if (p->end.n == 1 && p->end.p[0] == 0)
+          model = kt_bytes_cmp(q[i].key, p->key) >= 0;
+        else
+          model = kt_bytes_cmp(q[i].key, p->key) >= 0 && kt_bytes_cmp(q[i].key, p->end) < 0;
+      }
+      CHECK_EQ(first[i][w], model);
+    }
+  int allowed = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int n = 0; n < 4000; n++) {
+      int i = pass ? n : 3999 - n;
+      if (pass) { /* something unrelated first */
+        const struct q4 *o = &q[next_rand() % 4000];
+        (void)kt_auth_allows(a, u, (uint8_t)(next_rand() % 2), o->key, NONE);
+      }
+      for (int w = 0; w < 2; w++) {
+        bool got = kt_auth_allows(a, u, w ? KT_PERM_WRITE : KT_PERM_READ, q[i].key, q[i].end);
+        CHECK_EQ(got, first[i][w]);
+        allowed += got;
+      }
+    }
+  CHECK(allowed > 1000 && allowed < 15000); /* both answers well represented */
+  kt_auth_free(a);
+}
