@@ -267,8 +267,11 @@ asan:
 # 4 I/O threads and every ketch-grpc with 3 event loops (grpc_loops_test:
 # the bridge's threads); a race report in a member's or the bridge's log, or
 # the bridge's exit status, fails its test (harness.py looks for "Sanitizer").
+# cluster_test: 3 members, their Raft traffic between the state threads
+# while the I/O threads serve the clients (and the peer thread's test once
+# issue 17 item 2 lands: net/THREADS.md, "Peer links: the plan").
 TSAN_TESTS ?= iothreads_test server_test server_watch_lease_test metrics_test watch_fanout_test \
-  grpc_loops_test
+  grpc_loops_test cluster_test
 tsan: deps
 	$(MAKE) O=build/tsan TSAN=1 all build/tsan/test/spsc_test
 	@fail=0; build/tsan/test/spsc_test || fail=1; for t in $(TSAN_TESTS); do \

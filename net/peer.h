@@ -57,6 +57,14 @@
  *    the turn); they must not call kt_peer_free.
  *  - Peer URLs are resolved with getaddrinfo at each dial: use numeric
  *    addresses where a slow resolver must not stall the loop.
+ *
+ * Threads: the transport belongs to the thread whose loop it was created on
+ * and is not thread-safe; today that is the member's state thread, with or
+ * without --io-threads (net/THREADS.md). Moving it to a thread of its own
+ * (issue 17 item 2) needs nothing of this file but an asynchronous JOIN:
+ * the plan, its rings, how each invariant above is kept across them, and
+ * what it saves per put (6-8% of the leader's state thread, measured) are
+ * in net/THREADS.md, "Peer links: the plan".
  */
 #ifndef KT_PEER_H
 #define KT_PEER_H
