@@ -299,3 +299,22 @@ int ketch_auth_async(ketch_client *c, int op, const ketch_auth_req *req, ketch_c
 int ketch_auth(ketch_client *c, int op, const ketch_auth_req *req, ketch_result **out) {
   KT_CL_SYNC(c, out, ketch_auth_async(c, op, req, kt_cl_sync_cb, &w));
 }
+
+int ketch_auth_check_async(ketch_client *c, const void *key, size_t key_len, const void *range_end,
+                           size_t range_end_len, ketch_cb cb, void *arg) {
+  if (key_len > UINT32_MAX || range_end_len > UINT32_MAX || (key_len && !key) ||
+      (range_end_len && !range_end)) {
+    kt_cl_set_errmsg(c, "%s", "invalid auth check (a length without its bytes, or over 4 GiB)");
+    return KETCH_EINVAL;
+  }
+  struct kt_req r = {.type = KT_MSG_AUTH_CHECK};
+  r.u.auth_check.key = (struct kt_bytes){key, (uint32_t)key_len};
+  r.u.auth_check.range_end = (struct kt_bytes){range_end, (uint32_t)range_end_len};
+  return kt_cl_submit(c, &r, cb, arg);
+}
+
+int ketch_auth_check(ketch_client *c, const void *key, size_t key_len, const void *range_end,
+                     size_t range_end_len, ketch_result **out) {
+  KT_CL_SYNC(c, out,
+             ketch_auth_check_async(c, key, key_len, range_end, range_end_len, kt_cl_sync_cb, &w));
+}

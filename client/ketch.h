@@ -188,6 +188,7 @@ enum {
   KETCH_OP_ROLE_DELETE = 70,
   KETCH_OP_ROLE_GRANT_PERMISSION = 71,
   KETCH_OP_ROLE_REVOKE_PERMISSION = 72,
+  KETCH_OP_AUTH_CHECK = 74, /* ketch_auth_check: the header only */
 };
 
 /* Permission types (etcd's authpb.Permission). */
@@ -826,6 +827,17 @@ void ketch_drop_password(ketch_client *c);
 const char *ketch_token(const ketch_client *c);
 int ketch_auth(ketch_client *c, int op, const ketch_auth_req *req, ketch_result **out);
 int ketch_auth_async(ketch_client *c, int op, const ketch_auth_req *req, ketch_cb cb, void *arg);
+/* Whether the handle's user may watch [key, range_end) now (ketch's own
+ * request, no etcd counterpart; for a proxy that serves a watch from one it
+ * already has): 0 with the member's header, or the error a watch of that
+ * range would get from the member (KETCH_EPERMDENIED, KETCH_EINVALIDTOKEN,
+ * KETCH_EUSEREMPTY, ...). The member decides from its auth store alone and
+ * reads no key, so it costs it the same for one key or for all of them.
+ * range_end as ketch_range_req's. Result type KETCH_OP_AUTH_CHECK. */
+int ketch_auth_check(ketch_client *c, const void *key, size_t key_len, const void *range_end,
+                     size_t range_end_len, ketch_result **out);
+int ketch_auth_check_async(ketch_client *c, const void *key, size_t key_len, const void *range_end,
+                           size_t range_end_len, ketch_cb cb, void *arg);
 
 /* Asynchronous forms. ketch_snapshot_async's cb runs once per piece of the
  * file (type KETCH_OP_SNAPSHOT), in order; the last run has remaining_bytes

@@ -101,6 +101,7 @@ bool kt_cl_resend_safe(const struct kt_req *req) {
   case KT_MSG_USER_LIST:
   case KT_MSG_ROLE_GET:
   case KT_MSG_ROLE_LIST:
+  case KT_MSG_AUTH_CHECK: /* a question */
     return true;
   case KT_MSG_TXN:
     return txn_reads(&req->u.op.u.txn);

@@ -66,6 +66,7 @@ enum kt_msg_type {
   KT_MSG_ROLE_GRANT_PERMISSION = 71,  /* etcd Auth.RoleGrantPermission (a log entry) */
   KT_MSG_ROLE_REVOKE_PERMISSION = 72, /* etcd Auth.RoleRevokePermission (a log entry) */
   KT_MSG_AUTHED = 73,                 /* a log entry: another body and who proposed it */
+  KT_MSG_AUTH_CHECK = 74, /* may this connection's caller watch (read) a range now? No scan */
   /* Reserved for later messages (PROTOCOL.md "Type numbers"); decoders answer
    * them EUNSUPPORTED until they are specified. */
   KT_MSG_RESERVED_WATCH_FIRST = 19,  /* 19..23 watch */
@@ -73,7 +74,7 @@ enum kt_msg_type {
   KT_MSG_RESERVED_MEMBER_FIRST = 37, /* 37..38 member */
   KT_MSG_RESERVED_ALARM_FIRST = 41,  /* 41..43 alarm */
   KT_MSG_RESERVED_MAINT_FIRST = 48,  /* 48..55 maintenance */
-  KT_MSG_RESERVED_AUTH_FIRST = 74,   /* 74..79 auth */
+  KT_MSG_RESERVED_AUTH_FIRST = 75,   /* 75..79 auth */
   KT_MSG_ERROR = 127,
 };
 
@@ -311,6 +312,14 @@ struct kt_auth_resp {
   uint32_t n_perms;
 };
 
+/* AUTH_CHECK: the range a WATCH_CREATE of it would watch (etcd's range
+ * rules). The member answers as kt_node_authorize answers a WATCH_CREATE
+ * of it (READ on the range, the caller's token still good), from its auth
+ * store alone: no key is read. The response is the header only. */
+struct kt_auth_check_req {
+  struct kt_bytes key, range_end;
+};
+
 struct kt_error_msg {
   uint32_t code; /* KT_E* */
   struct kt_bytes message;
@@ -335,6 +344,7 @@ struct kt_req {
     struct kt_hash_kv_req hash_kv;           /* HASH_KV (DEFRAGMENT, SNAPSHOT: no fields) */
     struct kt_auth_req auth;                 /* AUTH_ENABLE .. ROLE_REVOKE_PERMISSION */
     struct kt_authed_req authed;             /* AUTHED */
+    struct kt_auth_check_req auth_check;     /* AUTH_CHECK */
   } u;
 };
 

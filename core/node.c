@@ -587,6 +587,13 @@ static void dispatch(struct kt_node *n, struct kt_conn *c, const struct kt_req *
     kt_node_watch_request(n, c, req);
     return;
   }
+  /* AUTH_CHECK: kt_node_auth_gate has answered whether its caller may watch
+   * the range; passing it is the answer (the header only, no key read),
+   * with or without a leader, as the watch it stands for. */
+  if (req->type == KT_MSG_AUTH_CHECK) {
+    kt_node_reply(n, c, req->id, KT_MSG_AUTH_CHECK, NULL);
+    return;
+  }
   /* Maintenance (snapshot, hash, defragment, alarm list) is served from
    * this member's state, with or without a leader. */
   if (kt_node_maint_request(n, c, req, body, body_len))

@@ -32,6 +32,9 @@
  *   WATCH_CREATE        READ on the watched range (and when a later auth
  *                       change takes that away, the watch is cancelled with
  *                       "permission denied": node_watch.c)
+ *   AUTH_CHECK          as a WATCH_CREATE of its range, and nothing else:
+ *                       the answer ketch-grpc asks for when a client watch
+ *                       joins an upstream watch it shares (no key is read)
  *   LOCK, CAMPAIGN      READ on the name's prefix, WRITE on the lock's key
  *   UNLOCK              WRITE on the key; PROCLAIM, RESIGN: READ and WRITE
  *                       on the leader's key; LEADER, OBSERVE: READ on the
@@ -437,6 +440,9 @@ int kt_node_authorize(struct kt_node *n, const struct kt_node_ident *id, const s
   case KT_MSG_WATCH_CREATE:
     return need(n, id, KT_PERM_READ, "watch", req->u.watch_create.key,
                 req->u.watch_create.range_end, e);
+  case KT_MSG_AUTH_CHECK: /* a watch of the range (a bridge's client joining a shared one) */
+    return need(n, id, KT_PERM_READ, "watch", req->u.auth_check.key, req->u.auth_check.range_end,
+                e);
   case KT_MSG_LOCK:
   case KT_MSG_CAMPAIGN: {
     struct kt_bytes pre = name_prefix(n, req->u.lock.name, &end);

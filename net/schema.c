@@ -434,6 +434,13 @@ static const struct kt_field auth_resp_f[] = {
 };
 static const struct kt_msg_desc auth_resp = DESC("auth", struct kt_auth_resp, auth_resp_f);
 
+static const struct kt_field auth_check_req_f[] = {
+    BYTES(struct kt_auth_check_req, key, "key"),
+    BYTES(struct kt_auth_check_req, range_end, "range_end"),
+};
+static const struct kt_msg_desc auth_check_req =
+    DESC("auth_check", struct kt_auth_check_req, auth_check_req_f);
+
 /* ---- the types ---- */
 
 #define RQ(m) offsetof(struct kt_req, u.m)
@@ -510,6 +517,7 @@ static const struct kt_type_desc types[128] = {
     AUTH(KT_MSG_ROLE_GRANT_PERMISSION, "role_grant_permission"),
     AUTH(KT_MSG_ROLE_REVOKE_PERMISSION, "role_revoke_permission"),
     T(KT_MSG_AUTHED, "authed", 0, &authed_req, RQ(authed), NULL, 0),
+    HDR_ONLY(KT_MSG_AUTH_CHECK, "auth_check", &auth_check_req, RQ(auth_check)),
     LOCK(KT_MSG_LOCK, "lock"),
     LOCK(KT_MSG_UNLOCK, "unlock"),
     LOCK(KT_MSG_CAMPAIGN, "campaign"),

@@ -452,6 +452,7 @@ static bool proposes(const struct kt_req *req) {
   case KT_MSG_WATCH_CREATE:
   case KT_MSG_WATCH_CANCEL:
   case KT_MSG_WATCH_PROGRESS:
+  case KT_MSG_AUTH_CHECK:
   case KT_MSG_LEASE_KEEPALIVE:
   case KT_MSG_LEASE_TTL:
   case KT_MSG_LEASE_LEASES:

@@ -14,10 +14,15 @@ and the permission checks hold on every path an etcd client reaches through
 the bridge: ranges, puts with prev_kv, nested txns, watches. Bad input to the
 Auth service gets a clear error and the member keeps serving.
 
-Bounded: every call has a timeout; ~15 s.
+Natively (the member's protocol, no bridge): AUTH_CHECK, the question
+ketch-grpc asks before a watch joins an upstream watch it shares, gets the
+answer a WATCH_CREATE of the same range gets, grant and every denial.
+
+Bounded: every call has a timeout; ~25 s.
 """
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -27,7 +32,7 @@ import etcd3.etcdrpc as rpc
 import etcd3.etcdrpc.auth_pb2 as authpb
 import grpc
 
-from harness import BIN, Member, free_port, run_tests
+from harness import BIN, Conn, Member, ServerError, free_port, run_tests
 
 T = 10  # seconds per call
 KETCHCTL = os.path.join(BIN, "ketchctl")
@@ -247,22 +252,34 @@ def test_simple_token_lives_on_its_member_until_unused_for_its_ttl():
     assert get(1, tok, b"/a/1") == INVALID
 
 
-def watch_first(i, tok, key):
-    """A Watch stream through bridge i with `tok`, one create of key: the
-    stream (to close) and its first response."""
+def watch_async(i, tok, key, ch=None):
+    """A Watch stream through bridge i (on channel ch if given) with `tok`,
+    one create of key, without waiting: (thread, box, stream handle to
+    close); box gets the first response."""
     import queue
     import threading
     q = queue.Queue()
     q.put(rpc.WatchRequest(create_request=rpc.WatchCreateRequest(key=key)))
-    ch = env().channel(i)
+    ch = ch or env().channel(i)
     stream = rpc.WatchStub(ch).Watch(iter(q.get, None), timeout=3 * T,
                                      metadata=(("token", tok),))
     box = []
     t = threading.Thread(target=lambda: box.append(next(stream)), daemon=True)
     t.start()
+    return t, box, (ch, q, stream)
+
+
+def watch_first(i, tok, key):
+    """watch_async, waited for: the stream (to close) and its first response."""
+    t, box, w = watch_async(i, tok, key)
     t.join(T)
     assert box, "no watch response within %ss" % T
-    return (ch, q, stream), box[0]
+    return w, box[0]
+
+
+def outcome(r):
+    """A watch's first response, as compared: created, canceled, why."""
+    return (r.created, r.canceled, r.cancel_reason)
 
 
 def watch_close(w):
@@ -290,12 +307,168 @@ def test_watch_join_rechecks_the_token():
         w, joined = watch_first(1, tok, b"/a/1")
         ws.append(w)
         assert fresh.created and fresh.canceled and fresh.cancel_reason, fresh
-        assert (joined.created, joined.canceled, joined.cancel_reason) == \
-            (fresh.created, fresh.canceled, fresh.cancel_reason), (joined, fresh)
+        assert outcome(joined) == outcome(fresh), (joined, fresh)
         assert get(1, tok, b"/a/1") == INVALID
     finally:
         for w in ws:
             watch_close(w)
+
+
+def next_response(w):
+    import threading
+    box = []
+    t = threading.Thread(target=lambda: box.append(next(w[2])), daemon=True)
+    t.start()
+    t.join(T)
+    assert box, "no watch response within %ss" % T
+    return box[0]
+
+
+def test_watch_join_allowed_for_a_reader():
+    """alice may read /a/: her second watch of /a/1 joins the first one's
+    upstream watch (the member answers its AUTH_CHECK) and gets its events."""
+    e = env()
+    tok, root = e.login(0), e.login(0, "root")
+    first, r = watch_first(0, tok, b"/a/1")
+    ws = [first]
+    try:
+        assert r.created and not r.canceled, r
+        w, joined = watch_first(0, tok, b"/a/1")
+        ws.append(w)
+        assert joined.created and not joined.canceled and not joined.cancel_reason, joined
+        r = call(0, root, "Put", rpc.PutRequest(key=b"/a/1", value=b"a1"))
+        assert not isinstance(r, tuple), r
+        for w in ws:
+            ev = next_response(w)
+            assert [(x.kv.key, x.kv.value) for x in ev.events] == [(b"/a/1", b"a1")], ev
+    finally:
+        for w in ws:
+            watch_close(w)
+
+
+def auth_call(i, token, method, req):
+    with env().channel(i) as ch:
+        return getattr(rpc.AuthStub(ch), method)(req, timeout=T, metadata=(("token", token),))
+
+
+def test_watch_join_refused_without_read_as_a_watch_is():
+    """A watch that joins a shared upstream watch as its user loses READ on
+    the range is refused as a watch of the range is: bridge 0 is stopped, a
+    joining watch is sent to it on a connection already made, root revokes
+    alice's permission (the member cancels the upstream watch: permission
+    denied), and the bridge resumes. Whichever it reads first, the join (its
+    AUTH_CHECK, refused) or the upstream watch's end, the client gets the
+    member's refusal, the same as a fresh watch. (AUTH_CHECK's own denials,
+    deterministic, are test_auth_check_answers_as_a_watch_create_natively's;
+    a join refused by AUTH_CHECK through the bridge, a dead token, is
+    test_watch_join_rechecks_the_token's.)"""
+    e = env()
+    root = e.login(0, "root")
+    auth_call(0, root, "RoleAdd", rpc.AuthRoleAddRequest(name="rj"))
+    auth_call(0, root, "RoleGrantPermission", rpc.AuthRoleGrantPermissionRequest(
+        name="rj", perm=authpb.Permission(permType=authpb.Permission.READ, key=b"/j/1")))
+    auth_call(0, root, "UserGrantRole", rpc.AuthUserGrantRoleRequest(user="alice", role="rj"))
+    tok = e.login(0)
+    first, r = watch_first(0, tok, b"/j/1")
+    ws = [first]
+    bridge = e.bridges[0][0]
+    try:
+        assert r.created and not r.canceled, r
+        ch = e.channel(0)
+        grpc.channel_ready_future(ch).result(timeout=T)
+        bridge.send_signal(signal.SIGSTOP)
+        try:
+            t, box, w = watch_async(0, tok, b"/j/1", ch)
+            ws.append(w)
+            time.sleep(0.3)
+            e.ctl(["--user", "root:rootpw", "role", "revoke-permission", "rj", "/j/1"])
+        finally:
+            bridge.send_signal(signal.SIGCONT)
+        t.join(T)
+        assert box, "no watch response within %ss" % T
+        joined = box[0]
+        w, fresh = watch_first(0, tok, b"/j/1")
+        ws.append(w)
+        w, never = watch_first(0, tok, b"/b/1")
+        ws.append(w)
+        assert never.created and never.canceled and "permission denied" in never.cancel_reason, never
+        assert outcome(joined) == outcome(fresh) == outcome(never), (joined, fresh, never)
+        assert get(0, tok, b"/j/1") == DENIED
+    finally:
+        for w in ws:
+            watch_close(w)
+
+
+AUTHENTICATE, AUTH_CHECK, WATCH_CREATE = 59, 74, 16
+
+
+def native(i, user=None, token=None):
+    c = Conn(env().members[i].port)
+    if user:
+        c.tok = c.call(AUTHENTICATE, {"name": user, "password": env().pw[user]})["token"]
+    if token:
+        c.call(AUTHENTICATE, {"token": token})
+    return c
+
+
+def refusal(c, typ, payload):
+    """The ERROR a request gets, as (code, message); None when answered."""
+    try:
+        c.call(typ, payload)
+        return None
+    except ServerError as err:
+        return (err.code, err.message)
+
+
+def check_vs_watch(i, rng, user=None, token=None):
+    """AUTH_CHECK of rng on one connection and WATCH_CREATE of it on another,
+    as the same caller: both outcomes."""
+    a, b = native(i, user, token), native(i, user, token)
+    try:
+        return refusal(a, AUTH_CHECK, rng), refusal(b, WATCH_CREATE, rng)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_auth_check_answers_as_a_watch_create_natively():
+    e = env()
+    c = native(0, "alice")
+    try:
+        for rng in ({"key": b"/a/1"}, {"key": b"/a/", "range_end": b"/a0"},
+                    {"key": b"/a/x", "range_end": b"/a/y"}):
+            r = c.call(AUTH_CHECK, rng)
+            assert set(r) == {"header"} and r["header"][2] >= 1, (rng, r)  # revision
+            assert check_vs_watch(0, rng, "alice") == (None, None), rng
+        for rng in ({"key": b"/b/1"}, {"key": b"/a/", "range_end": b"/c"},
+                    {"key": b"\0", "range_end": b"\0"}, {"key": b"/a"}, {}):
+            assert refusal(c, AUTH_CHECK, rng) == (38, "permission denied"), rng
+            assert check_vs_watch(0, rng, "alice") == ((38, "permission denied"),) * 2, rng
+        r = c.call(AUTH_CHECK, {"key": b"/a/1"})  # a denial leaves the connection usable
+        assert set(r) == {"header"}, r
+        # root reads everything; nobody (no login, no certificate) nothing
+        assert check_vs_watch(0, {"key": b"\0", "range_end": b"\0"}, "root") == (None, None)
+        got = check_vs_watch(0, {"key": b"/a/1"})
+        assert got[0] == got[1] and got[0][0] == 41, got  # EUSEREMPTY
+        # m1's simple token dies unused for 2 s: both refused alike
+        a = native(1, "alice")
+        b = native(1, token=a.tok)
+        try:
+            assert a.call(AUTH_CHECK, {"key": b"/a/1"})["header"]
+            time.sleep(2.6)
+            ga = refusal(a, AUTH_CHECK, {"key": b"/a/1"})
+            gb = refusal(b, WATCH_CREATE, {"key": b"/a/1"})
+            assert ga == gb and ga[0] == 39, (ga, gb)  # EINVALIDTOKEN
+        finally:
+            a.close()
+            b.close()
+        # bad input: a wrong field type closes the connection (EPROTO), the member serves on
+        d = native(0, "alice")
+        assert refusal(d, AUTH_CHECK, {"key": 5})[0] == 14
+        d.close()
+        assert c.call(AUTH_CHECK, {"key": b"/a/1"})["header"]
+    finally:
+        c.close()
 
 
 def test_permissions_on_every_path_through_the_bridge():
@@ -422,6 +595,9 @@ if __name__ == "__main__":
                    test_verify_only_member_says_it_cannot_issue,
                    test_simple_token_lives_on_its_member_until_unused_for_its_ttl,
                    test_watch_join_rechecks_the_token,
+                   test_watch_join_allowed_for_a_reader,
+                   test_watch_join_refused_without_read_as_a_watch_is,
+                   test_auth_check_answers_as_a_watch_create_natively,
                    test_permissions_on_every_path_through_the_bridge,
                    test_password_change_ends_signed_tokens_and_revoke_acts_at_once,
                    test_bad_input_to_the_auth_service])

@@ -159,6 +159,9 @@ static int build_req(int i, struct kt_req *r, const char **name) {
   CASE("req authed member", KT_MSG_AUTHED,
        r->u.authed = (struct kt_authed_req){.body = B("\x93\x02\x01\x80"), .member = true});
   CASE("req authed zero", KT_MSG_AUTHED, (void)0);
+  CASE("req auth_check", KT_MSG_AUTH_CHECK,
+       r->u.auth_check = (struct kt_auth_check_req){B("/a/"), B("/a0")});
+  CASE("req auth_check zero", KT_MSG_AUTH_CHECK, (void)0);
   return 0;
 }
 
@@ -246,6 +249,7 @@ static int build_resp(int i, struct kt_resp *r, const char **name) {
                                            .n_perms = 2});
     CASE("resp auth zero", t, (void)0);
   }
+  CASE("resp auth_check", KT_MSG_AUTH_CHECK, (void)0);
 #undef CASE
   return 0;
 }

@@ -41,12 +41,12 @@
  *                         its own created response carries.
  *   g found, S == 0 or (g created and S-1 >= g->rev)
  *                      -> CHECK: nothing of c reaches the member otherwise,
- *                         so the member is asked whether c's caller may read
- *                         the range now (cw_check: a serializable count-only
- *                         Range, as etcd's grpc-proxy checks each watch; the
- *                         same token and READ check as a watch create, so a
- *                         refusal is the member's, as if nothing were
- *                         shared). Once it answers, as at create:
+ *                         so the member is asked whether c's caller may watch
+ *                         the range now (cw_check: an AUTH_CHECK of it, which
+ *                         the member answers as it would check a watch
+ *                         create of it, token and READ, without reading a
+ *                         key, so a refusal is the member's, as if nothing
+ *                         were shared). Once it answers, as at create:
  *     S == 0, g created  -> member at once at the newest revision the
  *                         bridge has seen (seen_rev: g->rev, the header of
  *                         g's last delivery, any other watch's): c->sent =
@@ -1115,25 +1115,20 @@ static void on_check(void *arg, int err, const ketch_result *res) {
 }
 
 /* A watch that joins a group asks nothing of the member, so the member is
- * asked whether this caller may read the range now (token, permission): a
- * serializable count-only Range of it with limit 1, as etcd's own
- * grpc-proxy checks every watch; its refusal is the one the member gives a
- * watch (kt_node_authorize: WATCH_CREATE and RANGE are READ on the range).
- * 0 or a ketch error. */
+ * asked whether this caller may watch the range now (token, permission):
+ * an AUTH_CHECK of it, answered by kt_node_authorize as a WATCH_CREATE of
+ * it would be (the same error), from the auth store alone. Not a Range
+ * (etcd's grpc-proxy checks each watch with one): a Range counts every key
+ * of its range on the member's state thread, a watch of a large prefix
+ * joined by many clients a long scan each. 0 or a ketch error. */
 static int cw_check(struct cw *c) {
   struct wcheck *x = malloc(sizeof *x);
   if (!x)
     return KETCH_ENOMEM;
   x->c = c;
   struct uw *g = c->g;
-  ketch_range_req q = {.key = g->key,
-                       .key_len = g->key_len,
-                       .range_end = g->end_len ? g->end : NULL,
-                       .range_end_len = g->end_len,
-                       .serializable = true,
-                       .count_only = true,
-                       .limit = 1};
-  int err = ketch_range_async(c->s->kc, &q, on_check, x);
+  int err = ketch_auth_check_async(c->s->kc, g->key, g->key_len, g->end_len ? g->end : NULL,
+                                   g->end_len, on_check, x);
   if (err) {
     free(x);
     return err;
