@@ -605,9 +605,18 @@ def lock_election_script(port):
                     lk.LockResponse, timeout=0.7)
         if res[:2] != ("DEADLINE_EXCEEDED", "Deadline Exceeded"):
             break
-    show("lock3-timeout", res)
+    # The code is compared always; the server's message only when both
+    # servers' answers beat their clients' deadlines (etcd's own can lose
+    # that race three times running on a loaded machine, as ketch's can).
+    client_first = res[:2] == ("DEADLINE_EXCEEDED", "Deadline Exceeded")
+    out.append("lock3-timeout: %s" % res[0])
+    out.append(("lock3-timeout message", None if client_first else res[1]))
     time.sleep(0.5)
     out.append("keys after timeout: %d" % len(get(b"lk/%x" % l3)))
+    # each try above writes and deletes a waiter key: revisions from here on
+    # are relative to now, whatever the number of tries
+    base[0] = unary(port, "/etcdserverpb.KV/Range", p.RangeRequest(key=b"rebase"),
+                    p.RangeResponse)[2].header.revision
     show("unlock2", unary(port, "/v3lockpb.Lock/Unlock", lk.UnlockRequest(key=r2.key), lk.UnlockResponse))
     show("lock-nolease", unary(port, "/v3lockpb.Lock/Lock", lk.LockRequest(name=b"lk", lease=12345), lk.LockResponse))
     # election
@@ -655,10 +664,11 @@ def test_lock_election_grpc_same_as_etcd():
     e = g.env()
     want = lock_election_script(e.etcd_port)
     got = lock_election_script(e.grpc_port)
-    diffs = ["  etcd:  %s\n  ketch: %s" % (w, k) for w, k in zip(want, got) if w != k]
+    diffs = ["  etcd:  %s\n  ketch: %s" % (w, k) for w, k in zip(want, got) if w != k and not (
+        isinstance(w, tuple) and isinstance(k, tuple) and w[0] == k[0] and None in (w[1], k[1]))]
     assert len(want) == len(got) and not diffs, "\n".join(diffs)
     assert "lock2 waits: True" in got and "campaign2 waits: True" in got, got
-    assert any(l.startswith("observe2: OK") and 'value: "c"' in l for l in got), got
+    assert any(isinstance(l, str) and l.startswith("observe2: OK") and 'value: "c"' in l for l in got), got
     e.bridge_alive()
 
 
