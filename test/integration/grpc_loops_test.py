@@ -299,6 +299,66 @@ def test_revoke_reaches_every_loops_keepalive_cache():
         br.terminate()
         assert br.wait(20) == 0
 
+def test_revoke_during_renewal_not_cached():
+    """--coalesce-lease-keepalives: a LeaseRevoke sent while a renewal of the
+    lease is on its way to the member (pipelined ahead of the revoke on the
+    loop's handle, so the member answers it: alive) must not leave that
+    renewal cached, also when another keep-alive of the lease arrives
+    meanwhile (it applies the revoke to the loop's table, then waits for that
+    renewal): a keep-alive sent after the revoke's answer is TTL 0, as
+    etcd. The member is stopped (SIGSTOP) so that the renewal is surely in
+    flight when the revoke is submitted."""
+    e = env()
+    p = gs.pb()
+    port, mport = free_port(), free_port()
+    br = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
+                           "--endpoints", e.member.endpoint, "--loops", "2",
+                           "--coalesce-lease-keepalives", "--metrics-addr",
+                           "127.0.0.1:%d" % mport],
+                          stdout=open(os.path.join(e.tmp, "bridge-ka2.log"), "wb"),
+                          stderr=subprocess.STDOUT)
+    chans = []
+    stopped = False
+    try:
+        wait_port(mport, br, "ketch-grpc /metrics")
+        a = Chan(port)
+        chans.append(a)
+        g = a.unary("/etcdserverpb.Lease/LeaseGrant", p.LeaseGrantRequest(TTL=60),
+                    p.LeaseGrantResponse)
+        q, it = a.stream("/etcdserverpb.Lease/LeaseKeepAlive", p.LeaseKeepAliveResponse)
+        os.kill(e.member.proc.pid, signal.SIGSTOP)
+        stopped = True
+        q.put(p.LeaseKeepAliveRequest(ID=g.ID))  # its renewal waits in the member's socket
+        time.sleep(0.3)
+        revoked = []
+        t = threading.Thread(target=lambda: revoked.append(a.unary(
+            "/etcdserverpb.Lease/LeaseRevoke", p.LeaseRevokeRequest(ID=g.ID),
+            p.LeaseRevokeResponse, timeout=20)))
+        t.start()
+        time.sleep(0.3)
+        q.put(p.LeaseKeepAliveRequest(ID=g.ID))  # joins the renewal in flight
+        time.sleep(0.3)
+        os.kill(e.member.proc.pid, signal.SIGCONT)
+        stopped = False
+        r = next(it)  # sent before the revoke: alive
+        assert r.ID == g.ID and r.TTL == 60, r
+        r = next(it)  # sent before the revoke's answer: either
+        assert r.ID == g.ID, r
+        t.join(20)
+        assert revoked, "LeaseRevoke not answered"
+        q.put(p.LeaseKeepAliveRequest(ID=g.ID))
+        r = next(it)
+        assert r.ID == g.ID and r.TTL == 0, ("a renewal from before the revoke was cached", r)
+        q.put(None)
+        it.cancel()
+    finally:
+        if stopped:
+            os.kill(e.member.proc.pid, signal.SIGCONT)
+        for c in chans:
+            c.close()
+        br.terminate()
+        assert br.wait(20) == 0
+
 
 def test_port_stays_exclusive():
     e = env()
@@ -334,4 +394,5 @@ def test_shutdown_clean():
 if __name__ == "__main__":
     run_tests([test_connections_spread_over_loops, test_watch_and_put_across_loops,
                test_lease_across_loops, test_revoke_reaches_every_loops_keepalive_cache,
+               test_revoke_during_renewal_not_cached,
                test_port_stays_exclusive, test_shutdown_clean])

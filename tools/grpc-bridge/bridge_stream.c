@@ -194,7 +194,11 @@ static void on_keepalive(void *arg, int err, const ketch_result *res) {
  * table (one atomic load) and, when it moved, forgets those leases first
  * (all of its entries if the ring wrapped past what it had seen). The
  * revoke is sent to the member after the count moved, so a keep-alive
- * that follows the revoke's answer is never answered from a cache. */
+ * that follows the revoke's answer is never answered from a cache. A
+ * renewal in flight when a loop applies the revoke may have reached the
+ * member before it: its answer goes to the keep-alives already waiting for
+ * it but is not cached, and a keep-alive arriving meanwhile is renewed
+ * directly. */
 bool kt_bridge_ka_coalesce;
 
 #define KA_REVOKED_RING 1024
@@ -214,6 +218,7 @@ struct ka_lease {
   int64_t ttl;       /* of the last renewal; 0: none usable */
   ketch_header hdr;
   bool in_flight;
+  bool revoked; /* revoked while its renewal was in flight: that answer is not cached */
   struct ka_call *waiters;
   struct ka_lease *next;
 };
@@ -245,8 +250,10 @@ static void ka_sweep(size_t bucket, ketch_client *kc, int64_t id, bool match_onl
       ka_n--;
       continue;
     }
-    if (match && match_only && !idle)
-      e->ttl = 0; /* its renewal answers the waiters, then nothing is cached */
+    if (match && match_only && !idle) { /* its renewal answers the waiters, then nothing is */
+      e->ttl = 0;                       /* cached: it may have reached the member first */
+      e->revoked = true;
+    }
     pp = &e->next;
   }
 }
@@ -287,7 +294,7 @@ void kt_bridge_ka_forget(ketch_client *kc, int64_t id) {
 static void on_ka_lease(void *arg, int err, const ketch_result *res) {
   struct ka_lease *e = arg;
   e->in_flight = false;
-  if (!err && res->lease.ttl > 0) {
+  if (!err && res->lease.ttl > 0 && !e->revoked) {
     e->renewed_at = mono_s();
     e->ttl = res->lease.ttl;
     e->hdr = res->header;
@@ -328,6 +335,8 @@ static bool keepalive_coalesced(kt_bridge_stream *s, int64_t id) {
   struct ka_lease *e = ka_table[b];
   while (e && (e->kc != s->kc || e->id != id))
     e = e->next;
+  if (e && e->revoked)
+    return false; /* its renewal in flight may predate the revoke: renewed directly */
   if (!e) {
     if (ka_n >= KA_MAX || !(e = calloc(1, sizeof *e)))
       return false; /* not coalesced: renewed directly */
