@@ -148,6 +148,7 @@ struct centry {
 
 struct cache_state {
   bool on;
+  const uint8_t *hit_answer; /* the hit being answered (its revision is already in S) */
   size_t max_entries, max_bytes;
   double max_stale_s;
   struct ev_loop *loop;
@@ -772,7 +773,9 @@ bool kt_bridge_cache_get(ketch_client *kc, const uint8_t *msg, size_t len, kt_br
   cache_use(now);
   C.hits++;
   atomic_raise(&shared_S, cur);
+  C.hit_answer = framed; /* kt_bridge_cache_seen need not parse it again */
   done(arg, KT_GRPC_OK, "", framed, n);
+  C.hit_answer = NULL;
   return true;
 }
 
@@ -881,7 +884,7 @@ void kt_bridge_cache_clear(void) {
 }
 
 void kt_bridge_cache_seen(const uint8_t *framed, size_t len) {
-  if (C.on) {
+  if (C.on && framed != C.hit_answer) {
     atomic_raise(&shared_S, cache_framed_revision(framed, len));
   }
 }

@@ -90,7 +90,7 @@
 #define TOKEN_IDLE_S 300.0         /* etcd's --auth-token-ttl default */
 #define TOKEN_MAX_OUTSTANDING 1024 /* a session's requests in flight */
 #define TOKEN_HEADER_MAX 1024
-#define STREAM_SPARES 16 /* a stream is ~2 KB: calloc and free per call cost ~3% of a call */
+#define STREAM_SPARES 64 /* a stream is ~2 KB: calloc and free per call cost ~3% of a call */
 
 static int log_level = 1; /* 0 debug, 1 info, 2 warn, 3 error; set before the loops */
 static void logf_(int lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -197,9 +197,10 @@ struct conn {
   bool reading, is_dirty, dead;
   bool seen_bytes; /* its first read was looked at (http1) */
   struct conn *next_dirty;
-  struct conn *prev, *next; /* b->conns */
-  struct stream *spare;     /* freed streams kept for its next calls (spare->next) */
-  size_t n_spare;           /* at most STREAM_SPARES */
+  struct conn *prev, *next;  /* b->conns */
+  struct stream *spare;      /* freed streams kept for its next calls (spare->next) */
+  size_t n_spare;            /* at most STREAM_SPARES */
+  struct stream *in_headers; /* the stream whose request headers come in, or NULL */
 };
 
 /* One queued response message. */
@@ -213,9 +214,7 @@ struct stream {
   struct conn *c;
   struct upstream *up; /* a token's session (holds a use), else NULL: c->up */
   int32_t id;
-  char token[TOKEN_HEADER_MAX]; /* the `token` metadata, "" when none */
   struct stream *prev, *next;
-  char path[256];
   bool bad_path, not_grpc, dispatched;
   bool streaming;     /* a streaming method (bs is its bridge side) */
   bool headers_sent;  /* response HEADERS submitted (with the data provider) */
@@ -230,9 +229,14 @@ struct stream {
   kt_bridge_stream *bs;  /* the streaming call, if any */
   size_t pending;        /* streaming: its calls pending on ketch */
   struct qmsg *q_head, *q_tail;
+  struct qmsg q0; /* a stream's first queued message (a unary answer) needs no malloc */
+  bool q0_busy;
   size_t q_bytes;                     /* queued response bytes not yet taken by nghttp2 */
   int status;                         /* final grpc-status, once responded */
   struct kt_bridge_method_stat *stat; /* a served method's counters (/metrics) */
+  /* The strings last: a reused stream clears only what is above them. */
+  char token[TOKEN_HEADER_MAX]; /* the `token` metadata, "" when none */
+  char path[256];
   char message[512];
 };
 
@@ -240,7 +244,32 @@ struct stream {
  * finds st == NULL and only frees. */
 struct call_ref {
   struct stream *st;
+  struct call_ref *next_spare;
 };
+
+/* Freed call_refs kept for the loop's next calls (each loop its own). */
+#define MAX_SPARE_REFS 256
+static KT_LOOP_LOCAL struct call_ref *spare_refs;
+static KT_LOOP_LOCAL int n_spare_refs;
+
+static struct call_ref *call_ref_new(void) {
+  struct call_ref *r = spare_refs;
+  if (!r)
+    return malloc(sizeof *r);
+  spare_refs = r->next_spare;
+  n_spare_refs--;
+  return r;
+}
+
+static void call_ref_free(struct call_ref *r) {
+  if (n_spare_refs >= MAX_SPARE_REFS) {
+    free(r);
+    return;
+  }
+  r->next_spare = spare_refs;
+  spare_refs = r;
+  n_spare_refs++;
+}
 
 static void conn_close(struct conn *c);
 static void conn_mark_dirty(struct conn *c);
@@ -393,6 +422,20 @@ static const char *status_str(int status, char buf[16]) {
 #define NV(n, v)                                                                                   \
   { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_COPY_NAME }
 
+static struct qmsg *qmsg_new(struct stream *st) {
+  if (st->q0_busy)
+    return malloc(sizeof(struct qmsg));
+  st->q0_busy = true;
+  return &st->q0;
+}
+
+static void qmsg_free(struct stream *st, struct qmsg *m) {
+  if (m == &st->q0)
+    st->q0_busy = false;
+  else
+    free(m);
+}
+
 static ssize_t resp_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
                          nghttp2_data_source *src, void *user) {
   (void)user;
@@ -411,7 +454,7 @@ static ssize_t resp_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
       if (!st->q_head)
         st->q_tail = NULL;
       free(m->data);
-      free(m);
+      qmsg_free(st, m);
     }
   }
   st->q_bytes -= n;
@@ -454,7 +497,7 @@ static void stream_resume(struct stream *st) {
 
 /* Queues one response message (framed, owned) of a call still running. */
 static void stream_send(struct stream *st, uint8_t *framed, size_t framed_len) {
-  struct qmsg *m = st->responded ? NULL : malloc(sizeof *m);
+  struct qmsg *m = st->responded ? NULL : qmsg_new(st);
   if (!m) {
     free(framed);
     return;
@@ -589,7 +632,7 @@ static void on_call_done(void *arg, int status, const char *message, uint8_t *fr
                          size_t framed_len) {
   struct call_ref *ref = arg;
   struct stream *st = ref->st;
-  free(ref);
+  call_ref_free(ref);
   if (!st) { /* the stream is gone (reset, deadline, connection closed) */
     free(framed);
     return;
@@ -716,7 +759,7 @@ static void stream_dispatch(struct stream *st) {
     if (nmsg)
       msg = nmsg, msg_len = nlen;
   }
-  struct call_ref *ref = malloc(sizeof *ref);
+  struct call_ref *ref = call_ref_new();
   if (!ref) {
     free(nmsg);
     stream_respond(st, KT_GRPC_RESOURCE_EXHAUSTED, "ketch-grpc: out of memory", NULL, 0);
@@ -753,7 +796,8 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
   if (st) {
     c->spare = st->next;
     c->n_spare--;
-    memset(st, 0, sizeof *st);
+    memset(st, 0, offsetof(struct stream, token));
+    st->token[0] = st->path[0] = st->message[0] = 0;
   } else if (!(st = calloc(1, sizeof *st))) {
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   }
@@ -768,16 +812,20 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
     c->streams->prev = st;
   c->streams = st;
   nghttp2_session_set_stream_user_data(s, st->id, st);
+  c->in_headers = st;
   return 0;
 }
 
 static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
                      const uint8_t *value, size_t vlen, uint8_t flags, void *user) {
   (void)flags;
-  (void)user;
+  struct conn *c = user;
   if (f->hd.type != NGHTTP2_HEADERS)
     return 0;
-  struct stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+  /* the stream on_begin_headers just made (no lookup per header) */
+  struct stream *st = c->in_headers && c->in_headers->id == f->hd.stream_id
+                          ? c->in_headers
+                          : nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
   if (!st)
     return 0;
   if (nlen == 5 && memcmp(name, ":path", 5) == 0) {
@@ -925,6 +973,8 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
 
 static void stream_free(struct stream *st) {
   struct conn *c = st->c;
+  if (c->in_headers == st)
+    c->in_headers = NULL;
   stream_detach_call(st);
   stream_close_bs(st);
   ev_timer_stop(c->b->loop, &st->deadline);
@@ -933,7 +983,7 @@ static void stream_free(struct stream *st) {
     struct qmsg *m = st->q_head;
     st->q_head = m->next;
     free(m->data);
-    free(m);
+    qmsg_free(st, m);
   }
   free(st->body);
   if (st->up && --st->up->users == 0)
@@ -1856,6 +1906,12 @@ static void loop_fini(struct bridge *b) {
   ev_timer_stop(b->loop, &b->reap_w);
   ev_prepare_stop(b->loop, &b->prep);
   ev_async_stop(b->loop, &b->wake);
+  while (spare_refs) { /* after the upstreams: their failed calls return refs */
+    struct call_ref *r = spare_refs;
+    spare_refs = r->next_spare;
+    free(r);
+  }
+  n_spare_refs = 0;
 }
 
 static void *loop_thread(void *arg) {
