@@ -1096,7 +1096,6 @@ static inline void w_byte(struct kt_buf *b, uint8_t x) {
 }
 
 static void w_uint(struct kt_buf *b, uint64_t v) { w_end(b, put_uint(room(b, INT_ROOM), v)); }
-static void w_int(struct kt_buf *b, int64_t v) { w_end(b, put_int(room(b, INT_ROOM), v)); }
 
 static void w_array(struct kt_buf *b, uint32_t n) { w_end(b, put_array(room(b, 5), n)); }
 

@@ -41,10 +41,12 @@ struct freeblk {
   struct freeblk *next;
 };
 
+#ifndef H2MEM_PLAIN
 static _Thread_local struct {
   struct freeblk *head[CLASSES];
   unsigned n[CLASSES];
 } lists;
+#endif
 
 static void *h2_malloc(size_t size, void *ud) {
   (void)ud;
