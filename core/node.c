@@ -870,11 +870,18 @@ static void process_ready(struct kt_node *n) {
       persist_ready(n, &rd);
     /* The leader sends while its own write is in flight (raft held back
      * what must wait for the disk). */
+    kt_raft_ents_enc_reset(&n->ents_enc);
     for (size_t i = 0; i < rd.n_msgs && n->peers; i++) {
-      kt_buf_reset(&n->scratch);
-      kt_raft_msg_encode(&rd.msgs[i], &n->scratch);
+      /* the header per message; the entries encoded once for every
+       * follower that gets them (byte for byte kt_raft_msg_encode) */
+      uint8_t h[KT_RAFT_MSG_HEADER_BYTES];
+      const uint8_t *ents;
+      size_t ents_len;
+      kt_raft_msg_encode_header(&rd.msgs[i], h);
+      kt_raft_ents_enc_get(&n->ents_enc, rd.msgs[i].entries, rd.msgs[i].n_entries, &ents,
+                           &ents_len);
       bool hb = rd.msgs[i].type == KT_RAFT_MSG_HEARTBEAT;
-      if (kt_peer_send(n->peers, rd.msgs[i].to, n->scratch.p, n->scratch.len))
+      if (kt_peer_send2(n->peers, rd.msgs[i].to, h, sizeof h, ents, ents_len))
         n->stats.heartbeat_fails += hb;
       else if (hb)
         kt_node_rtt_sent(n, rd.msgs[i].to, rd.msgs[i].context);
@@ -1838,6 +1845,7 @@ void kt_node_free(struct kt_node *n) {
   free(n->dprops);
   kt_raft_free(n->raft);
   kt_buf_free(&n->scratch);
+  kt_raft_ents_enc_free(&n->ents_enc);
   kt_arena_free(&n->arena);
   kt_arena_free(&n->snap_arena);
   kt_mvcc_free(n->store);

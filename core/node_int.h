@@ -229,6 +229,7 @@ struct kt_node {
   struct kt_server *server;
   struct kt_arena arena, msg_arena;
   struct kt_buf scratch;
+  struct kt_raft_ents_enc ents_enc; /* a ready batch's entries, encoded once for its appends */
 
   struct kt_raft *raft;
   uint64_t applied_index, applied_term; /* last entry applied to the store */

@@ -1593,28 +1593,122 @@ const char *kt_raft_event_str(const struct kt_raft_event *ev, char *buf, size_t 
 
 /* ---------------------------------------------------------------- codec */
 
-void kt_raft_msg_encode(const struct kt_raft_msg *m, struct kt_buf *out) {
-  uint8_t h[KT_RAFT_MSG_HEADER_BYTES];
+void kt_raft_msg_encode_header(const struct kt_raft_msg *m, uint8_t h[KT_RAFT_MSG_HEADER_BYTES]) {
   h[0] = 1;
   h[1] = m->type;
   h[2] = m->reject ? 1 : 0;
   h[3] = 0;
-  uint64_t f[8] = {m->from, m->to, m->term, m->log_term, m->index, m->commit, m->hint, m->context};
-  for (int i = 0; i < 8; i++)
-    kt_put_u64be(h + 4 + 8 * i, f[i]);
+  kt_put_u64be(h + 4, m->from);
+  kt_put_u64be(h + 12, m->to);
+  kt_put_u64be(h + 20, m->term);
+  kt_put_u64be(h + 28, m->log_term);
+  kt_put_u64be(h + 36, m->index);
+  kt_put_u64be(h + 44, m->commit);
+  kt_put_u64be(h + 52, m->hint);
+  kt_put_u64be(h + 60, m->context);
   kt_put_u32be(h + 68, m->n_entries);
-  kt_buf_append(out, h, sizeof h);
-  for (uint32_t i = 0; i < m->n_entries; i++) {
-    const struct kt_raft_entry *e = &m->entries[i];
-    uint8_t eh[KT_RAFT_ENTRY_HEADER_BYTES];
-    kt_put_u64be(eh, e->term);
-    kt_put_u64be(eh + 8, e->index);
-    eh[16] = e->type;
-    kt_put_u32be(eh + 17, e->len);
-    kt_buf_append(out, eh, sizeof eh);
+}
+
+/* Appends the encoding of ents[0..n); if off, off[i] gets the offset in out
+ * where entry i starts and off[n] where the last one ends. */
+static void entries_encode(const struct kt_raft_entry *ents, uint32_t n, struct kt_buf *out,
+                           size_t *off) {
+  size_t total = 0;
+  for (uint32_t i = 0; i < n; i++)
+    total += KT_RAFT_ENTRY_HEADER_BYTES + (size_t)ents[i].len;
+  kt_buf_reserve(out, total);
+  uint8_t *w = out->p + out->len;
+  for (uint32_t i = 0; i < n; i++) {
+    const struct kt_raft_entry *e = &ents[i];
+    if (off)
+      off[i] = (size_t)(w - out->p);
+    kt_put_u64be(w, e->term);
+    kt_put_u64be(w + 8, e->index);
+    w[16] = e->type;
+    kt_put_u32be(w + 17, e->len);
+    w += KT_RAFT_ENTRY_HEADER_BYTES;
     if (e->len)
-      kt_buf_append(out, e->data, e->len);
+      memcpy(w, e->data, e->len);
+    w += e->len;
   }
+  if (off)
+    off[n] = (size_t)(w - out->p);
+  out->len = (size_t)(w - out->p);
+}
+
+void kt_raft_msg_encode(const struct kt_raft_msg *m, struct kt_buf *out) {
+  uint8_t h[KT_RAFT_MSG_HEADER_BYTES];
+  kt_raft_msg_encode_header(m, h);
+  kt_buf_append(out, h, sizeof h);
+  entries_encode(m->entries, m->n_entries, out, NULL);
+}
+
+/* Same entry: the same encoding. data is compared by address: within one
+ * ready batch the entries' memory does not change. */
+static bool entry_same(const struct kt_raft_entry *a, const struct kt_raft_entry *b) {
+  return a->index == b->index && a->term == b->term && a->type == b->type && a->len == b->len &&
+         a->data == b->data;
+}
+
+void kt_raft_ents_enc_reset(struct kt_raft_ents_enc *c) {
+  c->ents = NULL;
+  c->n = 0;
+  kt_buf_reset(&c->bytes);
+}
+
+void kt_raft_ents_enc_free(struct kt_raft_ents_enc *c) {
+  kt_buf_free(&c->bytes);
+  free(c->off);
+  memset(c, 0, sizeof *c);
+}
+
+void kt_raft_ents_enc_get(struct kt_raft_ents_enc *c, const struct kt_raft_entry *ents, uint32_t n,
+                          const uint8_t **p, size_t *len) {
+  if (n == 0) {
+    *p = NULL;
+    *len = 0;
+    return;
+  }
+  /* Within what is cached? Entry indexes are consecutive in a message. */
+  if (c->n && ents[0].index >= c->ents[0].index && ents[0].index - c->ents[0].index < c->n &&
+      n <= c->n - (ents[0].index - c->ents[0].index)) {
+    uint32_t k = (uint32_t)(ents[0].index - c->ents[0].index);
+    uint32_t i = 0;
+    while (i < n && entry_same(&ents[i], &c->ents[k + i]))
+      i++;
+    if (i == n) {
+      c->hits++;
+      *p = c->bytes.p + c->off[k];
+      *len = c->off[k + n] - c->off[k];
+      return;
+    }
+  }
+  for (uint32_t i = 1; i < n; i++) /* not consecutive: encode, never cache */
+    if (ents[i].index != ents[0].index + i) {
+      kt_buf_reset(&c->bytes);
+      entries_encode(ents, n, &c->bytes, NULL);
+      c->ents = NULL;
+      c->n = 0;
+      *p = c->bytes.p;
+      *len = c->bytes.len;
+      return;
+    }
+  if (c->off_cap < (size_t)n + 1) {
+    size_t cap = c->off_cap ? c->off_cap : 64;
+    while (cap < (size_t)n + 1)
+      cap *= 2;
+    size_t *no = realloc(c->off, cap * sizeof *no);
+    kt_assert(no);
+    c->off = no;
+    c->off_cap = cap;
+  }
+  kt_buf_reset(&c->bytes);
+  entries_encode(ents, n, &c->bytes, c->off);
+  c->ents = ents;
+  c->n = n;
+  c->misses++;
+  *p = c->bytes.p;
+  *len = c->bytes.len;
 }
 
 int kt_raft_msg_decode(const uint8_t *p, size_t n, struct kt_arena *arena, struct kt_raft_msg *m,

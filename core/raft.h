@@ -414,6 +414,32 @@ extern int kt_raft_test_bug;
 #define KT_RAFT_ENTRY_HEADER_BYTES 21
 /* Appends m's encoding to out. */
 void kt_raft_msg_encode(const struct kt_raft_msg *m, struct kt_buf *out);
+/* m's first KT_RAFT_MSG_HEADER_BYTES: kt_raft_msg_encode's output is this
+ * header followed by kt_raft_ents_enc_get's bytes for m's entries. */
+void kt_raft_msg_encode_header(const struct kt_raft_msg *m, uint8_t h[KT_RAFT_MSG_HEADER_BYTES]);
+
+/* The entries of one ready batch's messages, encoded once: the appends to
+ * every follower that gets the same entries (or a consecutive run of them)
+ * share one encoding. An entry counts as the same when its index, term,
+ * type, len and data address are; so the cache is valid only while the
+ * entries' memory does not change: kt_raft_ents_enc_reset before each
+ * batch's messages (and before kt_raft_advance frees them). Zero-init. */
+struct kt_raft_ents_enc {
+  const struct kt_raft_entry *ents; /* what bytes encodes (borrowed), n of them */
+  uint32_t n;
+  struct kt_buf bytes;
+  size_t *off; /* off[i]: where entry i starts in bytes; off[n]: the end */
+  size_t off_cap;
+  uint64_t hits, misses; /* served from the cache / encoded */
+};
+void kt_raft_ents_enc_reset(struct kt_raft_ents_enc *c);
+void kt_raft_ents_enc_free(struct kt_raft_ents_enc *c);
+/* Sets *p, *len to the encoding of ents[0..n) (NULL, 0 for none): from
+ * the cache when every entry is one it holds, else encoded now (and cached
+ * if the indexes are consecutive). *p is valid until the next call, reset
+ * or free. */
+void kt_raft_ents_enc_get(struct kt_raft_ents_enc *c, const struct kt_raft_entry *ents, uint32_t n,
+                          const uint8_t **p, size_t *len);
 /* Decodes p[0..n). Entries are allocated from arena and their data points
  * into p (valid while p and the arena live). Errors: KT_EPROTO (e filled). */
 int kt_raft_msg_decode(const uint8_t *p, size_t n, struct kt_arena *arena, struct kt_raft_msg *m,

@@ -343,10 +343,12 @@ static size_t queue_cap(const struct pconn *c) {
   return c->channel == KT_PEER_CH_SNAPSHOT ? cfg->max_snapshot_queue_bytes : cfg->max_queue_bytes;
 }
 
-/* Append one frame; the caller checked unsent + size <= queue_cap. The
- * buffer never grows past queue_cap: sent bytes at the front are reclaimed
- * first. */
-static void conn_queue(struct pconn *c, uint8_t channel, const void *msg, size_t len) {
+/* Append one frame whose body is a[0..alen) then b[0..blen); the caller
+ * checked unsent + size <= queue_cap. The buffer never grows past
+ * queue_cap: sent bytes at the front are reclaimed first. */
+static void conn_queue2(struct pconn *c, uint8_t channel, const void *a, size_t alen, const void *b,
+                        size_t blen) {
+  size_t len = alen + blen;
   size_t need = KT_PEER_FRAME_HDR + len, cap = queue_cap(c);
   if (c->out.cap - c->out.len < need) {
     if (c->out_off) {
@@ -370,9 +372,16 @@ static void conn_queue(struct pconn *c, uint8_t channel, const void *msg, size_t
   if (!unsent(c))
     c->last_progress = ev_now(c->t->loop); /* the stall clock starts with pending output */
   kt_peer_frame_header(c->out.p + c->out.len, channel, (uint32_t)len);
-  memcpy(c->out.p + c->out.len + KT_PEER_FRAME_HDR, msg, len);
+  if (alen)
+    memcpy(c->out.p + c->out.len + KT_PEER_FRAME_HDR, a, alen);
+  if (blen)
+    memcpy(c->out.p + c->out.len + KT_PEER_FRAME_HDR + alen, b, blen);
   c->out.len += need;
   mark_dirty(c);
+}
+
+static void conn_queue(struct pconn *c, uint8_t channel, const void *msg, size_t len) {
+  conn_queue2(c, channel, msg, len, NULL, 0);
 }
 
 static void check_room(struct peer *p) {
@@ -1299,6 +1308,12 @@ static void mark_unreachable(struct peer *p) {
 }
 
 int kt_peer_send(struct kt_peer_transport *t, uint64_t to, const void *msg, size_t len) {
+  return kt_peer_send2(t, to, msg, len, NULL, 0);
+}
+
+int kt_peer_send2(struct kt_peer_transport *t, uint64_t to, const void *a, size_t alen,
+                  const void *b, size_t blen) {
+  size_t len = alen + blen;
   if (len == 0)
     return KT_EINVAL;
   if (len > t->cfg.max_frame_bytes)
@@ -1317,7 +1332,7 @@ int kt_peer_send(struct kt_peer_transport *t, uint64_t to, const void *msg, size
     mark_unreachable(p);
     return KT_EBUSY;
   }
-  conn_queue(c, KT_PEER_CH_RAFT, msg, len);
+  conn_queue2(c, KT_PEER_CH_RAFT, a, alen, b, blen);
   p->st.msgs_queued++;
   p->st.bytes_queued += len;
   return 0;

@@ -220,6 +220,10 @@ int kt_peer_remove(struct kt_peer_transport *t, uint64_t id);
  * connected; counted, on_unreachable), KT_EBUSY (queue full; counted,
  * on_unreachable), KT_EINVAL (len 0) or KT_ETOOLARGE (len > max_frame). */
 int kt_peer_send(struct kt_peer_transport *t, uint64_t to, const void *msg, size_t len);
+/* kt_peer_send of the message a[0..alen) followed by b[0..blen) (one frame;
+ * either part may be empty). */
+int kt_peer_send2(struct kt_peer_transport *t, uint64_t to, const void *a, size_t alen,
+                  const void *b, size_t blen);
 /* Queue one snapshot chunk (copied). Returns 0 if queued; KT_EBUSY if it does
  * not fit in the snapshot queue now or KT_EUNAVAILABLE if the snapshot
  * channel is not connected — in both cases nothing is queued and

@@ -48,6 +48,7 @@ struct member {
   uint64_t next_seq[MAXID]; /* next expected seq per sender */
   uint64_t received[MAXID];
   bool out_of_order;
+  bool bad_payload; /* a send_seq message's bytes after 16 are not all 0xab */
   uint64_t unreachable[MAXID];
   uint64_t room_calls[MAXID];
   /* snapshot receiving */
@@ -69,6 +70,9 @@ static void on_message(void *arg, uint64_t from, const uint8_t *msg, size_t len)
     m->out_of_order = true;
   m->next_seq[from] = seq + 1;
   m->received[from]++;
+  for (size_t i = 16; i < len; i++)
+    if (msg[i] != 0xab)
+      m->bad_payload = true;
   if (len >= 16) {
     double sent;
     memcpy(&sent, msg + 8, sizeof sent);
@@ -196,7 +200,11 @@ static int send_seq(struct member *m, uint64_t to, uint64_t seq, double stamp, s
   memset(buf, 0xab, len);
   kt_put_u64be(buf, seq);
   memcpy(buf + 8, &stamp, sizeof stamp);
-  return kt_peer_send(m->t, to, buf, len);
+  if (seq % 2)
+    return kt_peer_send(m->t, to, buf, len);
+  /* the same frame from two parts, split anywhere (either may be empty) */
+  size_t split = (size_t)(seq / 2 % (len + 1));
+  return kt_peer_send2(m->t, to, buf, split, buf + split, len - split);
 }
 
 /* ---- tests ---- */
@@ -372,6 +380,7 @@ TEST(three_members_exchange_in_order) {
   uint64_t total = 0, writes = 0;
   for (int i = 0; i < 3; i++) {
     CHECK(!m[i].out_of_order);
+    CHECK(!m[i].bad_payload);
     for (int j = 0; j < 3; j++) {
       if (i == j)
         continue;

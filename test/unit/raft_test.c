@@ -736,6 +736,131 @@ TEST(raft_restart_from_persisted_state) {
 
 /* ------------------------------------------------------------ codec */
 
+/* Header plus shared entries, as core/node.c sends them, against
+ * kt_raft_msg_encode of the same message. */
+static bool shared_encoding_same(struct kt_raft_ents_enc *c, const struct kt_raft_msg *m) {
+  struct kt_buf want = {0}, got = {0};
+  kt_raft_msg_encode(m, &want);
+  uint8_t h[KT_RAFT_MSG_HEADER_BYTES];
+  const uint8_t *p;
+  size_t len;
+  kt_raft_msg_encode_header(m, h);
+  kt_raft_ents_enc_get(c, m->entries, m->n_entries, &p, &len);
+  kt_buf_append(&got, h, sizeof h);
+  kt_buf_append(&got, p, len);
+  bool same = want.len == got.len && memcmp(want.p, got.p, want.len) == 0;
+  kt_buf_free(&want);
+  kt_buf_free(&got);
+  return same;
+}
+
+TEST(raft_msg_shared_entries_encoding_is_byte_identical) {
+  enum { N = 40 };
+  static uint8_t data[N][64];
+  struct kt_raft_entry log[N];
+  for (int i = 0; i < N; i++) {
+    uint32_t len = (uint32_t)(i * 7 % 50);
+    memset(data[i], 'a' + i % 26, sizeof data[i]);
+    log[i] = (struct kt_raft_entry){.term = 3 + i / 20,
+                                    .index = 100 + i,
+                                    .type = i == 17 ? KT_RAFT_ENTRY_CONF : 0,
+                                    .len = len,
+                                    .data = len ? data[i] : NULL};
+  }
+  /* each message gets its own copy of its entries, as raft's arena does */
+  struct kt_raft_entry copy[8][N];
+  struct kt_raft_msg m = {.type = KT_RAFT_MSG_APP, .from = 1, .term = 4, .commit = 90};
+  struct kt_raft_ents_enc c = {0};
+  kt_raft_ents_enc_reset(&c);
+
+  /* 0 entries (a heartbeat, an empty append) */
+  m.to = 2;
+  m.index = 139;
+  m.log_term = 4;
+  CHECK(shared_encoding_same(&c, &m));
+  struct kt_raft_msg hb = {
+      .type = KT_RAFT_MSG_HEARTBEAT, .from = 1, .to = 3, .term = 4, .commit = 90, .context = 77};
+  CHECK(shared_encoding_same(&c, &hb));
+
+  /* 1 entry, to two followers: encoded once */
+  memcpy(copy[0], &log[N - 1], sizeof log[0]);
+  memcpy(copy[1], &log[N - 1], sizeof log[0]);
+  m.n_entries = 1;
+  m.entries = copy[0];
+  m.index = 138;
+  CHECK(shared_encoding_same(&c, &m));
+  m.to = 3;
+  m.commit = 91; /* the per-message header may differ */
+  m.entries = copy[1];
+  CHECK(shared_encoding_same(&c, &m));
+  CHECK_EQ(c.misses, 1);
+  CHECK_EQ(c.hits, 1);
+
+  /* many entries to two followers, then followers behind them: a suffix
+   * and a middle run share the same bytes */
+  kt_raft_ents_enc_reset(&c);
+  memcpy(copy[2], log, sizeof log);
+  memcpy(copy[3], log, sizeof log);
+  memcpy(copy[4], &log[10], 30 * sizeof log[0]);
+  memcpy(copy[5], &log[5], 10 * sizeof log[0]);
+  m.to = 2;
+  m.index = 99;
+  m.log_term = 3;
+  m.n_entries = N;
+  m.entries = copy[2];
+  CHECK(shared_encoding_same(&c, &m));
+  m.to = 3;
+  m.entries = copy[3];
+  CHECK(shared_encoding_same(&c, &m));
+  m.to = 4;
+  m.index = 109;
+  m.n_entries = 30;
+  m.entries = copy[4];
+  CHECK(shared_encoding_same(&c, &m));
+  m.to = 5;
+  m.index = 104;
+  m.n_entries = 10;
+  m.entries = copy[5];
+  CHECK(shared_encoding_same(&c, &m));
+  CHECK_EQ(c.misses, 2);
+  CHECK_EQ(c.hits, 4);
+
+  /* differing ranges: the same indexes with other contents (another term,
+   * other data, other length) or past the cached ones are encoded anew */
+  memcpy(copy[6], &log[20], 10 * sizeof log[0]);
+  copy[6][3].term = 9;
+  m.to = 6;
+  m.index = 119;
+  m.entries = copy[6];
+  CHECK(shared_encoding_same(&c, &m));
+  CHECK_EQ(c.misses, 3);
+  memcpy(copy[7], &log[20], 10 * sizeof log[0]);
+  copy[7][9].data = data[0];
+  m.entries = copy[7];
+  CHECK(shared_encoding_same(&c, &m));
+  memcpy(copy[1], &log[20], 10 * sizeof log[0]); /* entries' memory never changes in a batch */
+  copy[1][9].len = 3;
+  m.entries = copy[1];
+  CHECK(shared_encoding_same(&c, &m));
+  CHECK_EQ(c.misses, 5);
+  CHECK_EQ(c.hits, 4);
+  /* now cached: copy[1] (indexes 120..129); 125..134 runs past it */
+  memcpy(copy[6], &log[25], 10 * sizeof log[0]);
+  m.entries = copy[6];
+  CHECK(shared_encoding_same(&c, &m));
+  CHECK_EQ(c.misses, 6);
+  /* indexes that are not consecutive: encoded, never cached */
+  copy[5][0] = log[3];
+  copy[5][1] = log[1];
+  m.n_entries = 2;
+  m.entries = copy[5];
+  CHECK(shared_encoding_same(&c, &m));
+  CHECK(shared_encoding_same(&c, &m));
+  CHECK_EQ(c.misses, 6);
+  CHECK_EQ(c.hits, 4);
+  kt_raft_ents_enc_free(&c);
+}
+
 TEST(raft_msg_codec_roundtrip) {
   uint8_t d[3] = {'a', 'b', 'c'};
   struct kt_raft_entry es[2] = {{3, 10, 0, 3, d}, {3, 11, 1, 0, NULL}};
