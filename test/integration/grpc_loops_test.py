@@ -257,22 +257,34 @@ def test_lease_across_loops():
             x.close()
 
 
+def coalescing_bridge(e, log):
+    """A ketch-grpc of its own on the shared member: 2 loops,
+    --coalesce-lease-keepalives; (process, port, metrics port) once its
+    /metrics answers."""
+    port, mport = free_port(), free_port()
+    br = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
+                           "--endpoints", e.member.endpoint, "--loops", "2",
+                           "--coalesce-lease-keepalives", "--metrics-addr",
+                           "127.0.0.1:%d" % mport],
+                          stdout=open(os.path.join(e.tmp, log), "wb"), stderr=subprocess.STDOUT)
+    try:
+        wait_port(mport, br, "ketch-grpc /metrics")
+    except BaseException:
+        br.kill()
+        br.wait()
+        raise
+    return br, port, mport
+
+
 def test_revoke_reaches_every_loops_keepalive_cache():
     """--coalesce-lease-keepalives keeps one table per loop; a LeaseRevoke
     through loop 0 must still stop loop 1 from answering its cached renewal:
     the next keep-alive on loop 1 is TTL 0, as etcd."""
     e = env()
     p = gs.pb()
-    port, mport = free_port(), free_port()
-    br = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
-                           "--endpoints", e.member.endpoint, "--loops", "2",
-                           "--coalesce-lease-keepalives", "--metrics-addr",
-                           "127.0.0.1:%d" % mport],
-                          stdout=open(os.path.join(e.tmp, "bridge-ka.log"), "wb"),
-                          stderr=subprocess.STDOUT)
+    br, port, mport = coalescing_bridge(e, "bridge-ka.log")
     chans = []
     try:
-        wait_port(mport, br, "ketch-grpc /metrics")
         a = Chan(port)
         chans.append(a)
         b = Chan(port)
@@ -299,6 +311,7 @@ def test_revoke_reaches_every_loops_keepalive_cache():
         br.terminate()
         assert br.wait(20) == 0
 
+
 def test_revoke_during_renewal_not_cached():
     """--coalesce-lease-keepalives: a LeaseRevoke sent while a renewal of the
     lease is on its way to the member (pipelined ahead of the revoke on the
@@ -310,17 +323,10 @@ def test_revoke_during_renewal_not_cached():
     flight when the revoke is submitted."""
     e = env()
     p = gs.pb()
-    port, mport = free_port(), free_port()
-    br = subprocess.Popen([os.path.join(BIN, "ketch-grpc"), "--listen-addr", "127.0.0.1:%d" % port,
-                           "--endpoints", e.member.endpoint, "--loops", "2",
-                           "--coalesce-lease-keepalives", "--metrics-addr",
-                           "127.0.0.1:%d" % mport],
-                          stdout=open(os.path.join(e.tmp, "bridge-ka2.log"), "wb"),
-                          stderr=subprocess.STDOUT)
+    br, port, mport = coalescing_bridge(e, "bridge-ka2.log")
     chans = []
     stopped = False
     try:
-        wait_port(mport, br, "ketch-grpc /metrics")
         a = Chan(port)
         chans.append(a)
         g = a.unary("/etcdserverpb.Lease/LeaseGrant", p.LeaseGrantRequest(TTL=60),
