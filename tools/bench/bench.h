@@ -117,6 +117,9 @@ struct bench_cfg {
   /* --server-pid PID: the ketch member whose state thread's CPU per request
    * the report gives (0: none) */
   int server_pid;
+  /* --warmup S: S seconds of the same workload on the same connections
+   * before the measured run, counted nowhere */
+  double warmup_s;
 };
 
 /* TLS, etcd benchmark's flags (--cacert, --cert, --key) and
@@ -247,6 +250,8 @@ struct bench_result {
   /* with --server-pid: CPU seconds during the run of the member's state
    * thread and of the whole process (-1: not measured) */
   double state_cpu_s, server_cpu_s;
+  /* the same two clocks when the measured part began (after --warmup) */
+  double st_mark, pc_mark;
 };
 /* Runs cfg's workload. Returns 0, or 1 with err filled (could not connect).
  * The result is filled either way (counts of what ran). */

@@ -44,6 +44,8 @@ void usage(int status) {
       "  --conns N          connections (default 1)   --clients N  concurrent requests (1)\n"
       "  --total N          requests (default 10000 unless --duration)\n"
       "  --duration S       run for S seconds (with --total: whichever ends first)\n"
+      "  --warmup S         first S seconds of the same load on the same connections,\n"
+      "                     not measured (caches, the server's and ours, warm up)\n"
       "  --rate R           open loop: R requests/s on a fixed schedule; latency from the\n"
       "                     scheduled send time (coordinated omission accounted for)\n"
       "  --precise          full precision in the text report\n"
@@ -96,6 +98,7 @@ enum {
   O_CLIENTS,
   O_TOTAL,
   O_DURATION,
+  O_WARMUP,
   O_RATE,
   O_PRECISE,
   O_JSON,
@@ -136,6 +139,7 @@ static const struct option opts[] = {{"endpoints", 1, 0, O_EP},
                                      {"clients", 1, 0, O_CLIENTS},
                                      {"total", 1, 0, O_TOTAL},
                                      {"duration", 1, 0, O_DURATION},
+                                     {"warmup", 1, 0, O_WARMUP},
                                      {"rate", 1, 0, O_RATE},
                                      {"precise", 0, 0, O_PRECISE},
                                      {"json", 0, 0, O_JSON},
@@ -256,6 +260,9 @@ static int apply(struct bench_cfg *c, int o, const char *arg) {
     break;
   case O_DURATION:
     c->duration_s = fnum("duration", arg, 0.001, 1e6);
+    break;
+  case O_WARMUP:
+    c->warmup_s = fnum("warmup", arg, 0, 3600);
     break;
   case O_RATE:
     c->rate = fnum("rate", arg, 0.001, 1e9);

@@ -149,43 +149,15 @@ static void issue_idle(uint64_t now) {
   }
 }
 
-static int run_one(const struct bench_cfg *cfg, struct bench_result *res, char *err,
-                   size_t err_len) {
-  memset(res, 0, sizeof *res);
-  memset(&R, 0, sizeof R);
-  R.cfg = cfg;
-  R.res = res;
-  R.t = cfg->target == T_ETCD ? &target_etcd : &target_ketch;
-  int nc = cfg->conns < cfg->clients ? cfg->conns : cfg->clients;
-  int per_conn = (cfg->clients + nc - 1) / nc + 16;
-  R.conns = calloc((size_t)nc, sizeof *R.conns);
-  R.clients = calloc((size_t)cfg->clients, sizeof *R.clients);
-  R.idle = calloc((size_t)cfg->clients, sizeof *R.idle);
-  struct pollfd *pf = calloc((size_t)nc, sizeof *pf);
+/* Issues and completes requests until no more may be issued (--total, the
+ * end of duration_s) and every issued one has completed; counts go to R.res.
+ * 0, or 1 with err filled. */
+static int loop(int nc, struct pollfd *pf, double duration_s, char *err, size_t err_len) {
+  const struct bench_cfg *cfg = R.cfg;
+  struct bench_result *res = R.res;
   int rc = 0;
-  if (!R.conns || !R.clients || !R.idle || !pf || workload_init(&R.w, cfg)) {
-    snprintf(err, err_len, "out of memory");
-    rc = 1;
-    goto out;
-  }
-  for (int i = 0; i < nc; i++)
-    if (R.t->open(&R.conns[i], cfg->endpoints, per_conn, cfg->timeout_ms, err, err_len)) {
-      R.conns[i] = NULL;
-      rc = 1;
-      goto out;
-    }
-  for (int i = 0; i < cfg->clients; i++) {
-    R.clients[i].conn = i % nc;
-    R.clients[i].req.done = client_done;
-    R.clients[i].state = -1;
-    R.idle[R.n_idle++] = cfg->clients - 1 - i;
-  }
   R.t0 = bench_now_ns();
-  double cpu0 = cpu_s();
-  R.end_ns = cfg->duration_s ? R.t0 + (uint64_t)(cfg->duration_s * 1e9) : 0;
-  R.interval_ns = cfg->rate ? (uint64_t)(1e9 / cfg->rate) : 0;
-  if (cfg->rate && !R.interval_ns)
-    R.interval_ns = 1;
+  R.end_ns = duration_s ? R.t0 + (uint64_t)(duration_s * 1e9) : 0;
   uint64_t next_progress = R.t0 + 1000000000ull, last_done_ns = R.t0;
   long last_done = 0;
   for (;;) {
@@ -231,6 +203,64 @@ static int run_one(const struct bench_cfg *cfg, struct bench_result *res, char *
       next_progress = now + 1000000000ull;
     }
   }
+  return rc;
+}
+
+static int run_one(const struct bench_cfg *cfg, struct bench_result *res, char *err,
+                   size_t err_len) {
+  memset(res, 0, sizeof *res);
+  res->st_mark = res->pc_mark = -1;
+  memset(&R, 0, sizeof R);
+  R.cfg = cfg;
+  R.res = res;
+  R.t = cfg->target == T_ETCD ? &target_etcd : &target_ketch;
+  int nc = cfg->conns < cfg->clients ? cfg->conns : cfg->clients;
+  int per_conn = (cfg->clients + nc - 1) / nc + 16;
+  R.conns = calloc((size_t)nc, sizeof *R.conns);
+  R.clients = calloc((size_t)cfg->clients, sizeof *R.clients);
+  R.idle = calloc((size_t)cfg->clients, sizeof *R.idle);
+  struct pollfd *pf = calloc((size_t)nc, sizeof *pf);
+  int rc = 0;
+  if (!R.conns || !R.clients || !R.idle || !pf || workload_init(&R.w, cfg)) {
+    snprintf(err, err_len, "out of memory");
+    rc = 1;
+    goto out;
+  }
+  for (int i = 0; i < nc; i++)
+    if (R.t->open(&R.conns[i], cfg->endpoints, per_conn, cfg->timeout_ms, err, err_len)) {
+      R.conns[i] = NULL;
+      rc = 1;
+      goto out;
+    }
+  for (int i = 0; i < cfg->clients; i++) {
+    R.clients[i].conn = i % nc;
+    R.clients[i].req.done = client_done;
+    R.clients[i].state = -1;
+    R.idle[R.n_idle++] = cfg->clients - 1 - i;
+  }
+  R.interval_ns = cfg->rate ? (uint64_t)(1e9 / cfg->rate) : 0;
+  if (cfg->rate && !R.interval_ns)
+    R.interval_ns = 1;
+  if (cfg->warmup_s > 0) { /* the same connections, nothing counted */
+    struct bench_result *scratch = calloc(1, sizeof *scratch);
+    if (!scratch) {
+      snprintf(err, err_len, "out of memory");
+      rc = 1;
+      goto out;
+    }
+    R.res = scratch;
+    rc = loop(nc, pf, cfg->warmup_s, err, err_len);
+    free(scratch);
+    R.res = res;
+    R.done = 0;
+    R.stop = false;
+    if (rc)
+      goto out;
+  }
+  res->st_mark = cfg->server_pid ? state_thread_cpu_s(cfg->server_pid) : -1;
+  res->pc_mark = cfg->server_pid ? proc_cpu_s(cfg->server_pid) : -1;
+  double cpu0 = cpu_s();
+  rc = loop(nc, pf, cfg->duration_s, err, err_len);
   res->seconds = (double)(bench_now_ns() - R.t0) / 1e9;
   res->cpu_s = cpu_s() - cpu0;
 out:
@@ -321,6 +351,7 @@ static int run_threads(const struct bench_cfg *cfg, int n, struct bench_result *
     started = i + 1;
   }
   memset(res, 0, sizeof *res);
+  res->st_mark = res->pc_mark = -1;
   for (int i = 0; i < started; i++) {
     if (cfg->total && !g[i].cfg.total)
       continue;
@@ -331,6 +362,12 @@ static int run_threads(const struct bench_cfg *cfg, int n, struct bench_result *
       snprintf(err, err_len, "%s", g[i].err);
     }
   }
+  for (int i = 0; i < started; i++)
+    if (g[i].res.st_mark >= 0 || g[i].res.pc_mark >= 0) { /* the first that measured */
+      res->st_mark = g[i].res.st_mark;
+      res->pc_mark = g[i].res.pc_mark;
+      break;
+    }
   free(g);
   return rc;
 }
@@ -339,9 +376,8 @@ int bench_run(const struct bench_cfg *cfg, struct bench_result *res, char *err, 
   int n = cfg->threads > 1 ? cfg->threads : 1;
   if (n > cfg->clients)
     n = cfg->clients;
-  double st0 = cfg->server_pid ? state_thread_cpu_s(cfg->server_pid) : -1;
-  double pc0 = cfg->server_pid ? proc_cpu_s(cfg->server_pid) : -1;
   int rc = n > 1 ? run_threads(cfg, n, res, err, err_len) : run_one(cfg, res, err, err_len);
+  double st0 = res->st_mark, pc0 = res->pc_mark;
   double st1 = cfg->server_pid ? state_thread_cpu_s(cfg->server_pid) : -1;
   double pc1 = cfg->server_pid ? proc_cpu_s(cfg->server_pid) : -1;
   res->state_cpu_s = st0 >= 0 && st1 >= 0 ? st1 - st0 : -1;
