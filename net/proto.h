@@ -88,6 +88,10 @@ int kt_proto_decode_resp(const uint8_t *body, size_t len, struct kt_arena *a, st
 /* resp must be well-formed as for kt_proto_encode_req (events of type PUT or
  * DELETE only). */
 void kt_proto_encode_resp(struct kt_buf *out, const struct kt_resp *resp);
+/* kt_proto_encode_resp without its short cuts (PUT, DELETE, RANGE and
+ * LEASE_KEEPALIVE replies written straight, byte for byte the same): the
+ * schema encoder alone, for the tests that compare the two. */
+void kt_proto_encode_resp_generic(struct kt_buf *out, const struct kt_resp *resp);
 /* A WATCH frame with events, in parts, for fan-out (the events encoded
  * once, the header once per turn, the frame around them once per watcher):
  * kt_proto_encode_watch_events appends the value of the frame's events
@@ -116,8 +120,9 @@ void kt_proto_encode_req_body(struct kt_buf *out, const struct kt_req *req);
  * path); test/unit/proto_golden_test.c and the proto fuzz target hold both
  * to the generic encoder and decoder. */
 void kt_proto_encode_authed(struct kt_buf *out, const struct kt_authed_req *w);
-/* kt_proto_decode_req without that short cut: the generic decoder alone
- * (for the tests that compare the two). */
+/* kt_proto_decode_req without its short cuts (AUTHED above; PUT and RANGE
+ * in the shape the encoder writes, read without the schema walk): the
+ * generic decoder alone (for the tests that compare the two). */
 int kt_proto_decode_req_generic(const uint8_t *body, size_t len, struct kt_arena *a,
                                 struct kt_req *req, struct kt_err *e);
 

@@ -98,31 +98,14 @@ static const struct kt_msg_desc alarm = DESC("alarm", struct kt_alarm_member, al
 
 /* ---- KV requests (also the payloads of txn ops) ---- */
 
-static const struct kt_field range_req_f[] = {
-    BYTES(struct kt_range_req, key, "key"),
-    BYTES(struct kt_range_req, range_end, "range_end"),
-    I64(struct kt_range_req, limit, "limit"),
-    I64(struct kt_range_req, revision, "revision"),
-    ENUM(struct kt_range_req, sort_order, "sort_order", KT_SORT_DESCEND),
-    ENUM(struct kt_range_req, sort_target, "sort_target", KT_SORT_VALUE),
-    BOOL(struct kt_range_req, serializable, "serializable"),
-    BOOL(struct kt_range_req, keys_only, "keys_only"),
-    BOOL(struct kt_range_req, count_only, "count_only"),
-    I64(struct kt_range_req, min_mod_revision, "min_mod_revision"),
-    I64(struct kt_range_req, max_mod_revision, "max_mod_revision"),
-    I64(struct kt_range_req, min_create_revision, "min_create_revision"),
-    I64(struct kt_range_req, max_create_revision, "max_create_revision"),
-};
+/* generated from their field lists (schema.h), like the kv's */
+#define REQ_FIELD(T, k, m, mx) {NM(#m), .kind = KT_F_##k, AT(T, m), .aux = KT_NO_AUX, .max = mx},
+#define RANGE_FIELD(k, m, mx) REQ_FIELD(struct kt_range_req, k, m, mx)
+#define PUT_FIELD(k, m, mx) REQ_FIELD(struct kt_put_req, k, m, mx)
+static const struct kt_field range_req_f[] = {KT_SCHEMA_RANGE_REQ_FIELDS(RANGE_FIELD)};
 static const struct kt_msg_desc range_req = DESC("range", struct kt_range_req, range_req_f);
 
-static const struct kt_field put_req_f[] = {
-    BYTES(struct kt_put_req, key, "key"),
-    BYTES(struct kt_put_req, value, "value"),
-    I64(struct kt_put_req, lease, "lease"),
-    BOOL(struct kt_put_req, prev_kv, "prev_kv"),
-    BOOL(struct kt_put_req, ignore_value, "ignore_value"),
-    BOOL(struct kt_put_req, ignore_lease, "ignore_lease"),
-};
+static const struct kt_field put_req_f[] = {KT_SCHEMA_PUT_REQ_FIELDS(PUT_FIELD)};
 static const struct kt_msg_desc put_req = DESC("put", struct kt_put_req, put_req_f);
 
 static const struct kt_field delete_req_f[] = {

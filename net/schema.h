@@ -118,4 +118,26 @@ extern const struct kt_msg_desc kt_schema_header;
   X(BYTES, value) X(I64, create_revision) X(I64, mod_revision) X(I64, version) X(I64, lease)
 extern const struct kt_msg_desc kt_schema_kv;
 
+/* The PUT and RANGE requests' fields as (kind, member, max) in wire order,
+ * each named as its member (max: an ENUM's largest value, else 0): their
+ * descriptors (net/schema.c) and kt_proto_decode_req's short cut for the
+ * two (net/proto.c) are generated from these lists, so both read the same
+ * fields in the same order. */
+#define KT_SCHEMA_PUT_REQ_FIELDS(X)                                                                \
+  X(BYTES, key, 0)                                                                                 \
+  X(BYTES, value, 0)                                                                               \
+  X(I64, lease, 0) X(BOOL, prev_kv, 0) X(BOOL, ignore_value, 0) X(BOOL, ignore_lease, 0)
+#define KT_SCHEMA_RANGE_REQ_FIELDS(X)                                                              \
+  X(BYTES, key, 0)                                                                                 \
+  X(BYTES, range_end, 0)                                                                           \
+  X(I64, limit, 0)                                                                                 \
+  X(I64, revision, 0)                                                                              \
+  X(ENUM, sort_order, KT_SORT_DESCEND)                                                             \
+  X(ENUM, sort_target, KT_SORT_VALUE)                                                              \
+  X(BOOL, serializable, 0)                                                                         \
+  X(BOOL, keys_only, 0)                                                                            \
+  X(BOOL, count_only, 0)                                                                           \
+  X(I64, min_mod_revision, 0)                                                                      \
+  X(I64, max_mod_revision, 0) X(I64, min_create_revision, 0) X(I64, max_create_revision, 0)
+
 #endif

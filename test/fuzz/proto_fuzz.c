@@ -6,7 +6,10 @@
  * encoding is canonical, so equal bytes mean an equal message), and
  * kt_proto_peek_id must agree with the decoder on type and id, and every
  * decoded type must have a name. This covers every type, watch frames and
- * lease messages included. Any disagreement aborts. Seeds: test/fuzz/corpus/proto/ (written by
+ * lease messages included. The codec's short cuts (requests decoded, replies
+ * encoded without the schema walk) must agree with the generic decoder and
+ * encoder on every input: the same answer, error message included, and the
+ * same bytes. Any disagreement aborts. Seeds: test/fuzz/corpus/proto/ (written by
  * KT_WRITE_CORPUS=dir build/test/proto_test write_fuzz_corpus).
  */
 #include "../../net/proto.h"
@@ -35,17 +38,32 @@ static bool same_bytes(struct kt_bytes a, struct kt_bytes b) {
   return a.n == b.n && (!a.n || memcmp(a.p, b.p, a.n) == 0);
 }
 
-/* The AUTHED short cut (kt_proto_decode_req reads the envelope of a write
- * made with auth on without the schema walk) answers as the generic decoder
- * does, and kt_proto_encode_authed writes what the schema encoder writes. */
-static void check_authed(const uint8_t *body, size_t len, int rc, const struct kt_req *r1,
-                         const struct kt_err *e) {
+/* Whether two requests encode to the same bytes (canonical: the same
+ * message). */
+static bool same_req(const struct kt_req *x, const struct kt_req *y) {
+  struct kt_buf a = {0}, b = {0};
+  kt_proto_encode_req(&a, x);
+  kt_proto_encode_req(&b, y);
+  bool same = a.len == b.len && memcmp(a.p, b.p, a.len) == 0;
+  kt_buf_free(&a);
+  kt_buf_free(&b);
+  return same;
+}
+
+/* kt_proto_decode_req's short cuts (AUTHED, PUT and RANGE read without the
+ * schema walk) answer as the generic decoder does, and
+ * kt_proto_encode_authed writes what the schema encoder writes. */
+static void check_short_cuts(const uint8_t *body, size_t len, int rc, const struct kt_req *r1,
+                             const struct kt_err *e) {
   struct kt_req g;
   struct kt_err ge;
   int grc = kt_proto_decode_req_generic(body, len, &arena, &g, &ge);
   check(grc == rc && (rc ? strcmp(ge.msg, e->msg) == 0 : g.type == r1->type && g.id == r1->id),
-        "the AUTHED short cut disagrees with the generic decoder");
-  if (rc || r1->type != KT_MSG_AUTHED)
+        "a decoder short cut disagrees with the generic decoder");
+  if (rc)
+    return;
+  check(same_req(r1, &g), "a decoder short cut decodes other fields");
+  if (r1->type != KT_MSG_AUTHED)
     return;
   const struct kt_authed_req *x = &r1->u.authed, *y = &g.u.authed;
   check(same_bytes(x->user, y->user) && x->auth_revision == y->auth_revision &&
@@ -68,7 +86,7 @@ static void req_round_trip(const uint8_t *body, size_t len) {
   int rc = kt_proto_decode_req(body, len, &arena, &r1, &e);
   check(rc >= 0 && rc < KT_ERR_MAX, "bad error code");
   check(rc == 0 || e.code == rc, "kt_err not filled");
-  check_authed(body, len, rc, &r1, &e);
+  check_short_cuts(body, len, rc, &r1, &e);
   if (rc != 0)
     return;
   check_peek(body, len, r1.type, r1.id);
@@ -104,6 +122,11 @@ static void resp_round_trip(const uint8_t *body, size_t len) {
   struct kt_buf a = {0}, b = {0};
   kt_proto_encode_resp(&a, &r1);
   check(kt_get_u32be(a.p) == a.len - 4, "bad frame length");
+  /* its short cuts (PUT, DELETE, RANGE, LEASE_KEEPALIVE) write the schema's bytes */
+  kt_proto_encode_resp_generic(&b, &r1);
+  check(a.len == b.len && memcmp(a.p, b.p, a.len) == 0,
+        "an encoder short cut differs from the schema encoder");
+  kt_buf_reset(&b);
   check(kt_proto_decode_resp(a.p + 4, a.len - 4, &arena, &r2, &e) == 0,
         "re-encoded response does not decode");
   kt_proto_encode_resp(&b, &r2);
