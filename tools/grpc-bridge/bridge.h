@@ -47,7 +47,9 @@
  * does not pause libketch (one handle serves every client of its loop).
  *
  * Invariants: done() runs exactly once per kt_bridge_call(), either inside it
- * (a request refused before reaching ketch) or later from ketch_process().
+ * (a request refused before reaching ketch, or a cache hit: then the call
+ * submitted nothing to ketch, and the server skips ketch_process for it) or
+ * later from ketch_process().
  * After kt_bridge_stream_close() the stream never calls io again; it frees
  * itself once libketch has completed its last callback.
  *

@@ -781,9 +781,14 @@ static void stream_dispatch(struct stream *st) {
     kt_bridge_reg_member_list(stream_up(st)->kc, c->b->ns, c->b->resolver_prefix, c->b->advertise,
                               on_call_done, ref);
   } else {
-    stream_up(st)->ksubmitted = true;
-    kt_bridge_call(stream_up(st)->kc, st->path, msg, msg_len, c->b->max_request_bytes, on_call_done,
-                   ref);
+    struct upstream *u = stream_up(st);
+    kt_bridge_call(u->kc, st->path, msg, msg_len, c->b->max_request_bytes, on_call_done, ref);
+    /* Answered inside the call (a cache hit, a request refused before ketch:
+     * bridge.h's invariant), nothing was submitted, so ketch_process (a read
+     * that finds nothing) need not run for it; the cache flags its own
+     * probes and watch. */
+    if (st->call == ref)
+      u->ksubmitted = true;
   }
   free(nmsg);
   st->body_len = 0; /* its buffer stays for the stream's next use (stream_free) */
