@@ -5,8 +5,11 @@
  * connects; closing the handle completes each call exactly once.
  * First byte 0xd0..0xdf: (byte & 15) % 4 picks Cluster's MemberAdd,
  * MemberRemove, MemberUpdate or MemberPromote; 0xc0..0xcf one of the 16 Auth
- * methods the bridge forwards; 0xbf Authenticate's decoder; 0xf0..0xf7 a
- * grpc-timeout value; 0xf8..0xff the HTTP/1 sniff of a connection's first
+ * methods the bridge forwards; 0xbf Authenticate's decoder; 0xf0..0xf3 a
+ * grpc-timeout value; 0xf4..0xf7 a request's header block (bridge_hdrs.c:
+ * headers, each a 1-byte name length, the name, a 1-byte value length, the
+ * value; a well-formed block has one :path without control bytes, a token
+ * has none either); 0xf8..0xff the HTTP/1 sniff of a connection's first
  * bytes (bridge_http1.c).
  * Streams (first byte 0xe0..0xef: (byte & 15) % 10 picks Watch, LeaseKeepAlive,
  * Lock, Unlock, Campaign, Proclaim, Leader, Resign, Observe or Snapshot): the rest
@@ -22,6 +25,7 @@
 #include "../../tools/grpc-bridge/bridge_auth.c"
 #include "../../tools/grpc-bridge/bridge_cache.c"
 #include "../../tools/grpc-bridge/bridge_frame.c"
+#include "../../tools/grpc-bridge/bridge_hdrs.c"
 #include "../../tools/grpc-bridge/bridge_http1.c"
 #include "../../tools/grpc-bridge/bridge_kv.c"
 #include "../../tools/grpc-bridge/bridge_snap.c"
@@ -100,6 +104,45 @@ static void fuzz_stream(ketch_client *c, const uint8_t *d, size_t n, unsigned me
   kt_bridge_stream_close(s);
 }
 
+/* A value the bridge keeps as a C string: no control byte but tab. */
+static bool fuzz_clean(const uint8_t *v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if ((v[i] < 0x20 && v[i] != '\t') || v[i] == 0x7f)
+      return false;
+  return true;
+}
+
+static void fuzz_headers(const uint8_t *d, size_t n) {
+  struct kt_bridge_req_hdrs h;
+  memset(&h, 0, sizeof h);
+  int paths = 0;
+  size_t off = 0;
+  while (off < n) {
+    size_t nl = d[off++];
+    if (nl > n - off)
+      break;
+    const uint8_t *name = d + off;
+    off += nl;
+    size_t vl = off < n ? d[off++] : 0;
+    if (vl > n - off)
+      vl = n - off;
+    const uint8_t *value = d + off;
+    off += vl;
+    int kind = kt_bridge_req_header(&h, name, nl, value, vl);
+    if (kind == KT_HDR_PATH && (vl == 0 || !fuzz_clean(value, vl) || nl != 5))
+      abort();
+    if (kind == KT_HDR_TOKEN && !fuzz_clean(value, vl))
+      abort();
+    paths += kind == KT_HDR_PATH;
+  }
+  const char *why = NULL;
+  int r = kt_bridge_req_check(&h, &why);
+  if (r == KT_REQ_MALFORMED ? !why : (why || paths != 1 || h.method[sizeof h.method - 1]))
+    abort();
+  if (r == KT_REQ_OK && strcmp(h.method, "POST") != 0)
+    abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
@@ -133,6 +176,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = kt_bridge_http1(buf + 1, size - 1, out, sizeof out);
     if (n >= sizeof out || (n && memcmp(out, "HTTP/1.1 ", 9) != 0))
       abort();
+    free(buf);
+    return 0;
+  }
+  if (sel >= 0xf4) { /* a request's header block */
+    fuzz_headers(buf + 1, size - 1);
     free(buf);
     return 0;
   }

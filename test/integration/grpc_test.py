@@ -467,25 +467,27 @@ def test_bad_input_leaves_bridge_serving():
     e.bridge_alive()
 
 
-def h2_unary_end_time(port, path, msg, timeout_hdr, limit_s=10):
+GRPC_HEADERS = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", None),
+                (b":authority", b"127.0.0.1"), (b"content-type", b"application/grpc"),
+                (b"te", b"trailers")]
+
+
+def h2_call(port, hdrs, msg, limit_s=10):
     """A minimal HTTP/2 client by hand (no h2 library on Debian's default
-    python): one unary call with a grpc-timeout header; returns the seconds
-    until the server ended the stream (HEADERS or DATA with END_STREAM)."""
+    python): one request with exactly the header list hdrs (name, value) and
+    one gRPC message; returns ("end", seconds until the server ended the
+    stream with HEADERS or DATA) or ("rst", its RST_STREAM error code)."""
     def frame(typ, flags, sid, payload):
         return struct.pack(">I", len(payload))[1:] + bytes([typ, flags]) + struct.pack(">I", sid) + payload
 
     def lit(name, value):  # HPACK literal without indexing, new name, no Huffman
         return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
 
-    hdrs = b"".join(lit(n, v) for n, v in [
-        (b":method", b"POST"), (b":scheme", b"http"), (b":path", path),
-        (b":authority", b"127.0.0.1"), (b"content-type", b"application/grpc"),
-        (b"te", b"trailers"), (b"grpc-timeout", timeout_hdr)])
     body = b"\x00" + struct.pack(">I", len(msg)) + msg
     s = socket.create_connection(("127.0.0.1", port), timeout=limit_s)
     t0 = time.time()
     s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"") +
-              frame(1, 4, 1, hdrs) + frame(0, 1, 1, body))
+              frame(1, 4, 1, b"".join(lit(n, v) for n, v in hdrs)) + frame(0, 1, 1, body))
     buf = b""
     try:
         while time.time() - t0 < limit_s:
@@ -498,16 +500,57 @@ def h2_unary_end_time(port, path, msg, timeout_hdr, limit_s=10):
                 if len(buf) < 9 + n:
                     break
                 typ, flags, sid = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff
-                buf = buf[9 + n:]
+                payload, buf = buf[9:9 + n], buf[9 + n:]
                 if typ == 4 and not flags & 1:
                     s.sendall(frame(4, 1, 0, b""))  # SETTINGS ACK
                 if sid == 1 and typ in (0, 1) and flags & 1:
-                    return time.time() - t0
+                    return "end", time.time() - t0
                 if sid == 1 and typ == 3:
-                    raise AssertionError("stream reset")
+                    return "rst", int.from_bytes(payload[:4], "big")
     finally:
         s.close()
     raise AssertionError("stream did not end within %ds" % limit_s)
+
+
+def h2_unary_end_time(port, path, msg, timeout_hdr, limit_s=10):
+    """One unary call with a grpc-timeout header: the seconds until the
+    server ended the stream."""
+    hdrs = [(n, path if n == b":path" else v) for n, v in GRPC_HEADERS]
+    kind, took = h2_call(port, hdrs + [(b"grpc-timeout", timeout_hdr)], msg, limit_s)
+    if kind != "end":
+        raise AssertionError("stream reset (%d)" % took)
+    return took
+
+
+def test_malformed_request_headers():
+    """The bridge's own checks of a request's header block (nghttp2's HTTP
+    checks are off): a malformed one (RFC 9113 8.1.1) is reset with
+    PROTOCOL_ERROR, a :method other than POST gets a gRPC error, and
+    well-formed calls on the same bridge go on."""
+    e = env()
+    rng = b"\x0a\x01k"  # RangeRequest{key: "k"}
+    path = b"/etcdserverpb.KV/Range"
+    good = [(n, path if n == b":path" else v) for n, v in GRPC_HEADERS]
+    assert h2_call(e.grpc_port, good, rng)[0] == "end"
+    without = lambda name: [h for h in good if h[0] != name]  # noqa: E731
+    malformed = {
+        "no :path": without(b":path"),
+        "no :method": without(b":method"),
+        "no :scheme": without(b":scheme"),
+        "two :path": good[:3] + [(b":path", path)] + good[3:],
+        "a pseudo-header after a regular one": without(b":path") + [(b":path", path)],
+        "an unknown pseudo-header": good[:1] + [(b":status", b"200")] + good[1:],
+        "NUL in :path": [(n, path + b"\x00x" if n == b":path" else v) for n, v in good],
+        "LF in token": good + [(b"token", b"abc\ndef")],
+        "empty :path": [(n, b"" if n == b":path" else v) for n, v in good],
+    }
+    for what, hdrs in malformed.items():
+        got = h2_call(e.grpc_port, hdrs, rng)
+        assert got == ("rst", 1), (what, got)  # PROTOCOL_ERROR
+    get = [(n, b"GET" if n == b":method" else v) for n, v in good]
+    assert h2_call(e.grpc_port, get, rng)[0] == "end"  # trailers-only, grpc-status 13
+    assert h2_call(e.grpc_port, good, rng)[0] == "end"
+    e.bridge_alive()
 
 
 def test_quorum_loss_then_recovery():
@@ -587,5 +630,6 @@ if __name__ == "__main__":
                test_compaction_and_errors_same_as_etcd, test_large_reads_same_as_etcd,
                test_endpoint_status_same_as_etcd, test_http_version_same_as_etcd,
                test_unimplemented_services, test_concurrent_etcdctl,
-               test_bad_input_leaves_bridge_serving, test_python_etcd3,
+               test_bad_input_leaves_bridge_serving, test_malformed_request_headers,
+               test_python_etcd3,
                test_quorum_loss_then_recovery, test_shutdown_clean])

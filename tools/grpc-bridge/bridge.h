@@ -47,7 +47,9 @@
  * does not pause libketch (one handle serves every client of its loop).
  *
  * Invariants: done() runs exactly once per kt_bridge_call(), either inside it
- * (a request refused before reaching ketch) or later from ketch_process().
+ * (a request refused before reaching ketch, or a cache hit: then the call
+ * submitted nothing to ketch, and the server skips ketch_process for it) or
+ * later from ketch_process().
  * After kt_bridge_stream_close() the stream never calls io again; it frees
  * itself once libketch has completed its last callback.
  *
@@ -296,6 +298,29 @@ const char *kt_bridge_error(int ketch_err, const char *detail, int *grpc_status)
 /* The milliseconds of a grpc-timeout header value (1-8 ASCII digits and a
  * unit H M S m u n, rounded up), or -1 if it is malformed. Pure. */
 int64_t kt_bridge_parse_timeout(const uint8_t *v, size_t n);
+
+/* ---- a request's header block (bridge_hdrs.c) ----
+ * The server's nghttp2 sessions skip nghttp2's HTTP checks of every header
+ * (nghttp2_option_set_no_http_messaging); these are the ones the bridge
+ * needs. Each header of a request's header block, in order, goes to
+ * kt_bridge_req_header (h zeroed first), which says whether it is one the
+ * bridge reads (KT_HDR_*; KT_HDR_OTHER also for one that made the block
+ * malformed); then kt_bridge_req_check: KT_REQ_OK, KT_REQ_NOT_POST (a
+ * well-formed request whose :method, h->method, is not POST: a gRPC error)
+ * or KT_REQ_MALFORMED (*why says why: RST_STREAM PROTOCOL_ERROR, RFC 9113
+ * 8.1.1). Pure. */
+enum { KT_HDR_OTHER, KT_HDR_PATH, KT_HDR_CONTENT_TYPE, KT_HDR_TIMEOUT, KT_HDR_TOKEN };
+enum { KT_REQ_OK, KT_REQ_NOT_POST, KT_REQ_MALFORMED };
+struct kt_bridge_req_hdrs {
+  uint8_t seen;          /* the pseudo-headers seen (bridge_hdrs.c) */
+  bool regular;          /* a regular header came */
+  bool post;             /* :method is POST */
+  const char *malformed; /* the first reason the block is malformed, or NULL */
+  char method[16];       /* :method as sent (cut short) */
+};
+int kt_bridge_req_header(struct kt_bridge_req_hdrs *h, const uint8_t *name, size_t nlen,
+                         const uint8_t *value, size_t vlen);
+int kt_bridge_req_check(const struct kt_bridge_req_hdrs *h, const char **why);
 
 /* ---- bridge_ns.c: --namespace PREFIX ---- */
 /* The request message msg[0..len) (unframed protobuf) of method `path` with

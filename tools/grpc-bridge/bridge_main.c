@@ -90,7 +90,8 @@
 #define TOKEN_IDLE_S 300.0         /* etcd's --auth-token-ttl default */
 #define TOKEN_MAX_OUTSTANDING 1024 /* a session's requests in flight */
 #define TOKEN_HEADER_MAX 1024
-#define STREAM_SPARES 64 /* a stream is ~2 KB: calloc and free per call cost ~3% of a call */
+#define SPARE_BODY_BYTES 1024 /* a spare stream keeps a request buffer this small */
+#define STREAM_SPARES 64      /* a stream is ~2 KB: calloc and free per call cost ~3% of a call */
 
 static int log_level = 1; /* 0 debug, 1 info, 2 warn, 3 error; set before the loops */
 static void logf_(int lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -197,10 +198,10 @@ struct conn {
   bool reading, is_dirty, dead;
   bool seen_bytes; /* its first read was looked at (http1) */
   struct conn *next_dirty;
-  struct conn *prev, *next;  /* b->conns */
-  struct stream *spare;      /* freed streams kept for its next calls (spare->next) */
-  size_t n_spare;            /* at most STREAM_SPARES */
-  struct stream *in_headers; /* the stream whose request headers come in, or NULL */
+  struct conn *prev, *next; /* b->conns */
+  struct stream *spare;     /* freed streams kept for its next calls (spare->next) */
+  size_t n_spare;           /* at most STREAM_SPARES */
+  struct stream *cur;       /* the stream last made or looked up (conn_stream), or NULL */
 };
 
 /* One queued response message. */
@@ -234,6 +235,7 @@ struct stream {
   size_t q_bytes;                     /* queued response bytes not yet taken by nghttp2 */
   int status;                         /* final grpc-status, once responded */
   struct kt_bridge_method_stat *stat; /* a served method's counters (/metrics) */
+  struct kt_bridge_req_hdrs hdrs;     /* its request headers' checks */
   /* The strings last: a reused stream clears only what is above them. */
   char token[TOKEN_HEADER_MAX]; /* the `token` metadata, "" when none */
   char path[256];
@@ -274,6 +276,7 @@ static void call_ref_free(struct call_ref *r) {
 static void conn_close(struct conn *c);
 static void conn_mark_dirty(struct conn *c);
 static nghttp2_session_callbacks *callbacks;
+static nghttp2_option *h2opt;
 static void conn_update_read(struct conn *c);
 
 /* ---- libketch in the loop ---- */
@@ -408,19 +411,22 @@ static void pct_encode(const char *in, char *out, size_t n) {
   out[j] = 0;
 }
 
-/* grpc-status's value (every call ends with one): no snprintf for the codes
- * gRPC defines; buf for any other. */
-static const char *status_str(int status, char buf[16]) {
+/* grpc-status's value (every call ends with one), a static string: the
+ * codes gRPC defines; any other (none is made) goes out as UNKNOWN. */
+static const char *status_str(int status) {
   static const char *const codes[] = {"0", "1",  "2",  "3",  "4",  "5",  "6",  "7", "8",
                                       "9", "10", "11", "12", "13", "14", "15", "16"};
-  if (status >= 0 && status <= 16)
-    return codes[status];
-  snprintf(buf, 16, "%d", status);
-  return buf;
+  return status >= 0 && status <= 16 ? codes[status] : codes[KT_GRPC_UNKNOWN];
 }
 
 #define NV(n, v)                                                                                   \
   { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_COPY_NAME }
+/* ... a value that outlives the frame (a literal, status_str's codes): not copied */
+#define NV_STATIC(n, v)                                                                            \
+  {                                                                                                \
+    (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v),                                      \
+        NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE                               \
+  }
 
 static struct qmsg *qmsg_new(struct stream *st) {
   if (st->q0_busy)
@@ -461,11 +467,11 @@ static ssize_t resp_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
   st->c->resp_bytes -= n;
   if (!st->q_head) {
     if (st->responded) {
-      char cbuf[16], msg[800];
-      const char *code = status_str(st->status, cbuf);
+      char msg[800];
+      const char *code = status_str(st->status);
       pct_encode(st->message, msg, sizeof msg);
       *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-      nghttp2_nv tr[] = {NV("grpc-status", code), NV("grpc-message", msg)};
+      nghttp2_nv tr[] = {NV_STATIC("grpc-status", code), NV("grpc-message", msg)};
       if (nghttp2_submit_trailer(s, id, tr, msg[0] ? 2 : 1) != 0)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     } else if (n == 0) {
@@ -482,7 +488,7 @@ static void stream_submit_headers(struct stream *st) {
   if (st->headers_sent)
     return;
   st->headers_sent = true;
-  nghttp2_nv h[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
+  nghttp2_nv h[] = {NV_STATIC(":status", "200"), NV_STATIC("content-type", "application/grpc")};
   nghttp2_data_provider p = {.source.ptr = st, .read_callback = resp_read};
   nghttp2_submit_response(st->c->s, st->id, h, 2, &p);
 }
@@ -538,11 +544,11 @@ static void stream_finish(struct stream *st, int status, const char *message) {
     stream_resume(st);
     return;
   }
-  char buf[16], msg[800];
-  const char *code = status_str(status, buf);
+  char msg[800];
+  const char *code = status_str(status);
   pct_encode(st->message, msg, sizeof msg);
-  nghttp2_nv h[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
-                    NV("grpc-status", code), NV("grpc-message", msg)};
+  nghttp2_nv h[] = {NV_STATIC(":status", "200"), NV_STATIC("content-type", "application/grpc"),
+                    NV_STATIC("grpc-status", code), NV("grpc-message", msg)};
   nghttp2_submit_response(c->s, st->id, h, msg[0] ? 4 : 3, NULL);
   conn_mark_dirty(c);
 }
@@ -775,18 +781,33 @@ static void stream_dispatch(struct stream *st) {
     kt_bridge_reg_member_list(stream_up(st)->kc, c->b->ns, c->b->resolver_prefix, c->b->advertise,
                               on_call_done, ref);
   } else {
-    stream_up(st)->ksubmitted = true;
-    kt_bridge_call(stream_up(st)->kc, st->path, msg, msg_len, c->b->max_request_bytes, on_call_done,
-                   ref);
+    struct upstream *u = stream_up(st);
+    kt_bridge_call(u->kc, st->path, msg, msg_len, c->b->max_request_bytes, on_call_done, ref);
+    /* Answered inside the call (a cache hit, a request refused before ketch:
+     * bridge.h's invariant), nothing was submitted, so ketch_process (a read
+     * that finds nothing) need not run for it; the cache flags its own
+     * probes and watch. */
+    if (st->call == ref)
+      u->ksubmitted = true;
   }
   free(nmsg);
-  free(st->body);
-  st->body = NULL;
-  st->body_len = st->body_cap = 0;
+  st->body_len = 0; /* its buffer stays for the stream's next use (stream_free) */
   conn_update_read(c);
 }
 
 /* ---- nghttp2 callbacks ---- */
+
+/* Stream id's stream, or NULL: most often the one on_begin_headers just
+ * made or the last one asked for (a request's headers, its DATA, its end),
+ * which takes no lookup in nghttp2's stream map. */
+static struct stream *conn_stream(struct conn *c, int32_t id) {
+  if (c->cur && c->cur->id == id)
+    return c->cur;
+  struct stream *st = nghttp2_session_get_stream_user_data(c->s, id);
+  if (st)
+    c->cur = st;
+  return st;
+}
 
 static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *user) {
   struct conn *c = user;
@@ -796,7 +817,11 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
   if (st) {
     c->spare = st->next;
     c->n_spare--;
+    uint8_t *body = st->body; /* a small request buffer is kept (stream_free) */
+    size_t body_cap = st->body_cap;
     memset(st, 0, offsetof(struct stream, token));
+    st->body = body;
+    st->body_cap = body_cap;
     st->token[0] = st->path[0] = st->message[0] = 0;
   } else if (!(st = calloc(1, sizeof *st))) {
     return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -812,38 +837,44 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
     c->streams->prev = st;
   c->streams = st;
   nghttp2_session_set_stream_user_data(s, st->id, st);
-  c->in_headers = st;
+  c->cur = st;
   return 0;
 }
 
 static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
                      const uint8_t *value, size_t vlen, uint8_t flags, void *user) {
+  (void)s;
   (void)flags;
   struct conn *c = user;
-  if (f->hd.type != NGHTTP2_HEADERS)
-    return 0;
-  /* the stream on_begin_headers just made (no lookup per header) */
-  struct stream *st = c->in_headers && c->in_headers->id == f->hd.stream_id
-                          ? c->in_headers
-                          : nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+  if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+    return 0; /* a request's trailers: nothing in them is read */
+  struct stream *st = conn_stream(c, f->hd.stream_id);
   if (!st)
     return 0;
-  if (nlen == 5 && memcmp(name, ":path", 5) == 0) {
+  switch (kt_bridge_req_header(&st->hdrs, name, nlen, value, vlen)) {
+  case KT_HDR_PATH:
     if (vlen >= sizeof st->path) {
       st->bad_path = true;
       vlen = sizeof st->path - 1;
     }
     memcpy(st->path, value, vlen);
     st->path[vlen] = 0;
-  } else if (nlen == 12 && memcmp(name, "content-type", 12) == 0) {
+    break;
+  case KT_HDR_CONTENT_TYPE:
     st->not_grpc = !(vlen >= 16 && memcmp(value, "application/grpc", 16) == 0);
-  } else if (nlen == 12 && memcmp(name, "grpc-timeout", 12) == 0) {
+    break;
+  case KT_HDR_TIMEOUT:
     st->timeout_ms = kt_bridge_parse_timeout(value, vlen);
-  } else if (nlen == 5 && memcmp(name, "token", 5) == 0) {
+    break;
+  case KT_HDR_TOKEN: {
     /* etcd clients' auth token; one that does not fit is no token of ours */
     size_t n = vlen < sizeof st->token ? vlen : 0;
     memcpy(st->token, value, n);
     st->token[n] = 0;
+    break;
+  }
+  default:
+    break;
   }
   return 0;
 }
@@ -852,6 +883,16 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
  * (streaming calls such as Watch never end their request stream). */
 static void stream_headers_done(struct stream *st) {
   struct conn *c = st->c;
+  const char *why;
+  int req = kt_bridge_req_check(&st->hdrs, &why);
+  if (req == KT_REQ_MALFORMED) { /* RFC 9113 8.1.1: a stream error */
+    logf_(0, "connection %s stream %d: malformed request (%s): reset with PROTOCOL_ERROR", c->peer,
+          st->id, why);
+    st->responded = true;
+    nghttp2_submit_rst_stream(c->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_PROTOCOL_ERROR);
+    conn_mark_dirty(c);
+    return;
+  }
   if (st->not_grpc) {
     nghttp2_nv h[] = {NV(":status", "415"), NV("content-type", "text/plain")};
     st->responded = true;
@@ -860,6 +901,11 @@ static void stream_headers_done(struct stream *st) {
     return;
   }
   char msg[256];
+  if (req == KT_REQ_NOT_POST) { /* grpc-go's answer, with its code */
+    snprintf(msg, sizeof msg, "ketch-grpc: :method %s: a gRPC call is a POST", st->hdrs.method);
+    stream_respond(st, KT_GRPC_INTERNAL, msg, NULL, 0);
+    return;
+  }
   int kind = st->bad_path ? KT_BRIDGE_UNKNOWN : kt_bridge_method(st->path, msg, sizeof msg);
   if (st->bad_path)
     snprintf(msg, sizeof msg, "malformed method name");
@@ -900,10 +946,10 @@ static void stream_headers_done(struct stream *st) {
 }
 
 static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user) {
-  (void)user;
+  (void)s;
   if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
     return 0;
-  struct stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+  struct stream *st = conn_stream(user, f->hd.stream_id);
   if (!st)
     return 0;
   if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST)
@@ -928,9 +974,10 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
 
 static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data,
                          size_t len, void *user) {
+  (void)s;
   (void)flags;
   struct conn *c = user;
-  struct stream *st = nghttp2_session_get_stream_user_data(s, id);
+  struct stream *st = conn_stream(c, id);
   if (!st || st->responded || st->dispatched)
     return 0;
   size_t max = c->b->max_request_bytes + GRPC_OVERHEAD_BYTES + 5;
@@ -973,8 +1020,8 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
 
 static void stream_free(struct stream *st) {
   struct conn *c = st->c;
-  if (c->in_headers == st)
-    c->in_headers = NULL;
+  if (c->cur == st)
+    c->cur = NULL;
   stream_detach_call(st);
   stream_close_bs(st);
   ev_timer_stop(c->b->loop, &st->deadline);
@@ -985,7 +1032,6 @@ static void stream_free(struct stream *st) {
     free(m->data);
     qmsg_free(st, m);
   }
-  free(st->body);
   if (st->up && --st->up->users == 0)
     st->up->unused_since = ev_now(c->b->loop);
   if (st->prev)
@@ -995,20 +1041,26 @@ static void stream_free(struct stream *st) {
   if (st->next)
     st->next->prev = st->prev;
   if (!c->dead && c->n_spare < STREAM_SPARES) {
+    if (st->body_cap > SPARE_BODY_BYTES) {
+      free(st->body);
+      st->body = NULL;
+      st->body_cap = 0;
+    }
     st->next = c->spare;
     c->spare = st;
     c->n_spare++;
     return;
   }
+  free(st->body);
   free(st);
 }
 
 static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t err, void *user) {
+  (void)s;
   (void)err;
   struct conn *c = user;
-  struct stream *st = nghttp2_session_get_stream_user_data(s, id);
-  if (st) {
-    nghttp2_session_set_stream_user_data(s, id, NULL);
+  struct stream *st = conn_stream(c, id);
+  if (st) { /* nghttp2 forgets the stream (and its user data) after this */
     stream_free(st);
     conn_update_read(c);
   }
@@ -1221,7 +1273,7 @@ static void conn_secured(struct conn *c) {
     return;
   }
   c->up->users++;
-  if (nghttp2_session_server_new3(&c->s, callbacks, c, NULL, kt_bridge_h2_mem()) != 0) {
+  if (nghttp2_session_server_new3(&c->s, callbacks, c, h2opt, kt_bridge_h2_mem()) != 0) {
     conn_close(c);
     return;
   }
@@ -1229,8 +1281,9 @@ static void conn_secured(struct conn *c) {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1u << 20},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 16384},
+      {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1}, /* RFC 9218's simpler scheduler */
   };
-  nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, 3);
+  nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
   nghttp2_session_set_local_window_size(c->s, NGHTTP2_FLAG_NONE, 0, 16 << 20);
   conn_update_read(c); /* the SETTINGS go out once the client has spoken (http1) */
 }
@@ -1349,6 +1402,7 @@ static void conn_close(struct conn *c) {
     stream_free(c->streams);
   for (struct stream *st = c->spare, *next; st; st = next) {
     next = st->next;
+    free(st->body);
     free(st);
   }
   c->spare = NULL;
@@ -2368,6 +2422,15 @@ int main(int argc, char **argv) {
     }
   }
   nghttp2_session_callbacks_new(&callbacks);
+  /* nghttp2's HTTP checks of every request header are bridge_hdrs.c's few
+   * (~15% of a cache hit's instructions); no closed streams kept for RFC
+   * 7540 priorities, which the bridge does not use (SETTINGS below). */
+  if (nghttp2_option_new(&h2opt) != 0) {
+    fprintf(stderr, "ketch-grpc: out of memory\n");
+    return 1;
+  }
+  nghttp2_option_set_no_http_messaging(h2opt, 1);
+  nghttp2_option_set_no_closed_streams(h2opt, 1);
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, on_begin_headers);
   nghttp2_session_callbacks_set_on_header_callback(callbacks, on_header);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, on_frame_recv);
@@ -2428,5 +2491,6 @@ int main(int argc, char **argv) {
   pthread_mutex_destroy(&b0->inbox_mu);
   free(loops);
   nghttp2_session_callbacks_del(callbacks);
+  nghttp2_option_del(h2opt);
   return 0;
 }
