@@ -48,6 +48,7 @@ struct kt_auth {
   size_t n_users, cap_users;
   struct role *roles; /* sorted by name */
   size_t n_roles, cap_roles;
+  size_t last_user; /* where get_user_hinted last found a name: checked before use */
 };
 
 static const struct kt_bytes ROOT = {(const uint8_t *)KT_AUTH_ROOT, 4};
@@ -97,6 +98,22 @@ static struct user *get_user(const struct kt_auth *a, struct kt_bytes name) {
   bool found;
   size_t i = find(a->users, a->n_users, sizeof *a->users, name, &found);
   return found ? &a->users[i] : NULL;
+}
+
+/* get_user for the checks made per request: the user a request names is
+ * most often the one before (every connection of a client logs in as the
+ * same user), so the slot found last is tried first. A hint only: the name
+ * at that slot is compared, so any change to the users, or a load, merely
+ * makes it miss. */
+static struct user *get_user_hinted(struct kt_auth *a, struct kt_bytes name) {
+  if (a->last_user < a->n_users && beq(a->users[a->last_user].name, name))
+    return &a->users[a->last_user];
+  bool found;
+  size_t i = find(a->users, a->n_users, sizeof *a->users, name, &found);
+  if (!found)
+    return NULL;
+  a->last_user = i;
+  return &a->users[i];
 }
 
 static struct role *get_role(const struct kt_auth *a, struct kt_bytes name) {
@@ -481,8 +498,8 @@ bool kt_auth_user_exists(const struct kt_auth *a, struct kt_bytes user) {
   return get_user(a, user) != NULL;
 }
 
-bool kt_auth_bound_valid(const struct kt_auth *a, struct kt_bytes user, uint64_t rev) {
-  const struct user *u = get_user(a, user);
+bool kt_auth_bound_valid(struct kt_auth *a, struct kt_bytes user, uint64_t rev) {
+  const struct user *u = get_user_hinted(a, user);
   return u && rev >= u->since && rev >= a->enabled_rev && rev <= a->revision;
 }
 
@@ -568,7 +585,7 @@ static void rebuild(struct kt_auth *a, struct user *u) {
 }
 
 static struct user *cached(struct kt_auth *a, struct kt_bytes name) {
-  struct user *u = get_user(a, name);
+  struct user *u = get_user_hinted(a, name);
   if (u && u->cache_rev != a->revision + 1) {
     rebuild(a, u);
     u->cache_rev = a->revision + 1; /* +1: 0 never matches a fresh user */

@@ -72,7 +72,7 @@ bool kt_auth_user_exists(const struct kt_auth *a, struct kt_bytes user);
  * changed or auth was enabled again since (etcd drops a user's tokens then);
  * role and permission changes do not matter here (they are checked on every
  * request). */
-bool kt_auth_bound_valid(const struct kt_auth *a, struct kt_bytes user, uint64_t rev);
+bool kt_auth_bound_valid(struct kt_auth *a, struct kt_bytes user, uint64_t rev);
 /* The user has the root role (and exists). */
 bool kt_auth_is_root(struct kt_auth *a, struct kt_bytes user);
 /* The user holds the role. */
