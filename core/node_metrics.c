@@ -217,11 +217,11 @@ void kt_node_metrics(struct kt_node *n, struct kt_buf *b) {
   /* network */
   if (n->peers) {
     uint64_t ids[KT_NODE_MAX_MEMBERS * 4];
-    size_t np = kt_peer_ids(n->peers, ids, KT_ARRAY_LEN(ids));
+    size_t np = kt_peer_link_ids(n->peers, ids, KT_ARRAY_LEN(ids));
     struct kt_peer_status st[KT_ARRAY_LEN(ids)];
     size_t k = 0;
     for (size_t i = 0; i < np; i++)
-      if (kt_peer_status(n->peers, ids[i], &st[k]) == 0)
+      if (kt_peer_link_status(n->peers, ids[i], &st[k]) == 0)
         k++;
     head(b, "etcd_network_peer_sent_bytes_total", "counter",
          "The total number of bytes sent to peers.");
