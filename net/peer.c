@@ -1180,13 +1180,7 @@ static void on_stall(struct ev_loop *loop, ev_timer *w, int revents) {
 
 /* ---- public API ---- */
 
-struct kt_peer_transport *kt_peer_new(struct ev_loop *loop, const struct kt_peer_config *cfg) {
-  kt_assert(cfg->member_id != 0 && cfg->on_message);
-  struct kt_peer_transport *t = calloc(1, sizeof *t);
-  kt_assert(t);
-  t->loop = loop;
-  t->cfg = *cfg;
-  struct kt_peer_config *c = &t->cfg;
+void kt_peer_config_defaults(struct kt_peer_config *c) {
   if (!c->max_queue_bytes)
     c->max_queue_bytes = KT_PEER_QUEUE_BYTES;
   if (!c->max_snapshot_queue_bytes)
@@ -1201,6 +1195,16 @@ struct kt_peer_transport *kt_peer_new(struct ev_loop *loop, const struct kt_peer
     c->backoff_max_ms = c->backoff_min_ms;
   if (!c->stall_ms)
     c->stall_ms = KT_PEER_STALL_MS;
+}
+
+struct kt_peer_transport *kt_peer_new(struct ev_loop *loop, const struct kt_peer_config *cfg) {
+  kt_assert(cfg->member_id != 0 && cfg->on_message);
+  struct kt_peer_transport *t = calloc(1, sizeof *t);
+  kt_assert(t);
+  t->loop = loop;
+  t->cfg = *cfg;
+  struct kt_peer_config *c = &t->cfg;
+  kt_peer_config_defaults(c);
   uint64_t seed = c->seed;
   if (!seed) {
     if (sodium_init() < 0)

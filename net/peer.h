@@ -171,8 +171,8 @@ struct kt_peer_config {
   kt_peer_id_fn on_snapshot_room; /* a refused snapshot chunk would now fit */
   kt_peer_join_fn on_join;        /* NULL (and no on_join_async): JOIN refused (unknown channel) */
   kt_peer_join_async_fn on_join_async; /* set: JOIN answered by kt_peer_join_answer instead */
-  kt_peer_removed_fn is_removed;  /* NULL: none; a removed sender gets KT_PEER_REMOVED */
-  kt_peer_id_fn on_removed;       /* a peer answered KT_PEER_REMOVED: we were removed */
+  kt_peer_removed_fn is_removed;       /* NULL: none; a removed sender gets KT_PEER_REMOVED */
+  kt_peer_id_fn on_removed;            /* a peer answered KT_PEER_REMOVED: we were removed */
   void *arg;
   /* TLS (net/tls.h; owned by the caller, outliving the transport). tls_server:
    * the listener serves TLS only (its policy verifies dialers' certificates).
@@ -202,6 +202,8 @@ struct kt_peer_status {
   size_t queue_alloc_bytes;               /* raft queue buffer allocated (<= the bound) */
 };
 
+/* Fill cfg's zero limits with the KT_PEER_* defaults (kt_peer_new does). */
+void kt_peer_config_defaults(struct kt_peer_config *c);
 /* Create a transport on `loop` (not started listening). cfg is copied. */
 struct kt_peer_transport *kt_peer_new(struct ev_loop *loop, const struct kt_peer_config *cfg);
 /* Listen on "host:port" (port 0: any; see kt_peer_listen_port). Errors name

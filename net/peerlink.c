@@ -64,11 +64,11 @@ struct lstate {
 struct lpeer {
   uint64_t id;
   char url[KT_PEER_URL_MAX];
-  struct lstate s;         /* the mirror: last report */
-  uint64_t handed;         /* snapshot frame bytes handed on connection s.epoch */
-  size_t held;             /* raft frame bytes not yet in the ring */
-  bool unreachable;        /* on_unreachable due at the end of the turn */
-  bool room_wanted;        /* a chunk of room_needed bytes was refused */
+  struct lstate s;  /* the mirror: last report */
+  uint64_t handed;  /* snapshot frame bytes handed on connection s.epoch */
+  size_t held;      /* raft frame bytes not yet in the ring */
+  bool unreachable; /* on_unreachable due at the end of the turn */
+  bool room_wanted; /* a chunk of room_needed bytes was refused */
   size_t room_needed;
   uint64_t refused_down, refused_full;
   bool have_st;
@@ -300,8 +300,8 @@ static void thr_snap(struct pthr *p, const struct lmsg *m) {
   if (rc == 0)
     tp->queued += KT_PEER_FRAME_HDR + m->b.len;
   else /* the state side's accounting keeps within the queue: not expected */
-    kt_log(KT_LOG_WARN, "peer", "peer %llx: snapshot chunk dropped: %s",
-           (unsigned long long)m->id, kt_strerror(rc));
+    kt_log(KT_LOG_WARN, "peer", "peer %llx: snapshot chunk dropped: %s", (unsigned long long)m->id,
+           kt_strerror(rc));
 }
 
 static void thr_member(struct pthr *p, const struct lmsg *m) {
@@ -329,7 +329,8 @@ static void thr_member(struct pthr *p, const struct lmsg *m) {
   }
 }
 
-static void thr_from_state(struct pthr *p, struct lmsg *m) {
+static void thr_from_state(void *arg, struct lmsg *m) {
+  struct pthr *p = arg;
   switch (m->type) {
   case M_SEND:
     thr_send(p, m);
@@ -360,20 +361,26 @@ static void thr_from_state(struct pthr *p, struct lmsg *m) {
   msg_free(m);
 }
 
-static void thr_drain(struct pthr *p) {
-  struct kt_peer_link *l = p->l;
+/* The consumer's side of a ring: every published message to fn, the slots
+ * back, and the producer woken if it waits for room (its overflow FIFO). */
+static void ring_drain(struct kt_spsc *q, void (*fn)(void *, struct lmsg *), void *arg,
+                       _Atomic bool *wants_room, struct ev_loop *loop, ev_async *w) {
   struct lmsg *m;
   bool any = false;
-  while ((m = kt_spsc_pop(&l->to_peer))) {
-    thr_from_state(p, m);
+  while ((m = kt_spsc_pop(q))) {
+    fn(arg, m);
     any = true;
   }
-  if (any) {
-    kt_spsc_release(&l->to_peer);
-    if (atomic_load_explicit(&l->state_wants_room, memory_order_relaxed) &&
-        atomic_exchange(&l->state_wants_room, false))
-      ev_async_send(l->loop, &l->wake);
-  }
+  if (!any)
+    return;
+  kt_spsc_release(q);
+  if (atomic_load_explicit(wants_room, memory_order_relaxed) && atomic_exchange(wants_room, false))
+    ev_async_send(loop, w);
+}
+
+static void thr_drain(struct pthr *p) {
+  struct kt_peer_link *l = p->l;
+  ring_drain(&l->to_peer, thr_from_state, p, &l->state_wants_room, l->loop, &l->wake);
 }
 
 static void thr_on_wake(struct ev_loop *loop, ev_async *w, int revents) {
@@ -550,7 +557,8 @@ static void state_in(struct kt_peer_link *l, const struct lmsg *m) {
   atomic_fetch_sub_explicit(&l->in_bytes, m->a, memory_order_relaxed);
 }
 
-static void state_from_thread(struct kt_peer_link *l, struct lmsg *m) {
+static void state_from_thread(void *arg, struct lmsg *m) {
+  struct kt_peer_link *l = arg;
   switch (m->type) {
   case M_IN:
     state_in(l, m);
@@ -588,18 +596,7 @@ static void state_from_thread(struct kt_peer_link *l, struct lmsg *m) {
 static void state_on_wake(struct ev_loop *loop, ev_async *w, int revents) {
   (void)loop, (void)revents;
   struct kt_peer_link *l = w->data;
-  struct lmsg *m;
-  bool any = false;
-  while ((m = kt_spsc_pop(&l->to_state))) {
-    state_from_thread(l, m);
-    any = true;
-  }
-  if (any) {
-    kt_spsc_release(&l->to_state);
-    if (atomic_load_explicit(&l->peer_wants_room, memory_order_relaxed) &&
-        atomic_exchange(&l->peer_wants_room, false))
-      ev_async_send(l->thr.loop, &l->thr.wake);
-  }
+  ring_drain(&l->to_state, state_from_thread, l, &l->peer_wants_room, l->thr.loop, &l->thr.wake);
 }
 
 static void thread_start(struct kt_peer_link *l) {
@@ -660,13 +657,7 @@ struct kt_peer_link *kt_peer_link_new(struct ev_loop *loop, const struct kt_peer
   kt_assert(l);
   l->loop = loop;
   l->cfg = *cfg;
-  struct kt_peer_config *c = &l->cfg;
-  if (!c->max_queue_bytes)
-    c->max_queue_bytes = KT_PEER_QUEUE_BYTES;
-  if (!c->max_snapshot_queue_bytes)
-    c->max_snapshot_queue_bytes = KT_PEER_SNAP_QUEUE_BYTES;
-  if (!c->max_frame_bytes)
-    c->max_frame_bytes = KT_PEER_MAX_FRAME_BYTES;
+  kt_peer_config_defaults(&l->cfg);
   const char *env = getenv("KETCH_PEER_THREAD");
   if (!want_thread || (env && strcmp(env, "0") == 0)) {
     l->direct = kt_peer_new(loop, cfg);
