@@ -69,6 +69,7 @@ struct lpeer {
   size_t held;      /* raft frame bytes not yet in the ring */
   bool unreachable; /* on_unreachable due at the end of the turn */
   bool room_wanted; /* a chunk of room_needed bytes was refused */
+  bool lost;        /* chunks handed on a connection that went: unsent -1 until seen */
   size_t room_needed;
   uint64_t refused_down, refused_full;
   bool have_st;
@@ -495,7 +496,7 @@ static struct lpeer *lpeer_find(const struct kt_peer_link *l, uint64_t id) {
 }
 
 static long long lp_unsent(const struct lpeer *lp) {
-  if (!lp->s.snap_up)
+  if (!lp->s.snap_up || lp->lost)
     return -1;
   return lp->handed > lp->s.written ? (long long)(lp->handed - lp->s.written) : 0;
 }
@@ -516,9 +517,11 @@ static void state_queue(struct kt_peer_link *l, struct lmsg *m) {
 static void state_report(struct kt_peer_link *l, const struct lstate *s) {
   struct lpeer *lp = lpeer_find(l, s->id);
   if (!lp)
-    return; /* removed meanwhile */
-  if (s->epoch != lp->s.epoch)
-    lp->handed = 0; /* a new connection: what was handed on the old one is lost */
+    return;                      /* removed meanwhile */
+  if (s->epoch != lp->s.epoch) { /* a new connection: what was handed on the old one is lost */
+    lp->lost |= lp->handed > lp->s.written;
+    lp->handed = 0;
+  }
   lp->s = *s;
 }
 
@@ -915,11 +918,15 @@ size_t kt_peer_link_snapshot_room(const struct kt_peer_link *l, uint64_t to) {
   return used >= cap ? 0 : cap - used;
 }
 
-long long kt_peer_link_snapshot_unsent(const struct kt_peer_link *l, uint64_t to) {
+long long kt_peer_link_snapshot_unsent(struct kt_peer_link *l, uint64_t to) {
   if (l->direct)
     return kt_peer_snapshot_unsent(l->direct, to);
-  const struct lpeer *lp = lpeer_find(l, to);
-  return lp ? lp_unsent(lp) : -1;
+  struct lpeer *lp = lpeer_find(l, to);
+  if (!lp)
+    return -1;
+  long long q = lp_unsent(lp);
+  lp->lost = false; /* a loss is told once, as a connection that was down */
+  return q;
 }
 
 bool kt_peer_link_connected(const struct kt_peer_link *l, uint64_t id) {

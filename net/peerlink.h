@@ -70,7 +70,9 @@ int kt_peer_link_send2(struct kt_peer_link *l, uint64_t to, const void *a, size_
                        const void *b, size_t blen);
 int kt_peer_link_send_snapshot(struct kt_peer_link *l, uint64_t to, const void *chunk, size_t len);
 size_t kt_peer_link_snapshot_room(const struct kt_peer_link *l, uint64_t to);
-long long kt_peer_link_snapshot_unsent(const struct kt_peer_link *l, uint64_t to);
+/* -1 also once after chunks were lost with a connection that was replaced
+ * before the façade saw it down (the transfer must start over). */
+long long kt_peer_link_snapshot_unsent(struct kt_peer_link *l, uint64_t to);
 bool kt_peer_link_connected(const struct kt_peer_link *l, uint64_t id);
 int kt_peer_link_status(const struct kt_peer_link *l, uint64_t id, struct kt_peer_status *st);
 size_t kt_peer_link_ids(const struct kt_peer_link *l, uint64_t *ids, size_t max);
