@@ -22,6 +22,7 @@
 
 #define RING_CAP 1024
 #define STATUS_S 0.1
+#define SEND_BLOCK (16u * 1024u)
 /* Received bytes the state thread has not taken yet, at most: past it the
  * thread drops (and counts) what arrives; Raft retransmits. */
 #define IN_MAX_BYTES (2 * (size_t)KT_PEER_QUEUE_BYTES + KT_PEER_MAX_FRAME_BYTES)
@@ -861,8 +862,10 @@ int kt_peer_link_send2(struct kt_peer_link *l, uint64_t to, const void *a, size_
     refused(lp, &lp->refused_full);
     return KT_EBUSY;
   }
-  if (!l->batch)
+  if (!l->batch) { /* one block for the turn's sends, grown (rarely) by doubling */
     l->batch = msg_new(M_SEND, 0);
+    kt_buf_reserve(&l->batch->b, SEND_BLOCK);
+  }
   struct kt_buf *bb = &l->batch->b;
   kt_buf_reserve(bb, 12 + len);
   uint32_t l32 = (uint32_t)len;
