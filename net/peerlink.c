@@ -23,9 +23,10 @@
 #define RING_CAP 1024
 #define STATUS_S 0.1
 #define SEND_BLOCK (16u * 1024u)
-/* Received bytes the state thread has not taken yet, at most: past it the
- * thread drops (and counts) what arrives; Raft retransmits. */
-#define IN_MAX_BYTES (2 * (size_t)KT_PEER_QUEUE_BYTES + KT_PEER_MAX_FRAME_BYTES)
+/* Received bytes the state thread has not taken yet, at most (a peer's
+ * queue bound plus one largest frame): past it the thread drops (and logs)
+ * what arrives; Raft retransmits, a snapshot transfer starts over. */
+#define IN_MAX_BYTES ((size_t)KT_PEER_QUEUE_BYTES + KT_PEER_MAX_FRAME_BYTES)
 
 enum {
   /* state → peer */
@@ -456,8 +457,10 @@ static void thr_on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
   if (ev_is_active(&p->kick_w))
     ev_idle_stop(p->loop, &p->kick_w);
   bool any = ring_feed(&l->to_state, &p->obox, &p->obox_t, NULL);
-  if (p->obox)
+  if (p->obox) { /* the ring is full: the state thread wakes us when it took some */
     atomic_store(&l->peer_wants_room, true);
+    any |= ring_feed(&l->to_state, &p->obox, &p->obox_t, NULL); /* it may have, meanwhile */
+  }
   if (any && kt_spsc_publish(&l->to_state))
     ev_async_send(l->loop, &l->wake);
 }
@@ -641,12 +644,13 @@ static void state_on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
   }
   batch_close(l);
   bool any = ring_feed(&l->to_peer, &l->sbox, &l->sbox_t, NULL);
-  if (!l->sbox) {
+  if (l->sbox) { /* the ring is full: the thread wakes us when it took some */
+    atomic_store(&l->state_wants_room, true);
+    any |= ring_feed(&l->to_peer, &l->sbox, &l->sbox_t, NULL); /* it may have, meanwhile */
+  }
+  if (!l->sbox)
     for (size_t i = 0; i < l->n; i++)
       l->v[i].held = 0;
-  } else { /* the ring is full: the thread takes and says so */
-    atomic_store(&l->state_wants_room, true);
-  }
   if (any && kt_spsc_publish(&l->to_peer) && l->started)
     ev_async_send(l->thr.loop, &l->thr.wake);
   if (!l->started)

@@ -197,6 +197,12 @@ TEST(threaded_link_counts_refusals_room_and_keeps_order) {
   CHECK_EQ(kt_peer_link_add(S.l, 3, "nonsense", &e), KT_EINVAL);
   CHECK_EQ(kt_peer_link_update(S.l, 9, url, &e), KT_ENOTFOUND);
   CHECK_EQ(kt_peer_link_remove(S.l, 9), KT_ENOTFOUND);
+  /* More messages in one turn than the ring holds (1,024): the rest wait
+   * in the façade's FIFO, in order, and go as the thread takes them. */
+  for (int i = 0; i < 1500; i++) {
+    CHECK_EQ(kt_peer_link_add(S.l, 3, "127.0.0.1:1", &e), 0);
+    CHECK_EQ(kt_peer_link_remove(S.l, 3), 0);
+  }
   uint64_t ids[4];
   CHECK_EQ(kt_peer_link_ids(S.l, ids, 4), 1);
   CHECK_EQ(ids[0], 2);
