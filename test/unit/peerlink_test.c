@@ -169,26 +169,36 @@ static int url_of(char *url, size_t cap, int port) {
   return snprintf(url, cap, "127.0.0.1:%d", port);
 }
 
-TEST(threaded_link_counts_refusals_room_and_keeps_order) {
+/* Member 1 (the threaded link, listening) and member `id`'s plain transport
+ * on one new loop; returns the link's port, or -1. */
+static int start_pair(struct ev_loop *loop, uint64_t id, kt_peer_id_fn on_removed) {
   memset(&S, 0, sizeof S);
-  t_next_seq = t_received = 0;
-  t_out_of_order = false;
   S.owner = pthread_self();
-  struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
   struct kt_peer_config lc = link_config();
   S.l = kt_peer_link_new(loop, &lc, true);
-  CHECK(kt_peer_link_threaded(S.l));
   struct kt_err e = {0};
-  CHECK_EQ(kt_peer_link_listen(S.l, "127.0.0.1:0", &e), 0);
-  int lport = kt_peer_link_listen_port(S.l);
+  if (!kt_peer_link_threaded(S.l) || kt_peer_link_listen(S.l, "127.0.0.1:0", &e))
+    return -1;
   struct kt_peer_config tc = {.cluster_id = CLUSTER,
-                              .member_id = 2,
+                              .member_id = id,
                               .seed = 8,
                               .on_message = t_on_message,
                               .on_snapshot = t_on_snapshot,
+                              .on_removed = on_removed,
                               .arg = &S};
   S.t = kt_peer_new(loop, &tc);
-  CHECK_EQ(kt_peer_listen(S.t, "127.0.0.1:0", &e), 0);
+  if (kt_peer_listen(S.t, "127.0.0.1:0", &e))
+    return -1;
+  return kt_peer_link_listen_port(S.l);
+}
+
+TEST(threaded_link_counts_refusals_room_and_keeps_order) {
+  t_next_seq = t_received = 0;
+  t_out_of_order = false;
+  struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+  int lport = start_pair(loop, 2, NULL);
+  CHECK(lport > 0);
+  struct kt_err e = {0};
   char url[64];
   url_of(url, sizeof url, kt_peer_listen_port(S.t));
   CHECK_EQ(kt_peer_link_add(S.l, 2, url, &e), 0);
@@ -305,23 +315,12 @@ static int join_once(struct ev_loop *loop, struct joiner *j, int port, const cha
 }
 
 TEST(threaded_link_refuses_a_removed_member_and_answers_join) {
-  memset(&S, 0, sizeof S);
-  S.owner = pthread_self();
   struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-  struct kt_peer_config lc = link_config();
-  S.l = kt_peer_link_new(loop, &lc, true);
+  int lport = start_pair(loop, 3, t_on_removed);
+  CHECK(lport > 0);
   struct kt_err e = {0};
-  CHECK_EQ(kt_peer_link_listen(S.l, "127.0.0.1:0", &e), 0);
-  int lport = kt_peer_link_listen_port(S.l);
   uint64_t removed[] = {5, 3};
   kt_peer_link_set_removed(S.l, removed, 2);
-  struct kt_peer_config tc = {.cluster_id = CLUSTER,
-                              .member_id = 3,
-                              .seed = 9,
-                              .on_message = t_on_message,
-                              .on_removed = t_on_removed,
-                              .arg = &S};
-  S.t = kt_peer_new(loop, &tc);
   char url[64];
   url_of(url, sizeof url, lport);
   CHECK_EQ(kt_peer_add(S.t, 1, url, &e), 0);
