@@ -89,6 +89,9 @@ class Net:
         for i in range(n):
             ns, veth = self.ns(i), "%sv%d" % (self.tag, i)
             sh("ip", "netns", "add", ns)
+            # an earlier round's veth of this name outlives its namespace
+            # while the kernel tears that down (a soak's next round): drop it
+            sh("ip", "link", "del", veth, check=False)
             sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
             sh("ip", "link", "set", veth, "master", self.br)
             sh("ip", "link", "set", veth, "up")
