@@ -194,7 +194,8 @@ static void tpeer_refresh(struct pthr *p, struct tpeer *tp) {
     tp->queued = 0;
   }
   long long unsent = kt_peer_snapshot_unsent(p->t, tp->id);
-  tp->s.written = unsent >= 0 && (uint64_t)unsent <= tp->queued ? tp->queued - (uint64_t)unsent : 0;
+  if (unsent >= 0) /* down: keep what it wrote; the state side compares at the next epoch */
+    tp->s.written = (uint64_t)unsent <= tp->queued ? tp->queued - (uint64_t)unsent : 0;
 }
 
 static bool lstate_eq(const struct lstate *a, const struct lstate *b) {
@@ -933,6 +934,8 @@ long long kt_peer_link_snapshot_unsent(struct kt_peer_link *l, uint64_t to) {
     return -1;
   long long q = lp_unsent(lp);
   lp->lost = false; /* a loss is told once, as a connection that was down */
+  if (q < 0)
+    lp->handed = lp->s.written; /* told: nothing more to lose on this connection */
   return q;
 }
 

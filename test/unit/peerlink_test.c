@@ -343,3 +343,60 @@ TEST(threaded_link_refuses_a_removed_member_and_answers_join) {
   kt_peer_link_free(S.l);
   ev_loop_destroy(loop);
 }
+
+/* A finished transfer, its snapshot connection seen down (unsent -1, told
+ * once), then back: nothing was handed on the new one, so unsent reads 0,
+ * not a second -1 from comparing with the written 0 of the down report. */
+static int back_port;
+static bool snap_back(void) {
+  struct kt_peer_status st;
+  return kt_peer_link_status(S.l, 2, &st) == 0 && st.snapshot_connected && st.connected;
+}
+static bool one_chunk_written(void) {
+  return kt_peer_link_snapshot_unsent(S.l, 2) == 0 && S.snap_chunks == 1;
+}
+TEST(threaded_link_tells_a_loss_once_after_a_snapshot_connection_seen_down) {
+  memset(&S, 0, sizeof S);
+  S.owner = pthread_self();
+  struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+  struct kt_peer_config lc = link_config();
+  lc.backoff_min_ms = 20;
+  lc.backoff_max_ms = 50;
+  S.l = kt_peer_link_new(loop, &lc, true);
+  struct kt_err e = {0};
+  CHECK_EQ(kt_peer_link_listen(S.l, "127.0.0.1:0", &e), 0);
+  int lport = kt_peer_link_listen_port(S.l);
+  struct kt_peer_config tc = {.cluster_id = CLUSTER,
+                              .member_id = 2,
+                              .seed = 8,
+                              .on_message = t_on_message,
+                              .on_snapshot = t_on_snapshot,
+                              .arg = &S};
+  S.t = kt_peer_new(loop, &tc);
+  CHECK_EQ(kt_peer_listen(S.t, "127.0.0.1:0", &e), 0);
+  back_port = kt_peer_listen_port(S.t);
+  char url[64];
+  url_of(url, sizeof url, back_port);
+  CHECK_EQ(kt_peer_link_add(S.l, 2, url, &e), 0);
+  url_of(url, sizeof url, lport);
+  CHECK_EQ(kt_peer_add(S.t, 1, url, &e), 0);
+  CHECK(run_until(loop, both_up, 10));
+  static uint8_t chunk[CHUNK];
+  kt_put_u64be(chunk, 0);
+  CHECK_EQ(kt_peer_link_send_snapshot(S.l, 2, chunk, CHUNK), 0);
+  CHECK(run_until(loop, one_chunk_written, 10)); /* all written: a finished transfer */
+  kt_peer_free(S.t);
+  S.t = NULL;
+  CHECK(run_until(loop, link_down, 10));
+  CHECK_EQ(kt_peer_link_snapshot_unsent(S.l, 2), -1); /* seen down: told once */
+  S.t = kt_peer_new(loop, &tc);
+  char l2[64];
+  url_of(l2, sizeof l2, back_port);
+  CHECK_EQ(kt_peer_listen(S.t, l2, &e), 0);
+  CHECK_EQ(kt_peer_add(S.t, 1, url, &e), 0);
+  CHECK(run_until(loop, snap_back, 10));
+  CHECK_EQ(kt_peer_link_snapshot_unsent(S.l, 2), 0); /* nothing handed on the new one */
+  kt_peer_free(S.t);
+  kt_peer_link_free(S.l);
+  ev_loop_destroy(loop);
+}
