@@ -123,14 +123,23 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents) {
   timed_out = true;
 }
 
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop, (void)w, (void)revents;
+}
+
+/* A tick every 10 ms: a condition another thread sets (the joiner's done)
+ * wakes nothing on this loop, so it is looked at every tick. */
 typedef bool (*done_fn)(void);
 static bool run_until(struct ev_loop *loop, done_fn done, double secs) {
-  ev_timer dl;
+  ev_timer dl, tick;
   timed_out = false;
   ev_timer_init(&dl, on_deadline, secs, 0);
   ev_timer_start(loop, &dl);
+  ev_timer_init(&tick, on_tick, 0.01, 0.01);
+  ev_timer_start(loop, &tick);
   while (!done() && !timed_out)
     ev_run(loop, EVRUN_ONCE);
+  ev_timer_stop(loop, &tick);
   ev_timer_stop(loop, &dl);
   return done();
 }
