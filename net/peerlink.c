@@ -378,6 +378,10 @@ static void ring_drain(struct kt_spsc *q, void (*fn)(void *, struct lmsg *), voi
   if (!any)
     return;
   kt_spsc_release(q);
+  /* Dekker with the producer (its flag store, fence, push retry): either it
+   * sees the slots given back or this sees its flag; without the fence both
+   * could read the old values, and the producer wait for another wake-up. */
+  atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load_explicit(wants_room, memory_order_relaxed) && atomic_exchange(wants_room, false))
     ev_async_send(loop, w);
 }
@@ -460,6 +464,7 @@ static void thr_on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
   bool any = ring_feed(&l->to_state, &p->obox, &p->obox_t, NULL);
   if (p->obox) { /* the ring is full: the state thread wakes us when it took some */
     atomic_store(&l->peer_wants_room, true);
+    atomic_thread_fence(memory_order_seq_cst); /* then the retry's load of head: ring_drain */
     any |= ring_feed(&l->to_state, &p->obox, &p->obox_t, NULL); /* it may have, meanwhile */
   }
   if (any && kt_spsc_publish(&l->to_state))
@@ -647,6 +652,7 @@ static void state_on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
   bool any = ring_feed(&l->to_peer, &l->sbox, &l->sbox_t, NULL);
   if (l->sbox) { /* the ring is full: the thread wakes us when it took some */
     atomic_store(&l->state_wants_room, true);
+    atomic_thread_fence(memory_order_seq_cst); /* then the retry's load of head: ring_drain */
     any |= ring_feed(&l->to_peer, &l->sbox, &l->sbox_t, NULL); /* it may have, meanwhile */
   }
   if (!l->sbox)
