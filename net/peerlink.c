@@ -395,6 +395,12 @@ static void thr_on_wake(struct ev_loop *loop, ev_async *w, int revents) {
   (void)revents;
   struct pthr *p = w->data;
   if (atomic_load(&p->l->quit)) {
+    /* What the state thread published before it quit (its last turn's
+     * SEND, a forwarded request's reply) goes to the transport and one more
+     * turn flushes it, as the transport's prepare would have on the state
+     * thread; what the sockets do not take now is lost with them. */
+    thr_drain(p);
+    ev_run(loop, EVRUN_NOWAIT);
     ev_break(loop, EVBREAK_ALL);
     return;
   }

@@ -409,3 +409,34 @@ TEST(threaded_link_tells_a_loss_once_after_a_snapshot_connection_seen_down) {
   kt_peer_link_free(S.l);
   ev_loop_destroy(loop);
 }
+
+/* The last turn's sends, published just before the link is freed, still go
+ * out: the thread takes them from the ring and flushes before it ends. */
+#define NLAST 200
+static bool last_received(void) { return t_received == NLAST; }
+TEST(threaded_link_flushes_the_last_turn_on_free) {
+  t_next_seq = t_received = 0;
+  t_out_of_order = false;
+  struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+  int lport = start_pair(loop, 2, NULL);
+  CHECK(lport > 0);
+  struct kt_err e = {0};
+  char url[64];
+  url_of(url, sizeof url, kt_peer_listen_port(S.t));
+  CHECK_EQ(kt_peer_link_add(S.l, 2, url, &e), 0);
+  url_of(url, sizeof url, lport);
+  CHECK_EQ(kt_peer_add(S.t, 1, url, &e), 0);
+  CHECK(run_until(loop, both_up, 10));
+  uint8_t msg[16] = {0};
+  for (uint64_t i = 0; i < NLAST; i++) {
+    kt_put_u64be(msg, i);
+    CHECK_EQ(kt_peer_link_send(S.l, 2, msg, sizeof msg), 0);
+  }
+  ev_run(loop, EVRUN_NOWAIT); /* the state's turn ends: the SEND is published */
+  kt_peer_link_free(S.l);
+  S.l = NULL;
+  CHECK(run_until(loop, last_received, 10));
+  CHECK(!t_out_of_order);
+  kt_peer_free(S.t);
+  ev_loop_destroy(loop);
+}
