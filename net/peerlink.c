@@ -7,7 +7,7 @@
  * per-peer records, the removed set's copy, the open IN message, `obox`).
  * Messages belong to their producer until pushed and to their consumer
  * after; the consumer frees them. Shared: the two rings, their ev_asyncs,
- * and four atomics (quit, the two wants_room flags, in_bytes).
+ * and five atomics (quit, the two wants_room flags, in_bytes, out_bytes).
  */
 #include "peerlink.h"
 
@@ -30,7 +30,7 @@
 
 enum {
   /* state → peer */
-  M_SEND,       /* b: records to u64 | len u32 | bytes */
+  M_SEND,       /* b: records to u64 | len u32 | bytes; a: bytes counted in out_bytes */
   M_SNAP,       /* id, a: the snapshot connection (epoch) it is for; b: the chunk */
   M_ADD,        /* id; b: the url, NUL-terminated */
   M_UPDATE,     /* id; b: the url */
@@ -68,7 +68,6 @@ struct lpeer {
   char url[KT_PEER_URL_MAX];
   struct lstate s;  /* the mirror: last report */
   uint64_t handed;  /* snapshot frame bytes handed on connection s.epoch */
-  size_t held;      /* raft frame bytes not yet in the ring */
   bool unreachable; /* on_unreachable due at the end of the turn */
   bool room_wanted; /* a chunk of room_needed bytes was refused */
   bool lost;        /* chunks handed on a connection that went: unsent -1 until seen */
@@ -119,7 +118,8 @@ struct kt_peer_link {
   ev_async wake;
   ev_prepare prepare_w;
   _Atomic bool quit, state_wants_room, peer_wants_room;
-  _Atomic size_t in_bytes;
+  _Atomic size_t in_bytes;  /* IN bytes the state thread has not taken */
+  _Atomic size_t out_bytes; /* SEND frame bytes the peer thread has not taken */
   bool started;
   pthread_t th;
   struct pthr thr;
@@ -283,6 +283,7 @@ static void thr_on_join(void *arg, uint64_t token, const uint8_t *req, size_t le
 }
 
 static void thr_send(struct pthr *p, const struct lmsg *m) {
+  atomic_fetch_sub_explicit(&p->l->out_bytes, m->a, memory_order_relaxed);
   for (size_t off = 0; off < m->b.len;) {
     uint64_t to;
     uint32_t len;
@@ -661,9 +662,6 @@ static void state_on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     atomic_thread_fence(memory_order_seq_cst); /* then the retry's load of head: ring_drain */
     any |= ring_feed(&l->to_peer, &l->sbox, &l->sbox_t, NULL); /* it may have, meanwhile */
   }
-  if (!l->sbox)
-    for (size_t i = 0; i < l->n; i++)
-      l->v[i].held = 0;
   if (any && kt_spsc_publish(&l->to_peer) && l->started)
     ev_async_send(l->thr.loop, &l->thr.wake);
   if (!l->started)
@@ -690,6 +688,7 @@ struct kt_peer_link *kt_peer_link_new(struct ev_loop *loop, const struct kt_peer
   atomic_init(&l->state_wants_room, false);
   atomic_init(&l->peer_wants_room, false);
   atomic_init(&l->in_bytes, 0);
+  atomic_init(&l->out_bytes, 0);
   ev_async_init(&l->wake, state_on_wake);
   l->wake.data = l;
   ev_async_start(loop, &l->wake);
@@ -875,7 +874,10 @@ int kt_peer_link_send2(struct kt_peer_link *l, uint64_t to, const void *a, size_
     refused(lp, &lp->refused_down);
     return KT_EUNAVAILABLE;
   }
-  if (lp->held + KT_PEER_FRAME_HDR + len > l->cfg.max_queue_bytes) {
+  /* The thread takes SENDs in order whatever their peers, so a backlog
+   * here is the thread behind, not a peer: one bound for all of them. */
+  size_t frame = KT_PEER_FRAME_HDR + len;
+  if (atomic_load_explicit(&l->out_bytes, memory_order_relaxed) + frame > l->cfg.max_queue_bytes) {
     refused(lp, &lp->refused_full);
     return KT_EBUSY;
   }
@@ -893,7 +895,8 @@ int kt_peer_link_send2(struct kt_peer_link *l, uint64_t to, const void *a, size_
   if (blen)
     memcpy(bb->p + bb->len + 12 + alen, b, blen);
   bb->len += 12 + len;
-  lp->held += KT_PEER_FRAME_HDR + len;
+  l->batch->a += frame;
+  atomic_fetch_add_explicit(&l->out_bytes, frame, memory_order_relaxed);
   return 0;
 }
 

@@ -23,7 +23,8 @@
  *  - send/send2: 0 when handed over (the thread may still drop it: the
  *    channel went down meanwhile; counted by the transport, on_unreachable);
  *    KT_EUNAVAILABLE when the raft channel is down as last reported,
- *    KT_EBUSY over max_queue_bytes not yet handed to the ring (both counted,
+ *    KT_EBUSY over max_queue_bytes (all peers' messages) not yet taken by the
+ *    thread (both counted,
  *    on_unreachable at the end of the turn, once per peer); KT_EINVAL,
  *    KT_ETOOLARGE, KT_ENOTFOUND as the transport.
  *  - send_snapshot, snapshot_room, snapshot_unsent: the transport's rules,

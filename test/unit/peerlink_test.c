@@ -440,3 +440,47 @@ TEST(threaded_link_flushes_the_last_turn_on_free) {
   kt_peer_free(S.t);
   ev_loop_destroy(loop);
 }
+
+/* The SEND bytes the thread has not taken are bounded by max_queue_bytes,
+ * all peers together: past it a send is refused (KT_EBUSY, counted), and
+ * accepted again once the thread has taken them. */
+#define QSMALL 4096u
+static bool send_accepted(void) {
+  uint8_t m[64] = {0};
+  return kt_peer_link_send(S.l, 2, m, sizeof m) == 0;
+}
+TEST(threaded_link_bounds_the_bytes_the_thread_has_not_taken) {
+  struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+  memset(&S, 0, sizeof S);
+  S.owner = pthread_self();
+  struct kt_peer_config lc = link_config();
+  lc.max_queue_bytes = QSMALL;
+  S.l = kt_peer_link_new(loop, &lc, true);
+  struct kt_err e = {0};
+  CHECK_EQ(kt_peer_link_listen(S.l, "127.0.0.1:0", &e), 0);
+  int lport = kt_peer_link_listen_port(S.l);
+  struct kt_peer_config tc = {
+      .cluster_id = CLUSTER, .member_id = 2, .seed = 8, .on_message = t_on_message, .arg = &S};
+  S.t = kt_peer_new(loop, &tc);
+  CHECK_EQ(kt_peer_listen(S.t, "127.0.0.1:0", &e), 0);
+  char url[64];
+  url_of(url, sizeof url, kt_peer_listen_port(S.t));
+  CHECK_EQ(kt_peer_link_add(S.l, 2, url, &e), 0);
+  url_of(url, sizeof url, lport);
+  CHECK_EQ(kt_peer_add(S.t, 1, url, &e), 0);
+  CHECK(run_until(loop, both_up, 10));
+  uint8_t m[64] = {0};
+  size_t accepted = 0;
+  int rc;
+  while ((rc = kt_peer_link_send(S.l, 2, m, sizeof m)) == 0)
+    accepted += KT_PEER_FRAME_HDR + sizeof m;
+  CHECK_EQ(rc, KT_EBUSY);
+  CHECK(accepted <= QSMALL && accepted + KT_PEER_FRAME_HDR + sizeof m > QSMALL);
+  struct kt_peer_status st;
+  CHECK_EQ(kt_peer_link_status(S.l, 2, &st), 0);
+  CHECK_EQ(st.msgs_dropped_full, 1);
+  CHECK(run_until(loop, send_accepted, 10)); /* the thread took them */
+  kt_peer_free(S.t);
+  kt_peer_link_free(S.l);
+  ev_loop_destroy(loop);
+}
