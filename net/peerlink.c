@@ -32,7 +32,7 @@ enum {
   /* state → peer */
   M_SEND,       /* b: records to u64 | len u32 | bytes; a: bytes counted in out_bytes */
   M_SNAP,       /* id, a: the snapshot connection (epoch) it is for; b: the chunk */
-  M_ADD,        /* id; b: the url, NUL-terminated */
+  M_ADD,        /* id, a: its generation; b: the url, NUL-terminated */
   M_UPDATE,     /* id; b: the url */
   M_REMOVE,     /* id */
   M_REMOVED,    /* b: u64 ids, the whole removed set */
@@ -54,11 +54,12 @@ struct lmsg {
   struct kt_buf b;
 };
 
-/* A channel report: raft up, the snapshot connection (epoch: unique per
- * connection; 0 none yet), whether it is up and what it wrote of the
- * chunks handed on it (frame bytes). */
+/* A channel report: the peer (id, and gen: which ADD of that id), raft up,
+ * the snapshot connection (epoch: unique per connection; 0 none yet),
+ * whether it is up and what it wrote of the chunks handed on it (frame
+ * bytes). */
 struct lstate {
-  uint64_t id, epoch, written;
+  uint64_t id, gen, epoch, written;
   bool raft_up, snap_up;
 };
 
@@ -121,6 +122,7 @@ struct kt_peer_link {
   _Atomic size_t in_bytes;  /* IN bytes the state thread has not taken */
   _Atomic size_t out_bytes; /* SEND frame bytes the peer thread has not taken */
   bool started;
+  uint64_t gen_seq; /* peers added */
   pthread_t th;
   struct pthr thr;
 };
@@ -199,7 +201,7 @@ static void tpeer_refresh(struct pthr *p, struct tpeer *tp) {
 }
 
 static bool lstate_eq(const struct lstate *a, const struct lstate *b) {
-  return a->id == b->id && a->epoch == b->epoch && a->written == b->written &&
+  return a->id == b->id && a->gen == b->gen && a->epoch == b->epoch && a->written == b->written &&
          a->raft_up == b->raft_up && a->snap_up == b->snap_up;
 }
 
@@ -322,7 +324,8 @@ static void thr_member(struct pthr *p, const struct lmsg *m) {
       p->v = realloc(p->v, p->cap * sizeof *p->v);
       kt_assert(p->v);
     }
-    p->v[p->n++] = (struct tpeer){.id = m->id, .s = {.id = m->id}, .sent = {.id = m->id}};
+    struct lstate s0 = {.id = m->id, .gen = m->a};
+    p->v[p->n++] = (struct tpeer){.id = m->id, .s = s0, .sent = s0};
   } else if (m->type == M_UPDATE) {
     if (kt_peer_update(p->t, m->id, url, &e))
       kt_log(KT_LOG_WARN, "peer", "peer %llx: %s", (unsigned long long)m->id, e.msg);
@@ -533,8 +536,8 @@ static void state_queue(struct kt_peer_link *l, struct lmsg *m) {
 
 static void state_report(struct kt_peer_link *l, const struct lstate *s) {
   struct lpeer *lp = lpeer_find(l, s->id);
-  if (!lp)
-    return;                      /* removed meanwhile */
+  if (!lp || s->gen != lp->s.gen)
+    return;                      /* removed meanwhile, or about a removed peer of the same id */
   if (s->epoch != lp->s.epoch) { /* a new connection: what was handed on the old one is lost */
     lp->lost |= lp->handed > lp->s.written;
     lp->handed = 0;
@@ -813,8 +816,11 @@ int kt_peer_link_add(struct kt_peer_link *l, uint64_t id, const char *url, struc
   memset(lp, 0, sizeof *lp);
   lp->id = id;
   lp->s.id = id;
+  lp->s.gen = ++l->gen_seq;
   snprintf(lp->url, sizeof lp->url, "%s", url);
-  state_queue(l, url_msg(M_ADD, id, url));
+  struct lmsg *m = url_msg(M_ADD, id, url);
+  m->a = lp->s.gen;
+  state_queue(l, m);
   return 0;
 }
 
