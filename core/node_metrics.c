@@ -265,6 +265,12 @@ void kt_node_metrics(struct kt_node *n, struct kt_buf *b) {
     for (size_t i = 0; i < k; i++)
       out_f(b, "ketch_network_peer_connected{To=\"%llx\"} %d\n", (unsigned long long)st[i].id,
             st[i].connected ? 1 : 0);
+    head(b, "ketch_network_peer_received_dropped_total", "counter",
+         "Messages received from the peer and dropped because the state thread was behind "
+         "(the peer thread's bound on bytes not yet taken).");
+    for (size_t i = 0; i < k; i++)
+      out_f(b, "ketch_network_peer_received_dropped_total{From=\"%llx\"} %llu\n",
+            (unsigned long long)st[i].id, (unsigned long long)st[i].msgs_dropped_received);
   }
   uint64_t cin = 0, cout = 0;
   if (n->server)

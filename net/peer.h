@@ -198,8 +198,9 @@ struct kt_peer_status {
   uint64_t bytes_written, writes;         /* socket level, both channels */
   uint64_t bytes_lost;                    /* queued bytes lost with a closed connection */
   uint64_t msgs_received, bytes_received; /* from this member, both channels */
-  size_t queue_bytes, snap_queue_bytes;   /* unsent now */
-  size_t queue_alloc_bytes;               /* raft queue buffer allocated (<= the bound) */
+  uint64_t msgs_dropped_received; /* received, dropped: the state thread behind (peer thread) */
+  size_t queue_bytes, snap_queue_bytes; /* unsent now */
+  size_t queue_alloc_bytes;             /* raft queue buffer allocated (<= the bound) */
 };
 
 /* Fill cfg's zero limits with the KT_PEER_* defaults (kt_peer_new does). */

@@ -80,8 +80,9 @@ struct lpeer {
 
 /* The thread's peer. */
 struct tpeer {
-  uint64_t id, snap_ups, queued; /* queued: frame bytes accepted on connection s.epoch */
-  struct lstate s, sent;         /* now; last reported */
+  uint64_t id, snap_ups, queued;  /* queued: frame bytes accepted on connection s.epoch */
+  uint64_t in_dropped, snap_lost; /* received and dropped; chunk bytes of a gone connection */
+  struct lstate s, sent;          /* now; last reported */
   bool reported;
 };
 
@@ -225,6 +226,9 @@ static void thr_received(struct pthr *p, uint64_t from, uint8_t ch, const uint8_
   struct kt_peer_link *l = p->l;
   size_t rec = 13 + len;
   if (atomic_load_explicit(&l->in_bytes, memory_order_relaxed) + rec > IN_MAX_BYTES) {
+    struct tpeer *tp = tpeer_find(p, from);
+    if (tp)
+      tp->in_dropped++; /* status: msgs_dropped_received */
     if (p->in_dropped++ % 1000 == 0)
       kt_log(KT_LOG_WARN, "peer",
              "state thread behind: dropped a message from %llx (%llu dropped so far)",
@@ -301,8 +305,11 @@ static void thr_snap(struct pthr *p, const struct lmsg *m) {
   if (!tp)
     return;
   tpeer_refresh(p, tp);
-  if (!tp->s.snap_up || tp->s.epoch != m->a)
-    return; /* handed on a connection that is gone: the state side sees it lost */
+  if (!tp->s.snap_up || tp->s.epoch != m->a) {
+    /* handed on a connection that is gone: the state side sees it lost */
+    tp->snap_lost += KT_PEER_FRAME_HDR + m->b.len; /* status: bytes_lost */
+    return;
+  }
   int rc = kt_peer_send_snapshot(p->t, m->id, m->b.p, m->b.len);
   if (rc == 0)
     tp->queued += KT_PEER_FRAME_HDR + m->b.len;
@@ -427,8 +434,14 @@ static void thr_on_status(struct ev_loop *loop, ev_timer *w, int revents) {
   for (size_t i = 0; i < n; i++) {
     struct kt_peer_status st;
     memset(&st, 0, sizeof st);
-    if (kt_peer_status(p->t, ids[i], &st) == 0)
-      kt_buf_append(&m->b, &st, sizeof st);
+    if (kt_peer_status(p->t, ids[i], &st))
+      continue;
+    const struct tpeer *tp = tpeer_find(p, ids[i]);
+    if (tp) { /* the thread's own drops */
+      st.msgs_dropped_received += tp->in_dropped;
+      st.bytes_lost += tp->snap_lost;
+    }
+    kt_buf_append(&m->b, &st, sizeof st);
   }
   if (m->b.len == p->last_status.len && memcmp(m->b.p, p->last_status.p, m->b.len) == 0) {
     msg_free(m);
