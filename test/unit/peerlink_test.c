@@ -178,27 +178,49 @@ static int url_of(char *url, size_t cap, int port) {
   return snprintf(url, cap, "127.0.0.1:%d", port);
 }
 
-/* Member 1 (the threaded link, listening) and member `id`'s plain transport
- * on one new loop; returns the link's port, or -1. */
-static int start_pair(struct ev_loop *loop, uint64_t id, kt_peer_id_fn on_removed) {
+static struct kt_peer_config t_config(uint64_t id, kt_peer_id_fn on_removed) {
+  struct kt_peer_config c = {.cluster_id = CLUSTER,
+                             .member_id = id,
+                             .seed = 8,
+                             .on_message = t_on_message,
+                             .on_snapshot = t_on_snapshot,
+                             .on_removed = on_removed,
+                             .arg = &S};
+  return c;
+}
+
+/* Member 1 (the threaded link, listening; lc NULL: link_config()) and
+ * member `id`'s plain transport on one new loop; returns the link's port,
+ * or -1. */
+static int start_pair_with(struct ev_loop *loop, const struct kt_peer_config *lc, uint64_t id,
+                           kt_peer_id_fn on_removed) {
   memset(&S, 0, sizeof S);
   S.owner = pthread_self();
-  struct kt_peer_config lc = link_config();
-  S.l = kt_peer_link_new(loop, &lc, true);
+  struct kt_peer_config c = lc ? *lc : link_config();
+  S.l = kt_peer_link_new(loop, &c, true);
   struct kt_err e = {0};
   if (!kt_peer_link_threaded(S.l) || kt_peer_link_listen(S.l, "127.0.0.1:0", &e))
     return -1;
-  struct kt_peer_config tc = {.cluster_id = CLUSTER,
-                              .member_id = id,
-                              .seed = 8,
-                              .on_message = t_on_message,
-                              .on_snapshot = t_on_snapshot,
-                              .on_removed = on_removed,
-                              .arg = &S};
+  struct kt_peer_config tc = t_config(id, on_removed);
   S.t = kt_peer_new(loop, &tc);
   if (kt_peer_listen(S.t, "127.0.0.1:0", &e))
     return -1;
   return kt_peer_link_listen_port(S.l);
+}
+
+static int start_pair(struct ev_loop *loop, uint64_t id, kt_peer_id_fn on_removed) {
+  return start_pair_with(loop, NULL, id, on_removed);
+}
+
+/* Each side adds the other (member 2 at lport's link); both channels up. */
+static bool connect_pair(struct ev_loop *loop, int lport) {
+  struct kt_err e = {0};
+  char url[64];
+  url_of(url, sizeof url, kt_peer_listen_port(S.t));
+  if (kt_peer_link_add(S.l, 2, url, &e))
+    return false;
+  url_of(url, sizeof url, lport);
+  return kt_peer_add(S.t, 1, url, &e) == 0 && run_until(loop, both_up, 10);
 }
 
 TEST(threaded_link_counts_refusals_room_and_keeps_order) {
@@ -365,31 +387,14 @@ static bool one_chunk_written(void) {
   return kt_peer_link_snapshot_unsent(S.l, 2) == 0 && S.snap_chunks == 1;
 }
 TEST(threaded_link_tells_a_loss_once_after_a_snapshot_connection_seen_down) {
-  memset(&S, 0, sizeof S);
-  S.owner = pthread_self();
   struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
   struct kt_peer_config lc = link_config();
   lc.backoff_min_ms = 20;
   lc.backoff_max_ms = 50;
-  S.l = kt_peer_link_new(loop, &lc, true);
-  struct kt_err e = {0};
-  CHECK_EQ(kt_peer_link_listen(S.l, "127.0.0.1:0", &e), 0);
-  int lport = kt_peer_link_listen_port(S.l);
-  struct kt_peer_config tc = {.cluster_id = CLUSTER,
-                              .member_id = 2,
-                              .seed = 8,
-                              .on_message = t_on_message,
-                              .on_snapshot = t_on_snapshot,
-                              .arg = &S};
-  S.t = kt_peer_new(loop, &tc);
-  CHECK_EQ(kt_peer_listen(S.t, "127.0.0.1:0", &e), 0);
+  int lport = start_pair_with(loop, &lc, 2, NULL);
+  CHECK(lport > 0);
   back_port = kt_peer_listen_port(S.t);
-  char url[64];
-  url_of(url, sizeof url, back_port);
-  CHECK_EQ(kt_peer_link_add(S.l, 2, url, &e), 0);
-  url_of(url, sizeof url, lport);
-  CHECK_EQ(kt_peer_add(S.t, 1, url, &e), 0);
-  CHECK(run_until(loop, both_up, 10));
+  CHECK(connect_pair(loop, lport));
   static uint8_t chunk[CHUNK];
   kt_put_u64be(chunk, 0);
   CHECK_EQ(kt_peer_link_send_snapshot(S.l, 2, chunk, CHUNK), 0);
@@ -398,10 +403,13 @@ TEST(threaded_link_tells_a_loss_once_after_a_snapshot_connection_seen_down) {
   S.t = NULL;
   CHECK(run_until(loop, link_down, 10));
   CHECK_EQ(kt_peer_link_snapshot_unsent(S.l, 2), -1); /* seen down: told once */
+  struct kt_peer_config tc = t_config(2, NULL);
   S.t = kt_peer_new(loop, &tc);
-  char l2[64];
-  url_of(l2, sizeof l2, back_port);
-  CHECK_EQ(kt_peer_listen(S.t, l2, &e), 0);
+  struct kt_err e = {0};
+  char url[64];
+  url_of(url, sizeof url, back_port);
+  CHECK_EQ(kt_peer_listen(S.t, url, &e), 0);
+  url_of(url, sizeof url, lport);
   CHECK_EQ(kt_peer_add(S.t, 1, url, &e), 0);
   CHECK(run_until(loop, snap_back, 10));
   CHECK_EQ(kt_peer_link_snapshot_unsent(S.l, 2), 0); /* nothing handed on the new one */
@@ -420,13 +428,7 @@ TEST(threaded_link_flushes_the_last_turn_on_free) {
   struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
   int lport = start_pair(loop, 2, NULL);
   CHECK(lport > 0);
-  struct kt_err e = {0};
-  char url[64];
-  url_of(url, sizeof url, kt_peer_listen_port(S.t));
-  CHECK_EQ(kt_peer_link_add(S.l, 2, url, &e), 0);
-  url_of(url, sizeof url, lport);
-  CHECK_EQ(kt_peer_add(S.t, 1, url, &e), 0);
-  CHECK(run_until(loop, both_up, 10));
+  CHECK(connect_pair(loop, lport));
   uint8_t msg[16] = {0};
   for (uint64_t i = 0; i < NLAST; i++) {
     kt_put_u64be(msg, i);
@@ -451,24 +453,11 @@ static bool send_accepted(void) {
 }
 TEST(threaded_link_bounds_the_bytes_the_thread_has_not_taken) {
   struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-  memset(&S, 0, sizeof S);
-  S.owner = pthread_self();
   struct kt_peer_config lc = link_config();
   lc.max_queue_bytes = QSMALL;
-  S.l = kt_peer_link_new(loop, &lc, true);
-  struct kt_err e = {0};
-  CHECK_EQ(kt_peer_link_listen(S.l, "127.0.0.1:0", &e), 0);
-  int lport = kt_peer_link_listen_port(S.l);
-  struct kt_peer_config tc = {
-      .cluster_id = CLUSTER, .member_id = 2, .seed = 8, .on_message = t_on_message, .arg = &S};
-  S.t = kt_peer_new(loop, &tc);
-  CHECK_EQ(kt_peer_listen(S.t, "127.0.0.1:0", &e), 0);
-  char url[64];
-  url_of(url, sizeof url, kt_peer_listen_port(S.t));
-  CHECK_EQ(kt_peer_link_add(S.l, 2, url, &e), 0);
-  url_of(url, sizeof url, lport);
-  CHECK_EQ(kt_peer_add(S.t, 1, url, &e), 0);
-  CHECK(run_until(loop, both_up, 10));
+  int lport = start_pair_with(loop, &lc, 2, NULL);
+  CHECK(lport > 0);
+  CHECK(connect_pair(loop, lport));
   uint8_t m[64] = {0};
   size_t accepted = 0;
   int rc;
