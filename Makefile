@@ -209,11 +209,14 @@ $(O)/test/linz_check: $(O)/obj/test/sim/linz_check.o $(LIBKT)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Real-process fault tests for as long as asked (seconds), varied seeds, 3
-# and 5 members: make soak DURATION=3600 [SEED=S]
+# and 5 members: make soak DURATION=3600 [SEED=S] [SOAK_IO_THREADS=N]. The
+# members run with --io-threads 1 by default: client connections on an I/O
+# thread and the peer links on ketch-peer (net/THREADS.md); 0: one thread.
 DURATION ?= 600
+SOAK_IO_THREADS ?= 1
 soak: deps all $(O)/test/linz_check
 	cd test/integration && KETCH_BIN=$(abspath $(BINDIR)) O=$(O) KT_FAULT_DURATION=$(DURATION) \
-	  KT_FAULT_SEED=$${SEED:-$$(date +%s)} /usr/bin/python3 fault_test.py
+	  KT_IO_THREADS=$(SOAK_IO_THREADS) KT_FAULT_SEED=$${SEED:-$$(date +%s)} /usr/bin/python3 fault_test.py
 
 # Micro-benchmarks of single modules (store apply rate, snapshot speed...).
 $(O)/perf/%_perf: $(O)/obj/test/perf/%_perf.o $(LIBKT)
@@ -267,14 +270,14 @@ asan:
 # 4 I/O threads and every ketch-grpc with 3 event loops (grpc_loops_test:
 # the bridge's threads); a race report in a member's or the bridge's log, or
 # the bridge's exit status, fails its test (harness.py looks for "Sanitizer").
-# cluster_test: 3 members, their Raft traffic between the state threads
-# while the I/O threads serve the clients (and the peer thread's test once
-# issue 17 item 2 lands: net/THREADS.md, "Peer links: the plan").
+# cluster_test: 3 members, their Raft traffic between the members' peer
+# threads (ketch-peer, net/THREADS.md "Peer links") and state threads while
+# the I/O threads serve the clients; peerlink_test: the peer links' facade.
 TSAN_TESTS ?= iothreads_test server_test server_watch_lease_test metrics_test watch_fanout_test \
   grpc_loops_test cluster_test
 tsan: deps
-	$(MAKE) O=build/tsan TSAN=1 all build/tsan/test/spsc_test
-	@fail=0; build/tsan/test/spsc_test || fail=1; for t in $(TSAN_TESTS); do \
+	$(MAKE) O=build/tsan TSAN=1 all build/tsan/test/spsc_test build/tsan/test/peerlink_test
+	@fail=0; build/tsan/test/spsc_test || fail=1; build/tsan/test/peerlink_test || fail=1; for t in $(TSAN_TESTS); do \
 	  KETCH_BIN=$(abspath build/tsan/bin) KT_IO_THREADS=4 KT_IOTHREADS_RUN_S=3 KETCH_GRPC_LOOPS=3 \
 	  TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" \
 	  timeout 600 /usr/bin/python3 test/integration/$$t.py || fail=1; done; \

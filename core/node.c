@@ -881,7 +881,7 @@ static void process_ready(struct kt_node *n) {
       kt_raft_ents_enc_get(&n->ents_enc, rd.msgs[i].entries, rd.msgs[i].n_entries, &ents,
                            &ents_len);
       bool hb = rd.msgs[i].type == KT_RAFT_MSG_HEARTBEAT;
-      if (kt_peer_send2(n->peers, rd.msgs[i].to, h, sizeof h, ents, ents_len))
+      if (kt_peer_link_send2(n->peers, rd.msgs[i].to, h, sizeof h, ents, ents_len))
         n->stats.heartbeat_fails += hb;
       else if (hb)
         kt_node_rtt_sent(n, rd.msgs[i].to, rd.msgs[i].context);
@@ -1746,7 +1746,7 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   return 0;
 fail:
   if (n->peers)
-    kt_peer_free(n->peers);
+    kt_peer_link_free(n->peers);
   if (n->raft)
     kt_raft_free(n->raft);
   if (n->wal)
@@ -1825,7 +1825,7 @@ void kt_node_free(struct kt_node *n) {
   kt_node_lease_free(n);
   kt_node_member_free(n);
   if (n->peers)
-    kt_peer_free(n->peers);
+    kt_peer_link_free(n->peers);
   kt_arena_free(&n->msg_arena);
   if (n->snap_w)
     kt_snap_writer_free(n->snap_w); /* removes the unfinished tmp file */

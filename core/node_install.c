@@ -181,7 +181,7 @@ void kt_node_install_free(struct kt_node *n) {
 static bool written_check(struct kt_node *n, size_t i) {
   struct node_install_state *s = n->inst;
   struct send_state *x = &s->sends[i];
-  long long unsent = kt_peer_snapshot_unsent(n->peers, x->peer);
+  long long unsent = kt_peer_link_snapshot_unsent(n->peers, x->peer);
   if (unsent < 0) {
     send_end(n, i, true, "snapshot connection lost");
     return true;
@@ -219,7 +219,7 @@ static void pump(struct kt_node *n, size_t i) {
       send_end(n, i, true, r < 0 ? strerror(errno) : "short read");
       return;
     }
-    int rc = kt_peer_send_snapshot(n->peers, x->peer, p, CHUNK_HDR + len);
+    int rc = kt_peer_link_send_snapshot(n->peers, x->peer, p, CHUNK_HDR + len);
     if (rc == KT_EBUSY || rc == KT_EUNAVAILABLE)
       return; /* on_snapshot_room calls again */
     if (rc) {

@@ -9,7 +9,7 @@
 #include <ev.h>
 #include <string.h>
 
-#include "../net/peer.h"
+#include "../net/peerlink.h"
 #include "../net/proto.h"
 #include "../net/server.h"
 #include "../snap/snap.h"
@@ -223,7 +223,7 @@ struct kt_node {
   uint64_t removed[64];
   size_t n_removed;
   struct node_member_state *mem;
-  struct kt_peer_transport *peers; /* NULL with one member */
+  struct kt_peer_link *peers; /* NULL with one member */
   struct kt_mvcc *store;
   struct kt_wal *wal;
   struct kt_server *server;

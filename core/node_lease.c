@@ -242,7 +242,7 @@ void kt_node_forward(struct kt_node *n, struct kt_conn *c, uint64_t req_id, cons
   kt_put_u64be(ls->buf.p + 1, f.seq);
   memcpy(ls->buf.p + FWD_HDR, body, body_len);
   ls->buf.len = FWD_HDR + body_len;
-  kt_peer_send(n->peers, leader, ls->buf.p, ls->buf.len);
+  kt_peer_link_send(n->peers, leader, ls->buf.p, ls->buf.len);
 }
 
 void kt_node_lease_request(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
@@ -330,7 +330,7 @@ void kt_node_fwd_reply(struct kt_node *n, uint64_t to, uint64_t seq, int rc, con
   /* Frames carry a length prefix: drop it, the peer frame has its own. */
   memmove(b->p + off, b->p + off + KT_FRAME_HDR, b->len - off - KT_FRAME_HDR);
   b->len -= KT_FRAME_HDR;
-  kt_peer_send(n->peers, to, b->p, b->len);
+  kt_peer_link_send(n->peers, to, b->p, b->len);
 }
 
 /* A request a follower forwarded: membership changes answer when applied,

@@ -229,11 +229,11 @@ static int ensure_transport(struct kt_node *n, struct kt_err *e) {
                               .arg = n,
                               .tls_server = n->cfg.peer_tls_server,
                               .tls_client = n->cfg.peer_tls_client};
-  n->peers = kt_peer_new(n->loop, &pc);
+  n->peers = kt_peer_link_new(n->loop, &pc, n->cfg.io_threads > 0);
   char url[300];
   snprintf(url, sizeof url, strchr(n->cfg.listen_peer_host, ':') ? "[%s]:%d" : "%s:%d",
            n->cfg.listen_peer_host, n->cfg.listen_peer_port);
-  int rc = kt_peer_listen(n->peers, url, e);
+  int rc = kt_peer_link_listen(n->peers, url, e);
   if (!rc)
     kt_log(KT_LOG_INFO, "peer", "listening for peers url=%s", url);
   return rc;
@@ -257,14 +257,15 @@ int kt_node_member_sync_peers(struct kt_node *n, struct kt_err *e) {
   int rc = ensure_transport(n, e);
   if (rc)
     return rc;
+  kt_peer_link_set_removed(n->peers, n->removed, n->n_removed);
   uint64_t ids[KT_NODE_MAX_MEMBERS * 2];
-  size_t have = kt_peer_ids(n->peers, ids, KT_ARRAY_LEN(ids));
+  size_t have = kt_peer_link_ids(n->peers, ids, KT_ARRAY_LEN(ids));
   for (size_t i = 0; i < have && i < KT_ARRAY_LEN(ids); i++) {
     bool keep = false;
     for (size_t k = 0; k < nw; k++)
       keep |= want[k].id == ids[i];
     if (!keep)
-      kt_peer_remove(n->peers, ids[i]);
+      kt_peer_link_remove(n->peers, ids[i]);
   }
   for (size_t k = 0; k < nw; k++) {
     if (want[k].id == n->member_id)
@@ -273,10 +274,10 @@ int kt_node_member_sync_peers(struct kt_node *n, struct kt_err *e) {
     first_url(want[k].peer_urls, url, sizeof url);
     struct kt_peer_status st;
     struct kt_err pe = {0};
-    if (kt_peer_status(n->peers, want[k].id, &st) == 0) {
-      if (strcmp(st.url, url) != 0 && kt_peer_update(n->peers, want[k].id, url, &pe))
+    if (kt_peer_link_status(n->peers, want[k].id, &st) == 0) {
+      if (strcmp(st.url, url) != 0 && kt_peer_link_update(n->peers, want[k].id, url, &pe))
         kt_log(KT_LOG_WARN, "peer", "peer %016llx: %s", (unsigned long long)want[k].id, pe.msg);
-    } else if (kt_peer_add(n->peers, want[k].id, url, &pe)) {
+    } else if (kt_peer_link_add(n->peers, want[k].id, url, &pe)) {
       kt_log(KT_LOG_WARN, "peer", "peer %016llx: %s", (unsigned long long)want[k].id, pe.msg);
     }
   }

@@ -217,11 +217,11 @@ void kt_node_metrics(struct kt_node *n, struct kt_buf *b) {
   /* network */
   if (n->peers) {
     uint64_t ids[KT_NODE_MAX_MEMBERS * 4];
-    size_t np = kt_peer_ids(n->peers, ids, KT_ARRAY_LEN(ids));
+    size_t np = kt_peer_link_ids(n->peers, ids, KT_ARRAY_LEN(ids));
     struct kt_peer_status st[KT_ARRAY_LEN(ids)];
     size_t k = 0;
     for (size_t i = 0; i < np; i++)
-      if (kt_peer_status(n->peers, ids[i], &st[k]) == 0)
+      if (kt_peer_link_status(n->peers, ids[i], &st[k]) == 0)
         k++;
     head(b, "etcd_network_peer_sent_bytes_total", "counter",
          "The total number of bytes sent to peers.");
@@ -265,6 +265,12 @@ void kt_node_metrics(struct kt_node *n, struct kt_buf *b) {
     for (size_t i = 0; i < k; i++)
       out_f(b, "ketch_network_peer_connected{To=\"%llx\"} %d\n", (unsigned long long)st[i].id,
             st[i].connected ? 1 : 0);
+    head(b, "ketch_network_peer_received_dropped_total", "counter",
+         "Messages received from the peer and dropped because the state thread was behind "
+         "(the peer thread's bound on bytes not yet taken).");
+    for (size_t i = 0; i < k; i++)
+      out_f(b, "ketch_network_peer_received_dropped_total{From=\"%llx\"} %llu\n",
+            (unsigned long long)st[i].id, (unsigned long long)st[i].msgs_dropped_received);
   }
   uint64_t cin = 0, cout = 0;
   if (n->server)

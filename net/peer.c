@@ -174,6 +174,9 @@ struct pconn {
   bool on_pending;      /* TLS holds read-ahead bytes (t->pending) */
   bool loud;            /* dialer: its closing reason is a warning (TLS refusals) */
   bool hs_waiting;      /* accepted: its TLS handshake waits for a turn (t->hs_head) */
+  bool join_waiting;    /* accepted JOIN: on_join_async asked, kt_peer_join_answer due */
+  uint64_t join_token;  /* its kt_peer_join_answer token */
+  char join_urls[208];  /* the joiner's URLs, for the log line */
   ev_io rio, wio;
   struct kt_buf in;
   struct kt_buf out;
@@ -220,6 +223,7 @@ struct kt_peer_transport {
   ev_idle kick_w; /* keeps the loop turning while callbacks are pending */
   ev_timer stall_w;
   struct kt_rng rng;
+  uint64_t join_seq; /* last JOIN token */
   bool freeing;
 };
 
@@ -600,10 +604,12 @@ static bool dialer_ack(struct pconn *c, const struct kt_peer_hs *h) {
     p->last_error[0] = 0;
   kt_log(KT_LOG_INFO, "peer", "connected to peer %llx (%s) channel=%s", (unsigned long long)p->id,
          c->addr, chname);
-  if (c->channel == KT_PEER_CH_RAFT)
+  if (c->channel == KT_PEER_CH_RAFT) {
     p->connected_since = ev_now(t->loop);
-  else
+  } else {
+    p->st.snap_ups++;
     check_room(p);
+  }
   return true;
 }
 
@@ -611,7 +617,8 @@ static bool dialer_ack(struct pconn *c, const struct kt_peer_hs *h) {
 
 static void acceptor_hello(struct pconn *c, const struct kt_peer_hs *h) {
   struct kt_peer_transport *t = c->t;
-  if (h->code == KT_PEER_CH_JOIN && t->cfg.on_join && h->version == KT_PEER_VERSION) {
+  if (h->code == KT_PEER_CH_JOIN && (t->cfg.on_join || t->cfg.on_join_async) &&
+      h->version == KT_PEER_VERSION) {
     c->channel = KT_PEER_CH_JOIN; /* its frame comes next; answered then */
     c->state = S_UP;
     return;
@@ -660,13 +667,9 @@ static void acceptor_hello(struct pconn *c, const struct kt_peer_hs *h) {
   conn_flush(c);
 }
 
-/* JOIN: answer the joiner's frame with an ACK and (accepted) the reply
- * frame, then close once written. */
-static void acceptor_join(struct pconn *c, const uint8_t *msg, size_t len) {
+/* JOIN: the ACK and (accepted) the reply frame, then close once written. */
+static void join_reply(struct pconn *c, int st, uint64_t id, const void *reply, size_t rlen) {
   struct kt_peer_transport *t = c->t;
-  struct kt_buf reply = {0};
-  uint64_t id = 0;
-  int st = t->cfg.on_join(t->cfg.arg, msg, len, &id, &reply);
   struct kt_peer_hs ack = {.kind = KT_PEER_ACK,
                            .version = KT_PEER_VERSION,
                            .code = (uint8_t)st,
@@ -674,22 +677,53 @@ static void acceptor_join(struct pconn *c, const uint8_t *msg, size_t len) {
                            .a = t->cfg.member_id,
                            .b = st == KT_PEER_OK ? id : 0};
   kt_log(st == KT_PEER_OK ? KT_LOG_INFO : KT_LOG_WARN, "peer",
-         "join request from %s urls=%.*s: %s member=%llx", c->addr, (int)KT_MIN(len, 200),
-         (const char *)msg, kt_peer_status_name(st), (unsigned long long)id);
-  size_t n = KT_PEER_HELLO_BYTES + (st == KT_PEER_OK ? KT_PEER_FRAME_HDR + reply.len : 0);
+         "join request from %s urls=%s: %s member=%llx", c->addr, c->join_urls,
+         kt_peer_status_name(st), (unsigned long long)id);
+  size_t n = KT_PEER_HELLO_BYTES + (st == KT_PEER_OK ? KT_PEER_FRAME_HDR + rlen : 0);
   kt_buf_reserve(&c->out, n);
   kt_peer_hs_encode(c->out.p, &ack);
   c->out.len = KT_PEER_HELLO_BYTES;
   if (st == KT_PEER_OK) {
-    kt_peer_frame_header(c->out.p + c->out.len, KT_PEER_CH_JOIN, (uint32_t)reply.len);
-    memcpy(c->out.p + c->out.len + KT_PEER_FRAME_HDR, reply.p, reply.len);
-    c->out.len += KT_PEER_FRAME_HDR + reply.len;
+    kt_peer_frame_header(c->out.p + c->out.len, KT_PEER_CH_JOIN, (uint32_t)rlen);
+    if (rlen)
+      memcpy(c->out.p + c->out.len + KT_PEER_FRAME_HDR, reply, rlen);
+    c->out.len += KT_PEER_FRAME_HDR + rlen;
   }
-  kt_buf_free(&reply);
   c->close_when_sent = true;
   c->want_read = false; /* nothing more is read */
   pconn_arm(c);
   conn_flush(c);
+}
+
+/* JOIN: the joiner's frame is answered now (on_join) or once the owner
+ * calls kt_peer_join_answer (on_join_async); nothing more is read. */
+static void acceptor_join(struct pconn *c, const uint8_t *msg, size_t len) {
+  struct kt_peer_transport *t = c->t;
+  snprintf(c->join_urls, sizeof c->join_urls, "%.*s", (int)KT_MIN(len, 200), (const char *)msg);
+  if (t->cfg.on_join_async) {
+    c->join_waiting = true;
+    c->join_token = ++t->join_seq;
+    c->want_read = false;
+    pconn_arm(c);
+    t->cfg.on_join_async(t->cfg.arg, c->join_token, msg, len);
+    return;
+  }
+  struct kt_buf reply = {0};
+  uint64_t id = 0;
+  int st = t->cfg.on_join(t->cfg.arg, msg, len, &id, &reply);
+  join_reply(c, st, id, reply.p, reply.len);
+  kt_buf_free(&reply);
+}
+
+int kt_peer_join_answer(struct kt_peer_transport *t, uint64_t token, int status, uint64_t member_id,
+                        const void *reply, size_t len) {
+  for (struct pconn *c = t->accepted; c; c = c->next)
+    if (c->join_waiting && c->join_token == token && !c->closed) {
+      c->join_waiting = false;
+      join_reply(c, status, member_id, reply, len);
+      return 0;
+    }
+  return KT_ENOTFOUND; /* closed meanwhile (stall, shutdown) */
 }
 
 /* Decode whatever c->in holds (accepted connections). */
@@ -1136,6 +1170,8 @@ static void on_stall(struct ev_loop *loop, ev_timer *w, int revents) {
     struct pconn *next = c->next;
     if (c->state != S_UP && now - c->opened_at > lim)
       conn_close(c, "handshake timed out");
+    else if (c->join_waiting && now - c->opened_at > lim)
+      conn_close(c, "join: no answer in time");
     c = next;
   }
   /* Closed connections are freed by on_prepare: one may still be on the
@@ -1144,13 +1180,7 @@ static void on_stall(struct ev_loop *loop, ev_timer *w, int revents) {
 
 /* ---- public API ---- */
 
-struct kt_peer_transport *kt_peer_new(struct ev_loop *loop, const struct kt_peer_config *cfg) {
-  kt_assert(cfg->member_id != 0 && cfg->on_message);
-  struct kt_peer_transport *t = calloc(1, sizeof *t);
-  kt_assert(t);
-  t->loop = loop;
-  t->cfg = *cfg;
-  struct kt_peer_config *c = &t->cfg;
+void kt_peer_config_defaults(struct kt_peer_config *c) {
   if (!c->max_queue_bytes)
     c->max_queue_bytes = KT_PEER_QUEUE_BYTES;
   if (!c->max_snapshot_queue_bytes)
@@ -1165,6 +1195,16 @@ struct kt_peer_transport *kt_peer_new(struct ev_loop *loop, const struct kt_peer
     c->backoff_max_ms = c->backoff_min_ms;
   if (!c->stall_ms)
     c->stall_ms = KT_PEER_STALL_MS;
+}
+
+struct kt_peer_transport *kt_peer_new(struct ev_loop *loop, const struct kt_peer_config *cfg) {
+  kt_assert(cfg->member_id != 0 && cfg->on_message);
+  struct kt_peer_transport *t = calloc(1, sizeof *t);
+  kt_assert(t);
+  t->loop = loop;
+  t->cfg = *cfg;
+  struct kt_peer_config *c = &t->cfg;
+  kt_peer_config_defaults(c);
   uint64_t seed = c->seed;
   if (!seed) {
     if (sodium_init() < 0)

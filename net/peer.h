@@ -59,12 +59,11 @@
  *    addresses where a slow resolver must not stall the loop.
  *
  * Threads: the transport belongs to the thread whose loop it was created on
- * and is not thread-safe; today that is the member's state thread, with or
- * without --io-threads (net/THREADS.md). Moving it to a thread of its own
- * (issue 17 item 2) needs nothing of this file but an asynchronous JOIN:
- * the plan, its rings, how each invariant above is kept across them, and
- * what it saves per put (6-8% of the leader's state thread, measured) are
- * in net/THREADS.md, "Peer links: the plan".
+ * and is not thread-safe. The member reaches it through net/peerlink.h:
+ * on the state thread's loop with --io-threads 0, on a thread of its own
+ * (`ketch-peer`) otherwise; that thread uses on_join_async and
+ * kt_peer_join_answer (JOIN needs the state's member list) and
+ * kt_peer_status's snap_ups (net/THREADS.md, "Peer links").
  */
 #ifndef KT_PEER_H
 #define KT_PEER_H
@@ -152,6 +151,10 @@ typedef void (*kt_peer_id_fn)(void *arg, uint64_t peer_id);
 typedef int (*kt_peer_join_fn)(void *arg, const uint8_t *req, size_t len, uint64_t *member_id,
                                struct kt_buf *reply);
 typedef bool (*kt_peer_removed_fn)(void *arg, uint64_t id);
+/* JOIN, acceptor side, answered later: the owner calls kt_peer_join_answer
+ * with `token` (the connection waits, within stall_ms). `req` as above,
+ * valid only during the call. */
+typedef void (*kt_peer_join_async_fn)(void *arg, uint64_t token, const uint8_t *req, size_t len);
 
 struct kt_peer_config {
   uint64_t cluster_id, member_id; /* member_id != 0 */
@@ -166,9 +169,10 @@ struct kt_peer_config {
   kt_peer_message_fn on_snapshot; /* snapshot chunks; NULL: on_message */
   kt_peer_id_fn on_unreachable;   /* a message to this peer was dropped */
   kt_peer_id_fn on_snapshot_room; /* a refused snapshot chunk would now fit */
-  kt_peer_join_fn on_join;        /* NULL: JOIN refused (unknown channel) */
-  kt_peer_removed_fn is_removed;  /* NULL: none; a removed sender gets KT_PEER_REMOVED */
-  kt_peer_id_fn on_removed;       /* a peer answered KT_PEER_REMOVED: we were removed */
+  kt_peer_join_fn on_join;        /* NULL (and no on_join_async): JOIN refused (unknown channel) */
+  kt_peer_join_async_fn on_join_async; /* set: JOIN answered by kt_peer_join_answer instead */
+  kt_peer_removed_fn is_removed;       /* NULL: none; a removed sender gets KT_PEER_REMOVED */
+  kt_peer_id_fn on_removed;            /* a peer answered KT_PEER_REMOVED: we were removed */
   void *arg;
   /* TLS (net/tls.h; owned by the caller, outliving the transport). tls_server:
    * the listener serves TLS only (its policy verifies dialers' certificates).
@@ -186,6 +190,7 @@ struct kt_peer_status {
   char last_error[192];               /* last dial/handshake/connection error, "" if none */
   uint32_t backoff_ms;                /* current backoff step of the raft channel */
   uint64_t dials;                     /* connection attempts, both channels */
+  uint64_t snap_ups;                  /* snapshot channel handshakes done (each a new connection) */
   uint64_t msgs_queued, bytes_queued; /* raft channel, accepted by kt_peer_send */
   uint64_t msgs_dropped_full;         /* over max_queue_bytes */
   uint64_t msgs_dropped_unreachable;  /* raft channel not connected */
@@ -193,10 +198,13 @@ struct kt_peer_status {
   uint64_t bytes_written, writes;         /* socket level, both channels */
   uint64_t bytes_lost;                    /* queued bytes lost with a closed connection */
   uint64_t msgs_received, bytes_received; /* from this member, both channels */
-  size_t queue_bytes, snap_queue_bytes;   /* unsent now */
-  size_t queue_alloc_bytes;               /* raft queue buffer allocated (<= the bound) */
+  uint64_t msgs_dropped_received; /* received, dropped: the state thread behind (peer thread) */
+  size_t queue_bytes, snap_queue_bytes; /* unsent now */
+  size_t queue_alloc_bytes;             /* raft queue buffer allocated (<= the bound) */
 };
 
+/* Fill cfg's zero limits with the KT_PEER_* defaults (kt_peer_new does). */
+void kt_peer_config_defaults(struct kt_peer_config *c);
 /* Create a transport on `loop` (not started listening). cfg is copied. */
 struct kt_peer_transport *kt_peer_new(struct ev_loop *loop, const struct kt_peer_config *cfg);
 /* Listen on "host:port" (port 0: any; see kt_peer_listen_port). Errors name
@@ -252,6 +260,12 @@ bool kt_peer_connected(const struct kt_peer_transport *t, uint64_t id);
 int kt_peer_join(const char *url, struct kt_tls_ctx *tls, const char *my_urls, uint32_t timeout_ms,
                  uint64_t *cluster_id, uint64_t *member_id, uint64_t *acceptor_id,
                  struct kt_buf *reply, struct kt_err *e);
+
+/* JOIN, acceptor side with on_join_async: the answer to the request of
+ * `token` (status, member id and reply as kt_peer_join_fn's). KT_ENOTFOUND
+ * if that connection is gone (closed, timed out). */
+int kt_peer_join_answer(struct kt_peer_transport *t, uint64_t token, int status, uint64_t member_id,
+                        const void *reply, size_t len);
 
 /* Fill *st for peer id: 0 or KT_ENOTFOUND. */
 int kt_peer_status(const struct kt_peer_transport *t, uint64_t id, struct kt_peer_status *st);

@@ -29,6 +29,8 @@ the history file kept for `build/test/linz_check FILE`.
   KT_FAULT_WINDOWS=W     fault windows (default 24)
   KT_FAULT_DURATION=SEC  soak: rounds with seeds S, S+1, ... until SEC have
                          passed, 3 and 5 members alternately (make soak)
+  KT_IO_THREADS=N        every member runs with --io-threads N (make soak: 1,
+                         so the peer links run on their thread ketch-peer)
 """
 import os
 import random
@@ -45,7 +47,8 @@ import etcd3
 import etcd3.etcdrpc as rpc
 import msgpack
 
-from harness import BIN, DELETE, PUT, RANGE, STATUS, TXN, Conn, ServerError, free_port, run_tests
+from harness import (BIN, DELETE, PUT, RANGE, STATUS, TXN, Conn, ServerError, free_port,
+                     io_threads_flag, run_tests)
 from grpc_test import wait_port
 
 HASH_KV = 46
@@ -86,6 +89,9 @@ class Net:
         for i in range(n):
             ns, veth = self.ns(i), "%sv%d" % (self.tag, i)
             sh("ip", "netns", "add", ns)
+            # an earlier round's veth of this name outlives its namespace
+            # while the kernel tears that down (a soak's next round): drop it
+            sh("ip", "link", "del", veth, check=False)
             sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
             sh("ip", "link", "set", veth, "master", self.br)
             sh("ip", "link", "set", veth, "up")
@@ -160,7 +166,8 @@ class FMember:
              "--name", self.name, "--data-dir", self.dir,
              "--listen-client-urls", url, "--advertise-client-urls", url,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", self.ic, "--initial-cluster-token", "fault"] + TIMING,
+             "--initial-cluster", self.ic, "--initial-cluster-token", "fault"] + TIMING
+            + io_threads_flag(),
             stdout=self.log, stderr=subprocess.STDOUT)  # ip netns exec execs: this pid is ketch's
         self.paused = False
 
