@@ -1347,6 +1347,15 @@ static void mark_unreachable(struct peer *p) {
   kick(p->t);
 }
 
+int kt_peer_check_len(const struct kt_peer_config *cfg, size_t len, bool snapshot) {
+  if (len == 0)
+    return KT_EINVAL;
+  if (len > cfg->max_frame_bytes ||
+      (snapshot && KT_PEER_FRAME_HDR + len > cfg->max_snapshot_queue_bytes / 2))
+    return KT_ETOOLARGE;
+  return 0;
+}
+
 int kt_peer_send(struct kt_peer_transport *t, uint64_t to, const void *msg, size_t len) {
   return kt_peer_send2(t, to, msg, len, NULL, 0);
 }
@@ -1354,10 +1363,9 @@ int kt_peer_send(struct kt_peer_transport *t, uint64_t to, const void *msg, size
 int kt_peer_send2(struct kt_peer_transport *t, uint64_t to, const void *a, size_t alen,
                   const void *b, size_t blen) {
   size_t len = alen + blen;
-  if (len == 0)
-    return KT_EINVAL;
-  if (len > t->cfg.max_frame_bytes)
-    return KT_ETOOLARGE;
+  int rc = kt_peer_check_len(&t->cfg, len, false);
+  if (rc)
+    return rc;
   struct peer *p = find_peer(t, to);
   if (!p)
     return KT_ENOTFOUND;
@@ -1379,15 +1387,13 @@ int kt_peer_send2(struct kt_peer_transport *t, uint64_t to, const void *a, size_
 }
 
 int kt_peer_send_snapshot(struct kt_peer_transport *t, uint64_t to, const void *chunk, size_t len) {
-  if (len == 0)
-    return KT_EINVAL;
-  if (len > t->cfg.max_frame_bytes || KT_PEER_FRAME_HDR + len > t->cfg.max_snapshot_queue_bytes / 2)
-    return KT_ETOOLARGE;
+  int rc = kt_peer_check_len(&t->cfg, len, true);
+  if (rc)
+    return rc;
   struct peer *p = find_peer(t, to);
   if (!p)
     return KT_ENOTFOUND;
   struct pconn *c = p->conn[KT_PEER_CH_SNAPSHOT];
-  int rc = 0;
   if (!c || c->state != S_UP)
     rc = KT_EUNAVAILABLE;
   else if (unsent(c) + KT_PEER_FRAME_HDR + len > t->cfg.max_snapshot_queue_bytes)

@@ -205,6 +205,11 @@ struct kt_peer_status {
 
 /* Fill cfg's zero limits with the KT_PEER_* defaults (kt_peer_new does). */
 void kt_peer_config_defaults(struct kt_peer_config *c);
+/* The size checks a send makes before anything else, under cfg's (resolved)
+ * limits, for a message (snapshot false) or a snapshot chunk: 0,
+ * KT_EINVAL (empty) or KT_ETOOLARGE. The transport and the peer-link
+ * façade (net/peerlink.c) both answer with it. */
+int kt_peer_check_len(const struct kt_peer_config *cfg, size_t len, bool snapshot);
 /* Create a transport on `loop` (not started listening). cfg is copied. */
 struct kt_peer_transport *kt_peer_new(struct ev_loop *loop, const struct kt_peer_config *cfg);
 /* Listen on "host:port" (port 0: any; see kt_peer_listen_port). Errors name

@@ -882,10 +882,9 @@ int kt_peer_link_send2(struct kt_peer_link *l, uint64_t to, const void *a, size_
   if (l->direct)
     return kt_peer_send2(l->direct, to, a, alen, b, blen);
   size_t len = alen + blen;
-  if (len == 0)
-    return KT_EINVAL;
-  if (len > l->cfg.max_frame_bytes)
-    return KT_ETOOLARGE;
+  int rc = kt_peer_check_len(&l->cfg, len, false);
+  if (rc)
+    return rc;
   struct lpeer *lp = lpeer_find(l, to);
   if (!lp)
     return KT_ENOTFOUND;
@@ -927,15 +926,14 @@ int kt_peer_link_send_snapshot(struct kt_peer_link *l, uint64_t to, const void *
   if (l->direct)
     return kt_peer_send_snapshot(l->direct, to, chunk, len);
   size_t cap = l->cfg.max_snapshot_queue_bytes;
-  if (len == 0)
-    return KT_EINVAL;
-  if (len > l->cfg.max_frame_bytes || KT_PEER_FRAME_HDR + len > cap / 2)
-    return KT_ETOOLARGE;
+  int rc = kt_peer_check_len(&l->cfg, len, true);
+  if (rc)
+    return rc;
   struct lpeer *lp = lpeer_find(l, to);
   if (!lp)
     return KT_ENOTFOUND;
   long long q = lp_unsent(lp);
-  int rc = q < 0 ? KT_EUNAVAILABLE : (size_t)q + KT_PEER_FRAME_HDR + len > cap ? KT_EBUSY : 0;
+  rc = q < 0 ? KT_EUNAVAILABLE : (size_t)q + KT_PEER_FRAME_HDR + len > cap ? KT_EBUSY : 0;
   if (rc) {
     lp->room_wanted = true;
     lp->room_needed = len;
