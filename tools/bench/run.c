@@ -300,6 +300,10 @@ static void merge(struct bench_result *into, const struct bench_result *r) {
   if (r->seconds > into->seconds)
     into->seconds = r->seconds;
   into->cpu_s += r->cpu_s;
+  if (into->st_mark < 0 && into->pc_mark < 0) { /* the first thread's that measured */
+    into->st_mark = r->st_mark;
+    into->pc_mark = r->pc_mark;
+  }
   hist_merge(&into->all, &r->all);
   hist_merge(&into->read, &r->read);
   hist_merge(&into->write, &r->write);
@@ -362,12 +366,6 @@ static int run_threads(const struct bench_cfg *cfg, int n, struct bench_result *
       snprintf(err, err_len, "%s", g[i].err);
     }
   }
-  for (int i = 0; i < started; i++)
-    if (g[i].res.st_mark >= 0 || g[i].res.pc_mark >= 0) { /* the first that measured */
-      res->st_mark = g[i].res.st_mark;
-      res->pc_mark = g[i].res.pc_mark;
-      break;
-    }
   free(g);
   return rc;
 }
