@@ -5,7 +5,7 @@ set -e
 PKGS="gcc make pkg-config libev-dev libmsgpack-dev libsodium-dev liblz4-dev libyaml-dev
 python3 python3-msgpack etcd-server etcd-client procps psmisc util-linux clang-format
 libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler python3-etcd3 protobuf-compiler iproute2
-libssl-dev openssl libc-ares-dev dnsmasq libmicrohttpd-dev prometheus lintian"
+libssl-dev openssl curl libc-ares-dev dnsmasq libmicrohttpd-dev prometheus lintian"
 [ "$1" = fuzz ] && PKGS="clang libclang-rt-14-dev"
 [ "$1" = bench ] && PKGS="gnuplot-nox"
 missing=""

@@ -683,7 +683,12 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents) {
   struct stream *st = w->data;
   stream_detach_call(st);
   stream_close_bs(st);
-  stream_finish(st, KT_GRPC_DEADLINE_EXCEEDED, "context deadline exceeded");
+  /* etcd's KV, Lease and Watch servers map the context's error to
+   * DeadlineExceeded; its lock and election servers return it as it is,
+   * which gRPC answers as Unknown (the message is the same). */
+  bool recipe = !strncmp(st->path, "/v3lockpb.", 10) || !strncmp(st->path, "/v3electionpb.", 14);
+  stream_finish(st, recipe ? KT_GRPC_UNKNOWN : KT_GRPC_DEADLINE_EXCEEDED,
+                "context deadline exceeded");
   conn_update_read(st->c);
 }
 
