@@ -5,18 +5,20 @@ One ketch member and one etcd member (Debian etcd-server), each on its own
 data dir on loopback. Both get the same users: root, and `bench` holding a
 role with 100 prefix permissions (99 prefixes /p/NN/ the workload never
 touches, and "0", which holds every key ketch-bench makes), so each check
-walks a real permission set. Then, per round and per target, alternating:
-put and range (linearizable) at 64 and 256 clients with auth off, then
-`auth enable` and the same runs as `bench` (ketch-bench --user: libketch
-logs in on each connection; the etcd target calls Auth/Authenticate and
-sends the token with every call), then `auth disable` (auth on first in
-odd rounds; the store compacted to its current revision before every run,
-so no run inherits more history than another; every run begins with one
-second of the same load on its logged-in connections, not measured:
-ketch-bench --warmup). Reports ops/s and the
-ratio auth-on / auth-off per target, and ketch's state-thread CPU per
-operation: the figure that holds when other work shares the machine and
-throughput ratios swing.
+walks a real permission set. Then, per round and per target, for each of
+put and range (linearizable) at 64 and 256 clients: one run with auth off
+and one with auth on as `bench` right after it, or on first (the order
+alternates by round and workload): `auth enable`, ketch-bench --user
+(libketch logs in on each connection; the etcd target calls
+Auth/Authenticate and sends the token with every call), `auth disable`.
+A 2-core machine's throughput swings by 10-30% from one run to the next,
+more than auth costs: runs paired back to back see the same swings, and the
+median of the pairs' ratios is the figure (each pair is shown too). The
+store is compacted to its current revision before every run, so no run
+inherits more history than another; every run begins with one second of
+the same load on its logged-in connections, not measured: ketch-bench
+--warmup. Reports ops/s and the ratio auth-on / auth-off per pair and
+target, and ketch's state-thread CPU per operation.
 
 Then a login storm: LOGINS (default 1000) logins at once while 64 clients
 put as `bench` for SECONDS*3: for ketch the storm is ketch-bench --storm
@@ -25,7 +27,7 @@ LOGINS Auth/Authenticate calls at once from python's grpc (16 channels). The
 putters' p99 and the logins per second for each.
 
 Bounded: each run --duration SECONDS (default 3); the storm's logins are
-cut at 60 s.
+cut at 60 s; LOGINS 0: no storm.
 """
 import json
 import os
@@ -137,20 +139,32 @@ def compact(s, admin):
         s.compacted = rev
 
 
-def run_set(s, user, admin):
-    out = {}
-    for name, g, w in WORK:
-        compact(s, admin)
-        # one second of the same load first, on the same (logged-in)
-        # connections: the measured part starts with warm caches on both
-        # sides, not right after the logins
-        extra = g + ["--duration", str(SECONDS), "--warmup", "1"]
-        if s.kind == "ketch":
-            extra += ["--server-pid", str(s.proc.pid)]
-        r, _ = s.bench(w, user=user, extra=extra)
-        r["server_us_per_op"] = r.get("server_state_us_per_req", 0)
-        out[name] = r
-    return out
+def run_one(s, work, user, admin):
+    name, g, w = work
+    compact(s, admin)
+    # one second of the same load first, on the same (logged-in)
+    # connections: the measured part starts with warm caches on both
+    # sides, not right after the logins
+    extra = g + ["--duration", str(SECONDS), "--warmup", "1"]
+    if s.kind == "ketch":
+        extra += ["--server-pid", str(s.proc.pid)]
+    r, _ = s.bench(w, user=user, extra=extra)
+    r["server_us_per_op"] = r.get("server_state_us_per_req", 0)
+    return r
+
+
+def run_pair(s, work, on_first):
+    """One workload with auth off and with auth on, one right after the
+    other (the machine's swings hit both alike): (off result, on result)."""
+    res = {}
+    for mode in (("on", "off") if on_first else ("off", "on")):
+        if mode == "off":
+            res[mode] = run_one(s, work, None, None)
+            continue
+        s.ctl(["auth", "enable"])
+        res[mode] = run_one(s, work, "bench:" + PW, "root:rootpw")
+        s.ctl(["auth", "disable"], user="root:rootpw")
+    return res["off"], res["on"]
 
 
 def etcd_login_storm(port, n, result):
@@ -182,20 +196,11 @@ def main():
         table = {}
         for rnd in range(ROUNDS):
             for s in servers:
-                res = {}
-                # off first in even rounds, on first in odd ones
-                for mode in (("off", "on") if rnd % 2 == 0 else ("on", "off")):
-                    if mode == "off":
-                        res[mode] = run_set(s, None, None)
-                        continue
-                    s.ctl(["auth", "enable"])
-                    res[mode] = run_set(s, "bench:" + PW, "root:rootpw")
-                    s.ctl(["auth", "disable"], user="root:rootpw")
-                off, on = res["off"], res["on"]
-                for name in off:
-                    table.setdefault((s.kind, name), []).append(
-                        (ops(off[name]), ops(on[name]), off[name]["server_us_per_op"],
-                         on[name]["server_us_per_op"]))
+                for i, work in enumerate(WORK):
+                    # off first and on first in turn
+                    off, on = run_pair(s, work, (rnd + i) % 2 == 1)
+                    table.setdefault((s.kind, work[0]), []).append(
+                        (ops(off), ops(on), off["server_us_per_op"], on["server_us_per_op"]))
                 print("round %d %s done" % (rnd + 1, s.kind), flush=True)
         print("\n| workload | target | auth off ops/s | auth on ops/s | on/off "
               "| server CPU/op off | on |")
@@ -207,6 +212,17 @@ def main():
                     cpu = "%.2f us | %.2f us" % (uoff, uon) if kind == "ketch" else "- | -"
                     print("| %s | %s | %.0f | %.0f | %.1f%% | %s |" %
                           (name, kind, off, on, 100.0 * on / off, cpu))
+        print("\nmedian on/off of the %d pairs (each pair: the two runs one right after "
+              "the other):" % ROUNDS)
+        for name, _, _ in WORK:
+            line = []
+            for kind in ("ketch", "etcd"):
+                r = sorted(100.0 * on / off for off, on, _, _ in table[(kind, name)])
+                med = r[len(r) // 2] if len(r) % 2 else (r[len(r) // 2 - 1] + r[len(r) // 2]) / 2
+                line.append("%s %.1f%% (%.1f-%.1f%%)" % (kind, med, r[0], r[-1]))
+            print("  %s: %s" % (name, ", ".join(line)))
+        if not LOGINS:
+            return
         # the login storm
         print("\nlogin storm: %d logins at once while 64 clients put as bench" % LOGINS)
         for s in servers:
