@@ -2,6 +2,7 @@
 #include "auth.h"
 
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* A key range in a merged permission list: [b, e), e NULL = no end. */
@@ -49,6 +50,7 @@ struct kt_auth {
   struct role *roles; /* sorted by name */
   size_t n_roles, cap_roles;
   size_t last_user; /* where get_user_hinted last found a name: checked before use */
+  uint64_t stamp;   /* kt_auth_stamp: a new one with every change and load (not saved) */
 };
 
 static const struct kt_bytes ROOT = {(const uint8_t *)KT_AUTH_ROOT, 4};
@@ -130,9 +132,17 @@ static bool user_has(const struct user *u, struct kt_bytes role) {
 
 /* ---- lifetime ---- */
 
+/* Stamps are unique in the process, not per store: a member replaces its
+ * store on a snapshot install, and a grant kept from the old one must not
+ * match the new one's stamp. */
+static _Atomic uint64_t last_stamp;
+
+static uint64_t new_stamp(void) { return atomic_fetch_add(&last_stamp, 1) + 1; }
+
 struct kt_auth *kt_auth_new(void) {
   struct kt_auth *a = calloc(1, sizeof *a);
   kt_assert(a);
+  a->stamp = new_stamp();
   return a;
 }
 
@@ -175,6 +185,7 @@ void kt_auth_free(struct kt_auth *a) {
 
 bool kt_auth_enabled(const struct kt_auth *a) { return a->enabled; }
 uint64_t kt_auth_revision(const struct kt_auth *a) { return a->revision; }
+uint64_t kt_auth_stamp(const struct kt_auth *a) { return a->stamp; }
 
 /* ---- changes ---- */
 
@@ -436,7 +447,7 @@ int kt_auth_apply(struct kt_auth *a, const struct kt_req *req, struct kt_err *e)
     return kt_err_set(e, KT_EUNSUPPORTED, "not an auth change");
   }
   if (rc == 0)
-    a->revision++;
+    a->revision++, a->stamp = new_stamp();
   return rc;
 }
 
@@ -641,6 +652,45 @@ bool kt_auth_allows(struct kt_auth *a, struct kt_bytes user, uint8_t type, struc
   return !open && bcmp_(range_end, (struct kt_bytes){f->e, f->en}) <= 0;
 }
 
+bool kt_auth_grant_of(struct kt_auth *a, struct kt_bytes user, uint8_t type, struct kt_bytes key,
+                      struct kt_auth_grant *g) {
+  struct user *u = cached(a, user);
+  if (!u)
+    return false;
+  if (u->root) {
+    g->bn = g->en = 0, g->open = true; /* everything: [empty key, no end) */
+    g->stamp = a->stamp;
+    return true;
+  }
+  const struct ivl *v = type == KT_PERM_WRITE ? u->wr : u->rd;
+  const struct ivl *f = floor_ivl(v, type == KT_PERM_WRITE ? u->n_wr : u->n_rd, key);
+  if (!f || (f->e && bcmp_(key, (struct kt_bytes){f->e, f->en}) >= 0) ||
+      f->bn > KT_AUTH_GRANT_KEY_MAX || (f->e && f->en > KT_AUTH_GRANT_KEY_MAX))
+    return false;
+  g->bn = (uint8_t)f->bn;
+  memcpy(g->b, f->b, f->bn);
+  g->open = !f->e;
+  g->en = f->e ? (uint8_t)f->en : 0;
+  if (f->e)
+    memcpy(g->e, f->e, f->en);
+  g->stamp = a->stamp;
+  return true;
+}
+
+bool kt_auth_grant_covers(const struct kt_auth_grant *g, struct kt_bytes key,
+                          struct kt_bytes range_end) {
+  struct kt_bytes e = {g->e, g->en};
+  if (bcmp_((struct kt_bytes){g->b, g->bn}, key) > 0 || (!g->open && bcmp_(key, e) >= 0))
+    return false;
+  /* as kt_auth_allows, with g for the interval holding key */
+  bool open = range_end.n == 1 && range_end.p[0] == 0;
+  if (range_end.n == 0 || (!open && bcmp_(range_end, key) <= 0))
+    return true;
+  if (g->open)
+    return true;
+  return !open && bcmp_(range_end, e) <= 0;
+}
+
 /* ---- snapshot part ---- */
 
 #define MAGIC "KTAUTH01"
@@ -797,6 +847,7 @@ int kt_auth_load(struct kt_auth *a, const uint8_t *p, size_t len, size_t *used, 
     t->users[i].since = t->revision;
   clear(a);
   *a = *t;
+  a->stamp = new_stamp();
   free(t);
   *used = 12 + body;
   return 0;

@@ -83,6 +83,31 @@ bool kt_auth_has_role(const struct kt_auth *a, struct kt_bytes user, struct kt_b
 bool kt_auth_allows(struct kt_auth *a, struct kt_bytes user, uint8_t type, struct kt_bytes key,
                     struct kt_bytes range_end);
 
+/* A permission a caller keeps: while kt_auth_stamp() is still `stamp`, the
+ * user it was found for may READ (or WRITE) every key of [b, e) (open: no
+ * end). The ends are copies, so a kept grant never points into the store.
+ * core/node_auth.c keeps one of each type per connection, so a client's
+ * next put or range under the same permission skips the lookup. */
+#define KT_AUTH_GRANT_KEY_MAX 48
+struct kt_auth_grant {
+  uint64_t stamp; /* 0: none */
+  uint8_t bn, en;
+  bool open;
+  uint8_t b[KT_AUTH_GRANT_KEY_MAX], e[KT_AUTH_GRANT_KEY_MAX];
+};
+/* A new value with every change to the store and every load, unique in
+ * the process (never 0): a replaced store never has an old one's stamp. */
+uint64_t kt_auth_stamp(const struct kt_auth *a);
+/* The merged permission interval of `type` that holds `key` for `user`
+ * (everything for root), into *g with the current stamp; false (g left
+ * alone) when there is none or its ends are too long to keep. */
+bool kt_auth_grant_of(struct kt_auth *a, struct kt_bytes user, uint8_t type, struct kt_bytes key,
+                      struct kt_auth_grant *g);
+/* Whether [key, range_end) lies in g: kt_auth_allows's answer when the
+ * store's stamp is still g's (its rules, for the interval g holds). */
+bool kt_auth_grant_covers(const struct kt_auth_grant *g, struct kt_bytes key,
+                          struct kt_bytes range_end);
+
 /* Snapshot part: "KTAUTH01" | the store in MessagePack. Load checks every
  * bound (outside bytes) and replaces the store. */
 void kt_auth_save(const struct kt_auth *a, struct kt_buf *out);

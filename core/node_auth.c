@@ -487,6 +487,30 @@ static int check_conn(struct kt_node *n, struct kt_conn *c, const struct kt_req 
   return rc ? rc : kt_node_authorize(n, id, req, e);
 }
 
+/* A request whose whole check is one kt_auth_allows: a RANGE, or a PUT
+ * without prev_kv or a lease (those read more than one permission or the
+ * lease's keys). Its permission type, key and range end. */
+static bool one_check(const struct kt_req *req, uint8_t *type, struct kt_bytes *key,
+                      struct kt_bytes *end) {
+  if (req->type == KT_MSG_RANGE) {
+    *type = KT_PERM_READ, *key = req->u.op.u.range.key, *end = req->u.op.u.range.range_end;
+    return true;
+  }
+  if (req->type == KT_MSG_PUT && !req->u.op.u.put.prev_kv && !req->u.op.u.put.lease) {
+    *type = KT_PERM_WRITE, *key = req->u.op.u.put.key, *end = (struct kt_bytes){0};
+    return true;
+  }
+  return false;
+}
+
+/* The gate, for one request. A connection bound to a user keeps the
+ * permission interval its last allowed RANGE (PUT) fell in, with the auth
+ * store's stamp (core/auth.h): while the store is unchanged (every change,
+ * a revoke, a deleted user, a new password, gives a new stamp) a request of
+ * one_check's kinds inside that interval is allowed as kt_node_authorize
+ * would (the binding's validity and the permission depend on the store
+ * only); the token is still checked each time; anything else, and every
+ * denial, takes the whole check. */
 int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
                       const uint8_t *body, size_t body_len) {
   kt_ident_clear(&n->prop_as);
@@ -496,6 +520,18 @@ int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req 
   }
   if (!kt_auth_enabled(n->auth))
     return 0;
+  uint8_t type;
+  struct kt_bytes key, end, user;
+  uint64_t rev;
+  struct kt_auth_grant *g = NULL;
+  if (one_check(req, &type, &key, &end) && kt_conn_user(c, &user, &rev)) {
+    g = &kt_conn_grants(c)[type];
+    if (g->stamp == kt_auth_stamp(n->auth) && kt_auth_grant_covers(g, key, end) &&
+        token_alive(n, c)) {
+      ident_set(&n->prop_as, user, kt_auth_revision(n->auth));
+      return 0;
+    }
+  }
   struct kt_err e = {0};
   struct kt_node_ident id;
   int rc = check_conn(n, c, req, &id, &e);
@@ -503,6 +539,8 @@ int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req 
     kt_node_reply_err(c, req->id, rc, &e);
     return 1;
   }
+  if (g)
+    kt_auth_grant_of(n->auth, user, type, key, g);
   kt_ident_copy(&n->prop_as, &id);
   return 0;
 }

@@ -5,6 +5,7 @@
 #include "sock.h"
 #include "tls.h"
 
+#include "../core/auth.h"
 #include "../core/mvcc.h"
 
 #include <errno.h>
@@ -49,6 +50,7 @@ struct kt_conn {
   char token[KT_CONN_TOKEN_MAX]; /* kt_conn_set_token */
   uint32_t token_len;
   int64_t token_expires_ms, token_checked_ms;
+  struct kt_auth_grant grants[2]; /* kt_conn_grants */
   /* With I/O threads (net/THREADS.md): the socket side's shared part, and
    * nothing above from io to wio is used; c->out holds the replies encoded
    * this turn, handed to the I/O thread at its end. NULL: this struct owns
@@ -244,6 +246,11 @@ void kt_conn_set_user(struct kt_conn *c, struct kt_bytes user, uint64_t auth_rev
   c->user_rev = auth_revision;
   c->token_len = 0;
   c->token_expires_ms = c->token_checked_ms = 0;
+  c->grants[0].stamp = c->grants[1].stamp = 0;
+}
+
+struct kt_auth_grant *kt_conn_grants(struct kt_conn *c) {
+  return c->grants;
 }
 
 void kt_conn_set_token(struct kt_conn *c, struct kt_bytes simple, int64_t expires_ms) {

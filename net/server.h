@@ -175,6 +175,9 @@ void kt_conn_token(const struct kt_conn *c, struct kt_bytes *simple, int64_t *ex
  * caller's clock; 0: never): the caller looks it up at most once a second. */
 int64_t kt_conn_token_checked(const struct kt_conn *c);
 void kt_conn_set_token_checked(struct kt_conn *c, int64_t ms);
+/* The permissions core/node_auth.c keeps for the bound user ([0] READ,
+ * [1] WRITE: core/auth.h); kt_conn_set_user forgets them. */
+struct kt_auth_grant *kt_conn_grants(struct kt_conn *c);
 /* The caller's identity: the Common Name of the verified client certificate,
  * or the identity a proxy with such a certificate named in its HELLO; NULL
  * when there is none. Valid while the connection is referenced. */
