@@ -487,6 +487,8 @@ static int check_conn(struct kt_node *n, struct kt_conn *c, const struct kt_req 
   return rc ? rc : kt_node_authorize(n, id, req, e);
 }
 
+_Static_assert(KT_PERM_READ == 0 && KT_PERM_WRITE == 1, "kt_conn_grants: [0] READ, [1] WRITE");
+
 /* A request whose whole check is one kt_auth_allows: a RANGE, or a PUT
  * without prev_kv or a lease (those read more than one permission or the
  * lease's keys). Its permission type, key and range end. */
@@ -539,7 +541,7 @@ int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req 
     kt_node_reply_err(c, req->id, rc, &e);
     return 1;
   }
-  if (g)
+  if (g) /* set only for a connection bound to `user` */
     kt_auth_grant_of(n->auth, user, type, key, g);
   kt_ident_copy(&n->prop_as, &id);
   return 0;

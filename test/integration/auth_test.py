@@ -558,12 +558,13 @@ def run_python_cases():
 
 
 def native_one_connection():
-    """One native connection that keeps its binding while root changes what
-    its user may do on other connections: each change holds for the very
+    """Native connections that keep their binding while root changes what
+    their user may do on other connections: each change holds for the very
     next request (the member keeps the permission interval a connection's
     last put or range was allowed in, for as long as the auth store is
-    unchanged: core/node_auth.c), denials included. Its own user and role,
-    removed at the end."""
+    unchanged: core/node_auth.c), denials included; so does a second
+    AUTHENTICATE on the same connection. Its own users and role, removed at
+    the end."""
     def outcome(fn):
         try:
             fn()
@@ -575,46 +576,89 @@ def native_one_connection():
         r = K.run(args, "root", stdin=stdin, eps=[K.eps[0]])
         assert r[0] == 0, (args, r)
 
-    for args in (["user", "add", "dave", "--new-user-password", "davepw"], ["role", "add", "rd"],
-                 ["role", "grant-permission", "rd", "readwrite", "/d/", "--prefix"],
-                 ["user", "grant-role", "dave", "rd"]):
-        root(args)
-    k = Conn(K.cports[0])
-    k.call(AUTHENTICATE, {"name": b"dave", "password": b"davepw"})
+    def login(k, name, pw):
+        k.call(AUTHENTICATE, {"name": name.encode(), "password": pw.encode()})
+
+    def setup():
+        for args in (["user", "add", "dave", "--new-user-password", "davepw"], ["role", "add", "rd"],
+                     ["role", "grant-permission", "rd", "readwrite", "/d/", "--prefix"],
+                     ["user", "grant-role", "dave", "rd"]):
+            root(args)
+
     got = []
 
     def step(name, fn):
         got.append("%s: %s" % (name, outcome(fn)))
 
+    setup()
+    k = Conn(K.cports[0])
+    login(k, "dave", "davepw")
     step("put /d/1", lambda: k.put("/d/1", "x"))
     step("put /d/2", lambda: k.put("/d/2", "x"))
     step("get /d/1", lambda: k.get("/d/1"))
     step("get [/d/, /d0)", lambda: k.get("/d/", range_end=b"/d0"))
     step("get [/d/, /e)", lambda: k.get("/d/", range_end=b"/e"))
+    step("get /d/ from-key", lambda: k.get("/d/", range_end=b"\0"))
     step("put /e/1", lambda: k.put("/e/1", "x"))
     step("put /d", lambda: k.put("/d", "x"))
     step("put /d/3", lambda: k.put("/d/3", "x"))
+    # the same connection as bob (no /d/), then as dave again
+    login(k, "bob", PW["bob"])
+    step("as bob: put /d/4", lambda: k.put("/d/4", "x"))
+    step("as bob: get /d/1", lambda: k.get("/d/1"))
+    login(k, "dave", "davepw")
+    step("dave again: put /d/4", lambda: k.put("/d/4", "x"))
     root(["role", "revoke-permission", "rd", "/d/", "--prefix"])
-    step("revoked: put /d/4", lambda: k.put("/d/4", "x"))
+    step("revoked: put /d/5", lambda: k.put("/d/5", "x"))
     step("revoked: get /d/1", lambda: k.get("/d/1"))
     root(["role", "grant-permission", "rd", "write", "/d/", "--prefix"])
     step("write only: put /d/5", lambda: k.put("/d/5", "x"))
     step("write only: put /d/6", lambda: k.put("/d/6", "x"))
     step("write only: get /d/1", lambda: k.get("/d/1"))
+    root(["user", "revoke-role", "dave", "rd"])
+    step("role revoked: put /d/7", lambda: k.put("/d/7", "x"))
+    root(["user", "grant-role", "dave", "rd"])
+    step("role back: put /d/7", lambda: k.put("/d/7", "x"))
+    root(["role", "delete", "rd"])
+    step("role deleted: put /d/8", lambda: k.put("/d/8", "x"))
+    root(["role", "add", "rd"])
+    root(["role", "grant-permission", "rd", "readwrite", "/d/", "--prefix"])
+    root(["user", "grant-role", "dave", "rd"])
+    step("role again: put /d/8", lambda: k.put("/d/8", "x"))
     root(["user", "passwd", "dave", "--interactive=false"], stdin="davepw2\n")
-    step("new password: put /d/7", lambda: k.put("/d/7", "x"))
+    step("new password: put /d/9", lambda: k.put("/d/9", "x"))
+    login(k, "dave", "davepw2")
+    step("logged in again: put /d/9", lambda: k.put("/d/9", "x"))
+    root(["user", "delete", "dave"])
+    step("user deleted: put /d/10", lambda: k.put("/d/10", "x"))
+    root(["user", "add", "dave", "--new-user-password", "davepw2"])
+    root(["user", "grant-role", "dave", "rd"])
+    step("user added again: put /d/10", lambda: k.put("/d/10", "x"))
+    login(k, "dave", "davepw2")
+    step("logged in again: put /d/10", lambda: k.put("/d/10", "x"))
+    root(["auth", "disable"])
+    root(["auth", "enable"])
+    step("auth enabled again: put /d/11", lambda: k.put("/d/11", "x"))
     k.close()
     for args in (["user", "delete", "dave"], ["role", "delete", "rd"],
                  ["del", "/d/", "--prefix"]):
         root(args)
     want = ["put /d/1: ok", "put /d/2: ok", "get /d/1: ok", "get [/d/, /d0): ok",
-            "get [/d/, /e): denied", "put /e/1: denied", "put /d: denied", "put /d/3: ok",
-            "revoked: put /d/4: denied", "revoked: get /d/1: denied",
+            "get [/d/, /e): denied", "get /d/ from-key: denied", "put /e/1: denied",
+            "put /d: denied", "put /d/3: ok",
+            "as bob: put /d/4: denied", "as bob: get /d/1: denied", "dave again: put /d/4: ok",
+            "revoked: put /d/5: denied", "revoked: get /d/1: denied",
             "write only: put /d/5: ok", "write only: put /d/6: ok",
-            "write only: get /d/1: denied", "new password: put /d/7: invalid token"]
+            "write only: get /d/1: denied",
+            "role revoked: put /d/7: denied", "role back: put /d/7: ok",
+            "role deleted: put /d/8: denied", "role again: put /d/8: ok",
+            "new password: put /d/9: invalid token", "logged in again: put /d/9: ok",
+            "user deleted: put /d/10: invalid token", "user added again: put /d/10: invalid token",
+            "logged in again: put /d/10: ok", "auth enabled again: put /d/11: invalid token"]
     if got != want:
         return report("native-one-connection-follows-auth-changes",
-                      "; ".join("%s (want %s)" % (g, w) for g, w in zip(got, want) if g != w))
+                      "; ".join("%s (want %s)" % (g, w) for g, w in zip(got, want) if g != w) +
+                      (" (%d steps, want %d)" % (len(got), len(want)) if len(got) != len(want) else ""))
     report("native-one-connection-follows-auth-changes")
 
 
