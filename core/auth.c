@@ -1,8 +1,8 @@
 /* core/auth.c — see auth.h. */
 #include "auth.h"
 
-#include <stdlib.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A key range in a merged permission list: [b, e), e NULL = no end. */

@@ -44,6 +44,12 @@
  *                       root; except USER_GET of oneself and ROLE_GET of a
  *                       role one has
  *   AUTHENTICATE, AUTH_STATUS: anyone
+ * Its answers are remembered in one way only: a connection bound to a user
+ * keeps the permission interval its last allowed RANGE and PUT fell in,
+ * with the auth store's stamp (core/auth.h: new with every change and
+ * load), and a RANGE, or a PUT without prev_kv or lease, inside it is
+ * allowed without the lookups while the stamp holds (kt_node_auth_gate);
+ * a denial is never remembered.
  * Writes proposed by an authenticated connection go into the log as AUTHED
  * {user, auth revision, body}; the member's own proposals as AUTHED {member}
  * (never checked); a plain body applied while auth is enabled was proposed
