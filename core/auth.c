@@ -622,6 +622,20 @@ static const struct ivl *floor_ivl(const struct ivl *v, size_t n, struct kt_byte
   return lo ? &v[lo - 1] : NULL;
 }
 
+/* Whether [key, range_end) (etcd's forms: no end, one key; "\0", from key
+ * on; an end <= key, that key) lies in an interval that begins at or before
+ * key and ends before e (e NULL: no end). */
+static inline bool within(struct kt_bytes key, struct kt_bytes range_end, const uint8_t *e,
+                          uint32_t en) {
+  bool open = range_end.n == 1 && range_end.p[0] == 0;
+  /* one key (or an empty range [key, end <= key): that key) lies in [b, e) */
+  if (range_end.n == 0 || (!open && bcmp_(range_end, key) <= 0))
+    return !e || bcmp_(key, (struct kt_bytes){e, en}) < 0;
+  if (!e)
+    return true;
+  return !open && bcmp_(range_end, (struct kt_bytes){e, en}) <= 0;
+}
+
 bool kt_auth_allows(struct kt_auth *a, struct kt_bytes user, uint8_t type, struct kt_bytes key,
                     struct kt_bytes range_end) {
   struct user *u = cached(a, user);
@@ -643,13 +657,7 @@ bool kt_auth_allows(struct kt_auth *a, struct kt_bytes user, uint8_t type, struc
       return false;
     *hint = (size_t)(f - v);
   }
-  bool open = range_end.n == 1 && range_end.p[0] == 0;
-  /* one key (or an empty range [key, end <= key): that key) lies in [b, e) */
-  if (range_end.n == 0 || (!open && bcmp_(range_end, key) <= 0))
-    return !f->e || bcmp_(key, (struct kt_bytes){f->e, f->en}) < 0;
-  if (!f->e)
-    return true;
-  return !open && bcmp_(range_end, (struct kt_bytes){f->e, f->en}) <= 0;
+  return within(key, range_end, f->e, f->en);
 }
 
 bool kt_auth_grant_of(struct kt_auth *a, struct kt_bytes user, uint8_t type, struct kt_bytes key,
@@ -664,8 +672,8 @@ bool kt_auth_grant_of(struct kt_auth *a, struct kt_bytes user, uint8_t type, str
   }
   const struct ivl *v = type == KT_PERM_WRITE ? u->wr : u->rd;
   const struct ivl *f = floor_ivl(v, type == KT_PERM_WRITE ? u->n_wr : u->n_rd, key);
-  if (!f || (f->e && bcmp_(key, (struct kt_bytes){f->e, f->en}) >= 0) ||
-      f->bn > KT_AUTH_GRANT_KEY_MAX || (f->e && f->en > KT_AUTH_GRANT_KEY_MAX))
+  if (!f || !within(key, (struct kt_bytes){0}, f->e, f->en) || f->bn > KT_AUTH_GRANT_KEY_MAX ||
+      (f->e && f->en > KT_AUTH_GRANT_KEY_MAX))
     return false;
   g->bn = (uint8_t)f->bn;
   memcpy(g->b, f->b, f->bn);
@@ -679,16 +687,9 @@ bool kt_auth_grant_of(struct kt_auth *a, struct kt_bytes user, uint8_t type, str
 
 bool kt_auth_grant_covers(const struct kt_auth_grant *g, struct kt_bytes key,
                           struct kt_bytes range_end) {
-  struct kt_bytes e = {g->e, g->en};
-  if (bcmp_((struct kt_bytes){g->b, g->bn}, key) > 0 || (!g->open && bcmp_(key, e) >= 0))
-    return false;
   /* as kt_auth_allows, with g for the interval holding key */
-  bool open = range_end.n == 1 && range_end.p[0] == 0;
-  if (range_end.n == 0 || (!open && bcmp_(range_end, key) <= 0))
-    return true;
-  if (g->open)
-    return true;
-  return !open && bcmp_(range_end, e) <= 0;
+  return bcmp_((struct kt_bytes){g->b, g->bn}, key) <= 0 &&
+         within(key, range_end, g->open ? NULL : g->e, g->en);
 }
 
 /* ---- snapshot part ---- */
