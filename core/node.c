@@ -1724,6 +1724,10 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   if ((rc = kt_node_member_sync_peers(n, e)))
     goto fail;
   process_ready(n); /* committed entries of the log: applied before serving */
+  /* a transport the log's membership changes wanted and could not start
+   * (they only log it): the member does not start without it */
+  if ((rc = kt_node_member_sync_peers(n, e)))
+    goto fail;
 
   struct kt_server_config sc = {.max_request_bytes = cfg->max_request_bytes,
                                 .on_request = on_request,
@@ -1733,7 +1737,11 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
                                 .cluster_id = n->cluster_id,
                                 .member_id = n->member_id,
                                 .io_threads = cfg->io_threads};
-  n->server = kt_server_new(loop, &sc);
+  n->server = kt_server_new(loop, &sc, e);
+  if (!n->server) {
+    rc = e->code;
+    goto fail;
+  }
   start_auto_compaction(n);
   kt_log(
       KT_LOG_INFO, "node",
@@ -1745,6 +1753,15 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   *out = n;
   return 0;
 fail:
+  if (ev_is_active(&n->prepare_w)) {
+    ev_ref(loop);
+    ev_prepare_stop(loop, &n->prepare_w);
+  }
+  if (ev_is_active(&n->tick_w)) {
+    ev_ref(loop);
+    ev_timer_stop(loop, &n->tick_w);
+  }
+  ev_idle_stop(loop, &n->idle_w);
   if (n->peers)
     kt_peer_link_free(n->peers);
   if (n->raft)

@@ -235,8 +235,14 @@ static int ensure_transport(struct kt_node *n, struct kt_err *e) {
            n->cfg.listen_peer_host, n->cfg.listen_peer_port);
   int rc = kt_peer_link_listen(n->peers, url, e);
   if (!rc)
-    kt_log(KT_LOG_INFO, "peer", "listening for peers url=%s", url);
-  return rc;
+    rc = kt_peer_link_start(n->peers, e);
+  if (rc) {
+    kt_peer_link_free(n->peers);
+    n->peers = NULL;
+    return rc;
+  }
+  kt_log(KT_LOG_INFO, "peer", "listening for peers url=%s", url);
+  return 0;
 }
 
 /* Make the transport's peers the table (or, before the table exists, the

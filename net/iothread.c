@@ -185,26 +185,6 @@ void kt_wbatch_unref(struct kt_wbatch *b) {
     free(b);
 }
 
-static void fifo_push(struct kt_iomsg **head, struct kt_iomsg **tail, struct kt_iomsg *m) {
-  m->next = NULL;
-  if (*tail)
-    (*tail)->next = m;
-  else
-    *head = m;
-  *tail = m;
-}
-
-static struct kt_iomsg *fifo_pop(struct kt_iomsg **head, struct kt_iomsg **tail) {
-  struct kt_iomsg *m = *head;
-  if (m) {
-    *head = m->next;
-    if (!*head)
-      *tail = NULL;
-    m->next = NULL;
-  }
-  return m;
-}
-
 /* ---- the thread's side ---- */
 
 static void conn_close(struct ioconn *c, const char *why);
@@ -242,7 +222,7 @@ static void list_push(struct ioconn **head, struct ioconn *c) {
 static void to_state(struct iothr *thr, struct kt_iomsg *m) {
   if (!thr->obox && kt_spsc_push(&thr->in, m))
     return;
-  fifo_push(&thr->obox, &thr->obox_tail, m);
+  KT_FIFO_PUSH(thr->obox, thr->obox_tail, m);
 }
 
 /* A warning about a connection, rate-limited per thread (kt_warn_conn). */
@@ -907,8 +887,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
       conn_flush(c);
     conn_unref(c);
   }
-  while (thr->obox && kt_spsc_push(&thr->in, thr->obox))
-    fifo_pop(&thr->obox, &thr->obox_tail);
+  KT_FIFO_FEED(&thr->in, thr->obox, thr->obox_tail);
   if (kt_spsc_publish(&thr->in))
     ev_async_send(thr->t->cfg.state_loop, thr->t->cfg.state_wake);
   if (thr->obox) {
@@ -1130,7 +1109,7 @@ static void *thr_main(void *arg) {
   return NULL;
 }
 
-struct kt_iothreads *kt_iothreads_start(const struct kt_iothreads_config *cfg) {
+struct kt_iothreads *kt_iothreads_start(const struct kt_iothreads_config *cfg, struct kt_err *e) {
   kt_assert(cfg->n >= 1);
   struct kt_iothreads *t = calloc(1, sizeof *t);
   kt_assert(t);
@@ -1174,8 +1153,14 @@ struct kt_iothreads *kt_iothreads_start(const struct kt_iothreads_config *cfg) {
     thr->spin_w.data = thr;
     ev_timer_init(&thr->hs_w, on_hs_timer, 0, 0);
     thr->hs_w.data = thr;
-    if (pthread_create(&thr->th, NULL, thr_main, thr) != 0)
-      kt_panic(__FILE__, __LINE__, "cannot start an I/O thread");
+    int rc = pthread_create(&thr->th, NULL, thr_main, thr);
+    if (rc) {
+      pthread_sigmask(SIG_SETMASK, &old, NULL);
+      kt_err_set(e, KT_EIO, "cannot start I/O thread ketch-io-%d: %s", i, strerror(rc));
+      t->cfg.n = i + 1; /* the threads set up so far: joined and freed */
+      kt_iothreads_free(t);
+      return NULL;
+    }
     thr->started = true;
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -1222,7 +1207,7 @@ void kt_iothreads_taken(struct kt_iothreads *t, int i) {
 static void queue_out(struct iothr *thr, struct kt_iomsg *m) {
   if (!thr->sbox && kt_spsc_push(&thr->out, m))
     return;
-  fifo_push(&thr->sbox, &thr->sbox_tail, m);
+  KT_FIFO_PUSH(thr->sbox, thr->sbox_tail, m);
 }
 
 /* The WATCH message being filled goes out before anything newer. */
@@ -1277,8 +1262,7 @@ void kt_iothreads_publish(struct kt_iothreads *t) {
   for (int i = 0; i < t->cfg.n; i++) {
     struct iothr *thr = &t->thr[i];
     fan_close(thr);
-    while (thr->sbox && kt_spsc_push(&thr->out, thr->sbox))
-      fifo_pop(&thr->sbox, &thr->sbox_tail);
+    KT_FIFO_FEED(&thr->out, thr->sbox, thr->sbox_tail);
     if (kt_spsc_publish(&thr->out))
       ev_async_send(thr->loop, &thr->wake);
     if (thr->sbox) {

@@ -128,8 +128,9 @@ struct kt_iothreads_config {
   ev_async *state_wake; /* sent after an I/O thread published messages for the state */
 };
 
-/* Starts the threads (named ketch-io-N). */
-struct kt_iothreads *kt_iothreads_start(const struct kt_iothreads_config *cfg);
+/* Starts the threads (named ketch-io-N); NULL with KT_EIO naming why when
+ * one cannot start (those started are stopped). */
+struct kt_iothreads *kt_iothreads_start(const struct kt_iothreads_config *cfg, struct kt_err *e);
 int kt_iothreads_count(const struct kt_iothreads *t);
 
 /* ---- state thread only ---- */

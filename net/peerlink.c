@@ -141,15 +141,6 @@ static void msg_free(struct lmsg *m) {
   free(m);
 }
 
-static void fifo_push(struct lmsg **h, struct lmsg **t, struct lmsg *m) {
-  m->next = NULL;
-  if (*t)
-    (*t)->next = m;
-  else
-    *h = m;
-  *t = m;
-}
-
 static void fifo_free(struct lmsg **h, struct lmsg **t) {
   while (*h) {
     struct lmsg *m = *h;
@@ -163,15 +154,10 @@ static void fifo_free(struct lmsg **h, struct lmsg **t) {
  * room; the rest wait in the FIFO in order. Returns whether any was pushed. */
 static bool ring_feed(struct kt_spsc *q, struct lmsg **h, struct lmsg **t, struct lmsg *m) {
   if (m)
-    fifo_push(h, t, m);
-  bool any = false;
-  while (*h && kt_spsc_push(q, *h)) {
-    *h = (*h)->next;
-    any = true;
-  }
-  if (!*h)
-    *t = NULL;
-  return any;
+    KT_FIFO_PUSH(*h, *t, m);
+  struct lmsg *first = *h;
+  KT_FIFO_FEED(q, *h, *t);
+  return *h != first;
 }
 
 /* ==== the peer thread ==== */
@@ -217,7 +203,7 @@ static void thr_queue(struct pthr *p, struct lmsg *m) {
     p->in = NULL;
     thr_queue(p, in);
   }
-  fifo_push(&p->obox, &p->obox_t, m);
+  KT_FIFO_PUSH(p->obox, p->obox_t, m);
   thr_kick(p);
 }
 
@@ -479,7 +465,7 @@ static void thr_on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     thr_queue(p, u);
   }
   if (p->in) {
-    fifo_push(&p->obox, &p->obox_t, p->in);
+    KT_FIFO_PUSH(p->obox, p->obox_t, p->in);
     p->in = NULL;
   }
   if (ev_is_active(&p->kick_w))
@@ -538,13 +524,13 @@ static long long lp_unsent(const struct lpeer *lp) {
 static void batch_close(struct kt_peer_link *l) {
   if (!l->batch)
     return;
-  fifo_push(&l->sbox, &l->sbox_t, l->batch);
+  KT_FIFO_PUSH(l->sbox, l->sbox_t, l->batch);
   l->batch = NULL;
 }
 
 static void state_queue(struct kt_peer_link *l, struct lmsg *m) {
   batch_close(l);
-  fifo_push(&l->sbox, &l->sbox_t, m);
+  KT_FIFO_PUSH(l->sbox, l->sbox_t, m);
 }
 
 static void state_report(struct kt_peer_link *l, const struct lstate *s) {
@@ -635,15 +621,19 @@ static void state_on_wake(struct ev_loop *loop, ev_async *w, int revents) {
   ring_drain(&l->to_state, state_from_thread, l, &l->peer_wants_room, l->thr.loop, &l->thr.wake);
 }
 
-static void thread_start(struct kt_peer_link *l) {
+int kt_peer_link_start(struct kt_peer_link *l, struct kt_err *e) {
+  if (l->direct || l->started)
+    return 0;
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old); /* signals go to the state thread */
-  if (pthread_create(&l->th, NULL, thr_main, &l->thr) != 0)
-    kt_panic(__FILE__, __LINE__, "cannot start the peer thread");
+  int rc = pthread_create(&l->th, NULL, thr_main, &l->thr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc)
+    return kt_err_set(e, KT_EIO, "cannot start the peer thread ketch-peer: %s", strerror(rc));
   l->started = true;
   kt_log(KT_LOG_INFO, "peer", "peer links on thread ketch-peer");
+  return 0;
 }
 
 /* End of the state thread's turn, after the node's prepare (which sends
@@ -680,8 +670,6 @@ static void state_on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
   }
   if (any && kt_spsc_publish(&l->to_peer) && l->started)
     ev_async_send(l->thr.loop, &l->thr.wake);
-  if (!l->started)
-    thread_start(l);
 }
 
 /* ==== the façade ==== */
@@ -751,8 +739,8 @@ struct kt_peer_link *kt_peer_link_new(struct ev_loop *loop, const struct kt_peer
 
 bool kt_peer_link_threaded(const struct kt_peer_link *l) { return !l->direct; }
 
-/* listen: before the thread starts (at the state's first prepare), so the
- * transport is still the state thread's to touch. */
+/* listen: before the thread starts (kt_peer_link_start), so the transport
+ * is still the state thread's to touch. */
 int kt_peer_link_listen(struct kt_peer_link *l, const char *url, struct kt_err *e) {
   kt_assert(l->direct || !l->started);
   return kt_peer_listen(l->direct ? l->direct : l->thr.t, url, e);

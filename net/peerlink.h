@@ -56,6 +56,10 @@ struct kt_peer_link *kt_peer_link_new(struct ev_loop *loop, const struct kt_peer
 bool kt_peer_link_threaded(const struct kt_peer_link *l);
 int kt_peer_link_listen(struct kt_peer_link *l, const char *url, struct kt_err *e);
 int kt_peer_link_listen_port(const struct kt_peer_link *l);
+/* Starts `ketch-peer` (after listen; a direct link has none): 0, or KT_EIO
+ * naming why the thread could not start (then free the link). Until it has
+ * started, what the state thread hands over waits in the rings. */
+int kt_peer_link_start(struct kt_peer_link *l, struct kt_err *e);
 /* Stops and joins the thread (its transport closes every connection), then
  * frees what is left in the rings. Not from inside a callback. */
 void kt_peer_link_free(struct kt_peer_link *l);

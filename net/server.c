@@ -2,6 +2,7 @@
 #include "server.h"
 
 #include "iothread.h"
+#include "spsc.h"
 #include "sock.h"
 #include "tls.h"
 
@@ -998,12 +999,7 @@ static void st_message(struct kt_server *s, struct kt_iomsg *m) {
       kt_iomsg_free(m);
       return;
     }
-    m->next = NULL;
-    if (c->held_tail)
-      c->held_tail->next = m;
-    else
-      c->held = m;
-    c->held_tail = m;
+    KT_FIFO_PUSH(c->held, c->held_tail, m);
     if (!c->frames_wait)
       st_run_frames(c);
     return;
@@ -1158,7 +1154,8 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents) {
   }
 }
 
-struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_config *cfg) {
+struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_config *cfg,
+                                struct kt_err *e) {
   struct kt_server *s = calloc(1, sizeof *s);
   kt_assert(s);
   s->loop = loop;
@@ -1189,7 +1186,12 @@ struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_con
                                      .max_request_bytes = cfg->max_request_bytes,
                                      .state_loop = loop,
                                      .state_wake = &s->io_wake};
-    s->iot = kt_iothreads_start(&ic);
+    s->iot = kt_iothreads_start(&ic, e);
+    if (!s->iot) {
+      ev_async_stop(loop, &s->io_wake);
+      kt_server_free(s);
+      return NULL;
+    }
     kt_log(KT_LOG_INFO, "server", "client connections on %d I/O threads", cfg->io_threads);
   }
   return s;

@@ -102,7 +102,9 @@ struct kt_server_config {
   int io_threads;
 };
 
-struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_config *cfg);
+/* NULL with e set when its I/O threads cannot start. */
+struct kt_server *kt_server_new(struct ev_loop *loop, const struct kt_server_config *cfg,
+                                struct kt_err *e);
 /* Listen on host:port (numeric or "localhost"). tls NULL: plain TCP; else
  * TLS with that context (owned by the caller, outliving the server), and
  * plaintext clients too when also_plain. Errors name the address. */

@@ -102,4 +102,28 @@ static inline void kt_spsc_release(struct kt_spsc *q) {
   atomic_store_explicit(&q->head, q->chead, memory_order_release);
 }
 
+/* The overflow in front of a ring: what found it full waits in an intrusive
+ * FIFO (head, tail: pointers to any struct with a `next` pointer), in order.
+ * Macros, so each side keeps its own message type; arguments are evaluated
+ * more than once. */
+#define KT_FIFO_PUSH(head, tail, m)                                                                \
+  do {                                                                                             \
+    (m)->next = NULL;                                                                              \
+    if (tail)                                                                                      \
+      (tail)->next = (m);                                                                          \
+    else                                                                                           \
+      (head) = (m);                                                                                \
+    (tail) = (m);                                                                                  \
+  } while (0)
+
+/* Producer: the FIFO's messages into q while it has room (not published),
+ * in order; the rest stay (head moved iff one was pushed). */
+#define KT_FIFO_FEED(q, head, tail)                                                                \
+  do {                                                                                             \
+    while ((head) && kt_spsc_push((q), (head)))                                                    \
+      (head) = (head)->next;                                                                       \
+    if (!(head))                                                                                   \
+      (tail) = NULL;                                                                               \
+  } while (0)
+
 #endif

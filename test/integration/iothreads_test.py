@@ -16,21 +16,28 @@ replies gave), no connection was cut, every keep-alive was answered with its
 lease and a live TTL, and the member stops cleanly on SIGTERM. A second case
 checks backpressure across the threads: a client that pipelines big ranges
 without reading has its requests held (not lost, not reordered) and gets
-every reply in order once it reads. Prints "ok NAME" / "FAIL NAME: why".
+every reply in order once it reads. A third starts a member whose threads
+cannot all be created (a pids cgroup with a low limit, raised by one each
+try): each try exits with an error naming the thread, never a crash, and
+the data dir it leaves starts once the limit allows. Prints "ok NAME" /
+"FAIL NAME: why".
 """
 import errno
 import os
+import re
 import selectors
 import signal
 import socket
 import struct
+import subprocess
 import sys
+import tempfile
 import time
 
 import msgpack
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import ERROR, HELLO, PUT, RANGE, Conn, Member, run_tests  # noqa: E402
+from harness import BIN, ERROR, HELLO, PUT, RANGE, Conn, Member, free_port, run_tests  # noqa: E402
 
 WATCH, GRANT, KEEPALIVE = 16, 24, 26
 N_WRITERS, N_WATCHERS, N_KEEPERS = 384, 64, 64
@@ -295,5 +302,82 @@ def held_requests_keep_their_order():
         m.cleanup()
 
 
+PIDS_CGROUP = "/sys/fs/cgroup/pids"
+
+
+def thread_start_failures_are_clean_errors():
+    """A member of a 2-member cluster with 2 I/O threads (so it also runs
+    the peer thread ketch-peer), started in a pids cgroup whose limit allows
+    1, 2, 3... tasks: while some thread cannot be created the member exits
+    with status 1 and a message naming it (no signal, no core); once the
+    limit allows every thread it serves. All tries use one data dir: a
+    start that failed leaves nothing that stops the next."""
+    if not os.access(PIDS_CGROUP, os.W_OK):
+        raise AssertionError("needs the pids cgroup (v1) at %s, writable" % PIDS_CGROUP)
+    cg = os.path.join(PIDS_CGROUP, "ketch-it-%d" % os.getpid())
+    os.mkdir(cg)
+    tmp = tempfile.mkdtemp(prefix="ketch-it-threads-")
+    port, peer, other = free_port(), free_port(), free_port()
+    args = [os.path.join(BIN, "ketch"), "--name", "m1", "--data-dir", os.path.join(tmp, "d"),
+            "--listen-client-urls", "http://127.0.0.1:%d" % port,
+            "--advertise-client-urls", "http://127.0.0.1:%d" % port,
+            "--listen-peer-urls", "http://127.0.0.1:%d" % peer,
+            "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % peer,
+            "--initial-cluster", "m1=http://127.0.0.1:%d,m2=http://127.0.0.1:%d" % (peer, other),
+            "--io-threads", "2", "--log-level", "info"]
+
+    def enter():
+        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+
+    failures = set()
+    try:
+        for limit in range(1, 40):
+            with open(os.path.join(cg, "pids.max"), "w") as f:
+                f.write(str(limit))
+            log = os.path.join(tmp, "log.%d" % limit)
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                        preexec_fn=enter)
+            deadline, served = time.time() + 10, False
+            while proc.poll() is None and time.time() < deadline and not served:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    served = True
+                except OSError:
+                    time.sleep(0.05)
+            text = open(log, "rb").read().decode("utf-8", "replace")
+            if served:
+                proc.send_signal(signal.SIGTERM)
+                rc = proc.wait(20)
+                if rc != 0:
+                    raise AssertionError("limit %d: served, then exited %r on SIGTERM: %s" % (
+                        limit, rc, text[-800:]))
+                break
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+                raise AssertionError("limit %d: neither served nor exited in 10 s: %s" % (
+                    limit, text[-800:]))
+            if proc.returncode != 1:
+                raise AssertionError("limit %d: exited %r (1 expected: an error, not a crash): %s"
+                                     % (limit, proc.returncode, text[-800:]))
+            m = re.search(r"fatal main \S+ cannot start: ([^\n]*thread[^\n]*)", text)
+            if not m:
+                raise AssertionError("limit %d: exited 1 without naming the thread: %s" % (
+                    limit, text[-800:]))
+            failures.add(re.sub(r"ketch-io-\d+", "ketch-io-N", m.group(1)))
+        else:
+            raise AssertionError("never served with up to 39 tasks")
+        named = " | ".join(sorted(failures))
+        for want in ("I/O thread", "peer thread"):
+            if want not in named:
+                raise AssertionError("no try failed at the %s: %s" % (want, named))
+        print("  %d failing limits, each a clean error: %s" % (limit - 1, named), file=sys.stderr)
+    finally:
+        os.rmdir(cg)
+        subprocess.run(["rm", "-rf", tmp])
+
+
 if __name__ == "__main__":
-    run_tests([stress, held_requests_keep_their_order])
+    run_tests([stress, held_requests_keep_their_order, thread_start_failures_are_clean_errors])

@@ -205,7 +205,8 @@ static int start_pair_with(struct ev_loop *loop, const struct kt_peer_config *lc
   S.t = kt_peer_new(loop, &tc);
   if (kt_peer_listen(S.t, "127.0.0.1:0", &e))
     return -1;
-  return kt_peer_link_listen_port(S.l);
+  int port = kt_peer_link_listen_port(S.l);
+  return kt_peer_link_start(S.l, &e) ? -1 : port;
 }
 
 static int start_pair(struct ev_loop *loop, uint64_t id, kt_peer_id_fn on_removed) {
