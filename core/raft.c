@@ -2,6 +2,7 @@
  * roles and elections, step, replication, reads, ready/advance, codec. */
 #include "raft.h"
 
+#include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,7 @@ struct kt_raft {
    * per entry. */
   VEC(struct kt_raft_entry) fwd; /* follower: proposals for the leader (data in arena) */
   VEC(uint8_t *) grave;          /* entry data freed at advance */
+  struct dchunk *dcur;           /* where entry data is allocated now */
   struct kt_arena arena;         /* message entry arrays, until advance */
 
   bool in_ready;
@@ -113,6 +115,65 @@ struct kt_raft {
 };
 
 /* ---------------------------------------------------------------- log */
+
+/* Entry data (one allocation per entry appended, every put's) comes from
+ * 64 KiB chunks: bumped along the current one, each chunk counting its
+ * live entries and freed when the last goes, each entry's data preceded by
+ * its chunk's address. Entries go about in log order (compaction, and
+ * truncation of the newest), so a chunk goes soon after the log passes it;
+ * data over a quarter of a chunk has one of its own. A malloc and a free
+ * per entry cost the state thread about 200 instructions per put. Under
+ * ASan the freed data is poisoned, as free() would make it. */
+#define DCHUNK_BYTES (64u << 10)
+struct dchunk {
+  size_t live, used, cap;
+  alignas(16) uint8_t mem[];
+};
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define DATA_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define DATA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define DATA_POISON(p, n) ((void)(p), (void)(n))
+#define DATA_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+static uint8_t *data_alloc(struct kt_raft *r, uint32_t len) {
+  size_t need = 16 + (((size_t)len + 15) & ~(size_t)15); /* chunk address, length; data */
+  struct dchunk *c = r->dcur;
+  if (!c || c->cap - c->used < need) {
+    bool own = need > DCHUNK_BYTES / 4;
+    size_t cap = own ? need : DCHUNK_BYTES;
+    c = malloc(sizeof *c + cap);
+    kt_assert(c);
+    c->live = c->used = 0;
+    c->cap = cap;
+    DATA_POISON(c->mem, cap);
+    if (!own) {
+      if (r->dcur && !r->dcur->live)
+        free(r->dcur);
+      r->dcur = c;
+    }
+  }
+  uint8_t *p = c->mem + c->used;
+  c->used += need;
+  c->live++;
+  DATA_UNPOISON(p, 16 + len);
+  memcpy(p, &c, sizeof c);
+  memcpy(p + 8, &len, sizeof len);
+  return p + 16;
+}
+
+static void data_free(struct kt_raft *r, uint8_t *d) {
+  struct dchunk *c;
+  uint32_t len;
+  memcpy(&c, d - 16, sizeof c);
+  memcpy(&len, d - 8, sizeof len);
+  DATA_POISON(d - 16, 16 + len);
+  if (--c->live == 0 && c != r->dcur)
+    free(c);
+}
 
 static uint64_t last_index(const struct kt_raft *r) { return r->first + r->log.n - 1; }
 
@@ -160,8 +221,7 @@ static void append_one(struct kt_raft *r, uint64_t term, uint8_t type, const voi
                        uint32_t len) {
   struct kt_raft_entry e = {term, last_index(r) + 1, type, len, NULL};
   if (len) {
-    e.data = malloc(len);
-    kt_assert(e.data);
+    e.data = data_alloc(r, len);
     memcpy(e.data, data, len);
   }
   VEC_PUSH(r->log, e);
@@ -1092,9 +1152,11 @@ void kt_raft_free(struct kt_raft *r) {
   if (!r)
     return;
   for (size_t i = 0; i < r->log.n; i++)
-    free(r->log.v[i].data);
+    if (r->log.v[i].data)
+      data_free(r, r->log.v[i].data);
   for (size_t i = 0; i < r->grave.n; i++)
-    free(r->grave.v[i]);
+    data_free(r, r->grave.v[i]);
+  free(r->dcur);
   while (r->n_prs)
     pr_remove(r, r->n_prs - 1);
   free(r->prs);
@@ -1471,7 +1533,7 @@ void kt_raft_advance(struct kt_raft *r) {
   r->late_events.n = 0;
   r->rready.n = 0;
   for (size_t i = 0; i < r->grave.n; i++)
-    free(r->grave.v[i]);
+    data_free(r, r->grave.v[i]);
   r->grave.n = 0;
   kt_arena_reset(&r->arena);
   if (r->conf_dirty) {
