@@ -136,6 +136,13 @@ static enum kt_snap_state write_gen(const char *dir, const struct kt_snap_meta *
 wait:
   while ((st = kt_snap_writer_poll(w, out, err)) == KT_SNAP_RUNNING)
     sem_wait(&notified);
+  if (st == KT_SNAP_FAILED) { /* the loop thread's next add and finish see it */
+    gen_next(&g, &r);
+    int add = kt_snap_writer_add(w, &r), fin = kt_snap_writer_finish(w);
+    if (add != err->code || fin != err->code)
+      kt_test_fail(__FILE__, __LINE__, "after the failure: add %d, finish %d, not %d", add, fin,
+                   err->code);
+  }
   kt_snap_writer_free(w);
   return st;
 }
