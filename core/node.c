@@ -78,7 +78,8 @@ static void pending_fail(struct kt_node *n, struct pending *p, int code, const c
 
 static void apply_req(struct kt_node *n, uint8_t ent_type, const struct kt_req *req,
                       struct kt_conn *c, uint64_t req_id, const struct pending *own) {
-  struct kt_err e = {0};
+  struct kt_err e;
+  kt_err_clear(&e);
   struct kt_sm sm = {n->store, n->leases, n->watches};
   struct kt_sm_result res;
   int rc;
@@ -187,7 +188,8 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
       n->pend_head = n->n_pend = 0;
   }
   struct kt_req req;
-  struct kt_err de = {0};
+  struct kt_err de;
+  kt_err_clear(&de);
   kt_arena_reset(&n->arena);
   if (kt_proto_decode_req(ent->data + DATA_HDR, ent->len - DATA_HDR, &n->arena, &req, &de)) {
     /* Validated before it was proposed: this is a bug or a bad disk. */
@@ -385,7 +387,8 @@ static uint64_t checked_auth_rev(const struct kt_node *n) {
  * from, unless that store has not changed since the check at auth_rev). */
 static void serve_linearized(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
                              const uint8_t *body, size_t len, uint64_t auth_rev) {
-  struct kt_err e = {0};
+  struct kt_err e;
+  kt_err_clear(&e);
   int rc = auth_rev == kt_auth_revision(n->auth) ? 0 : kt_node_auth_recheck(n, c, req, &e);
   if (rc) {
     kt_node_reply_err(c, req->id, rc, &e);
@@ -478,7 +481,8 @@ static void answer_status(struct kt_node *n, struct kt_conn *c, uint64_t id) {
  * the arena is reset once the answer is out, not before. */
 static void serve_read(struct kt_node *n, struct kt_conn *c, const struct kt_req *req) {
   struct kt_response_op res = {.type = req->type};
-  struct kt_err e = {0};
+  struct kt_err e;
+  kt_err_clear(&e);
   int rc;
   if (req->type == KT_MSG_RANGE) {
     rc = kt_mvcc_check(n->store, &req->u.op, &e);
@@ -576,7 +580,8 @@ static void on_request(void *arg, struct kt_conn *c, const struct kt_req *req, c
 
 static void dispatch(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
                      const uint8_t *body, size_t body_len) {
-  struct kt_err e = {0};
+  struct kt_err e;
+  kt_err_clear(&e);
   int rc;
   if (req->type == KT_MSG_MEMBER_LIST) {
     kt_node_member_list(n, c, req->id);

@@ -404,7 +404,8 @@ static void emit_frames(struct ioconn *c, const uint8_t *p, size_t n) {
     r->len = kt_get_u32be(m->data + off);
     r->body = m->data + off + KT_FRAME_HDR;
     off += KT_FRAME_HDR + (size_t)r->len;
-    struct kt_err e = {0};
+    struct kt_err e;
+    kt_err_clear(&e);
     r->rc = kt_proto_decode_req(r->body, r->len, &m->arena, &r->req, &e);
     r->err = r->rc && e.msg[0] ? kt_arena_dup(&m->arena, e.msg, strlen(e.msg) + 1) : NULL;
   }

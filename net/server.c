@@ -520,7 +520,8 @@ static void handle_req(struct kt_conn *c, const struct kt_req *req, int rc, cons
 static void handle_frame(struct kt_conn *c, const uint8_t *body, uint32_t blen) {
   struct kt_server *s = c->srv;
   struct kt_req req;
-  struct kt_err err = {0};
+  struct kt_err err;
+  kt_err_clear(&err);
   kt_arena_reset(&s->arena);
   int rc = kt_proto_decode_req(body, blen, &s->arena, &req, &err);
   handle_req(c, &req, rc, err.msg, body, blen);
