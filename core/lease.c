@@ -376,6 +376,8 @@ int kt_lease_attach(struct kt_lease_mgr *m, int64_t id, struct kt_bytes key) {
 }
 
 int64_t kt_lease_detach(struct kt_lease_mgr *m, struct kt_bytes key) {
+  if (!m->keys.len) /* no key has a lease: every put without one, no hashing */
+    return 0;
   uint64_t h = hash_bytes(key);
   size_t i = key_slot(&m->keys, key, h);
   if (i == SIZE_MAX)

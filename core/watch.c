@@ -460,14 +460,15 @@ bool kt_watch_cancel(struct kt_watch_hub *h, uint64_t id) {
 
 void kt_watch_publish(struct kt_watch_hub *h, const struct kt_event *ev) {
   struct kt_bytes k = ev->kv.key;
-  uint64_t kh = hash_bytes(k);
-  if (h->kb_cap)
+  if (h->ngroups) { /* single-key groups: the key's hash finds its own */
+    uint64_t kh = hash_bytes(k);
     for (struct group *g = h->kb[kh & (h->kb_cap - 1)]; g; g = g->hnext)
       if (g->single && g->khash == kh) {
         h->st.publish_visits++;
         if (bytes_eq(g->key, k))
           group_append(h, g, ev);
       }
+  }
   if (h->rn) {
     uint32_t i = rg_lower(h, k, true); /* rg[0 .. i) have key <= k */
     while (i-- > 0) {
