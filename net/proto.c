@@ -925,7 +925,7 @@ static int authed_fast(const uint8_t *p, size_t len, struct kt_req *req) {
   }
   if (p != end)
     return 0;
-  /* not the whole (1 KiB) struct: an AUTHED request is read only through
+  /* not the whole struct: an AUTHED request is read only through
    * type, id and u.authed, and its body is then decoded into it again */
   req->type = KT_MSG_AUTHED;
   req->id = 0;
