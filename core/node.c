@@ -154,6 +154,27 @@ static void apply_req(struct kt_node *n, uint8_t ent_type, const struct kt_req *
   }
 }
 
+/* A PUT of ours, as it was decoded when it arrived (struct pending_put),
+ * into *req, if it may apply without being decoded and checked again: what
+ * kt_proto_decode_req and kt_node_auth_unwrap would give for the entry. */
+static bool own_put(struct kt_node *n, const struct kt_raft_entry *ent, const struct pending *own,
+                    struct kt_req *req) {
+  const struct pending_put *pp = &own->put;
+  if (!pp->ent_len || pp->ent_len != ent->len || ent->type != KT_RAFT_ENTRY_NORMAL)
+    return false;
+  req->type = KT_MSG_PUT;
+  req->id = own->req_id;
+  req->u.op.type = KT_OP_PUT;
+  req->u.op.u.put = pp->put;
+  req->u.op.u.put.key.p = ent->data + pp->key_off;
+  req->u.op.u.put.value.p = ent->data + pp->value_off;
+  if (!kt_node_auth_settled(n, pp->auth_revision, req))
+    return false;        /* decoded and checked again: refused, or a lease's keys to read */
+  if (pp->auth_revision) /* as apply_committed counts an AUTHED entry */
+    n->log_bytes_since_snap -= pp->body_off - DATA_HDR;
+  return true;
+}
+
 /* Apply one committed entry; answer the client if this member proposed it.
  * Proposals of ours older than it that never applied were lost (a leader
  * change): their outcome is unknown. */
@@ -191,7 +212,12 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
   struct kt_err de;
   kt_err_clear(&de);
   kt_arena_reset(&n->arena);
-  if (kt_proto_decode_req(ent->data + DATA_HDR, ent->len - DATA_HDR, &n->arena, &req, &de)) {
+  if (own_put(n, ent, &own, &req)) {
+    bool nospace = kt_mvcc_nospace(n->store);
+    apply_req(n, ent->type, &req, c && kt_conn_open(c) ? c : NULL, req_id, &own);
+    if (!nospace && kt_mvcc_nospace(n->store))
+      kt_node_maint_nospace_raised(n, kt_get_u64be(ent->data));
+  } else if (kt_proto_decode_req(ent->data + DATA_HDR, ent->len - DATA_HDR, &n->arena, &req, &de)) {
     /* Validated before it was proposed: this is a bug or a bad disk. */
     char msg[400];
     snprintf(msg, sizeof msg, "entry %llu: undecodable request: %s", (unsigned long long)ent->index,
@@ -230,20 +256,20 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
 /* ---- propose (the write path) ---- */
 
 static int propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
-                   size_t body_len, bool conf);
+                   size_t body_len, bool conf, const struct kt_req *dec);
 
 /* c may be NULL for the member's own proposals (auto-compaction). A
  * follower's proposal is forwarded to the leader by raft. */
 int kt_node_propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
                     size_t body_len) {
-  return propose(n, c, req_id, body, body_len, false);
+  return propose(n, c, req_id, body, body_len, false, NULL);
 }
 
 void kt_node_propose_conf(struct kt_node *n, const uint8_t *body, size_t len, kt_node_done_fn done,
                           void *ctx) {
   n->next_done = done;
   n->next_done_ctx = ctx;
-  int rc = propose(n, NULL, 0, body, len, true);
+  int rc = propose(n, NULL, 0, body, len, true, NULL);
   n->next_done = NULL;
   n->next_done_ctx = NULL;
   if (rc) {
@@ -254,8 +280,32 @@ void kt_node_propose_conf(struct kt_node *n, const uint8_t *body, size_t len, kt
   }
 }
 
+/* Whether [p, p + len) lies inside [base, base + n). */
+static bool within(const uint8_t *p, size_t len, const uint8_t *base, size_t n) {
+  uintptr_t a = (uintptr_t)p, b = (uintptr_t)base;
+  return a >= b && len <= n && a - b <= n - len;
+}
+
+/* Keeps dec, the PUT decoded from the body that ends the entry being
+ * proposed (in n->scratch), in *pp, if its key and value lie in the body. */
+static void keep_put(struct kt_node *n, struct pending_put *pp, const struct kt_req *dec,
+                     const uint8_t *body, size_t body_len, uint64_t auth_revision) {
+  const struct kt_put_req *put = &dec->u.op.u.put;
+  if (!within(put->key.p, put->key.n, body, body_len) ||
+      (put->value.n && !within(put->value.p, put->value.n, body, body_len)))
+    return;
+  uint32_t body_off = (uint32_t)(n->scratch.len - body_len);
+  pp->body_off = body_off;
+  pp->key_off = body_off + (uint32_t)(put->key.p - body);
+  pp->value_off = put->value.n ? body_off + (uint32_t)(put->value.p - body) : body_off;
+  pp->auth_revision = auth_revision;
+  pp->put = *put;
+  pp->ent_len = (uint32_t)n->scratch.len;
+}
+
+/* dec: the request decoded from body, or NULL. */
 static int propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const uint8_t *body,
-                   size_t body_len, bool conf) {
+                   size_t body_len, bool conf, const struct kt_req *dec) {
   if (n->wal_failed) {
     if (c)
       kt_conn_send_error(c, req_id, n->wal_failed, n->wal_failed_msg);
@@ -268,7 +318,9 @@ static int propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const 
   kt_put_u64be(n->scratch.p + 8, seq);
   n->scratch.len = DATA_HDR;
   /* an AUTHED entry (who asked, checked again when applied), or as it is */
-  if (conf || !kt_node_auth_wrap(n, c, body, body_len, &n->scratch))
+  uint64_t checked_rev = 0;
+  bool wrapped = !conf && kt_node_auth_wrap(n, c, body, body_len, &n->scratch, &checked_rev);
+  if (!wrapped)
     kt_buf_append(&n->scratch, body, body_len);
   uint64_t index = 0;
   int rc = (conf ? kt_raft_propose_conf : kt_raft_propose)(n->raft, n->scratch.p,
@@ -280,7 +332,9 @@ static int propose(struct kt_node *n, struct kt_conn *c, uint64_t req_id, const 
   }
   if (c)
     kt_conn_ref(c);
-  struct pending p = {seq, ev_now(n->loop), c, req_id, n->next_done, n->next_done_ctx};
+  struct pending p = {seq, ev_now(n->loop), c, req_id, n->next_done, n->next_done_ctx, {0}};
+  if (dec && dec->type == KT_MSG_PUT && (!wrapped || checked_rev))
+    keep_put(n, &p.put, dec, body, body_len, checked_rev);
   FIFO_PUSH(n->pend, n->pend_head, n->n_pend, n->cap_pend, p);
   return 0;
 }
@@ -638,7 +692,7 @@ static void dispatch(struct kt_node *n, struct kt_conn *c, const struct kt_req *
       kt_node_read_linearized(n, c, 0, req->id, req, body, body_len);
       return;
     }
-    kt_node_propose(n, c, req->id, body, body_len);
+    propose(n, c, req->id, body, body_len, false, req);
     return;
   case KT_MSG_COMPACT:
     if (req->u.compact.revision > kt_mvcc_revision(n->store)) {

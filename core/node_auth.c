@@ -556,11 +556,13 @@ int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req 
 /* ---- proposals: AUTHED bodies ---- */
 
 bool kt_node_auth_wrap(struct kt_node *n, struct kt_conn *c, const uint8_t *body, size_t len,
-                       struct kt_buf *out) {
+                       struct kt_buf *out, uint64_t *checked_rev) {
   struct kt_authed_req w = {.body = {body, (uint32_t)len}};
+  *checked_rev = 0;
   if (n->prop_as.set && kt_auth_enabled(n->auth)) {
     w.user = ident_user(&n->prop_as);
     w.auth_revision = n->prop_as.rev;
+    *checked_rev = w.user.n ? w.auth_revision : 0;
   } else if (!c && !n->prop_as.set) {
     w.member = true; /* the member's own */
   } else {
@@ -609,6 +611,16 @@ static bool lease_dependent(const struct kt_req *req) {
   }
 }
 
+bool kt_node_auth_settled(struct kt_node *n, uint64_t auth_revision, const struct kt_req *req) {
+  if (!kt_auth_enabled(n->auth))
+    return true;
+  /* Checked at the gate against this very auth store (the entry carries
+   * the revision it was checked at, and every auth change bumps it): the
+   * same check gives the same answer now, unless it also looked at the
+   * keys of a lease, which may have changed since. */
+  return auth_revision && auth_revision == kt_auth_revision(n->auth) && !lease_dependent(req);
+}
+
 int kt_node_auth_unwrap(struct kt_node *n, struct kt_req *req, struct kt_arena *a, struct kt_err *e,
                         bool *fatal) {
   *fatal = false;
@@ -623,15 +635,11 @@ int kt_node_auth_unwrap(struct kt_node *n, struct kt_req *req, struct kt_arena *
     *fatal = true; /* validated before it was proposed: a bug or a bad disk */
     return e->code ? e->code : kt_err_set(e, KT_ECORRUPT, "an AUTHED entry inside one");
   }
-  if (w.member || !kt_auth_enabled(n->auth))
+  if (w.member)
     return 0;
-  if (!w.user.n || w.auth_revision < kt_auth_revision(n->auth))
+  if (kt_auth_enabled(n->auth) && (!w.user.n || w.auth_revision < kt_auth_revision(n->auth)))
     return kt_err_set(e, KT_EAUTHOLDREVISION, "%s", kt_strerror(KT_EAUTHOLDREVISION));
-  /* Checked at the gate against this very auth store (the entry carries
-   * the revision it was checked at, and every auth change bumps it): the
-   * same check gives the same answer now, unless it also looked at the
-   * keys of a lease, which may have changed since. */
-  if (w.auth_revision == kt_auth_revision(n->auth) && !lease_dependent(req))
+  if (kt_node_auth_settled(n, w.auth_revision, req))
     return 0;
   struct kt_node_ident id;
   ident_set(&id, w.user, w.auth_revision);

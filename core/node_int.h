@@ -75,6 +75,17 @@ struct deferred_prop {
   void *ctx;
 };
 
+/* A PUT as it was decoded when it arrived, kept with its proposal so that
+ * its entry is not decoded again when it applies here (core/node.c,
+ * apply_committed). The body is the entry's tail, byte for byte, so its
+ * key and value are kept as offsets into the entry. */
+struct pending_put {
+  uint32_t ent_len;                      /* the entry's length; 0: nothing kept */
+  uint32_t body_off, key_off, value_off; /* in the entry's data */
+  uint64_t auth_revision;                /* AUTHED: the revision it was checked at; 0: not AUTHED */
+  struct kt_put_req put;                 /* key.p and value.p unset: the offsets above */
+};
+
 struct pending {
   uint64_t seq; /* this member's proposal number (in the entry's data) */
   ev_tstamp since;
@@ -82,6 +93,7 @@ struct pending {
   uint64_t req_id;
   kt_node_done_fn done; /* instead of conn: an internal proposal */
   void *ctx;
+  struct pending_put put;
 };
 
 /* A request kept with a copy of its body until it can run: a linearizable
@@ -526,14 +538,20 @@ int kt_node_auth_gate(struct kt_node *n, struct kt_conn *c, const struct kt_req 
 int kt_node_authorize(struct kt_node *n, const struct kt_node_ident *id, const struct kt_req *req,
                       struct kt_err *e);
 /* A proposal's body as an AUTHED entry appended to out (true), or false:
- * propose it as it is (auth disabled, a client's request). */
+ * propose it as it is (auth disabled, a client's request). *checked_rev:
+ * the revision the entry says its user was checked at, or 0 (none, or the
+ * member's own). */
 bool kt_node_auth_wrap(struct kt_node *n, struct kt_conn *c, const uint8_t *body, size_t len,
-                       struct kt_buf *out);
+                       struct kt_buf *out, uint64_t *checked_rev);
 /* A committed NORMAL entry's request: unwraps AUTHED into *req (decoded in
  * a) and checks it; 0 to apply *req, or the error to answer its proposer
  * with (nothing applied). *fatal: the entry cannot be decoded. */
 int kt_node_auth_unwrap(struct kt_node *n, struct kt_req *req, struct kt_arena *a, struct kt_err *e,
                         bool *fatal);
+/* Whether a write checked when it arrived (auth_revision: the revision it
+ * was checked at, 0 if it was proposed as it is) may apply now without
+ * being checked again: kt_node_auth_unwrap's answer for it is 0. */
+bool kt_node_auth_settled(struct kt_node *n, uint64_t auth_revision, const struct kt_req *req);
 void kt_node_auth_request(struct kt_node *n, struct kt_conn *c, const struct kt_req *req,
                           const uint8_t *body, size_t body_len);
 void kt_node_auth_read(struct kt_node *n, struct kt_conn *c, const struct kt_req *req);

@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 
 import etcd3
@@ -32,7 +33,7 @@ import etcd3.etcdrpc as rpc
 import etcd3.etcdrpc.auth_pb2 as authpb
 import grpc
 
-from harness import BIN, Conn, Member, ServerError, free_port, run_tests
+from harness import BIN, ERROR, Conn, Member, ServerError, free_port, run_tests
 
 T = 10  # seconds per call
 KETCHCTL = os.path.join(BIN, "ketchctl")
@@ -545,6 +546,73 @@ def test_password_change_ends_signed_tokens_and_revoke_acts_at_once():
             timeout=T, metadata=(("token", root),))
 
 
+def test_a_write_checked_before_a_revoke_is_refused_where_it_applies_after():
+    """A put checked at the gate while a permission revoke was in the log but
+    not yet applied carries the auth revision it was checked at; it applies
+    after the revoke, so every member refuses it: the proposer answers
+    "revision of auth store is old" (51) and no member's store has it. The
+    proposing member applies its own puts from their decoded form (core/node.c,
+    own_put), the others from the entry: all three must agree, key for key.
+    The window is a few ms; up to 8 rounds until a put falls in it."""
+    e = env()
+    PUT, RANGE, ROLE_ADD, USER_GRANT_ROLE, GRANT, REVOKE = 2, 1, 67, 65, 71, 72
+    perm = {"name": "racer", "key": b"/race/", "range_end": b"/race0"}
+    r = native(0, "root")
+    a = native(0, "alice")
+    readers = [native(0, "root"), native(1, "root"), native(2, token=r.tok)]  # m2: verify-only
+    try:
+        r.call(ROLE_ADD, {"name": "racer"})
+        r.call(USER_GRANT_ROLE, {"name": "alice", "role": "racer"})
+        old_seen = 0
+        for rnd in range(8):
+            r.call(GRANT, dict(perm, perm_type=1))
+            revoked = threading.Event()
+            t = threading.Thread(target=lambda: (time.sleep(0.03), r.call(REVOKE, perm),
+                                                 revoked.set()))
+            outcome, after, i = {}, [], 0
+            deadline = time.time() + 5
+            t.start()
+            try:
+                while time.time() < deadline:
+                    was_revoked = revoked.is_set()
+                    ids = {}
+                    for _ in range(32):
+                        key = b"/race/%d/%05d" % (rnd, i)
+                        i += 1
+                        ids[a.send(PUT, {"key": key, "value": key})] = key
+                    for _ in ids:
+                        typ, rid, p = a.recv()
+                        got = p.get("code") if typ == ERROR else "ok"
+                        outcome[ids[rid]] = got
+                        if was_revoked:
+                            after.append(got)
+                    if was_revoked:
+                        break
+            finally:
+                t.join(10)
+            assert revoked.is_set() and after, "the revoke or the puts after it did not finish"
+            assert set(after) == {38}, after  # sent after the revoke answered: denied
+            assert set(outcome.values()) <= {"ok", 38, 51}, set(outcome.values())
+            ok = sorted(k for k, v in outcome.items() if v == "ok")
+            old_seen += sum(v == 51 for v in outcome.values())
+            prefix = {"key": b"/race/%d/" % rnd, "range_end": b"/race/%d0" % rnd,
+                      "serializable": True}
+            until = time.time() + 10
+            while True:  # every member, once caught up, holds exactly the answered puts
+                stores = [sorted(kv[0] for kv in c.call(RANGE, prefix).get("kvs") or [])
+                          for c in readers]
+                if all(st == ok for st in stores) or time.time() > until:
+                    break
+                time.sleep(0.05)
+            assert all(st == ok for st in stores), (len(ok), [len(st) for st in stores])
+            if old_seen:
+                break
+        assert old_seen, "no put fell between the revoke's proposal and its apply in 8 rounds"
+    finally:
+        for c in [r, a] + readers:
+            c.close()
+
+
 def test_bad_input_to_the_auth_service():
     e = env()
     root = e.login(0, "root")
@@ -600,6 +668,7 @@ if __name__ == "__main__":
                    test_auth_check_answers_as_a_watch_create_natively,
                    test_permissions_on_every_path_through_the_bridge,
                    test_password_change_ends_signed_tokens_and_revoke_acts_at_once,
+                   test_a_write_checked_before_a_revoke_is_refused_where_it_applies_after,
                    test_bad_input_to_the_auth_service])
     finally:
         teardown()
