@@ -276,8 +276,8 @@ asan:
 TSAN_TESTS ?= iothreads_test server_test server_watch_lease_test metrics_test watch_fanout_test \
   grpc_loops_test cluster_test
 tsan: deps
-	$(MAKE) O=build/tsan TSAN=1 all build/tsan/test/spsc_test build/tsan/test/peerlink_test
-	@fail=0; build/tsan/test/spsc_test || fail=1; build/tsan/test/peerlink_test || fail=1; for t in $(TSAN_TESTS); do \
+	$(MAKE) O=build/tsan TSAN=1 all build/tsan/test/spsc_test build/tsan/test/peerlink_test build/tsan/test/wal_test
+	@fail=0; build/tsan/test/spsc_test || fail=1; build/tsan/test/peerlink_test || fail=1; build/tsan/test/wal_test || fail=1; for t in $(TSAN_TESTS); do \
 	  KETCH_BIN=$(abspath build/tsan/bin) KT_IO_THREADS=4 KT_IOTHREADS_RUN_S=3 KETCH_GRPC_LOOPS=3 \
 	  TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" \
 	  timeout 600 /usr/bin/python3 test/integration/$$t.py || fail=1; done; \

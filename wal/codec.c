@@ -11,12 +11,17 @@ static uint32_t seghdr_crc(const uint8_t *b) { return kt_crc32c(0, b, 36); }
 void kt_wal_encode_seghdr(struct kt_wal_seghdr *h, uint8_t *out) {
   memcpy(out, KT_WAL_MAGIC, 8);
   kt_put_u32be(out + 8, KT_WAL_VERSION);
-  kt_put_u32be(out + 12, h->prev_crc);
   kt_put_u64be(out + 16, h->seq);
   kt_put_u64be(out + 24, h->first_index);
   kt_put_u32be(out + 32, h->segment_bytes);
-  h->crc = seghdr_crc(out);
-  kt_put_u32be(out + 36, h->crc);
+  h->crc = kt_wal_seal_seghdr(out, h->prev_crc);
+}
+
+uint32_t kt_wal_seal_seghdr(uint8_t *hdr, uint32_t prev_crc) {
+  kt_put_u32be(hdr + 12, prev_crc);
+  uint32_t crc = seghdr_crc(hdr);
+  kt_put_u32be(hdr + 36, crc);
+  return crc;
 }
 
 int kt_wal_decode_seghdr(const uint8_t *buf, size_t len, struct kt_wal_seghdr *h,
@@ -43,21 +48,30 @@ static uint32_t record_crc(const uint8_t *hdr, const uint8_t *payload, uint32_t 
   return kt_crc32c(c, payload, len);
 }
 
-uint32_t kt_wal_encode_record(uint8_t *out, uint8_t type, uint64_t index, const void *payload,
-                              uint32_t len, uint32_t prev_crc) {
+void kt_wal_write_record(uint8_t *out, uint8_t type, uint64_t index, const void *payload,
+                         uint32_t len) {
   kt_assert(type != 0 && len <= KT_WAL_MAX_PAYLOAD);
   kt_put_u32be(out, len);
   kt_put_u64be(out + 8, index);
   out[16] = type;
   out[17] = out[18] = out[19] = 0;
-  kt_put_u32be(out + 20, prev_crc);
   if (len)
     memcpy(out + KT_WAL_REC_HDR_BYTES, payload, len);
   size_t total = (size_t)kt_wal_record_bytes(len);
   memset(out + KT_WAL_REC_HDR_BYTES + len, 0, total - KT_WAL_REC_HDR_BYTES - len);
-  uint32_t crc = record_crc(out, out + KT_WAL_REC_HDR_BYTES, len);
-  kt_put_u32be(out + 4, crc);
+}
+
+uint32_t kt_wal_seal_record(uint8_t *rec, uint32_t prev_crc) {
+  kt_put_u32be(rec + 20, prev_crc);
+  uint32_t crc = record_crc(rec, rec + KT_WAL_REC_HDR_BYTES, kt_get_u32be(rec));
+  kt_put_u32be(rec + 4, crc);
   return crc;
+}
+
+uint32_t kt_wal_encode_record(uint8_t *out, uint8_t type, uint64_t index, const void *payload,
+                              uint32_t len, uint32_t prev_crc) {
+  kt_wal_write_record(out, type, index, payload, len);
+  return kt_wal_seal_record(out, prev_crc);
 }
 
 static bool all_zero(const uint8_t *p, size_t n) {

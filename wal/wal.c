@@ -196,7 +196,6 @@ struct kt_wal {
 
   /* loop thread */
   uint64_t next_seq, cur_seq, cur_off;
-  uint32_t last_crc;
   struct seg *segs;
   size_t nsegs, segcap;
   int failed;
@@ -220,7 +219,8 @@ struct kt_wal {
   double fsync_s[4];
   int n_fsync_s;
 
-  /* sync thread */
+  /* sync thread (set before it starts) */
+  uint32_t seal_crc; /* the chain: the crc of the last record or header sealed */
   int fd;
   uint64_t fd_seq, fd_first;
   pthread_t thr;
@@ -305,8 +305,30 @@ static int timed_fdatasync(struct kt_wal *w, int fd) {
   return r;
 }
 
+/* Chains the batch's records and segment headers, in order, to what was
+ * sealed before: the loop thread wrote them without prev_crc and crc
+ * (kt_wal_write_record), so their checksums cost it nothing. */
+static void seal_batch(struct kt_wal *w, struct batch *b) {
+  uint32_t crc = w->seal_crc;
+  for (size_t i = 0; i < b->n; i++) {
+    const struct chunk *c = &b->chunks[i];
+    uint8_t *p = b->data.p + c->data_off, *end = p + c->data_len;
+    if (c->is_new) {
+      crc = kt_wal_seal_seghdr(p, crc);
+      p += KT_WAL_SEG_HDR_BYTES;
+    }
+    while (p < end) {
+      crc = kt_wal_seal_record(p, crc);
+      p += kt_wal_record_bytes(kt_get_u32be(p));
+    }
+    kt_assert(p == end);
+  }
+  w->seal_crc = crc;
+}
+
 static int write_batch(struct kt_wal *w, struct batch *b, struct kt_err *e) {
   const struct kt_wal_fileops *ops = w->ops;
+  seal_batch(w, b);
   char path[PATH_BYTES];
   bool dirty = false;
   for (size_t i = 0; i < b->n; i++) {
@@ -494,8 +516,7 @@ static void segs_push(struct kt_wal *w, uint64_t seq, uint64_t first_index) {
 /* Start segment cur_seq + 1 (first index first_index) in the filling batch. */
 static void cut(struct kt_wal *w, uint64_t first_index) {
   struct batch *b = w->fill;
-  struct kt_wal_seghdr h = {.prev_crc = w->last_crc,
-                            .seq = w->cur_seq + 1,
+  struct kt_wal_seghdr h = {.seq = w->cur_seq + 1, /* chained when sealed: seal_batch */
                             .first_index = first_index,
                             .segment_bytes = (uint32_t)KT_MIN(w->seg_bytes, UINT32_MAX)};
   struct chunk *c = batch_chunk(b);
@@ -508,7 +529,6 @@ static void cut(struct kt_wal *w, uint64_t first_index) {
   c->data_len = KT_WAL_SEG_HDR_BYTES;
   w->cur_seq = h.seq;
   w->cur_off = KT_WAL_SEG_HDR_BYTES;
-  w->last_crc = h.crc;
   b->last_seg_seq = h.seq;
   segs_push(w, h.seq, first_index);
 }
@@ -533,8 +553,7 @@ int kt_wal_append(struct kt_wal *w, uint8_t type, uint64_t index, const void *pa
     c->off = w->cur_off;
   }
   kt_buf_reserve(&b->data, (size_t)rb);
-  w->last_crc = kt_wal_encode_record(b->data.p + b->data.len, type, index, payload, (uint32_t)len,
-                                     w->last_crc);
+  kt_wal_write_record(b->data.p + b->data.len, type, index, payload, (uint32_t)len);
   b->data.len += (size_t)rb;
   c->data_len += (size_t)rb;
   w->cur_off += rb;
@@ -994,7 +1013,7 @@ int kt_wal_open(const char *dir, const struct kt_wal_opts *opts, kt_wal_record_f
     rc = create_segment(ops, dir, w->seg_bytes, 0, opts->first_index, hdr, sizeof hdr, &w->fd, err);
     w->cur_seq = 0;
     w->cur_off = KT_WAL_SEG_HDR_BYTES;
-    w->last_crc = h.crc;
+    w->seal_crc = h.crc;
     segs_push(w, 0, opts->first_index);
   } else {
     struct load_res res = {0};
@@ -1002,7 +1021,7 @@ int kt_wal_open(const char *dir, const struct kt_wal_opts *opts, kt_wal_record_f
     w->fd = res.fd;
     w->cur_seq = res.cur_seq;
     w->cur_off = res.cur_off;
-    w->last_crc = res.last_crc;
+    w->seal_crc = res.last_crc;
   }
   listing_free(&l);
   if (rc) {

@@ -8,12 +8,14 @@
  * the page cache takes ~16 ms here, too long for the loop or the syncs).
  *
  * Data flow (all calls on the loop thread unless said otherwise):
- *   kt_wal_append   encodes a record (header, chained CRC32C, payload) into the
- *                   filling batch and returns its sequence number; cheap, no I/O.
+ *   kt_wal_append   writes a record (header, payload) into the filling batch
+ *                   and returns its sequence number; cheap, no I/O, no checksum.
  *   kt_wal_flush    once per loop turn: hands the filling batch to the sync
  *                   thread (one mutex/condvar handoff), or, if a batch is in
  *                   flight, marks the filling batch ready.
- *   sync thread     pwrite()s the batch (one write per segment touched, new
+ *   sync thread     seals the batch (each record's and new segment header's
+ *                   CRC32C, chained to the one before, in log order), then
+ *                   pwrite()s it (one write per segment touched, new
  *                   segments created as *.wal.tmp, preallocated, synced, renamed)
  *                   and ONE fdatasync, then calls opts.notify (e.g. ev_async_send).
  *   kt_wal_poll     on the loop thread after notify: learns the highest durable
@@ -79,6 +81,9 @@ struct kt_wal_rec {
 
 /* Encode a segment header into out[KT_WAL_SEG_HDR_BYTES]; fills h->crc. */
 void kt_wal_encode_seghdr(struct kt_wal_seghdr *h, uint8_t *out);
+/* Sets an encoded segment header's prev_crc and its crc anew; returns the
+ * crc (the first record's prev_crc). */
+uint32_t kt_wal_seal_seghdr(uint8_t *hdr, uint32_t prev_crc);
 /* Decode and check a segment header. Returns 0 or KT_ECORRUPT with *why set
  * to a static string. Reads at most KT_WAL_SEG_HDR_BYTES of buf[0..len). */
 int kt_wal_decode_seghdr(const uint8_t *buf, size_t len, struct kt_wal_seghdr *h, const char **why);
@@ -87,6 +92,13 @@ int kt_wal_decode_seghdr(const uint8_t *buf, size_t len, struct kt_wal_seghdr *h
  * hold kt_wal_record_bytes(len) bytes (padding is zeroed). Returns its crc. */
 uint32_t kt_wal_encode_record(uint8_t *out, uint8_t type, uint64_t index, const void *payload,
                               uint32_t len, uint32_t prev_crc);
+/* kt_wal_encode_record in two steps: write leaves prev_crc and crc for seal
+ * (the WAL writes on its loop thread and seals on its sync thread, in log
+ * order); seal sets them for the record at rec, whose header is written,
+ * and returns its crc. */
+void kt_wal_write_record(uint8_t *out, uint8_t type, uint64_t index, const void *payload,
+                         uint32_t len);
+uint32_t kt_wal_seal_record(uint8_t *rec, uint32_t prev_crc);
 
 /* Decode the record at buf[0..len). Results:
  *   0            a valid record (FORMAT.md "valid record"), chained to

@@ -58,6 +58,14 @@ static struct ffile *ff_get(struct fault *f, const char *path, bool create) {
   abort();
 }
 
+/* f->crashed, set by the sync thread's fdatasync, read by the purge thread */
+static bool is_crashed(struct fault *f) {
+  pthread_mutex_lock(&f->mu);
+  bool c = f->crashed;
+  pthread_mutex_unlock(&f->mu);
+  return c;
+}
+
 static int fo_open(void *ctx, const char *path, int flags, int mode) {
   struct fault *f = ctx;
   pthread_mutex_lock(&f->mu);
@@ -152,7 +160,7 @@ static int fo_fallocate(void *ctx, int fd, uint64_t off, uint64_t len) {
 }
 static int fo_ftruncate(void *ctx, int fd, uint64_t len) {
   struct fault *f = ctx;
-  return f->crashed ? -EIO : kt_wal_posix_fileops.ftruncate(NULL, fd, len);
+  return is_crashed(f) ? -EIO : kt_wal_posix_fileops.ftruncate(NULL, fd, len);
 }
 static int fo_fsize(void *ctx, int fd, uint64_t *size) {
   (void)ctx;
@@ -198,11 +206,11 @@ static int fo_unlink(void *ctx, const char *path) {
 }
 static int fo_mkdir(void *ctx, const char *path) {
   struct fault *f = ctx;
-  return f->crashed ? -EIO : kt_wal_posix_fileops.mkdir(NULL, path);
+  return is_crashed(f) ? -EIO : kt_wal_posix_fileops.mkdir(NULL, path);
 }
 static int fo_fsync_dir(void *ctx, const char *path) {
   struct fault *f = ctx;
-  return f->crashed        ? -EIO
+  return is_crashed(f)     ? -EIO
          : f->fail_dirsync ? -f->fail_dirsync
                            : kt_wal_posix_fileops.fsync_dir(NULL, path);
 }
