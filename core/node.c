@@ -190,18 +190,20 @@ static void apply_committed(struct kt_node *n, const struct kt_raft_entry *ent) 
     fatal_stop(n, KT_ECORRUPT, "committed entry shorter than its header");
     return;
   }
-  struct pending own = {0};
+  struct pending own; /* a copy of ours: read only through done and put */
+  own.done = NULL;
+  own.put.ent_len = 0;
   if (kt_get_u64be(ent->data) == n->member_id &&
       (kt_get_u64be(ent->data + 8) & ~SEQ_MASK) == n->run_id) { /* ours, this run */
     uint64_t seq = kt_get_u64be(ent->data + 8);
     while (n->pend_head < n->n_pend && n->pend[n->pend_head].seq <= seq) {
-      struct pending p = n->pend[n->pend_head++];
-      if (p.seq == seq) {
-        own = p;
-        c = p.conn;
-        req_id = p.req_id;
-      } else {
-        pending_fail(n, &p, KT_EUNKNOWN,
+      struct pending *p = &n->pend[n->pend_head++];
+      if (p->seq == seq) {
+        own = *p;
+        c = p->conn;
+        req_id = p->req_id;
+      } else { /* (its done may propose: n->pend may move, p is not used after) */
+        pending_fail(n, p, KT_EUNKNOWN,
                      "request outcome unknown: its proposal was lost (leader change)");
       }
     }
