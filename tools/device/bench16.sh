@@ -1,5 +1,5 @@
 #!/bin/sh
-# tools/device/bench16.sh MODE -- run THERE (the 16-core device machine),
+# tools/device/bench16.sh cores|tls|proxy -- run THERE (the 16-core device machine),
 # from the repository root, with .devpack/ carried (tools/device/pack.sh).
 # Writes its tables and JSON under $OUT (default ./devout), each workload's
 # ketch and etcd runs side by side as `make bench` does (ketch-bench compare:
@@ -11,6 +11,9 @@
 #          the ratio against etcd at its best. About 4 minutes.
 #   tls    issue 15: each of put and range (linearizable, serializable) at 64
 #          and 256 clients over plaintext and over TLS. About 4 minutes.
+#   proxy  issue 20: ketch-grpc's cache, hit vs miss at 1, 16 and 64 calls in
+#          flight (test/perf/grpc_cache_perf.py without callgrind; python3
+#          with msgpack, which the device's image has). About 3 minutes.
 # ROUNDS and SECONDS (3 and 3) shorten it for a try on the build machine.
 set -u
 MODE=${1:-cores}
@@ -60,8 +63,12 @@ cores)
 tls)
   cmp tls --tls put:64 put:256 range-l:64 range-l:256 range-s:64 range-s:256
   ;;
+proxy)
+  KETCH_BIN="$D/bin" timeout 400 "${PYTHON:-python3}" test/perf/grpc_cache_perf.py "$S" "$R" --no-callgrind \
+    >>"$OUT/table.md" 2>>"$OUT/stderr.log" || echo "(exit $?)" >>"$OUT/table.md"
+  ;;
 *)
-  echo "usage: $0 cores|tls" >&2
+  echo "usage: $0 cores|tls|proxy" >&2
   exit 2
   ;;
 esac

@@ -2,7 +2,7 @@
 # tools/device/pack.sh -- run HERE (the build machine): gathers what
 # tools/device/bench16.sh needs on the 16-core device machine, which cannot
 # install packages, into .devpack/ (ignored through .git/info/exclude):
-#   .devpack/bin/   ketch and ketch-bench, and Debian's
+#   .devpack/bin/   ketch, ketch-bench, ketch-grpc and ketchctl, and Debian's
 #                   etcd 3.4 (/usr/bin/etcd); etcd's own Go load generator
 #                   too, if ../shared/tools/build-etcd-benchmark.sh has
 #                   built it (/tmp/etcd-bench/bin/etcd-benchmark)
@@ -10,8 +10,8 @@
 #                   OpenSSL, c-ares, libmicrohttpd, ...), not the C library
 #                   itself (the device's is newer than bookworm's 2.36)
 # Then, with the device tool: run(command="sh tools/device/bench16.sh cores",
-# carry=[".devpack"], timeout_s=540). Stripped, the pack is about 48 MiB
-# with etcd's load generator (34 without) of the 64 MiB a call carries,
+# carry=[".devpack"], timeout_s=540). Stripped, the pack is about 50 MiB
+# with etcd's load generator (36 without) of the 64 MiB a call carries,
 # the working tree (about 8 MiB) included.
 set -eu
 cd "$(dirname "$0")/../.."
@@ -19,7 +19,7 @@ make -s all
 rm -rf .devpack
 mkdir -p .devpack/bin .devpack/lib
 grep -qx '/.devpack/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.devpack/' >>.git/info/exclude; }
-for b in ketch ketch-bench; do cp "bin/$b" .devpack/bin/; done
+for b in ketch ketch-bench ketch-grpc ketchctl; do cp "bin/$b" .devpack/bin/; done
 cp /usr/bin/etcd .devpack/bin/etcd
 [ -x /tmp/etcd-bench/bin/etcd-benchmark ] && cp /tmp/etcd-bench/bin/etcd-benchmark .devpack/bin/
 for b in .devpack/bin/ketch*; do
