@@ -14,6 +14,16 @@
 
 #include "node_int.h"
 
+/* Stops w, started and then ev_unref'd (it alone does not keep the loop
+ * running): the reference it gave back is taken again first. */
+#define STOP_UNREFFED(loop, w, stop)                                                               \
+  do {                                                                                             \
+    if (ev_is_active(w)) {                                                                         \
+      ev_ref(loop);                                                                                \
+      stop((loop), (w));                                                                           \
+    }                                                                                              \
+  } while (0)
+
 static void fatal_stop(struct kt_node *n, int code, const char *what) {
   kt_log(KT_LOG_FATAL, "node", "member stopping: %s", what);
   n->fatal = code ? code : KT_EIO;
@@ -1820,14 +1830,8 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   *out = n;
   return 0;
 fail:
-  if (ev_is_active(&n->prepare_w)) {
-    ev_ref(loop);
-    ev_prepare_stop(loop, &n->prepare_w);
-  }
-  if (ev_is_active(&n->tick_w)) {
-    ev_ref(loop);
-    ev_timer_stop(loop, &n->tick_w);
-  }
+  STOP_UNREFFED(loop, &n->prepare_w, ev_prepare_stop);
+  STOP_UNREFFED(loop, &n->tick_w, ev_timer_stop);
   ev_idle_stop(loop, &n->idle_w);
   if (n->peers)
     kt_peer_link_free(n->peers);
@@ -1835,14 +1839,8 @@ fail:
     kt_raft_free(n->raft);
   if (n->wal)
     kt_wal_close(n->wal);
-  if (ev_is_active(&n->wal_async)) {
-    ev_ref(loop);
-    ev_async_stop(loop, &n->wal_async);
-  }
-  if (ev_is_active(&n->snap_async)) {
-    ev_ref(loop);
-    ev_async_stop(loop, &n->snap_async);
-  }
+  STOP_UNREFFED(loop, &n->wal_async, ev_async_stop);
+  STOP_UNREFFED(loop, &n->snap_async, ev_async_stop);
   kt_node_watch_free(n);
   kt_node_lock_free(n);
   kt_node_maint_free(n);
@@ -1887,14 +1885,8 @@ void kt_node_free(struct kt_node *n) {
   if (!n)
     return;
   kt_node_probes_cancel(n, KT_ESTOPPED);
-  if (ev_is_active(&n->compact_w)) {
-    ev_ref(n->loop);
-    ev_timer_stop(n->loop, &n->compact_w);
-  }
-  if (ev_is_active(&n->tick_w)) {
-    ev_ref(n->loop);
-    ev_timer_stop(n->loop, &n->tick_w);
-  }
+  STOP_UNREFFED(n->loop, &n->compact_w, ev_timer_stop);
+  STOP_UNREFFED(n->loop, &n->tick_w, ev_timer_stop);
   if (n->move.conn)
     kt_conn_unref(n->move.conn);
   held_free(&n->defer);
