@@ -1,5 +1,6 @@
 """ketch-grpc's serializable range cache, hit vs miss (issue 20's "≥ 3×"), by hand:
 /usr/bin/python3 test/perf/grpc_cache_perf.py [SECONDS] [ROUNDS] [--no-callgrind | --callgrind-only]
+    [--no-etcd]
 
 One 1-member ketch; in front of it four ketch-grpc: --loops 1 and --loops 2,
 each once with the cache (--cache-max-staleness 10s, so with no writes every
@@ -15,6 +16,10 @@ Beside calls/s: the CPU each call cost the generator (ketch-bench, from
 getrusage), the bridge and the member (from /proc). When the cores are full,
 calls/s goes as 1 / the sum of those, so (sum per miss) / (sum per hit) is
 the most a hit can gain over a miss on this machine: the "ceiling" column.
+
+Then, unless --no-etcd: the same through etcd 3.4's grpc-proxy in front of
+a 1-member etcd (Debian's etcd-server): a hit is one key again; its cache
+cannot be turned off, so a miss is one of 100,000 keys at random.
 
 Then, unless --no-callgrind: instructions per call for the bridge alone,
 which do not depend on the machine's load: a --loops 1 ketch-grpc under
@@ -48,6 +53,8 @@ SECONDS = float(ARGS[0]) if len(ARGS) > 0 else 3
 ROUNDS = int(ARGS[1]) if len(ARGS) > 1 else 3
 CALLGRIND = "--no-callgrind" not in sys.argv
 RATES = "--callgrind-only" not in sys.argv
+ETCD = RATES and "--no-etcd" not in sys.argv
+ETCD_KEYS = 100000
 TMP = gp.TMP
 BENCH = os.path.join(BIN, "ketch-bench")
 CACHED = ["--cache-max-staleness", "10s"]
@@ -64,13 +71,13 @@ def bridge(name, m, flags, wrap=(), limit=20):
     return p
 
 
-def bench(port, clients, extra, watch=()):
+def bench(port, clients, extra, watch=(), work=("range", "k", "--consistency", "s")):
     conns = 1 if clients == 1 else 2
     before = [cpu_s(p) for p in watch]
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([BENCH, "--target", "etcd", "--endpoints", "127.0.0.1:%d" % port,
                           "--clients", str(clients), "--conns", str(conns), "--json"] + extra +
-                         ["range", "k", "--consistency", "s"],
+                         list(work),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
     if out.returncode != 0:
         raise RuntimeError("ketch-bench: %s" % out.stderr.decode()[-2000:])
@@ -131,6 +138,8 @@ def main():
                    stderr=subprocess.DEVNULL)
     if RATES:
         rates(m)
+    if ETCD:
+        etcd_rates()
     if CALLGRIND:
         hit, hits = icount(m, "hit", CACHED)
         miss, _ = icount(m, "miss", UNCACHED)
@@ -184,6 +193,51 @@ def rates(m):
     print()
     print("misses in the cached bridges during the runs: --loops 1: %d, --loops 2: %d" % (
         missed[1], missed[2]))
+
+
+def etcd_rates():
+    """The same hit and miss through etcd 3.4's own grpc-proxy, whose cache
+    cannot be turned off: a miss is a serializable range of one key chosen at
+    random among ETCD_KEYS (64-byte values, put first), far more than the
+    proxy's cache holds."""
+    etcd = gp.server("etcd")
+    eport = free_port()
+    eproxy = spawn("etcd-grpc-proxy", [gp.ETCD, "grpc-proxy", "start", "--endpoints",
+                                       "127.0.0.1:%d" % etcd.port,
+                                       "--listen-addr", "127.0.0.1:%d" % eport])
+    gp.wait_port(eport, eproxy, "etcd grpc-proxy")
+    keyed = ["--key-size", "8", "--key-space-size", str(ETCD_KEYS)]
+    bench(etcd.port, 64, ["--total", str(ETCD_KEYS)], (),
+          ["put", "--sequential-keys", "--val-size", "64"] + keyed)
+    hit = ("range", "00000001", "--consistency", "s")
+    miss = ["mixed", "--read-ratio", "1", "--consistency", "s"] + keyed
+    bench(eport, 1, ["--total", "100"], (), hit)  # the first call fills the cache
+    rows = {}
+    for rnd in range(ROUNDS):
+        for clients in (1, 16, 64):
+            order = ("hit", "miss") if rnd % 2 == 0 else ("miss", "hit")
+            for label in order:
+                r = bench(eport, clients, ["--duration", str(SECONDS)], (eproxy, etcd),
+                          hit if label == "hit" else miss)
+                rows.setdefault((clients, label), []).append(r)
+        print("etcd round %d done" % (rnd + 1), file=sys.stderr, flush=True)
+    print()
+    print("etcd 3.4 behind `etcd grpc-proxy start` (a miss: one of %d keys at random)" % ETCD_KEYS)
+    print()
+    print("| calls in flight | cache hit calls/s | miss calls/s | hit / miss | "
+          "CPU per hit: generator, proxy, etcd | CPU per miss: generator, proxy, etcd |")
+    print("|---|---|---|---|---|---|")
+    for clients in (1, 16, 64):
+        h, ms = rows[(clients, "hit")], rows[(clients, "miss")]
+
+        def cpu(rs):
+            return ", ".join(span(v, "%.1f") for v in ([x["gen_us"] for x in rs],
+                                                        [x["cpu_us"][0] for x in rs],
+                                                        [x["cpu_us"][1] for x in rs]))
+
+        print("| %d | %s | %s | %s× | %s µs | %s µs |" % (
+            clients, kilo([x["rps"] for x in h]), kilo([x["rps"] for x in ms]),
+            span([a["rps"] / b["rps"] for a, b in zip(h, ms)], "%.1f"), cpu(h), cpu(ms)))
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@
 #   tls    issue 15: each of put and range (linearizable, serializable) at 64
 #          and 256 clients over plaintext and over TLS. About 4 minutes.
 #   proxy  issue 20: ketch-grpc's cache, hit vs miss at 1, 16 and 64 calls in
-#          flight (test/perf/grpc_cache_perf.py without callgrind; python3
-#          with msgpack, which the device's image has). About 3 minutes.
+#          flight, and etcd's grpc-proxy beside it (test/perf/grpc_cache_perf.py
+#          without callgrind; python3 with msgpack, which the device's image
+#          has). About 4 minutes.
 # ROUNDS and SECONDS (3 and 3) shorten it for a try on the build machine.
 set -u
 MODE=${1:-cores}
@@ -64,7 +65,7 @@ tls)
   cmp tls --tls put:64 put:256 range-l:64 range-l:256 range-s:64 range-s:256
   ;;
 proxy)
-  KETCH_BIN="$D/bin" timeout 400 "${PYTHON:-python3}" test/perf/grpc_cache_perf.py "$S" "$R" --no-callgrind \
+  PATH="$D/bin:$PATH" KETCH_BIN="$D/bin" timeout 400 "${PYTHON:-python3}" test/perf/grpc_cache_perf.py "$S" "$R" --no-callgrind \
     >>"$OUT/table.md" 2>>"$OUT/stderr.log" || echo "(exit $?)" >>"$OUT/table.md"
   ;;
 *)
