@@ -8,12 +8,18 @@
 
 static uint32_t seghdr_crc(const uint8_t *b) { return kt_crc32c(0, b, 36); }
 
-void kt_wal_encode_seghdr(struct kt_wal_seghdr *h, uint8_t *out) {
+void kt_wal_write_seghdr(const struct kt_wal_seghdr *h, uint8_t *out) {
   memcpy(out, KT_WAL_MAGIC, 8);
   kt_put_u32be(out + 8, KT_WAL_VERSION);
+  kt_put_u32be(out + 12, 0); /* prev_crc and crc: kt_wal_seal_seghdr's */
   kt_put_u64be(out + 16, h->seq);
   kt_put_u64be(out + 24, h->first_index);
   kt_put_u32be(out + 32, h->segment_bytes);
+  kt_put_u32be(out + 36, 0);
+}
+
+void kt_wal_encode_seghdr(struct kt_wal_seghdr *h, uint8_t *out) {
+  kt_wal_write_seghdr(h, out);
   h->crc = kt_wal_seal_seghdr(out, h->prev_crc);
 }
 
@@ -52,9 +58,11 @@ void kt_wal_write_record(uint8_t *out, uint8_t type, uint64_t index, const void 
                          uint32_t len) {
   kt_assert(type != 0 && len <= KT_WAL_MAX_PAYLOAD);
   kt_put_u32be(out, len);
+  kt_put_u32be(out + 4, 0); /* crc and prev_crc: kt_wal_seal_record's */
   kt_put_u64be(out + 8, index);
   out[16] = type;
   out[17] = out[18] = out[19] = 0;
+  kt_put_u32be(out + 20, 0);
   if (len)
     memcpy(out + KT_WAL_REC_HDR_BYTES, payload, len);
   size_t total = (size_t)kt_wal_record_bytes(len);

@@ -219,7 +219,8 @@ struct kt_wal {
   double fsync_s[4];
   int n_fsync_s;
 
-  /* sync thread (set before it starts) */
+  /* sync thread (set before it starts, and never again from the loop:
+   * anything that re-seeds the chain while it runs must go through mu) */
   uint32_t seal_crc; /* the chain: the crc of the last record or header sealed */
   int fd;
   uint64_t fd_seq, fd_first;
@@ -524,7 +525,7 @@ static void cut(struct kt_wal *w, uint64_t first_index) {
   c->seq = h.seq;
   c->first_index = first_index;
   kt_buf_reserve(&b->data, KT_WAL_SEG_HDR_BYTES);
-  kt_wal_encode_seghdr(&h, b->data.p + b->data.len);
+  kt_wal_write_seghdr(&h, b->data.p + b->data.len);
   b->data.len += KT_WAL_SEG_HDR_BYTES;
   c->data_len = KT_WAL_SEG_HDR_BYTES;
   w->cur_seq = h.seq;

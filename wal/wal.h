@@ -81,6 +81,9 @@ struct kt_wal_rec {
 
 /* Encode a segment header into out[KT_WAL_SEG_HDR_BYTES]; fills h->crc. */
 void kt_wal_encode_seghdr(struct kt_wal_seghdr *h, uint8_t *out);
+/* kt_wal_encode_seghdr in two steps: write leaves prev_crc and crc zero for
+ * kt_wal_seal_seghdr (the WAL's sync thread seals, in log order). */
+void kt_wal_write_seghdr(const struct kt_wal_seghdr *h, uint8_t *out);
 /* Sets an encoded segment header's prev_crc and its crc anew; returns the
  * crc (the first record's prev_crc). */
 uint32_t kt_wal_seal_seghdr(uint8_t *hdr, uint32_t prev_crc);
@@ -92,7 +95,7 @@ int kt_wal_decode_seghdr(const uint8_t *buf, size_t len, struct kt_wal_seghdr *h
  * hold kt_wal_record_bytes(len) bytes (padding is zeroed). Returns its crc. */
 uint32_t kt_wal_encode_record(uint8_t *out, uint8_t type, uint64_t index, const void *payload,
                               uint32_t len, uint32_t prev_crc);
-/* kt_wal_encode_record in two steps: write leaves prev_crc and crc for seal
+/* kt_wal_encode_record in two steps: write leaves prev_crc and crc zero for seal
  * (the WAL writes on its loop thread and seals on its sync thread, in log
  * order); seal sets them for the record at rec, whose header is written,
  * and returns its crc. */

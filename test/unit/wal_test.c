@@ -1122,6 +1122,69 @@ TEST(reset_starts_afresh) {
   free(g.v);
 }
 
+/* A reset's new segment continues the chain (wal.h): a crash before the
+ * purge thread removed the older segments leaves them in front of it, and
+ * open must deliver them and accept the new segment. Here the unlinks fail,
+ * so every segment stays; the resets come after records (the header chains
+ * to the last record), back to back (the second header chains to the
+ * first's: an empty segment), and in the same batch as a record. */
+TEST(reset_chains_to_the_older_segments_left_behind) {
+  const char *dir = kt_test_tmpdir();
+  struct fault f;
+  struct kt_wal_fileops ops;
+  fault_init(&f, &ops, 11);
+  f.real_sync = false;
+  struct kt_wal_opts o = {.segment_bytes = 1024, .first_index = 1, .ops = &ops};
+  struct kt_wal *w;
+  struct kt_err err = {0};
+  CHECK_EQ(kt_wal_open(dir, &o, NULL, NULL, &w, &err), 0);
+  for (uint64_t i = 1; i <= 30; i++) {
+    CHECK_EQ(append_rec(w, i, 200, NULL), 0);
+    if (i % 4 == 0)
+      kt_wal_flush(w);
+  }
+  CHECK_EQ(kt_wal_sync(w, &err), 0);
+  int before = count_files(dir, ".wal");
+  CHECK(before >= 3);
+  CHECK_EQ(append_rec(w, 31, 200, NULL), 0); /* the reset's cut comes in the same batch */
+  pthread_mutex_lock(&f.mu);
+  f.fail_unlink = EACCES; /* as if the process died before the removals */
+  pthread_mutex_unlock(&f.mu);
+  CHECK_EQ(kt_wal_reset(w, 1001, NULL, &err), 0);
+  struct rec r;
+  make_rec(&r, 2001, 200);
+  struct kt_wal_rec first = {.type = r.type, .index = r.index, .payload = r.data, .len = r.len};
+  CHECK_EQ(kt_wal_reset(w, 2001, &first, &err), 0);
+  for (uint64_t i = 2002; i <= 2010; i++)
+    CHECK_EQ(append_rec(w, i, 200, NULL), 0);
+  CHECK_EQ(kt_wal_sync(w, &err), 0);
+  kt_wal_close(w);
+  CHECK(count_files(dir, ".wal") >= before + 2); /* nothing was removed */
+  fault_free(&f);
+
+  struct got g = {0};
+  struct kt_wal_opts o2 = {.segment_bytes = 1024};
+  memset(&err, 0, sizeof err);
+  int rc = kt_wal_open(dir, &o2, collect, &g, &w, &err);
+  if (rc) {
+    kt_test_fail(__FILE__, __LINE__, "open after reset: %s", err.msg);
+    return;
+  }
+  kt_wal_close(w);
+  CHECK_EQ(g.n, 31 + 10);
+  for (size_t k = 0; k < g.n && k < 41; k++) {
+    uint64_t i = k < 31 ? k + 1 : 2001 + (k - 31);
+    make_rec(&r, i, 200);
+    CHECK(rec_eq(&g.v[k], &r));
+  }
+  uint64_t n = 0;
+  struct kt_err torn = {0};
+  CHECK_EQ(kt_wal_verify(dir, NULL, &n, &torn, &err), 0);
+  CHECK_EQ(n, 41);
+  CHECK_EQ(torn.code, 0);
+  free(g.v);
+}
+
 /* ketchutl wal dump/verify/repair as a real process (bin/ketchutl from
  * KETCH_BIN, set by test/run.sh; ./bin otherwise). */
 static int run_tool(const char *args, const char *dir, char *out, size_t outlen) {
