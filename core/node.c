@@ -1717,8 +1717,13 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
   n->stats.snapshot_s = (struct kt_hist)KT_HIST_SNAPSHOT;
   n->stats.wal_batch = (struct kt_hist)KT_HIST_BATCH;
   /* proposal numbers carry a random run id: an entry proposed by an earlier
-   * run of this member, applied after a restart, answers nobody */
+   * run of this member, applied after a restart, answers nobody (and is
+   * never applied from a proposal's kept form: own_put). The counter starts
+   * anywhere below 2^38 too, so two runs that drew the same run id (1 in
+   * 2^23) would also need overlapping counters to take one entry for the
+   * other; 2^39 or more proposals remain before it would wrap. */
   n->run_id = ((uint64_t)(randombytes_random() & 0xffffff) | 1u) << 40;
+  n->next_seq = (uint64_t)randombytes_random() << 6;
   kt_reads_init(&n->rq, n->run_id); /* read contexts of an earlier run are ignored too */
   n->cfg = *cfg;
   if (strlen(cfg->data_dir) > 3900) {

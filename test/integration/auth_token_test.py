@@ -613,6 +613,89 @@ def test_a_write_checked_before_a_revoke_is_refused_where_it_applies_after():
             c.close()
 
 
+def test_a_write_proposed_before_auth_enable_applies_nowhere():
+    """A put proposed while auth was disabled (as it is, not AUTHED: no auth
+    revision) that applies after an AUTH_ENABLE is refused on every member:
+    the proposer, which applies its own puts from their decoded form
+    (core/node.c, own_put), must send it through kt_node_auth_unwrap as the
+    others do, answering "revision of auth store is old" (51). Up to 8
+    rounds until a put falls in the window; auth is enabled at the end, as
+    the other tests expect."""
+    e = env()
+    PUT, RANGE, AUTH_ENABLE, AUTH_DISABLE = 2, 1, 56, 57
+    r = native(0, "root")
+    conns = [r]
+
+    def root_on(i, tok):
+        """A connection authenticated as root on member i, once it has
+        applied the enable (37 until then)."""
+        until = time.time() + 10
+        while True:
+            try:
+                c = native(i, "root") if tok is None else native(i, token=tok)
+                conns.append(c)
+                return c
+            except ServerError as err:
+                if err.code != 37 or time.time() > until:
+                    raise
+                time.sleep(0.02)
+
+    try:
+        old_seen = 0
+        for rnd in range(8):
+            r.call(AUTH_DISABLE, {})
+            anon = Conn(e.members[0].port)  # no user: may write while auth is disabled
+            admin = Conn(e.members[0].port)
+            conns += [anon, admin]
+            enabled = threading.Event()
+            t = threading.Thread(target=lambda: (time.sleep(0.03), admin.call(AUTH_ENABLE, {}),
+                                                 enabled.set()))
+            outcome, after, i = {}, [], 0
+            deadline = time.time() + 5
+            t.start()
+            try:
+                while time.time() < deadline:
+                    was_enabled = enabled.is_set()
+                    ids = {}
+                    for _ in range(32):
+                        key = b"/en/%d/%05d" % (rnd, i)
+                        i += 1
+                        ids[anon.send(PUT, {"key": key, "value": key})] = key
+                    for _ in ids:
+                        typ, rid, p = anon.recv()
+                        got = p.get("code") if typ == ERROR else "ok"
+                        outcome[ids[rid]] = got
+                        if was_enabled:
+                            after.append(got)
+                    if was_enabled:
+                        break
+            finally:
+                t.join(10)
+            assert enabled.is_set() and after, "the enable or the puts after it did not finish"
+            assert "ok" not in after, after  # sent after the enable answered: refused
+            assert set(outcome.values()) <= {"ok", 41, 51}, set(outcome.values())
+            ok = sorted(k for k, v in outcome.items() if v == "ok")
+            old_seen += sum(v == 51 for v in outcome.values())
+            r = root_on(0, None)
+            readers = [r, root_on(1, None), root_on(2, r.tok)]  # m2: verify-only
+            prefix = {"key": b"/en/%d/" % rnd, "range_end": b"/en/%d0" % rnd,
+                      "serializable": True}
+            until = time.time() + 10
+            while True:  # every member, once caught up, holds exactly the answered puts
+                stores = [sorted(kv[0] for kv in c.call(RANGE, prefix).get("kvs") or [])
+                          for c in readers]
+                if all(st == ok for st in stores) or time.time() > until:
+                    break
+                time.sleep(0.05)
+            assert all(st == ok for st in stores), (len(ok), [len(st) for st in stores])
+            if old_seen:
+                break
+        assert old_seen, "no put fell between the enable's proposal and its apply in 8 rounds"
+    finally:
+        for c in conns:
+            c.close()
+
+
 def test_bad_input_to_the_auth_service():
     e = env()
     root = e.login(0, "root")
@@ -669,6 +752,7 @@ if __name__ == "__main__":
                    test_permissions_on_every_path_through_the_bridge,
                    test_password_change_ends_signed_tokens_and_revoke_acts_at_once,
                    test_a_write_checked_before_a_revoke_is_refused_where_it_applies_after,
-                   test_bad_input_to_the_auth_service])
+                   test_bad_input_to_the_auth_service,
+                   test_a_write_proposed_before_auth_enable_applies_nowhere])
     finally:
         teardown()
