@@ -546,6 +546,52 @@ def test_password_change_ends_signed_tokens_and_revoke_acts_at_once():
             timeout=T, metadata=(("token", root),))
 
 
+def puts_across(c, prefix, change):
+    """Pipelined PUTs on c, 32 at a time, of keys prefix + NNNNN, while
+    `change` (a callable) runs on another thread 30 ms in: until the first
+    batch sent after it returned has its answers (5 s at most). Returns
+    every key's outcome ("ok" or the error code) and the outcomes of that
+    last batch."""
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (time.sleep(0.03), change(), done.set()))
+    outcome, after, i = {}, [], 0
+    deadline = time.time() + 5
+    t.start()
+    try:
+        while time.time() < deadline:
+            was_done = done.is_set()
+            ids = {}
+            for _ in range(32):
+                key = b"%s%05d" % (prefix, i)
+                i += 1
+                ids[c.send(2, {"key": key, "value": key})] = key  # PUT
+            for _ in ids:
+                typ, rid, p = c.recv()
+                got = p.get("code") if typ == ERROR else "ok"
+                outcome[ids[rid]] = got
+                if was_done:
+                    after.append(got)
+            if was_done:
+                break
+    finally:
+        t.join(10)
+    assert done.is_set() and after, "the change or the puts after it did not finish"
+    return outcome, after
+
+
+def stores_hold(readers, prefix, ok):
+    """Every member (a reader on each), once caught up, holds exactly the
+    keys `ok` under prefix."""
+    rng = {"key": prefix, "range_end": prefix[:-1] + b"0", "serializable": True}
+    until = time.time() + 10
+    while True:
+        stores = [sorted(kv[0] for kv in c.call(1, rng).get("kvs") or []) for c in readers]
+        if all(st == ok for st in stores) or time.time() > until:
+            break
+        time.sleep(0.05)
+    assert all(st == ok for st in stores), (len(ok), [len(st) for st in stores])
+
+
 def test_a_write_checked_before_a_revoke_is_refused_where_it_applies_after():
     """A put checked at the gate while a permission revoke was in the log but
     not yet applied carries the auth revision it was checked at; it applies
@@ -555,7 +601,7 @@ def test_a_write_checked_before_a_revoke_is_refused_where_it_applies_after():
     own_put), the others from the entry: all three must agree, key for key.
     The window is a few ms; up to 8 rounds until a put falls in it."""
     e = env()
-    PUT, RANGE, ROLE_ADD, USER_GRANT_ROLE, GRANT, REVOKE = 2, 1, 67, 65, 71, 72
+    ROLE_ADD, USER_GRANT_ROLE, GRANT, REVOKE = 67, 65, 71, 72
     perm = {"name": "racer", "key": b"/race/", "range_end": b"/race0"}
     r = native(0, "root")
     a = native(0, "alice")
@@ -566,45 +612,12 @@ def test_a_write_checked_before_a_revoke_is_refused_where_it_applies_after():
         old_seen = 0
         for rnd in range(8):
             r.call(GRANT, dict(perm, perm_type=1))
-            revoked = threading.Event()
-            t = threading.Thread(target=lambda: (time.sleep(0.03), r.call(REVOKE, perm),
-                                                 revoked.set()))
-            outcome, after, i = {}, [], 0
-            deadline = time.time() + 5
-            t.start()
-            try:
-                while time.time() < deadline:
-                    was_revoked = revoked.is_set()
-                    ids = {}
-                    for _ in range(32):
-                        key = b"/race/%d/%05d" % (rnd, i)
-                        i += 1
-                        ids[a.send(PUT, {"key": key, "value": key})] = key
-                    for _ in ids:
-                        typ, rid, p = a.recv()
-                        got = p.get("code") if typ == ERROR else "ok"
-                        outcome[ids[rid]] = got
-                        if was_revoked:
-                            after.append(got)
-                    if was_revoked:
-                        break
-            finally:
-                t.join(10)
-            assert revoked.is_set() and after, "the revoke or the puts after it did not finish"
+            outcome, after = puts_across(a, b"/race/%d/" % rnd, lambda: r.call(REVOKE, perm))
             assert set(after) == {38}, after  # sent after the revoke answered: denied
             assert set(outcome.values()) <= {"ok", 38, 51}, set(outcome.values())
-            ok = sorted(k for k, v in outcome.items() if v == "ok")
             old_seen += sum(v == 51 for v in outcome.values())
-            prefix = {"key": b"/race/%d/" % rnd, "range_end": b"/race/%d0" % rnd,
-                      "serializable": True}
-            until = time.time() + 10
-            while True:  # every member, once caught up, holds exactly the answered puts
-                stores = [sorted(kv[0] for kv in c.call(RANGE, prefix).get("kvs") or [])
-                          for c in readers]
-                if all(st == ok for st in stores) or time.time() > until:
-                    break
-                time.sleep(0.05)
-            assert all(st == ok for st in stores), (len(ok), [len(st) for st in stores])
+            stores_hold(readers, b"/race/%d/" % rnd,
+                        sorted(k for k, v in outcome.items() if v == "ok"))
             if old_seen:
                 break
         assert old_seen, "no put fell between the revoke's proposal and its apply in 8 rounds"
@@ -622,7 +635,7 @@ def test_a_write_proposed_before_auth_enable_applies_nowhere():
     rounds until a put falls in the window; auth is enabled at the end, as
     the other tests expect."""
     e = env()
-    PUT, RANGE, AUTH_ENABLE, AUTH_DISABLE = 2, 1, 56, 57
+    AUTH_ENABLE, AUTH_DISABLE = 56, 57
     r = native(0, "root")
     conns = [r]
 
@@ -647,47 +660,14 @@ def test_a_write_proposed_before_auth_enable_applies_nowhere():
             anon = Conn(e.members[0].port)  # no user: may write while auth is disabled
             admin = Conn(e.members[0].port)
             conns += [anon, admin]
-            enabled = threading.Event()
-            t = threading.Thread(target=lambda: (time.sleep(0.03), admin.call(AUTH_ENABLE, {}),
-                                                 enabled.set()))
-            outcome, after, i = {}, [], 0
-            deadline = time.time() + 5
-            t.start()
-            try:
-                while time.time() < deadline:
-                    was_enabled = enabled.is_set()
-                    ids = {}
-                    for _ in range(32):
-                        key = b"/en/%d/%05d" % (rnd, i)
-                        i += 1
-                        ids[anon.send(PUT, {"key": key, "value": key})] = key
-                    for _ in ids:
-                        typ, rid, p = anon.recv()
-                        got = p.get("code") if typ == ERROR else "ok"
-                        outcome[ids[rid]] = got
-                        if was_enabled:
-                            after.append(got)
-                    if was_enabled:
-                        break
-            finally:
-                t.join(10)
-            assert enabled.is_set() and after, "the enable or the puts after it did not finish"
+            outcome, after = puts_across(anon, b"/en/%d/" % rnd,
+                                         lambda: admin.call(AUTH_ENABLE, {}))
             assert "ok" not in after, after  # sent after the enable answered: refused
             assert set(outcome.values()) <= {"ok", 41, 51}, set(outcome.values())
-            ok = sorted(k for k, v in outcome.items() if v == "ok")
             old_seen += sum(v == 51 for v in outcome.values())
             r = root_on(0, None)
-            readers = [r, root_on(1, None), root_on(2, r.tok)]  # m2: verify-only
-            prefix = {"key": b"/en/%d/" % rnd, "range_end": b"/en/%d0" % rnd,
-                      "serializable": True}
-            until = time.time() + 10
-            while True:  # every member, once caught up, holds exactly the answered puts
-                stores = [sorted(kv[0] for kv in c.call(RANGE, prefix).get("kvs") or [])
-                          for c in readers]
-                if all(st == ok for st in stores) or time.time() > until:
-                    break
-                time.sleep(0.05)
-            assert all(st == ok for st in stores), (len(ok), [len(st) for st in stores])
+            stores_hold([r, root_on(1, None), root_on(2, r.tok)],  # m2: verify-only
+                        b"/en/%d/" % rnd, sorted(k for k, v in outcome.items() if v == "ok"))
             if old_seen:
                 break
         assert old_seen, "no put fell between the enable's proposal and its apply in 8 rounds"
