@@ -482,7 +482,7 @@ static void serve_linearized(struct kt_node *n, struct kt_conn *c, const struct 
 
 void kt_node_read_linearized(struct kt_node *n, struct kt_conn *c, uint64_t from, uint64_t req_id,
                              const struct kt_req *req, const uint8_t *body, size_t len) {
-  if (kt_node_solo(n)) {
+  if (kt_node_solo(n) && n->serving) { /* a lone leader behind its log waits too */
     if (from)
       kt_node_lease_fwd_answer(n, from, req_id, body, len);
     else
