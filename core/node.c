@@ -1724,7 +1724,8 @@ int kt_node_open(struct ev_loop *loop, const struct kt_node_config *cfg, struct 
    * other; 2^39 or more proposals remain before it would wrap. */
   n->run_id = ((uint64_t)(randombytes_random() & 0xffffff) | 1u) << 40;
   n->next_seq = (uint64_t)randombytes_random() << 6;
-  kt_reads_init(&n->rq, n->run_id); /* read contexts of an earlier run are ignored too */
+  /* read contexts of an earlier run are ignored too */
+  kt_reads_init(&n->rq, n->run_id, 1 + ((uint64_t)randombytes_random() << 6));
   n->cfg = *cfg;
   if (strlen(cfg->data_dir) > 3900) {
     free(n);

@@ -3,9 +3,10 @@
 
 int kt_reads_test_bug;
 
-void kt_reads_init(struct kt_reads *q, uint64_t tag) {
+void kt_reads_init(struct kt_reads *q, uint64_t tag, uint64_t first) {
   kt_assert(tag != 0 && (tag & KT_READS_BATCH_MASK) == 0);
-  *q = (struct kt_reads){.tag = tag, .open = kt_reads_test_bug == 1 ? 0 : 1};
+  kt_assert(first >= 1 && first <= KT_READS_FIRST_MAX);
+  *q = (struct kt_reads){.tag = tag, .first = first, .open = kt_reads_test_bug == 1 ? 0 : first};
 }
 
 uint64_t kt_reads_join(struct kt_reads *q) {
@@ -38,7 +39,7 @@ void kt_reads_answered(struct kt_reads *q, const struct kt_raft_read_state *rs) 
     q->states++;
     return;
   }
-  if ((rs->context & ~KT_READS_BATCH_MASK) != q->tag || batch == 0 || batch >= q->open) {
+  if ((rs->context & ~KT_READS_BATCH_MASK) != q->tag || batch < q->first || batch >= q->open) {
     q->stale++; /* asked by another life of this member, or never asked */
     return;
   }

@@ -26,8 +26,10 @@
  * leader that kept them) and the batch number, which must be one this life
  * has asked for.
  *
- * Batches count from 1; tag's low 40 bits are 0 (the batch counter lives
- * there), and tag != 0.
+ * Batches count from `first` (random per life too, at least 1: two lives
+ * that drew the same tag would also need overlapping batch numbers to take
+ * one's read state for the other's); tag's low 40 bits are 0 (the batch
+ * counter lives there), and tag != 0.
  */
 #ifndef KT_READS_H
 #define KT_READS_H
@@ -35,9 +37,11 @@
 #include "raft.h"
 
 #define KT_READS_BATCH_MASK ((1ull << 40) - 1)
+#define KT_READS_FIRST_MAX (1ull << 38) /* leaves 3 * 2^38 batches to a life */
 
 struct kt_reads {
   uint64_t tag;                    /* this life's contexts: tag | batch */
+  uint64_t first;                  /* this life's first batch */
   uint64_t open;                   /* the batch new reads join */
   bool open_used;                  /* it has reads: ask at the end of the turn */
   bool answered;                   /* a read state of this life arrived */
@@ -45,8 +49,9 @@ struct kt_reads {
   uint64_t asked, states, stale;   /* counters: batches asked, states taken, ignored */
 };
 
-/* A new life: tag is random per life (high 24 bits; low 40 zero; not 0). */
-void kt_reads_init(struct kt_reads *q, uint64_t tag);
+/* A new life: tag is random per life (high 24 bits; low 40 zero; not 0),
+ * and so is first, its first batch (1 <= first <= KT_READS_FIRST_MAX). */
+void kt_reads_init(struct kt_reads *q, uint64_t tag, uint64_t first);
 /* The batch a read arriving now joins. */
 uint64_t kt_reads_join(struct kt_reads *q);
 /* End of a turn: if the open batch has reads, ask raft for its read index

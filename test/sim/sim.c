@@ -1185,7 +1185,8 @@ static void node_start(struct sim *s, struct sim_node *nd) {
   nd->lead_index = 0;
   nd->serving = false;
   /* a new life: its read contexts (random high bits, as the node's run id) */
-  kt_reads_init(&nd->rq, ((kt_rng_next(&s->rng) & 0xffffff) | 1u) << 40);
+  uint64_t tag = ((kt_rng_next(&s->rng) & 0xffffff) | 1u) << 40;
+  kt_reads_init(&nd->rq, tag, 1 + ((tag >> 40) << 6)); /* no draw of its own: seeds replay */
   nd->alive = nd->started = true;
   nd->applied = nd->snap_index; /* the state machine restarts from the snapshot */
   nd->checked_commit = nd->snap_index;
