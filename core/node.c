@@ -482,7 +482,7 @@ static void serve_linearized(struct kt_node *n, struct kt_conn *c, const struct 
 
 void kt_node_read_linearized(struct kt_node *n, struct kt_conn *c, uint64_t from, uint64_t req_id,
                              const struct kt_req *req, const uint8_t *body, size_t len) {
-  if (kt_node_solo(n) && n->serving) { /* a lone leader behind its log waits too */
+  if (kt_node_solo(n)) {
     if (from)
       kt_node_lease_fwd_answer(n, from, req_id, body, len);
     else
@@ -1699,7 +1699,7 @@ void kt_node_campaign_now(struct kt_node *n) {
 }
 
 bool kt_node_solo(const struct kt_node *n) {
-  return kt_raft_role(n->raft) == KT_RAFT_LEADER && kt_node_member_voters(n) == 1;
+  return kt_raft_role(n->raft) == KT_RAFT_LEADER && kt_node_member_voters(n) == 1 && n->serving;
 }
 
 static void on_conn_close(void *arg, struct kt_conn *c) { kt_node_watch_conn_closed(arg, c); }

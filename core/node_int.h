@@ -356,8 +356,9 @@ void kt_node_stop_fatal(struct kt_node *n, int code, const char *what);
 void kt_node_stop_removed(struct kt_node *n);
 /* A lone voter elects itself without waiting an election timeout. */
 void kt_node_campaign_now(struct kt_node *n);
-/* Linearizable reads need a read index unless this member is the only voter
- * and leads. */
+/* Linearizable reads need a read index unless this member is the only voter,
+ * leads and serves (it has applied its term's first entry: restarted, it
+ * may lead before it has applied writes it acknowledged in its last run). */
 bool kt_node_solo(const struct kt_node *n);
 /* A linearizable read (RANGE, a read-only TXN, LEASE_TTL on the leader,
  * LEASE_LEASES, LEADER): answered once a read index of this life is applied

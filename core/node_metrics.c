@@ -67,7 +67,7 @@ static void probe_finish(struct kt_node *n, size_t i, int code, const char *why)
 }
 
 void kt_node_probe_linearizable(struct kt_node *n, kt_node_probe_fn done, void *ctx) {
-  if (kt_node_solo(n) && n->serving) {
+  if (kt_node_solo(n)) {
     done(ctx, 0, "");
     return;
   }

@@ -18,7 +18,7 @@ import time
 
 import etcd3
 
-from harness import BIN, Conn, Member, ServerError, free_port, run_tests
+from harness import BIN, ERROR, Conn, Member, ServerError, free_port, run_tests
 from cluster_test import cleanup, start_cluster, wait_leader
 from grpc_test import wait_port
 
@@ -209,7 +209,7 @@ def role_lister(member, role, out, until, done):
                 raise ConnectionError("closed")
             sent -= 1
             t, _, p = f
-            if t == 127:  # ERROR (no leader yet): no answer, nothing to check
+            if t == ERROR:  # (no leader yet): no answer, nothing to check
                 out.append(("error", p.get("code")))
             else:
                 listed = role in (p.get("roles") or [])

@@ -227,14 +227,14 @@ def etcd_rates():
     print("| calls in flight | cache hit calls/s | miss calls/s | hit / miss | "
           "CPU per hit: generator, proxy, etcd | CPU per miss: generator, proxy, etcd |")
     print("|---|---|---|---|---|---|")
+
+    def cpu(rs):  # generator, proxy, etcd
+        return ", ".join(span(v, "%.1f") for v in ([x["gen_us"] for x in rs],
+                                                    [x["cpu_us"][0] for x in rs],
+                                                    [x["cpu_us"][1] for x in rs]))
+
     for clients in (1, 16, 64):
         h, ms = rows[(clients, "hit")], rows[(clients, "miss")]
-
-        def cpu(rs):
-            return ", ".join(span(v, "%.1f") for v in ([x["gen_us"] for x in rs],
-                                                        [x["cpu_us"][0] for x in rs],
-                                                        [x["cpu_us"][1] for x in rs]))
-
         print("| %d | %s | %s | %s× | %s µs | %s µs |" % (
             clients, kilo([x["rps"] for x in h]), kilo([x["rps"] for x in ms]),
             span([a["rps"] / b["rps"] for a, b in zip(h, ms)], "%.1f"), cpu(h), cpu(ms)))
